@@ -1,0 +1,454 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The options registry: every knob is declared exactly once in kRegistry below.
+#include "batchcast/options.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include "core/errors.h"
+#include "core/log.h"
+
+extern char** environ;
+
+namespace batchcast {
+namespace {
+
+enum class Kind { kInt, kInt64, kUint64, kDouble, kBool, kString, kEnum, kSize, kDuration };
+
+struct Entry {
+  const char* key;
+  Kind kind;
+  const char* help;
+  const char* choices;  // for kEnum: "a|b|c"
+  std::function<void*(Options&)> field;
+};
+
+template <typename T>
+std::function<void*(Options&)> Field(T Options::*member) {
+  return [member](Options& o) -> void* { return &(o.*member); };
+}
+
+#define BC_OPT(name, kind, help) Entry{#name, Kind::kind, help, nullptr, Field(&Options::name)}
+#define BC_ENUM(name, choices, help) Entry{#name, Kind::kEnum, help, choices, Field(&Options::name)}
+
+const std::vector<Entry>& Registry() {
+  static const std::vector<Entry> kRegistry = {
+      BC_OPT(dataset, kString, "HDF5 dataset file in the Batchcast layout"),
+      BC_OPT(seed, kUint64, "seed of the stream: batches are a pure function of (seed, epoch, position)"),
+      BC_OPT(epochs, kInt, "epochs the leader produces"),
+      BC_OPT(limit_samples, kInt64, "use only the first N samples of the dataset (0 = all)"),
+      BC_OPT(shuffle, kBool, "permute the samples every epoch"),
+      BC_OPT(threads, kInt, "decode worker threads on the leader (0 = available cores)"),
+      BC_OPT(image_size, kInt, "output height = width in pixels (0 = stored size)"),
+      BC_ENUM(crop, "none|center|random", "crop before resizing: none, center, or random (RandomResizedCrop)"),
+      BC_OPT(crop_scale_min, kDouble, "RandomResizedCrop: smallest fraction of the image area"),
+      BC_OPT(crop_scale_max, kDouble, "RandomResizedCrop: largest fraction of the image area"),
+      BC_OPT(flip, kBool, "random horizontal flip with probability 0.5"),
+      BC_OPT(normalize, kBool, "normalise (x/255 - mean)/std; implies dtype=float32"),
+      BC_OPT(mean, kString, "per-channel mean for normalize, comma separated"),
+      BC_OPT(std, kString, "per-channel standard deviation for normalize, comma separated"),
+      BC_ENUM(dtype, "uint8|float32", "element type of the image tensor"),
+      BC_ENUM(layout, "chw|hwc", "memory layout of each image"),
+      BC_OPT(channels, kInt, "output channels: 0 = as stored, 1 = gray, 3 = RGB"),
+      BC_OPT(max_pixels, kSize, "refuse images with more pixels than this (decompression bombs); accepts k/m/g suffixes"),
+      BC_ENUM(on_bad_sample, "error|skip", "what a corrupt or oversized sample does: stop with an error, or skip it (counted and reported)"),
+      BC_OPT(batch_size, kInt, "samples per batch for this consumer"),
+      BC_OPT(buffer_depth, kInt, "batches a consumer may hold unreleased"),
+      BC_OPT(producer_batch, kInt, "samples per producer batch (0 = 2 x the largest consumer batch)"),
+      BC_OPT(ring_slots, kInt, "producer batches in the shared-memory ring (0 = buffer_depth + 2)"),
+      BC_OPT(carve_offset, kBool, "seeded per-consumer offset when carving producer batches"),
+      BC_OPT(carve_shuffle, kBool, "seeded per-consumer order of the carved batches"),
+      BC_OPT(leader_trains, kBool, "the leader rank also trains instead of being an extra rank"),
+      BC_OPT(ranks_per_node, kInt, "form virtual nodes of this many consecutive ranks (0 = real nodes)"),
+      BC_OPT(job_id, kString, "job identity used in segment and socket names (default: Slurm/Open MPI job id or leader pid)"),
+      BC_OPT(heartbeat_ms, kDuration, "a consumer that shows no sign of life for this long is detached; accepts ms/s/m suffixes"),
+  };
+  return kRegistry;
+}
+
+std::string NormalizeKey(std::string key) {
+  std::replace(key.begin(), key.end(), '-', '_');
+  std::transform(key.begin(), key.end(), key.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return key;
+}
+
+const Entry* Find(const std::string& key) {
+  for (const auto& e : Registry())
+    if (key == e.key) return &e;
+  return nullptr;
+}
+
+// Levenshtein distance, for "did you mean" hints.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+Status UnknownKey(const std::string& key, const std::string& where) {
+  std::string best;
+  size_t best_d = 4;
+  for (const auto& e : Registry()) {
+    size_t d = EditDistance(key, e.key);
+    if (d < best_d) {
+      best_d = d;
+      best = e.key;
+    }
+  }
+  std::string hint = best.empty() ? " (batchcast info --config lists every option)"
+                                  : fmt::format(" (did you mean '{}'?)", best);
+  return InvalidArgumentError("unknown option '{}' in {}{}", key, where, hint);
+}
+
+template <typename T>
+Status ParseNumber(const std::string& text, T* out) {
+  const char* b = text.data();
+  const char* e = b + text.size();
+  auto [p, ec] = std::from_chars(b, e, *out);
+  if (ec != std::errc() || p != e) return InvalidArgumentError("'{}' is not a number", text);
+  return Status::Ok();
+}
+
+Status ParseDouble(const std::string& text, double* out) {
+  char* end = nullptr;
+  errno = 0;
+  *out = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno != 0)
+    return InvalidArgumentError("'{}' is not a number", text);
+  return Status::Ok();
+}
+
+Status ParseBool(const std::string& text, bool* out) {
+  std::string t = NormalizeKey(text);
+  if (t == "1" || t == "true" || t == "yes" || t == "on") *out = true;
+  else if (t == "0" || t == "false" || t == "no" || t == "off") *out = false;
+  else return InvalidArgumentError("'{}' is not a boolean (use true/false, 1/0, yes/no, on/off)", text);
+  return Status::Ok();
+}
+
+// "64m", "2g", "512k", "1048576" → count (binary multiples; a trailing 'b' is allowed).
+Status ParseSize(const std::string& text, int64_t* out) {
+  std::string t = NormalizeKey(text);
+  if (!t.empty() && t.back() == 'b') t.pop_back();
+  int64_t mult = 1;
+  if (!t.empty()) {
+    switch (t.back()) {
+      case 'k': mult = 1LL << 10; break;
+      case 'm': mult = 1LL << 20; break;
+      case 'g': mult = 1LL << 30; break;
+      case 't': mult = 1LL << 40; break;
+      default: break;
+    }
+    if (mult != 1) t.pop_back();
+  }
+  int64_t v = 0;
+  if (Status s = ParseNumber(t, &v); !s.ok() || v < 0)
+    return InvalidArgumentError("'{}' is not a size (e.g. 4096, 64k, 128m, 2g)", text);
+  *out = v * mult;
+  return Status::Ok();
+}
+
+// "500ms", "10s", "2m", "1500" (ms) → milliseconds.
+Status ParseDuration(const std::string& text, int64_t* out) {
+  std::string t = NormalizeKey(text);
+  int64_t mult = 1;
+  auto ends_with = [&](const char* s) {
+    size_t n = std::strlen(s);
+    return t.size() > n && t.compare(t.size() - n, n, s) == 0;
+  };
+  if (ends_with("ms")) t.resize(t.size() - 2);
+  else if (ends_with("s")) { t.pop_back(); mult = 1000; }
+  else if (ends_with("m")) { t.pop_back(); mult = 60000; }
+  int64_t v = 0;
+  if (Status s = ParseNumber(t, &v); !s.ok() || v < 0)
+    return InvalidArgumentError("'{}' is not a duration (e.g. 500ms, 10s, 2m)", text);
+  *out = v * mult;
+  return Status::Ok();
+}
+
+Status Assign(const Entry& e, Options* o, const std::string& value) {
+  void* f = e.field(*o);
+  Status s;
+  switch (e.kind) {
+    case Kind::kInt: s = ParseNumber(value, static_cast<int*>(f)); break;
+    case Kind::kInt64: s = ParseNumber(value, static_cast<int64_t*>(f)); break;
+    case Kind::kUint64: s = ParseNumber(value, static_cast<uint64_t*>(f)); break;
+    case Kind::kDouble: s = ParseDouble(value, static_cast<double*>(f)); break;
+    case Kind::kBool: s = ParseBool(value, static_cast<bool*>(f)); break;
+    case Kind::kString: *static_cast<std::string*>(f) = value; break;
+    case Kind::kSize: s = ParseSize(value, static_cast<int64_t*>(f)); break;
+    case Kind::kDuration: s = ParseDuration(value, static_cast<int64_t*>(f)); break;
+    case Kind::kEnum: {
+      std::string choices = e.choices;
+      std::string v = NormalizeKey(value);
+      bool found = false;
+      size_t start = 0;
+      while (start <= choices.size()) {
+        size_t end = choices.find('|', start);
+        if (end == std::string::npos) end = choices.size();
+        if (choices.compare(start, end - start, v) == 0) found = true;
+        start = end + 1;
+      }
+      if (!found) s = InvalidArgumentError("'{}' is not one of {}", value, choices);
+      else *static_cast<std::string*>(f) = v;
+      break;
+    }
+  }
+  if (!s.ok()) return s.WithContext(fmt::format("option '{}'", e.key));
+  return Status::Ok();
+}
+
+std::string Render(const Entry& e, Options& o) {
+  void* f = e.field(o);
+  switch (e.kind) {
+    case Kind::kInt: return std::to_string(*static_cast<int*>(f));
+    case Kind::kInt64:
+    case Kind::kSize: return std::to_string(*static_cast<int64_t*>(f));
+    case Kind::kDuration: return std::to_string(*static_cast<int64_t*>(f)) + "ms";
+    case Kind::kUint64: return std::to_string(*static_cast<uint64_t*>(f));
+    case Kind::kDouble: return fmt::format("{}", *static_cast<double*>(f));
+    case Kind::kBool: return *static_cast<bool*>(f) ? "true" : "false";
+    case Kind::kString:
+    case Kind::kEnum: return *static_cast<std::string*>(f);
+  }
+  return "";
+}
+
+const char* KindName(Kind k) {
+  switch (k) {
+    case Kind::kInt: return "int";
+    case Kind::kInt64: return "int64";
+    case Kind::kUint64: return "uint64";
+    case Kind::kDouble: return "double";
+    case Kind::kBool: return "bool";
+    case Kind::kString: return "string";
+    case Kind::kEnum: return "enum";
+    case Kind::kSize: return "size";
+    case Kind::kDuration: return "duration";
+  }
+  return "?";
+}
+
+void Record(Options* o, const std::string& key, const char* source) {
+  for (auto& kv : o->sources)
+    if (kv.first == key) {
+      kv.second = source;
+      return;
+    }
+  o->sources.emplace_back(key, source);
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+Status ApplyConfigFile(const std::string& path, Options* o) {
+  std::ifstream in(path);
+  if (!in) return ErrnoError(errno, "config file '{}' cannot be opened", path);
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    line = Trim(line);
+    if (line.empty() || line[0] == '[') continue;  // blank, comment, or TOML table header
+    size_t eq = line.find('=');
+    if (eq == std::string::npos)
+      return InvalidArgumentError("{}:{}: expected 'key = value', got '{}'", path, lineno, line);
+    std::string key = NormalizeKey(Trim(line.substr(0, eq)));
+    std::string value = Trim(line.substr(eq + 1));
+    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') &&
+        value.back() == value.front())
+      value = value.substr(1, value.size() - 2);
+    const Entry* e = Find(key);
+    if (e == nullptr) return UnknownKey(key, fmt::format("{}:{}", path, lineno));
+    BC_RETURN_IF_ERROR(Assign(*e, o, value).WithContext(fmt::format("{}:{}", path, lineno)));
+    Record(o, key, "file");
+  }
+  return Status::Ok();
+}
+
+// Environment variables that are not options but are Batchcast's own.
+bool IsReservedEnv(const std::string& key) {
+  static const std::set<std::string> kReserved = {
+      "config", "debug", "debug_subsys", "debug_file", "telemetry", "socket", "test_keep_shm"};
+  return kReserved.count(key) != 0;
+}
+
+void ApplyEnvironment(Options* o, Status* error) {
+  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
+    std::string kv(*env);
+    if (kv.rfind("BATCHCAST_", 0) != 0) continue;
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = NormalizeKey(kv.substr(10, eq - 10));
+    if (IsReservedEnv(key)) continue;
+    const Entry* e = Find(key);
+    if (e == nullptr) {
+      BC_LOG(Warn, Init, "ignoring unknown environment variable {} (not a Batchcast option)",
+             kv.substr(0, eq));
+      continue;
+    }
+    Status s = Assign(*e, o, kv.substr(eq + 1));
+    if (!s.ok()) {
+      *error = s.WithContext("environment variable " + kv.substr(0, eq));
+      return;
+    }
+    Record(o, key, "env");
+  }
+}
+
+}  // namespace
+
+Status SetOption(Options* options, const std::string& key, const std::string& value) {
+  std::string k = NormalizeKey(key);
+  const Entry* e = Find(k);
+  if (e == nullptr) return UnknownKey(k, "code");
+  BC_RETURN_IF_ERROR(Assign(*e, options, value));
+  Record(options, k, "code");
+  return Status::Ok();
+}
+
+std::string GetOption(const Options& options, const std::string& key) {
+  const Entry* e = Find(NormalizeKey(key));
+  if (e == nullptr) return "";
+  return Render(*e, const_cast<Options&>(options));
+}
+
+Result<Options> ResolveOptions(const std::vector<std::string>& flags,
+                               std::vector<std::string>* rest) {
+  Options o;
+  // Split flags into (key, value) pairs first, so --config is known before anything else.
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::string config_path;
+  if (const char* c = std::getenv("BATCHCAST_CONFIG"); c != nullptr && *c != '\0') config_path = c;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    const std::string& w = flags[i];
+    if (w.rfind("--", 0) != 0 || w.size() == 2) {
+      if (rest == nullptr) return InvalidArgumentError("unexpected argument '{}'", w);
+      rest->push_back(w);
+      continue;
+    }
+    std::string body = w.substr(2);
+    std::string key, value;
+    size_t eq = body.find('=');
+    bool has_value = eq != std::string::npos;
+    key = NormalizeKey(has_value ? body.substr(0, eq) : body);
+    const Entry* e = Find(key);
+    if (key != "config" && e == nullptr) {
+      if (rest != nullptr) {
+        rest->push_back(w);
+        continue;
+      }
+      return UnknownKey(key, "command line");
+    }
+    if (has_value) {
+      value = body.substr(eq + 1);
+    } else if (e != nullptr && e->kind == Kind::kBool &&
+               (i + 1 >= flags.size() || flags[i + 1].rfind("--", 0) == 0)) {
+      value = "true";  // bare boolean flag
+    } else {
+      if (i + 1 >= flags.size()) return InvalidArgumentError("option '--{}' needs a value", key);
+      value = flags[++i];
+    }
+    if (key == "config") config_path = value;
+    else pairs.emplace_back(key, value);
+  }
+  if (!config_path.empty()) BC_RETURN_IF_ERROR(ApplyConfigFile(config_path, &o));
+  Status env_error;
+  ApplyEnvironment(&o, &env_error);
+  BC_RETURN_IF_ERROR(env_error);
+  for (const auto& [key, value] : pairs) {
+    BC_RETURN_IF_ERROR(Assign(*Find(key), &o, value).WithContext("command line"));
+    Record(&o, key, "flag");
+  }
+  BC_RETURN_IF_ERROR(ValidateOptions(o));
+  for (const auto& [key, source] : o.sources)
+    BC_LOG(Info, Init, "option {} = {} (from {})", key, GetOption(o, key), source);
+  return o;
+}
+
+Status ValidateOptions(const Options& o) {
+  auto positive = [](const char* key, int64_t v) -> Status {
+    if (v <= 0) return InvalidArgumentError("option '{}' must be positive, got {}", key, v);
+    return Status::Ok();
+  };
+  BC_RETURN_IF_ERROR(positive("epochs", o.epochs));
+  BC_RETURN_IF_ERROR(positive("batch_size", o.batch_size));
+  BC_RETURN_IF_ERROR(positive("buffer_depth", o.buffer_depth));
+  BC_RETURN_IF_ERROR(positive("max_pixels", o.max_pixels));
+  if (o.threads < 0) return InvalidArgumentError("option 'threads' must be >= 0, got {}", o.threads);
+  if (o.image_size < 0 || o.image_size > 16384)
+    return InvalidArgumentError("option 'image_size' must be in [0, 16384], got {}", o.image_size);
+  if (o.crop != "none" && o.image_size == 0)
+    return InvalidArgumentError("option 'crop={}' needs 'image_size' > 0", o.crop);
+  if (!(o.crop_scale_min > 0 && o.crop_scale_min <= o.crop_scale_max && o.crop_scale_max <= 1.0))
+    return InvalidArgumentError(
+        "options 'crop_scale_min'/'crop_scale_max' must satisfy 0 < min <= max <= 1, got {}/{}",
+        o.crop_scale_min, o.crop_scale_max);
+  if (o.channels != 0 && o.channels != 1 && o.channels != 3)
+    return InvalidArgumentError("option 'channels' must be 0, 1 or 3, got {}", o.channels);
+  if (o.producer_batch < 0 || o.ring_slots < 0 || o.ranks_per_node < 0 || o.limit_samples < 0)
+    return InvalidArgumentError(
+        "options 'producer_batch', 'ring_slots', 'ranks_per_node', 'limit_samples' must be >= 0");
+  if (o.producer_batch > 0 && o.producer_batch < o.batch_size)
+    return InvalidArgumentError("option 'producer_batch' ({}) is smaller than 'batch_size' ({})",
+                                o.producer_batch, o.batch_size);
+  if (o.ring_slots == 1) return InvalidArgumentError("option 'ring_slots' must be 0 (auto) or >= 2");
+  if (o.heartbeat_ms < 100)
+    return InvalidArgumentError("option 'heartbeat_ms' must be at least 100ms, got {}ms",
+                                o.heartbeat_ms);
+  return Status::Ok();
+}
+
+std::vector<OptionInfo> ListOptions() {
+  std::vector<OptionInfo> out;
+  Options defaults;
+  for (const auto& e : Registry())
+    out.push_back({e.key, e.kind == Kind::kEnum ? std::string(e.choices) : KindName(e.kind),
+                   Render(e, defaults), e.help});
+  return out;
+}
+
+std::string OptionsToJson(const Options& options) {
+  nlohmann::json arr = nlohmann::json::array();
+  Options defaults;
+  for (const auto& e : Registry()) {
+    std::string source = "default";
+    for (const auto& kv : options.sources)
+      if (kv.first == e.key) source = kv.second;
+    arr.push_back({{"key", e.key},
+                   {"type", e.kind == Kind::kEnum ? std::string(e.choices) : KindName(e.kind)},
+                   {"default", Render(e, defaults)},
+                   {"value", Render(e, const_cast<Options&>(options))},
+                   {"source", source},
+                   {"env", "BATCHCAST_" + [&] {
+                      std::string k = e.key;
+                      for (auto& c : k) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+                      return k;
+                    }()},
+                   {"help", e.help}});
+  }
+  return arr.dump(2);
+}
+
+}  // namespace batchcast

@@ -1,0 +1,89 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// One options struct for every front door (MPI runtime, CLI, service, Python).
+//
+// Each knob is declared once in a registry (runtime/core/options.cc) with its type,
+// default and help text. Values are resolved in this order, later wins:
+//   1. built-in defaults
+//   2. the config file (`--config FILE` or BATCHCAST_CONFIG): `key = value` lines, `#` comments
+//   3. environment variables BATCHCAST_<KEY> (e.g. BATCHCAST_BATCH_SIZE=32)
+//   4. command-line flags `--key=value` / `--key value` (dashes and underscores both accepted)
+//   5. fields assigned in code after ResolveOptions() returns
+// Unknown keys are errors in files and flags, and warnings in the environment.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "batchcast/export.h"
+#include "batchcast/status.h"
+
+namespace batchcast {
+
+struct BATCHCAST_API Options {
+  // --- dataset and stream ---
+  std::string dataset;          // HDF5 file in the Batchcast layout (docs/dataset-format.md)
+  uint64_t seed = 0;            // the stream is a pure function of (seed, epoch, position)
+  int epochs = 1;               // epochs the leader produces (a consumer may stop earlier)
+  int64_t limit_samples = 0;    // use only the first N samples of the file (0 = all)
+  bool shuffle = true;          // permute samples each epoch
+
+  // --- pipeline (leader side) ---
+  int threads = 0;              // decode worker threads (0 = cores available to the process)
+  int image_size = 0;           // output height = width in pixels (0 = the dataset's own size)
+  std::string crop = "none";    // none | center | random (RandomResizedCrop)
+  double crop_scale_min = 0.08; // RandomResizedCrop area range
+  double crop_scale_max = 1.0;
+  bool flip = false;            // random horizontal flip (p = 0.5)
+  bool normalize = false;       // (x/255 - mean) / std, implies float32 output
+  std::string mean = "0.485,0.456,0.406";
+  std::string std = "0.229,0.224,0.225";
+  std::string dtype = "uint8";  // uint8 | float32
+  std::string layout = "chw";   // chw | hwc
+  int channels = 0;             // 0 = as stored, 1 = gray, 3 = RGB
+  int64_t max_pixels = 128LL << 20;  // decompression-bomb guard (width × height)
+  std::string on_bad_sample = "error";  // error | skip (skips are counted and reported)
+
+  // --- node data plane ---
+  int batch_size = 64;          // this consumer's batch size
+  int buffer_depth = 2;         // unreleased batches a consumer may hold
+  int producer_batch = 0;       // samples per producer batch (0 = 2 × largest consumer batch)
+  int ring_slots = 0;           // slots in the ring (0 = buffer_depth + 2)
+  bool carve_offset = false;    // per-consumer seeded carving offset
+  bool carve_shuffle = false;   // per-consumer seeded order of carved batches
+  bool leader_trains = false;   // the leader rank also consumes (no extra rank)
+  int ranks_per_node = 0;       // >0 forms virtual nodes of this many ranks (tests)
+  std::string job_id;           // identity in segment names (default: from Slurm/MPI/pid)
+  int64_t heartbeat_ms = 10000; // a consumer silent this long is detached
+
+  // Where each value came from ("default", "file", "env", "flag"), by key.
+  std::vector<std::pair<std::string, std::string>> sources;
+};
+
+// Resolves defaults < config file < BATCHCAST_* environment < flags. `flags` are
+// command-line words (e.g. {"--batch-size=32", "--dataset", "x.h5"}); words that are
+// not options are an error unless `rest` is given, in which case they are returned there.
+BATCHCAST_API Result<Options> ResolveOptions(const std::vector<std::string>& flags,
+                                             std::vector<std::string>* rest = nullptr);
+
+// Sets one option by key from text, with the registry's parsing and validation.
+BATCHCAST_API Status SetOption(Options* options, const std::string& key,
+                               const std::string& value);
+
+// Checks cross-field constraints (e.g. crop=random needs image_size > 0).
+BATCHCAST_API Status ValidateOptions(const Options& options);
+
+// The registry as JSON: [{"key","type","default","value","source","help"}...].
+BATCHCAST_API std::string OptionsToJson(const Options& options);
+
+struct OptionInfo {
+  std::string key;
+  std::string type;
+  std::string default_value;
+  std::string help;
+};
+BATCHCAST_API std::vector<OptionInfo> ListOptions();
+BATCHCAST_API std::string GetOption(const Options& options, const std::string& key);
+
+}  // namespace batchcast

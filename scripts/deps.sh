@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every Debian package Batchcast needs to build, test, benchmark and demo.
+# Idempotent: when all packages are present it does not touch apt at all.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git
+  openmpi-bin libopenmpi-dev libucx-dev libpmix-dev
+  libhdf5-dev hdf5-tools
+  libturbojpeg0-dev libjpeg-turbo-progs libspng-dev
+  libopencv-core-dev libopencv-imgproc-dev
+  libfmt-dev nlohmann-json3-dev libcli11-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libdlpack-dev pybind11-dev python3-dev python3-numpy python3-h5py python3-pytest
+  python3-matplotlib python3-mpi4py
+  libtorch-dev python3-torch
+  dataset-fashion-mnist python3-skimage
+  iproute2 procps util-linux
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "deps: installing ${#missing[@]} missing packages: ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+  >/tmp/batchcast-apt.log 2>&1 || { tail -n 40 /tmp/batchcast-apt.log; echo "deps: apt-get install failed (full log: /tmp/batchcast-apt.log)"; exit 1; }
+echo "deps: done"

@@ -1,0 +1,119 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "batchcast/options.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <string>
+
+#include "tests/unit/core/scoped_env.h"
+
+namespace batchcast {
+namespace {
+
+TEST(OptionsTest, DefaultsAreValid) {
+  Options o;
+  EXPECT_TRUE(ValidateOptions(o).ok());
+  EXPECT_EQ(o.batch_size, 64);
+  EXPECT_EQ(o.buffer_depth, 2);
+}
+
+TEST(OptionsTest, PrecedenceDefaultsFileEnvFlags) {
+  std::string path = ::testing::TempDir() + "/bc_opts.toml";
+  {
+    std::ofstream f(path);
+    f << "# comment\nbatch_size = 16\nbuffer_depth = 3\nseed = 7\ncrop = \"center\"\nimage_size=32\n";
+  }
+  ScopedEnv env({{"BATCHCAST_BUFFER_DEPTH", "4"}, {"BATCHCAST_SEED", "9"}});
+  auto r = ResolveOptions({"--config", path, "--seed=11"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->batch_size, 16);    // file
+  EXPECT_EQ(r->buffer_depth, 4);   // env beats file
+  EXPECT_EQ(r->seed, 11u);         // flag beats env
+  EXPECT_EQ(r->crop, "center");
+  EXPECT_EQ(r->epochs, 1);         // default
+}
+
+TEST(OptionsTest, UnknownFlagSuggestsClosestKey) {
+  auto r = ResolveOptions({"--batch-sise=3"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("did you mean 'batch_size'"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(OptionsTest, BadValuesNameTheOption) {
+  auto r = ResolveOptions({"--batch-size=abc"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("batch_size"), std::string::npos);
+  auto r2 = ResolveOptions({"--crop=diagonal"});
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.status().message().find("none|center|random"), std::string::npos);
+  auto r3 = ResolveOptions({"--batch-size=0"});
+  ASSERT_FALSE(r3.ok());
+  auto r4 = ResolveOptions({"--crop=random"});  // needs image_size
+  ASSERT_FALSE(r4.ok());
+  EXPECT_NE(r4.status().message().find("image_size"), std::string::npos);
+}
+
+TEST(OptionsTest, BadEnvironmentValueNamesTheVariable) {
+  ScopedEnv env({{"BATCHCAST_EPOCHS", std::string("many")}});
+  auto r = ResolveOptions({});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("BATCHCAST_EPOCHS"), std::string::npos);
+}
+
+TEST(OptionsTest, ConfigFileErrorsPointAtTheLine) {
+  std::string path = ::testing::TempDir() + "/bc_bad.toml";
+  {
+    std::ofstream f(path);
+    f << "batch_size = 8\nthis line is wrong\n";
+  }
+  auto r = ResolveOptions({"--config=" + path});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(path + ":2"), std::string::npos) << r.status().message();
+  auto missing = ResolveOptions({"--config=/nonexistent/bc.toml"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST(OptionsTest, SizesDurationsAndBareBooleans) {
+  auto r = ResolveOptions({"--max-pixels=64m", "--heartbeat-ms=2s", "--flip", "--shuffle=off"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->max_pixels, 64LL << 20);
+  EXPECT_EQ(r->heartbeat_ms, 2000);
+  EXPECT_TRUE(r->flip);
+  EXPECT_FALSE(r->shuffle);
+}
+
+TEST(OptionsTest, RestCollectsNonOptions) {
+  std::vector<std::string> rest;
+  auto r = ResolveOptions({"--epochs=2", "--lr=0.1", "train"}, &rest);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->epochs, 2);
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0], "--lr=0.1");
+}
+
+TEST(OptionsTest, JsonListsEveryOptionWithSource) {
+  Options o;
+  ASSERT_TRUE(SetOption(&o, "batch-size", "8").ok());
+  std::string json = OptionsToJson(o);
+  EXPECT_NE(json.find("\"BATCHCAST_BATCH_SIZE\""), std::string::npos);
+  EXPECT_NE(json.find("\"code\""), std::string::npos);
+  EXPECT_EQ(ListOptions().size(), static_cast<size_t>(std::count(json.begin(), json.end(), '{')));
+}
+
+TEST(StatusTest, ContextAndCodes) {
+  Status s = Status(StatusCode::kNotFound, "file 'x.h5' does not exist");
+  Status c = s.WithContext("dataset");
+  EXPECT_EQ(c.code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.message(), "dataset: file 'x.h5' does not exist");
+  EXPECT_EQ(c.ToString(), "not found: dataset: file 'x.h5' does not exist");
+  EXPECT_TRUE(Status::Ok().WithContext("x").ok());
+  Result<int> r(Status(StatusCode::kOk, ""));
+  EXPECT_FALSE(r.ok());  // a Result is never built from OK without a value
+}
+
+}  // namespace
+}  // namespace batchcast
