@@ -1,0 +1,20 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Subcommands of the `batchcast` CLI. Each lives in its own cmd_<name>.cc and adds itself
+// to the app through its Register function (listed once in main.cc). A subcommand's
+// callback returns the process exit code through *exit_code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace batchcast::cli {
+
+void RegisterInfo(CLI::App& app, int* exit_code);
+void RegisterConvert(CLI::App& app, int* exit_code);
+void RegisterInspect(CLI::App& app, int* exit_code);
+
+// Adds every registry option (batchcast/options.h) as `--key` to `cmd`, collecting the
+// words into *flags for ResolveOptions(), so `--help` lists them.
+void AddRegistryOptions(CLI::App* cmd, std::vector<std::string>* flags);
+
+}  // namespace batchcast::cli

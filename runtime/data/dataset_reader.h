@@ -1,0 +1,54 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Reader for the Batchcast HDF5 dataset layout (docs/dataset-format.md).
+//
+// Thread safety: every method may be called from any number of threads at once.
+// Debian's HDF5 is not thread-safe, so all HDF5 calls go through one process-wide
+// mutex (Hdf5Lock()); a read holds it only for the copy of one sample's stored bytes,
+// and decoding happens outside it, so decode work scales with threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "batchcast/status.h"
+
+namespace batchcast::data {
+
+enum class SampleKind {
+  kEncoded,  // variable-length uint8 per sample: JPEG or PNG bytes
+  kRaw,      // fixed-shape uint8 array N x H x W x C
+};
+
+struct DatasetInfo {
+  std::string path;
+  int schema_version = 0;
+  SampleKind kind = SampleKind::kRaw;
+  int64_t num_samples = 0;
+  // For kRaw: the stored shape of every sample. For kEncoded: 0 (per-sample sizes below).
+  int raw_height = 0, raw_width = 0, raw_channels = 0;
+  std::vector<std::string> class_names;
+  std::string encoding;  // "raw", "jpeg", "png" or "mixed"
+};
+
+class DatasetReader {
+ public:
+  // Opens and validates the layout; the error names the file, the dataset and the cause.
+  static Result<std::shared_ptr<DatasetReader>> Open(const std::string& path);
+  virtual ~DatasetReader() = default;
+
+  virtual const DatasetInfo& info() const = 0;
+  // Labels and original sizes are read once at Open and served from memory.
+  virtual int64_t Label(int64_t index) const = 0;
+  virtual int OriginalWidth(int64_t index) const = 0;
+  virtual int OriginalHeight(int64_t index) const = 0;
+
+  // Copies the stored bytes of one sample into *out (resized to fit): the encoded image
+  // for kEncoded, H*W*C pixels for kRaw. Errors name the file and the sample index.
+  virtual Status ReadSample(int64_t index, std::vector<uint8_t>* out) const = 0;
+};
+
+}  // namespace batchcast::data
