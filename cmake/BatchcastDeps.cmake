@@ -8,6 +8,8 @@ find_package(CLI11 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
 pkg_check_modules(SPNG REQUIRED IMPORTED_TARGET spng)
+find_package(ZLIB REQUIRED)                                     # IDX .gz files (data)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)    # dataset checksums (data)
 
 # OpenCV's core + imgproc only (resampling); Debian ships no CMake config without libopencv-dev.
 find_path(OPENCV_INCLUDE_DIR opencv2/imgproc.hpp PATH_SUFFIXES opencv4 REQUIRED)

@@ -34,10 +34,19 @@ struct DatasetInfo {
   std::string encoding;  // "raw", "jpeg", "png" or "mixed"
 };
 
+struct ReaderOptions {
+  // Upper bound of the HDF5 chunk cache of this reader's `images` dataset. The cache is
+  // sized to min(this, the whole decompressed dataset), so a random-access epoch over a
+  // compressed raw dataset decompresses each chunk once instead of once per sample.
+  int64_t chunk_cache_bytes = int64_t(256) << 20;
+};
+
 class DatasetReader {
  public:
   // Opens and validates the layout; the error names the file, the dataset and the cause.
   static Result<std::shared_ptr<DatasetReader>> Open(const std::string& path);
+  static Result<std::shared_ptr<DatasetReader>> Open(const std::string& path,
+                                                     const ReaderOptions& options);
   virtual ~DatasetReader() = default;
 
   virtual const DatasetInfo& info() const = 0;
@@ -49,6 +58,12 @@ class DatasetReader {
   // Copies the stored bytes of one sample into *out (resized to fit): the encoded image
   // for kEncoded, H*W*C pixels for kRaw. Errors name the file and the sample index.
   virtual Status ReadSample(int64_t index, std::vector<uint8_t>* out) const = 0;
+
+  // Copies samples [first, first + count) with one HDF5 read under the lock (sequential
+  // scans: inspect, checksums). (*out)[i] receives sample first + i. The default
+  // implementation calls ReadSample() for each (for test doubles).
+  virtual Status ReadSamples(int64_t first, int64_t count,
+                             std::vector<std::vector<uint8_t>>* out) const;
 };
 
 }  // namespace batchcast::data

@@ -1,0 +1,215 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "data/convert.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/errors.h"
+#include "core/log.h"
+#include "data/dataset_writer.h"
+#include "data/idx_reader.h"
+#include "data/image_encode.h"
+#include "data/image_folder.h"
+#include "data/image_probe.h"
+#include "data/ordered_parallel.h"
+
+namespace batchcast::data {
+namespace {
+
+constexpr int64_t kWindowPerThread = 256;
+
+int ResolveThreads(int threads) {
+  if (threads > 0) return threads;
+  return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Encoded {
+  Status status;
+  std::vector<uint8_t> bytes;
+  ImageHeader header;
+};
+
+Result<std::vector<std::string>> IdxClassNames(const IdxConvertOptions& o,
+                                               const std::vector<uint8_t>& labels) {
+  int max_label = 0;
+  for (uint8_t l : labels) max_label = std::max<int>(max_label, l);
+  if (o.class_names.empty()) {
+    std::vector<std::string> names;
+    for (int i = 0; i <= max_label; ++i) names.push_back(std::to_string(i));
+    return names;
+  }
+  if (max_label >= int(o.class_names.size()))
+    return InvalidArgumentError("convert: {} has label {} but only {} class names were given",
+                                o.labels_path, max_label, o.class_names.size());
+  return o.class_names;
+}
+
+Status CheckIdxShapes(const IdxConvertOptions& o, const IdxArray& images, const IdxArray& labels) {
+  if (images.dims.size() != 3 && images.dims.size() != 4)
+    return InvalidArgumentError("convert: {} has {} dimensions, expected N x H x W or N x H x W x C",
+                                o.images_path, images.dims.size());
+  if (labels.dims.size() != 1)
+    return InvalidArgumentError("convert: {} has {} dimensions, expected 1 (one label per image)",
+                                o.labels_path, labels.dims.size());
+  if (labels.dims[0] != images.dims[0])
+    return InvalidArgumentError("convert: {} has {} labels but {} has {} images", o.labels_path,
+                                labels.dims[0], o.images_path, images.dims[0]);
+  if (o.encode != "raw" && o.encode != "png" && o.encode != "jpeg")
+    return InvalidArgumentError("convert: --encode {} is not one of raw, png, jpeg", o.encode);
+  return Status::Ok();
+}
+
+Encoded EncodeIdxSample(const IdxConvertOptions& o, std::span<const uint8_t> px, int w, int h,
+                        int c) {
+  Encoded e;
+  e.header = {ImageEncoding::kUnknown, w, h, c};
+  if (o.encode == "raw") {
+    e.bytes.assign(px.begin(), px.end());
+    return e;
+  }
+  auto r = o.encode == "png" ? EncodePng(px, w, h, c) : EncodeJpeg(px, w, h, c, o.quality);
+  if (!r.ok()) {
+    e.status = r.status();
+    return e;
+  }
+  e.bytes = std::move(*r);
+  e.header.encoding = o.encode == "png" ? ImageEncoding::kPng : ImageEncoding::kJpeg;
+  return e;
+}
+
+Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
+  int fd = RetryEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); });
+  if (fd < 0) return ErrnoError(errno, "cannot open");
+  struct stat st {};
+  std::vector<uint8_t> bytes;
+  if (fstat(fd, &st) == 0) bytes.resize(size_t(st.st_size));
+  size_t got = 0;
+  while (got < bytes.size()) {
+    ssize_t n = RetryEintr([&] { return ::read(fd, bytes.data() + got, bytes.size() - got); });
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoError(err, "cannot read");
+    }
+    if (n == 0) break;
+    got += size_t(n);
+  }
+  ::close(fd);
+  bytes.resize(got);
+  return bytes;
+}
+
+Encoded LoadImageFile(const std::string& path) {
+  Encoded e;
+  auto bytes = ReadWholeFile(path);
+  if (!bytes.ok()) {
+    e.status = bytes.status();
+    return e;
+  }
+  auto hdr = ProbeImage(*bytes);
+  if (!hdr.ok()) {
+    e.status = hdr.status();
+    return e;
+  }
+  e.header = *hdr;
+  e.bytes = std::move(*bytes);
+  return e;
+}
+
+}  // namespace
+
+std::vector<std::string> FashionMnistClassNames() {
+  return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+          "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+}
+
+Result<ConvertReport> ConvertIdx(const IdxConvertOptions& o, const ProgressFn& progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  BC_ASSIGN_OR_RETURN(IdxArray images, ReadIdxFile(o.images_path));
+  BC_ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(o.labels_path));
+  BC_RETURN_IF_ERROR(CheckIdxShapes(o, images, labels));
+  const int64_t n = images.dims[0];
+  const int h = int(images.dims[1]), w = int(images.dims[2]);
+  const int c = images.dims.size() == 4 ? int(images.dims[3]) : 1;
+  const size_t sample_bytes = size_t(h) * w * c;
+  DatasetSpec spec;
+  spec.kind = o.encode == "raw" ? SampleKind::kRaw : SampleKind::kEncoded;
+  spec.raw_height = h;
+  spec.raw_width = w;
+  spec.raw_channels = c;
+  BC_ASSIGN_OR_RETURN(spec.class_names, IdxClassNames(o, labels.data));
+  spec.compress = o.compress;
+  spec.overwrite = o.overwrite;
+  spec.created_by = fmt::format("batchcast convert idx --encode {} from {}", o.encode, o.images_path);
+  BC_ASSIGN_OR_RETURN(auto writer, DatasetWriter::Create(o.out_path, spec));
+  ConvertReport report;
+  const int threads = ResolveThreads(o.threads);
+  auto produce = [&](int64_t i) {
+    std::span<const uint8_t> px(images.data.data() + size_t(i) * sample_bytes, sample_bytes);
+    return EncodeIdxSample(o, px, w, h, c);
+  };
+  auto consume = [&](int64_t i, Encoded&& e) -> Status {
+    if (!e.status.ok()) return e.status.WithContext(fmt::format("convert: sample {}", i));
+    report.stored_bytes += int64_t(e.bytes.size());
+    BC_RETURN_IF_ERROR(writer->Append(e.bytes, labels.data[size_t(i)], w, h, e.header.encoding));
+    if (progress) progress(i + 1, n);
+    return Status::Ok();
+  };
+  BC_RETURN_IF_ERROR(OrderedParallelMap<Encoded>(n, threads, kWindowPerThread * threads, produce,
+                                                 consume));
+  BC_RETURN_IF_ERROR(writer->Finish());
+  report.samples = writer->num_samples();
+  report.seconds = SecondsSince(t0);
+  return report;
+}
+
+Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
+                                         const ProgressFn& progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  BC_ASSIGN_OR_RETURN(ImageFolderListing listing, ListImageFolder(o.root));
+  DatasetSpec spec;
+  spec.kind = SampleKind::kEncoded;
+  spec.class_names = listing.class_names;
+  spec.overwrite = o.overwrite;
+  spec.created_by = fmt::format("batchcast convert imagefolder {}", o.root);
+  BC_ASSIGN_OR_RETURN(auto writer, DatasetWriter::Create(o.out_path, spec));
+  ConvertReport report;
+  report.ignored_files = listing.ignored_files;
+  const int64_t n = int64_t(listing.files.size());
+  const int threads = ResolveThreads(o.threads);
+  auto produce = [&](int64_t i) { return LoadImageFile(listing.files[size_t(i)].path); };
+  auto consume = [&](int64_t i, Encoded&& e) -> Status {
+    const auto& f = listing.files[size_t(i)];
+    if (!e.status.ok()) {
+      std::string why = fmt::format("{}: {}", f.path, e.status.message());
+      if (!o.skip_bad)
+        return MakeError(e.status.code(), "convert: {} (pass --skip-bad to skip bad images)", why);
+      BC_LOG(Warn, Data, "convert: skipping {}", why);
+      report.skipped.push_back(std::move(why));
+    } else {
+      report.stored_bytes += int64_t(e.bytes.size());
+      BC_RETURN_IF_ERROR(writer->Append(e.bytes, f.label, e.header.width, e.header.height,
+                                        e.header.encoding));
+    }
+    if (progress) progress(i + 1, n);
+    return Status::Ok();
+  };
+  BC_RETURN_IF_ERROR(OrderedParallelMap<Encoded>(n, threads, kWindowPerThread * threads, produce,
+                                                 consume));
+  if (writer->num_samples() == 0)
+    return InvalidArgumentError("convert: every image under {} was bad; nothing to write", o.root);
+  BC_RETURN_IF_ERROR(writer->Finish());
+  report.samples = writer->num_samples();
+  report.seconds = SecondsSince(t0);
+  return report;
+}
+
+}  // namespace batchcast::data

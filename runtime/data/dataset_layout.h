@@ -1,0 +1,29 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Names and constants of the Batchcast HDF5 dataset layout (docs/dataset-format.md),
+// shared by the writer and the reader.
+#pragma once
+
+#include <cstdint>
+
+namespace batchcast::data::layout {
+
+inline constexpr int kSchemaVersion = 1;
+inline constexpr char kSchemaAttr[] = "batchcast_schema_version";  // root, int
+inline constexpr char kCompleteAttr[] = "batchcast_complete";       // root, int 1, written last
+inline constexpr char kCreatedByAttr[] = "batchcast_created_by";    // root, string (provenance)
+inline constexpr char kEncodingAttr[] = "encoding";                 // on images: raw|jpeg|png|mixed
+inline constexpr char kImages[] = "images";
+inline constexpr char kLabels[] = "labels";
+inline constexpr char kClassNames[] = "class_names";
+inline constexpr char kWidths[] = "widths";
+inline constexpr char kHeights[] = "heights";
+
+// Raw chunks hold about this many bytes (whole samples, at least one): small enough that a
+// random read decompresses little, large enough that the chunk index stays small.
+inline constexpr int64_t kRawChunkTargetBytes = 64 << 10;
+inline constexpr int64_t kRawChunkMaxSamples = 256;
+// Encoded (vlen) chunks: elements per chunk of the heap-reference array (16 bytes each).
+inline constexpr int64_t kVlenChunkSamples = 1024;
+
+}  // namespace batchcast::data::layout

@@ -1,0 +1,230 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "data/dataset_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "core/errors.h"
+#include "core/log.h"
+#include "data/dataset_layout.h"
+#include "data/hdf5_lock.h"
+#include "data/hdf5_util.h"
+
+namespace batchcast::data {
+namespace {
+
+constexpr size_t kFlushBytes = 16 << 20;
+constexpr size_t kFlushSamples = 8192;
+
+int64_t RawChunkSamples(int64_t sample_bytes) {
+  return std::clamp<int64_t>(layout::kRawChunkTargetBytes / std::max<int64_t>(sample_bytes, 1), 1,
+                             layout::kRawChunkMaxSamples);
+}
+
+// Writes a 1-D dataset of `n` elements of `file_type` from `data` in `mem_type`.
+Status Write1D(hid_t file, const char* name, hid_t file_type, hid_t mem_type, const void* data,
+               hsize_t n, const std::string& path) {
+  H5Id space(H5Screate_simple(1, &n, nullptr));
+  H5Id ds(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!ds.valid() || (n > 0 && H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
+    return Hdf5Error(StatusCode::kIoError, fmt::format("cannot write dataset '{}' in {}", name, path));
+  return Status::Ok();
+}
+
+Status SyncFile(const std::string& path) {
+  int fd = RetryEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); });
+  if (fd < 0) return ErrnoError(errno, "convert: cannot open {} to sync it", path);
+  int rc = RetryEintr([&] { return ::fsync(fd); });
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoError(err, "convert: cannot fsync {}", path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string PartialPath(const std::string& out_path) {
+  return fmt::format("{}.partial-{}", out_path, static_cast<long>(getpid()));
+}
+
+Result<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(const std::string& out_path,
+                                                             const DatasetSpec& spec) {
+  std::error_code ec;
+  if (!spec.overwrite && std::filesystem::exists(out_path, ec))
+    return InvalidArgumentError("convert: {} already exists (pass --force to replace it)",
+                                out_path);
+  if (spec.kind == SampleKind::kRaw &&
+      (spec.raw_height <= 0 || spec.raw_width <= 0 || spec.raw_channels <= 0))
+    return InvalidArgumentError("convert: raw samples need a shape, got {}x{}x{}",
+                                spec.raw_height, spec.raw_width, spec.raw_channels);
+  Hdf5Init();
+  std::unique_ptr<DatasetWriter> w(new DatasetWriter());
+  w->spec_ = spec;
+  w->out_path_ = out_path;
+  w->partial_path_ = PartialPath(out_path);
+  w->sample_bytes_ = int64_t(spec.raw_height) * spec.raw_width * spec.raw_channels;
+  std::lock_guard lock(Hdf5Lock());
+  w->file_ = std::make_unique<H5Id>(
+      H5Fcreate(w->partial_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!w->file_->valid())
+    return Hdf5Error(StatusCode::kIoError, fmt::format("cannot create {}", w->partial_path_));
+  BC_RETURN_IF_ERROR(WriteIntAttribute(w->file_->get(), layout::kSchemaAttr,
+                                       layout::kSchemaVersion));
+  if (!spec.created_by.empty())
+    BC_RETURN_IF_ERROR(
+        WriteStringAttribute(w->file_->get(), layout::kCreatedByAttr, spec.created_by));
+  BC_RETURN_IF_ERROR(w->CreateImages());
+  return w;
+}
+
+Status DatasetWriter::CreateImages() {
+  const bool raw = spec_.kind == SampleKind::kRaw;
+  hsize_t dims[4] = {0, hsize_t(spec_.raw_height), hsize_t(spec_.raw_width),
+                     hsize_t(spec_.raw_channels)};
+  hsize_t maxdims[4] = {H5S_UNLIMITED, dims[1], dims[2], dims[3]};
+  hsize_t chunk[4] = {hsize_t(raw ? RawChunkSamples(sample_bytes_) : layout::kVlenChunkSamples),
+                      dims[1], dims[2], dims[3]};
+  int rank = raw ? 4 : 1;
+  H5Id space(H5Screate_simple(rank, dims, maxdims));
+  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  H5Pset_chunk(dcpl.get(), rank, chunk);
+  if (raw && spec_.compress) H5Pset_deflate(dcpl.get(), 1);
+  H5Id type(raw ? H5Tcopy(H5T_STD_U8LE) : H5Tvlen_create(H5T_STD_U8LE));
+  images_ = std::make_unique<H5Id>(H5Dcreate2(file_->get(), layout::kImages, type.get(),
+                                              space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  if (!images_->valid())
+    return Hdf5Error(StatusCode::kIoError,
+                     fmt::format("cannot create dataset 'images' in {}", partial_path_));
+  return Status::Ok();
+}
+
+DatasetWriter::~DatasetWriter() {
+  if (!finished_) Abort();
+}
+
+void DatasetWriter::Abort() {
+  {
+    std::lock_guard lock(Hdf5Lock());
+    images_.reset();
+    file_.reset();
+  }
+  if (::unlink(partial_path_.c_str()) != 0 && errno != ENOENT)
+    BC_LOG(Warn, Data, "convert: cannot remove {}: {}", partial_path_, std::strerror(errno));
+}
+
+Status DatasetWriter::Append(std::span<const uint8_t> bytes, int64_t label, int width, int height,
+                             ImageEncoding encoding) {
+  if (finished_) return FailedPreconditionError("convert: append to {} after finish", out_path_);
+  if (spec_.kind == SampleKind::kRaw && int64_t(bytes.size()) != sample_bytes_)
+    return InvalidArgumentError("convert: sample {} has {} bytes, expected {}x{}x{} = {}",
+                                num_samples_, bytes.size(), spec_.raw_height, spec_.raw_width,
+                                spec_.raw_channels, sample_bytes_);
+  if (spec_.kind == SampleKind::kEncoded && bytes.empty())
+    return InvalidArgumentError("convert: sample {} is empty (0 bytes)", num_samples_);
+  if (label < 0 || (!spec_.class_names.empty() && label >= int64_t(spec_.class_names.size())))
+    return InvalidArgumentError("convert: sample {} has label {}, outside [0, {})", num_samples_,
+                                label, spec_.class_names.size());
+  saw_jpeg_ |= encoding == ImageEncoding::kJpeg;
+  saw_png_ |= encoding == ImageEncoding::kPng;
+  pending_bytes_.insert(pending_bytes_.end(), bytes.begin(), bytes.end());
+  pending_sizes_.push_back(bytes.size());
+  labels_.push_back(label);
+  widths_.push_back(width);
+  heights_.push_back(height);
+  ++num_samples_;
+  if (pending_bytes_.size() >= kFlushBytes || pending_sizes_.size() >= kFlushSamples)
+    return Flush();
+  return Status::Ok();
+}
+
+Status DatasetWriter::Flush() {
+  if (pending_sizes_.empty()) return Status::Ok();
+  std::lock_guard lock(Hdf5Lock());
+  const bool raw = spec_.kind == SampleKind::kRaw;
+  hsize_t n = pending_sizes_.size();
+  hsize_t start[4] = {hsize_t(flushed_), 0, 0, 0};
+  hsize_t count[4] = {n, hsize_t(spec_.raw_height), hsize_t(spec_.raw_width),
+                      hsize_t(spec_.raw_channels)};
+  hsize_t new_dims[4] = {hsize_t(flushed_) + n, count[1], count[2], count[3]};
+  int rank = raw ? 4 : 1;
+  std::vector<hvl_t> vl;
+  if (!raw) {
+    size_t off = 0;
+    for (size_t s : pending_sizes_) {
+      vl.push_back({s, pending_bytes_.data() + off});
+      off += s;
+    }
+  }
+  H5Id mem(H5Screate_simple(rank, count, nullptr));
+  H5Id type(raw ? H5Tcopy(H5T_NATIVE_UINT8) : H5Tvlen_create(H5T_NATIVE_UINT8));
+  herr_t rc = H5Dset_extent(images_->get(), new_dims);
+  H5Id file_space(H5Dget_space(images_->get()));
+  if (rc >= 0)
+    rc = H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+  if (rc >= 0)
+    rc = H5Dwrite(images_->get(), type.get(), mem.get(), file_space.get(), H5P_DEFAULT,
+                  raw ? static_cast<const void*>(pending_bytes_.data()) : vl.data());
+  if (rc < 0)
+    return Hdf5Error(StatusCode::kIoError,
+                     fmt::format("cannot write samples {}..{} to {}", flushed_,
+                                 flushed_ + int64_t(n) - 1, partial_path_));
+  flushed_ += int64_t(n);
+  pending_bytes_.clear();
+  pending_sizes_.clear();
+  return Status::Ok();
+}
+
+Status DatasetWriter::WriteSmallDatasets() {
+  std::lock_guard lock(Hdf5Lock());
+  const hid_t f = file_->get();
+  const hsize_t n = labels_.size();
+  BC_RETURN_IF_ERROR(Write1D(f, layout::kLabels, H5T_STD_I64LE, H5T_NATIVE_INT64, labels_.data(),
+                             n, partial_path_));
+  BC_RETURN_IF_ERROR(Write1D(f, layout::kWidths, H5T_STD_I32LE, H5T_NATIVE_INT32, widths_.data(),
+                             n, partial_path_));
+  BC_RETURN_IF_ERROR(Write1D(f, layout::kHeights, H5T_STD_I32LE, H5T_NATIVE_INT32,
+                             heights_.data(), n, partial_path_));
+  H5Id str(H5Tcopy(H5T_C_S1));
+  H5Tset_size(str.get(), H5T_VARIABLE);
+  H5Tset_cset(str.get(), H5T_CSET_UTF8);
+  std::vector<const char*> names;
+  for (const auto& c : spec_.class_names) names.push_back(c.c_str());
+  BC_RETURN_IF_ERROR(Write1D(f, layout::kClassNames, str.get(), str.get(), names.data(),
+                             names.size(), partial_path_));
+  std::string encoding = "raw";
+  if (spec_.kind == SampleKind::kEncoded)
+    encoding = saw_jpeg_ && saw_png_ ? "mixed" : saw_png_ ? "png" : saw_jpeg_ ? "jpeg" : "mixed";
+  return WriteStringAttribute(images_->get(), layout::kEncodingAttr, encoding);
+}
+
+Status DatasetWriter::WriteMarkerAndClose() {
+  std::lock_guard lock(Hdf5Lock());
+  BC_RETURN_IF_ERROR(WriteIntAttribute(file_->get(), layout::kCompleteAttr, 1));
+  images_.reset();
+  if (H5Fflush(file_->get(), H5F_SCOPE_GLOBAL) < 0)
+    return Hdf5Error(StatusCode::kIoError, fmt::format("cannot flush {}", partial_path_));
+  if (H5Fclose(file_->Release()) < 0)
+    return Hdf5Error(StatusCode::kIoError, fmt::format("cannot close {}", partial_path_));
+  return Status::Ok();
+}
+
+Status DatasetWriter::Finish() {
+  if (finished_) return FailedPreconditionError("convert: {} finished twice", out_path_);
+  BC_RETURN_IF_ERROR(Flush());
+  BC_RETURN_IF_ERROR(WriteSmallDatasets());
+  BC_RETURN_IF_ERROR(WriteMarkerAndClose());
+  BC_RETURN_IF_ERROR(SyncFile(partial_path_));
+  if (std::rename(partial_path_.c_str(), out_path_.c_str()) != 0)
+    return ErrnoError(errno, "convert: cannot rename {} to {}", partial_path_, out_path_);
+  finished_ = true;
+  BC_LOG(Info, Data, "convert: wrote {} samples to {}", num_samples_, out_path_);
+  return Status::Ok();
+}
+
+}  // namespace batchcast::data

@@ -1,0 +1,77 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Writes one split in the Batchcast HDF5 layout (docs/dataset-format.md), atomically:
+// everything goes to "<out>.partial-<pid>", and Finish() writes the completeness marker,
+// closes, fsyncs and renames it to <out>. A writer destroyed without Finish() (an error)
+// removes its partial file; a killed process leaves only the partial file, which the
+// reader refuses because it lacks the marker.
+//
+// Single-threaded: call from one thread (it holds Hdf5Lock() during each HDF5 call).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "batchcast/status.h"
+#include "data/dataset_reader.h"
+#include "data/image_probe.h"
+
+namespace batchcast::data {
+
+class H5Id;
+
+struct DatasetSpec {
+  SampleKind kind = SampleKind::kEncoded;
+  int raw_height = 0, raw_width = 0, raw_channels = 0;  // kRaw only
+  std::vector<std::string> class_names;
+  bool compress = true;       // kRaw: gzip level 1 per chunk (encoded bytes are never recompressed)
+  bool overwrite = false;     // replace an existing <out>
+  std::string created_by;     // provenance, stored in the root attribute
+};
+
+// "<out>.partial-<pid of this process>".
+std::string PartialPath(const std::string& out_path);
+
+class DatasetWriter {
+ public:
+  static Result<std::unique_ptr<DatasetWriter>> Create(const std::string& out_path,
+                                                       const DatasetSpec& spec);
+  ~DatasetWriter();
+  DatasetWriter(const DatasetWriter&) = delete;
+  DatasetWriter& operator=(const DatasetWriter&) = delete;
+
+  // Appends one sample: encoded bytes (kEncoded; `encoding` kJpeg or kPng, width/height
+  // from the header) or H*W*C pixels (kRaw). Buffered; written in batches.
+  Status Append(std::span<const uint8_t> bytes, int64_t label, int width, int height,
+                ImageEncoding encoding = ImageEncoding::kUnknown);
+
+  // Writes labels, sizes, class names and the completeness marker, then renames.
+  Status Finish();
+
+  int64_t num_samples() const { return num_samples_; }
+  const std::string& partial_path() const { return partial_path_; }
+
+ private:
+  DatasetWriter() = default;
+  Status CreateImages();
+  Status Flush();
+  Status WriteSmallDatasets();
+  Status WriteMarkerAndClose();
+  void Abort();
+
+  DatasetSpec spec_;
+  std::string out_path_, partial_path_;
+  std::unique_ptr<H5Id> file_, images_;
+  int64_t num_samples_ = 0, flushed_ = 0;
+  int64_t sample_bytes_ = 0;  // raw: H*W*C
+  std::vector<uint8_t> pending_bytes_;
+  std::vector<size_t> pending_sizes_;
+  std::vector<int64_t> labels_;
+  std::vector<int32_t> widths_, heights_;
+  bool saw_jpeg_ = false, saw_png_ = false, finished_ = false;
+};
+
+}  // namespace batchcast::data

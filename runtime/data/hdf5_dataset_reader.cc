@@ -1,0 +1,358 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// DatasetReader for the Batchcast HDF5 layout: validates the file at Open, keeps labels
+// and sizes in memory, and reads one sample per call with a one-element hyperslab while
+// holding the process-wide HDF5 lock.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <mutex>
+
+#include "core/errors.h"
+#include "core/log.h"
+#include "data/dataset_layout.h"
+#include "data/dataset_reader.h"
+#include "data/hdf5_lock.h"
+#include "data/hdf5_util.h"
+
+namespace batchcast::data {
+namespace {
+
+constexpr char kFix[] = "re-create it with `batchcast convert`";
+
+uint64_t NextPrime(uint64_t n) {
+  auto prime = [](uint64_t v) {
+    if (v < 2) return false;
+    for (uint64_t d = 2; d * d <= v; ++d)
+      if (v % d == 0) return false;
+    return true;
+  };
+  while (!prime(n)) ++n;
+  return n;
+}
+
+class Hdf5DatasetReader final : public DatasetReader {
+ public:
+  Status Init(const std::string& path, const ReaderOptions& options);
+
+  const DatasetInfo& info() const override { return info_; }
+  int64_t Label(int64_t index) const override { return InRange(index) ? labels_[index] : -1; }
+  int OriginalWidth(int64_t index) const override { return InRange(index) ? widths_[index] : 0; }
+  int OriginalHeight(int64_t index) const override {
+    return InRange(index) ? heights_[index] : 0;
+  }
+  Status ReadSample(int64_t index, std::vector<uint8_t>* out) const override;
+  Status ReadSamples(int64_t first, int64_t count,
+                     std::vector<std::vector<uint8_t>>* out) const override;
+
+ private:
+  bool InRange(int64_t i) const { return i >= 0 && i < info_.num_samples; }
+  Status CheckRoot();
+  Status OpenImages(const ReaderOptions& options);
+  Status CheckImagesType(hid_t type, hid_t space);
+  Status ReadEncoding();
+  Result<H5Id> OpenVector(const char* name, H5T_class_t want, const char* want_name);
+  Status LoadIntVector(const char* name, hid_t mem_type, void* dst);
+  Status LoadClassNames();
+  Status LoadMetadata();
+  Status CheckLabels() const;
+  Status SelectRange(int64_t first, int64_t count, H5Id* mem) const;
+  Status ReadRaw(int64_t first, int64_t count, uint8_t* dst) const;
+  Status ReadVlen(int64_t first, int64_t count, std::vector<uint8_t>* outs) const;
+
+  DatasetInfo info_;
+  H5Id file_, images_, file_space_, vlen_type_;
+  std::vector<int64_t> labels_;
+  std::vector<int32_t> widths_, heights_;
+};
+
+Status Hdf5DatasetReader::Init(const std::string& path, const ReaderOptions& options) {
+  info_.path = path;
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return NotFoundError("hdf5: dataset file {} does not exist", path);
+    return ErrnoError(errno, "hdf5: cannot access dataset file {}", path);
+  }
+  if (S_ISDIR(st.st_mode)) return InvalidArgumentError("hdf5: {} is a directory, not a dataset file", path);
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return CorruptDataError("hdf5: {} is not an HDF5 file; {}", path, kFix);
+  }
+  file_ = H5Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file_.valid())
+    return Hdf5Error(StatusCode::kCorruptData,
+                     fmt::format("cannot open {} (truncated, or left by a conversion that did "
+                                 "not finish? {})", path, kFix));
+  BC_RETURN_IF_ERROR(CheckRoot());
+  BC_RETURN_IF_ERROR(OpenImages(options));
+  BC_RETURN_IF_ERROR(LoadMetadata());
+  return CheckLabels();
+}
+
+Status Hdf5DatasetReader::CheckRoot() {
+  const std::string& path = info_.path;
+  if (!HasAttribute(file_.get(), layout::kSchemaAttr))
+    return CorruptDataError("hdf5: {} has no '{}' attribute, so it is not a Batchcast dataset; {}",
+                            path, layout::kSchemaAttr, kFix);
+  BC_ASSIGN_OR_RETURN(int64_t version, ReadIntAttribute(file_.get(), layout::kSchemaAttr, path));
+  if (version != layout::kSchemaVersion)
+    return CorruptDataError("hdf5: {} has schema version {}, this build reads version {}; {}",
+                            path, version, layout::kSchemaVersion, kFix);
+  info_.schema_version = int(version);
+  if (!HasAttribute(file_.get(), layout::kCompleteAttr))
+    return CorruptDataError("hdf5: {} is incomplete (no '{}' attribute): the conversion that "
+                            "wrote it did not finish; {}", path, layout::kCompleteAttr, kFix);
+  return Status::Ok();
+}
+
+Status Hdf5DatasetReader::OpenImages(const ReaderOptions& options) {
+  const std::string& path = info_.path;
+  if (H5Lexists(file_.get(), layout::kImages, H5P_DEFAULT) <= 0)
+    return CorruptDataError("hdf5: dataset 'images' is missing in {}; {}", path, kFix);
+  H5Id probe(H5Dopen2(file_.get(), layout::kImages, H5P_DEFAULT));
+  if (!probe.valid())
+    return Hdf5Error(StatusCode::kCorruptData, fmt::format("cannot open dataset 'images' in {}", path));
+  H5Id type(H5Dget_type(probe.get()));
+  H5Id space(H5Dget_space(probe.get()));
+  BC_RETURN_IF_ERROR(CheckImagesType(type.get(), space.get()));
+  // Reopen with a chunk cache sized for random access (see docs/dataset-format.md).
+  H5Id dcpl(H5Dget_create_plist(probe.get()));
+  H5Id dapl(H5Pcreate(H5P_DATASET_ACCESS));
+  if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
+    hsize_t chunk[4] = {1, 1, 1, 1};
+    H5Pget_chunk(dcpl.get(), 4, chunk);
+    int64_t elem = info_.kind == SampleKind::kRaw ? 1 : int64_t(sizeof(hvl_t));
+    int64_t chunk_bytes = int64_t(chunk[0] * chunk[1] * chunk[2] * chunk[3]) * elem;
+    int64_t rows = info_.kind == SampleKind::kRaw
+                       ? int64_t(info_.raw_height) * info_.raw_width * info_.raw_channels
+                       : int64_t(sizeof(hvl_t));
+    int64_t want = std::min(options.chunk_cache_bytes, rows * info_.num_samples + chunk_bytes);
+    int64_t chunks = std::max<int64_t>(want / std::max<int64_t>(chunk_bytes, 1), 1);
+    H5Pset_chunk_cache(dapl.get(), NextPrime(uint64_t(chunks) * 10 + 1),
+                       size_t(std::max<int64_t>(want, chunk_bytes)), 0.0);
+  }
+  images_ = H5Id(H5Dopen2(file_.get(), layout::kImages, dapl.get()));
+  if (!images_.valid())
+    return Hdf5Error(StatusCode::kCorruptData, fmt::format("cannot open dataset 'images' in {}", path));
+  file_space_ = H5Id(H5Dget_space(images_.get()));
+  vlen_type_ = H5Id(H5Tvlen_create(H5T_NATIVE_UINT8));
+  return ReadEncoding();
+}
+
+Status Hdf5DatasetReader::CheckImagesType(hid_t type, hid_t space) {
+  const std::string& path = info_.path;
+  const bool u8 = H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 1 &&
+                  H5Tget_sign(type) == H5T_SGN_NONE;
+  bool vlen_u8 = false;
+  if (H5Tget_class(type) == H5T_VLEN && H5Tis_variable_str(type) <= 0) {
+    H5Id base(H5Tget_super(type));
+    vlen_u8 = H5Tget_class(base.get()) == H5T_INTEGER && H5Tget_size(base.get()) == 1 &&
+              H5Tget_sign(base.get()) == H5T_SGN_NONE;
+  }
+  if (!u8 && !vlen_u8)
+    return CorruptDataError("hdf5: dataset 'images' in {} has dtype {}, expected uint8 or vlen "
+                            "uint8; {}", path, DescribeType(type), kFix);
+  int rank = H5Sget_simple_extent_ndims(space);
+  hsize_t dims[4] = {0, 0, 0, 0};
+  if (rank >= 1 && rank <= 4) H5Sget_simple_extent_dims(space, dims, nullptr);
+  if (vlen_u8 && rank != 1)
+    return CorruptDataError("hdf5: dataset 'images' in {} (vlen uint8) has rank {}, expected 1 "
+                            "(one encoded image per sample); {}", path, rank, kFix);
+  if (u8 && (rank != 4 || dims[1] == 0 || dims[2] == 0 || dims[3] == 0))
+    return CorruptDataError("hdf5: dataset 'images' in {} (uint8) has rank {}, expected 4 "
+                            "(N x H x W x C with H, W, C > 0); {}", path, rank, kFix);
+  info_.kind = u8 ? SampleKind::kRaw : SampleKind::kEncoded;
+  info_.num_samples = int64_t(dims[0]);
+  if (u8) {
+    info_.raw_height = int(dims[1]);
+    info_.raw_width = int(dims[2]);
+    info_.raw_channels = int(dims[3]);
+  }
+  return Status::Ok();
+}
+
+Status Hdf5DatasetReader::ReadEncoding() {
+  const bool raw = info_.kind == SampleKind::kRaw;
+  if (!HasAttribute(images_.get(), layout::kEncodingAttr)) {
+    info_.encoding = raw ? "raw" : "mixed";  // the decoder sniffs each sample's magic bytes
+    return Status::Ok();
+  }
+  BC_ASSIGN_OR_RETURN(info_.encoding,
+                      ReadStringAttribute(images_.get(), layout::kEncodingAttr, info_.path));
+  const std::string& e = info_.encoding;
+  bool ok = raw ? e == "raw" : (e == "jpeg" || e == "png" || e == "mixed");
+  if (!ok)
+    return CorruptDataError("hdf5: dataset 'images' in {} has encoding '{}', expected {}; {}",
+                            info_.path, e, raw ? "'raw' for uint8 pixels" : "jpeg, png or mixed",
+                            kFix);
+  return Status::Ok();
+}
+
+Result<H5Id> Hdf5DatasetReader::OpenVector(const char* name, H5T_class_t want,
+                                           const char* want_name) {
+  const std::string& path = info_.path;
+  if (H5Lexists(file_.get(), name, H5P_DEFAULT) <= 0)
+    return CorruptDataError("hdf5: dataset '{}' is missing in {}; {}", name, path, kFix);
+  H5Id ds(H5Dopen2(file_.get(), name, H5P_DEFAULT));
+  if (!ds.valid())
+    return Hdf5Error(StatusCode::kCorruptData, fmt::format("cannot open dataset '{}' in {}", name, path));
+  H5Id type(H5Dget_type(ds.get()));
+  if (H5Tget_class(type.get()) != want)
+    return CorruptDataError("hdf5: dataset '{}' in {} has dtype {}, expected {}; {}", name, path,
+                            DescribeType(type.get()), want_name, kFix);
+  H5Id space(H5Dget_space(ds.get()));
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank != 1)
+    return CorruptDataError("hdf5: dataset '{}' in {} has rank {}, expected 1; {}", name, path,
+                            rank, kFix);
+  return ds;
+}
+
+Status Hdf5DatasetReader::LoadIntVector(const char* name, hid_t mem_type, void* dst) {
+  BC_ASSIGN_OR_RETURN(H5Id ds, OpenVector(name, H5T_INTEGER, "an integer type (int64/int32)"));
+  H5Id space(H5Dget_space(ds.get()));
+  int64_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n != info_.num_samples)
+    return CorruptDataError("hdf5: dataset '{}' in {} has {} entries but 'images' has {}; {}",
+                            name, info_.path, n, info_.num_samples, kFix);
+  if (n > 0 && H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
+    return Hdf5Error(StatusCode::kCorruptData,
+                     fmt::format("cannot read dataset '{}' in {}", name, info_.path));
+  return Status::Ok();
+}
+
+Status Hdf5DatasetReader::LoadClassNames() {
+  BC_ASSIGN_OR_RETURN(H5Id ds, OpenVector(layout::kClassNames, H5T_STRING, "strings"));
+  H5Id space(H5Dget_space(ds.get()));
+  int64_t n = H5Sget_simple_extent_npoints(space.get());
+  H5Id mem(H5Tcopy(H5T_C_S1));
+  H5Tset_size(mem.get(), H5T_VARIABLE);
+  std::vector<char*> names(size_t(n), nullptr);
+  if (n > 0 && H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, names.data()) < 0)
+    return Hdf5Error(StatusCode::kCorruptData,
+                     fmt::format("cannot read dataset 'class_names' in {} (expected "
+                                 "variable-length strings)", info_.path));
+  for (char* c : names) info_.class_names.emplace_back(c ? c : "");
+  if (n > 0) H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, names.data());
+  return Status::Ok();
+}
+
+Status Hdf5DatasetReader::LoadMetadata() {
+  const size_t n = size_t(info_.num_samples);
+  labels_.resize(n);
+  widths_.resize(n);
+  heights_.resize(n);
+  BC_RETURN_IF_ERROR(LoadIntVector(layout::kLabels, H5T_NATIVE_INT64, labels_.data()));
+  BC_RETURN_IF_ERROR(LoadIntVector(layout::kWidths, H5T_NATIVE_INT32, widths_.data()));
+  BC_RETURN_IF_ERROR(LoadIntVector(layout::kHeights, H5T_NATIVE_INT32, heights_.data()));
+  return LoadClassNames();
+}
+
+Status Hdf5DatasetReader::CheckLabels() const {
+  const int64_t classes = int64_t(info_.class_names.size());
+  for (size_t i = 0; i < labels_.size(); ++i) {
+    if (labels_[i] < 0 || labels_[i] >= classes)
+      return CorruptDataError("hdf5: dataset 'labels' in {} has labels[{}] = {}, outside the {} "
+                              "classes of 'class_names'; {}", info_.path, i, labels_[i], classes,
+                              kFix);
+    if (widths_[i] <= 0 || heights_[i] <= 0)
+      return CorruptDataError("hdf5: sample {} in {} has original size {}x{}; {}", i, info_.path,
+                              widths_[i], heights_[i], kFix);
+  }
+  return Status::Ok();
+}
+
+// Selects samples [first, first+count) in file_space_ and makes the matching memory space.
+Status Hdf5DatasetReader::SelectRange(int64_t first, int64_t count, H5Id* mem) const {
+  if (first < 0 || count < 0 || first + count > info_.num_samples)
+    return OutOfRangeError("hdf5: samples [{}, {}) are outside the {} samples of {}", first,
+                           first + count, info_.num_samples, info_.path);
+  const bool raw = info_.kind == SampleKind::kRaw;
+  hsize_t start[4] = {hsize_t(first), 0, 0, 0};
+  hsize_t n[4] = {hsize_t(count), hsize_t(info_.raw_height), hsize_t(info_.raw_width),
+                  hsize_t(info_.raw_channels)};
+  int rank = raw ? 4 : 1;
+  if (H5Sselect_hyperslab(file_space_.get(), H5S_SELECT_SET, start, nullptr, n, nullptr) < 0)
+    return Hdf5Error(StatusCode::kInternal, fmt::format("cannot select samples in {}", info_.path));
+  *mem = H5Id(H5Screate_simple(rank, n, nullptr));
+  return Status::Ok();
+}
+
+Status Hdf5DatasetReader::ReadRaw(int64_t first, int64_t count, uint8_t* dst) const {
+  std::lock_guard lock(Hdf5Lock());
+  H5Id mem;
+  BC_RETURN_IF_ERROR(SelectRange(first, count, &mem));
+  if (H5Dread(images_.get(), H5T_NATIVE_UINT8, mem.get(), file_space_.get(), H5P_DEFAULT, dst) < 0)
+    return Hdf5Error(StatusCode::kCorruptData,
+                     fmt::format("cannot read sample {} of {}", first, info_.path));
+  return Status::Ok();
+}
+
+Status Hdf5DatasetReader::ReadVlen(int64_t first, int64_t count, std::vector<uint8_t>* outs) const {
+  std::vector<hvl_t> vl(size_t(count), hvl_t{0, nullptr});
+  std::lock_guard lock(Hdf5Lock());
+  H5Id mem;
+  BC_RETURN_IF_ERROR(SelectRange(first, count, &mem));
+  if (H5Dread(images_.get(), vlen_type_.get(), mem.get(), file_space_.get(), H5P_DEFAULT,
+              vl.data()) < 0)
+    return Hdf5Error(StatusCode::kCorruptData,
+                     fmt::format("cannot read sample {} of {}", first, info_.path));
+  Status st;
+  for (int64_t i = 0; i < count; ++i) {
+    const auto* p = static_cast<const uint8_t*>(vl[size_t(i)].p);
+    outs[i].assign(p, p + vl[size_t(i)].len);
+    if (vl[size_t(i)].len == 0 && st.ok())
+      st = CorruptDataError("hdf5: sample {} in {} is empty (0 bytes); {}", first + i,
+                            info_.path, kFix);
+  }
+  H5Dvlen_reclaim(vlen_type_.get(), mem.get(), H5P_DEFAULT, vl.data());
+  return st;
+}
+
+Status Hdf5DatasetReader::ReadSample(int64_t index, std::vector<uint8_t>* out) const {
+  if (info_.kind == SampleKind::kEncoded) return ReadVlen(index, 1, out);
+  out->resize(size_t(info_.raw_height) * info_.raw_width * info_.raw_channels);
+  return ReadRaw(index, 1, out->data());
+}
+
+Status Hdf5DatasetReader::ReadSamples(int64_t first, int64_t count,
+                                      std::vector<std::vector<uint8_t>>* out) const {
+  out->resize(size_t(std::max<int64_t>(count, 0)));
+  if (info_.kind == SampleKind::kEncoded) return ReadVlen(first, count, out->data());
+  const size_t bytes = size_t(info_.raw_height) * info_.raw_width * info_.raw_channels;
+  std::vector<uint8_t> all(bytes * out->size());
+  BC_RETURN_IF_ERROR(ReadRaw(first, count, all.data()));
+  for (size_t i = 0; i < out->size(); ++i)
+    (*out)[i].assign(all.begin() + i * bytes, all.begin() + (i + 1) * bytes);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DatasetReader::ReadSamples(int64_t first, int64_t count,
+                                  std::vector<std::vector<uint8_t>>* out) const {
+  out->resize(size_t(std::max<int64_t>(count, 0)));
+  for (int64_t i = 0; i < count; ++i) BC_RETURN_IF_ERROR(ReadSample(first + i, &(*out)[size_t(i)]));
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<DatasetReader>> DatasetReader::Open(const std::string& path) {
+  return Open(path, ReaderOptions{});
+}
+
+Result<std::shared_ptr<DatasetReader>> DatasetReader::Open(const std::string& path,
+                                                           const ReaderOptions& options) {
+  Hdf5Init();
+  auto reader = std::make_shared<Hdf5DatasetReader>();
+  std::lock_guard lock(Hdf5Lock());
+  Status st = reader->Init(path, options);
+  if (!st.ok()) {
+    BC_LOG(Debug, Data, "{}", st.message());
+    return st;
+  }
+  BC_LOG(Info, Data, "opened {}: {} samples, encoding {}, {} classes", path,
+         reader->info().num_samples, reader->info().encoding, reader->info().class_names.size());
+  return std::shared_ptr<DatasetReader>(std::move(reader));
+}
+
+}  // namespace batchcast::data
