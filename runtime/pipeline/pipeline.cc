@@ -1,0 +1,330 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Pipeline: per sample, read → header (pixel limit) → crop box → DCT-scaled decode →
+// resize → final write into the batch buffer, on a pool of worker threads.
+#include "pipeline/pipeline.h"
+
+#include <opencv2/core.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "core/errors.h"
+#include "core/log.h"
+#include "pipeline/decode.h"
+#include "pipeline/sample_rng.h"
+#include "pipeline/transform.h"
+#include "pipeline/worker_pool.h"
+
+namespace batchcast::pipeline {
+
+size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kUint8: return 1;
+    case DType::kFloat32: return 4;
+    case DType::kInt64: return 8;
+  }
+  return 0;
+}
+
+namespace {
+
+enum class CropMode { kNone, kCenter, kRandom };
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// "0.485,0.456,0.406" → values; 1 value is broadcast to every channel.
+Result<std::vector<double>> ParseChannelValues(const std::string& key, const std::string& text,
+                                               int channels) {
+  std::vector<double> values;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0')
+      return InvalidArgumentError("pipeline: option '{}' = '{}': '{}' is not a number", key, text, item);
+    values.push_back(v);
+  }
+  if (values.size() == 1) values.assign(channels, values[0]);
+  if (static_cast<int>(values.size()) != channels)
+    return InvalidArgumentError("pipeline: option '{}' has {} values but the output has {} channels",
+                                key, values.size(), channels);
+  return values;
+}
+
+// Everything one worker thread owns; aligned so workers never share a cache line.
+struct alignas(64) WorkerContext {
+  ImageDecoder decoder;
+  std::vector<uint8_t> encoded;   // the stored bytes of the current sample
+  DecodedImage decoded;           // decoded (or channel-converted raw) pixels
+  std::vector<uint8_t> resized;   // the resized box, when it cannot go straight to the slot
+  int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
+  explicit WorkerContext(ImageDecoder d) : decoder(std::move(d)) {}
+};
+
+class PipelineImpl final : public Pipeline {
+ public:
+  PipelineImpl(const Options& options, std::shared_ptr<data::DatasetReader> reader)
+      : options_(options), reader_(std::move(reader)) {}
+  ~PipelineImpl() override;
+
+  Status Init();
+  SampleLayout OutputLayout(int image_size) const override;
+  int threads() const override { return pool_->threads(); }
+  const data::DatasetInfo& dataset() const override { return reader_->info(); }
+  Status RunBatch(const BatchRequest& req, BatchResult* result) override;
+
+ private:
+  Status CheckRequest(const BatchRequest& req) const;
+  Status ProcessSample(WorkerContext& ctx, int64_t index, uint64_t epoch, void* dst);
+  Status LoadPixels(WorkerContext& ctx, int64_t index, uint64_t epoch, CropBox* box,
+                    PixelView* view);
+  CropBox ChooseBox(int width, int height, int64_t index, uint64_t epoch) const;
+  Status Finish(const BatchRequest& req, BatchResult* result);
+
+  Options options_;
+  std::shared_ptr<data::DatasetReader> reader_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::vector<std::unique_ptr<WorkerContext>> workers_;
+  CropMode crop_ = CropMode::kNone;
+  OutputSpec spec_;               // layout of the current batch + the value table
+  std::vector<Status> statuses_;  // per batch position, reused across batches
+  int64_t skipped_total_ = 0;
+};
+
+PipelineImpl::~PipelineImpl() {
+  if (skipped_total_ > 0)
+    BC_LOG(Warn, Pipe, "pipeline: skipped {} bad samples of {} in total (on_bad_sample=skip)",
+           skipped_total_, reader_->info().path);
+}
+
+Status PipelineImpl::Init() {
+  BC_RETURN_IF_ERROR(ValidateOptions(options_).WithContext("pipeline"));
+  const data::DatasetInfo& info = reader_->info();
+  const bool raw = info.kind == data::SampleKind::kRaw;
+  if (!raw && options_.image_size == 0)
+    return InvalidArgumentError(
+        "pipeline: {} stores encoded images of varying size; set option 'image_size'", info.path);
+  if (raw && (info.raw_height <= 0 || info.raw_width <= 0 ||
+              (info.raw_channels != 1 && info.raw_channels != 3 && info.raw_channels != 4)))
+    return InvalidArgumentError("pipeline: {} has raw samples of shape {}x{}x{}, expected HxWx1|3|4",
+                                info.path, info.raw_height, info.raw_width, info.raw_channels);
+  crop_ = options_.crop == "center" ? CropMode::kCenter
+          : options_.crop == "random" ? CropMode::kRandom : CropMode::kNone;
+  spec_.layout = OutputLayout(0);
+  if (spec_.layout.dtype == DType::kFloat32) {
+    std::vector<double> mean, std;
+    if (options_.normalize) {
+      BC_ASSIGN_OR_RETURN(mean, ParseChannelValues("mean", options_.mean, spec_.layout.channels));
+      BC_ASSIGN_OR_RETURN(std, ParseChannelValues("std", options_.std, spec_.layout.channels));
+      for (double s : std)
+        if (s == 0) return InvalidArgumentError("pipeline: option 'std' = '{}' has a zero", options_.std);
+    }
+    BuildOutputLut(mean, std, &spec_);
+  }
+  cv::setNumThreads(0);  // OpenCV must not start threads of its own inside our workers
+  const int threads = options_.threads > 0 ? options_.threads : AvailableCores();
+  for (int w = 0; w < threads; ++w) {
+    BC_ASSIGN_OR_RETURN(ImageDecoder decoder, ImageDecoder::Create());
+    workers_.push_back(std::make_unique<WorkerContext>(std::move(decoder)));
+  }
+  pool_ = std::make_unique<WorkerPool>(threads);
+  BC_LOG(Info, Pipe, "pipeline: {} threads, output {}x{}x{} {} {} for {}", threads,
+         spec_.layout.channels, spec_.layout.height, spec_.layout.width,
+         spec_.layout.dtype == DType::kUint8 ? "uint8" : "float32",
+         spec_.layout.layout == Layout::kCHW ? "chw" : "hwc", info.path);
+  return Status::Ok();
+}
+
+SampleLayout PipelineImpl::OutputLayout(int image_size) const {
+  const data::DatasetInfo& info = reader_->info();
+  const bool raw = info.kind == data::SampleKind::kRaw;
+  SampleLayout l;
+  int size = image_size > 0 ? image_size : options_.image_size;
+  l.height = size > 0 ? size : info.raw_height;
+  l.width = size > 0 ? size : info.raw_width;
+  if (options_.channels != 0) l.channels = options_.channels;
+  else l.channels = raw && info.raw_channels == 1 ? 1 : 3;
+  l.dtype = options_.normalize || options_.dtype == "float32" ? DType::kFloat32 : DType::kUint8;
+  l.layout = options_.layout == "hwc" ? Layout::kHWC : Layout::kCHW;
+  return l;
+}
+
+CropBox PipelineImpl::ChooseBox(int width, int height, int64_t index, uint64_t epoch) const {
+  switch (crop_) {
+    case CropMode::kCenter: return CenterCropBox(width, height);
+    case CropMode::kRandom: {
+      SampleRng rng(options_.seed, epoch, static_cast<uint64_t>(index), RngStream::kCrop);
+      return RandomResizedCropBox(width, height, options_.crop_scale_min, options_.crop_scale_max,
+                                  &rng);
+    }
+    case CropMode::kNone: break;
+  }
+  return FullBox(width, height);
+}
+
+}  // namespace
+
+namespace {
+
+Status PipelineImpl::LoadPixels(WorkerContext& ctx, int64_t index, uint64_t epoch, CropBox* box,
+                                PixelView* view) {
+  const data::DatasetInfo& info = reader_->info();
+  const int out_c = spec_.layout.channels;
+  if (info.kind == data::SampleKind::kRaw) {
+    const int w = info.raw_width, h = info.raw_height, c = info.raw_channels;
+    const size_t expect = size_t(w) * h * c;
+    if (ctx.encoded.size() != expect)
+      return CorruptDataError("raw sample has {} bytes, expected {}x{}x{} = {}", ctx.encoded.size(),
+                              h, w, c, expect);
+    if (int64_t(w) * h > options_.max_pixels)
+      return OutOfRangeError("raw image is {}x{} = {} pixels, over the limit max_pixels={}", w, h,
+                             int64_t(w) * h, options_.max_pixels);
+    const int want = (out_c == 1 || c == 1) ? 1 : 3;
+    *view = PixelView{ctx.encoded.data(), size_t(w) * c, w, h, c};
+    if (want != c) {
+      ConvertChannels(ctx.encoded.data(), w, h, c, want, &ctx.decoded);
+      *view = PixelView{ctx.decoded.data(), ctx.decoded.stride(), w, h, want};
+    }
+    *box = ChooseBox(w, h, index, epoch);
+    return Status::Ok();
+  }
+  BC_ASSIGN_OR_RETURN(ImageHeader header, ctx.decoder.ReadHeader(ctx.encoded, options_.max_pixels));
+  const CropBox full_box = ChooseBox(header.width, header.height, index, epoch);
+  int scale = kScaleDenom;
+  if (options_.dct_scaling && header.format == ImageFormat::kJpeg)
+    scale = ChooseScaleNum(full_box.width, full_box.height, spec_.layout.width, spec_.layout.height);
+  const int want = (out_c == 1 || header.channels == 1) ? 1 : 3;
+  BC_RETURN_IF_ERROR(ctx.decoder.Decode(ctx.encoded, header, scale, want, &ctx.decoded));
+  *box = ScaleBox(full_box, scale, ctx.decoded.width, ctx.decoded.height);
+  *view = PixelView{ctx.decoded.data(), ctx.decoded.stride(), ctx.decoded.width,
+                    ctx.decoded.height, ctx.decoded.channels};
+  return Status::Ok();
+}
+
+Status PipelineImpl::ProcessSample(WorkerContext& ctx, int64_t index, uint64_t epoch, void* dst) {
+  const int64_t t0 = NowNs();
+  Status s = reader_->ReadSample(index, &ctx.encoded);
+  if (!s.ok()) return s.WithContext("read failed");
+  const int64_t t1 = NowNs();
+  ctx.read_ns += t1 - t0;
+  CropBox box;
+  PixelView view;
+  BC_RETURN_IF_ERROR(LoadPixels(ctx, index, epoch, &box, &view));
+  const int64_t t2 = NowNs();
+  ctx.decode_ns += t2 - t1;
+  const SampleLayout& l = spec_.layout;
+  const bool flip =
+      options_.flip && SampleRng(options_.seed, epoch, static_cast<uint64_t>(index), RngStream::kFlip)
+                           .Bernoulli(0.5);
+  if (box.width == l.width && box.height == l.height) {
+    // The box is the output size: no resampling, the final pass reads the box directly.
+    view.data += size_t(box.y) * view.stride + size_t(box.x) * view.channels;
+    view.width = box.width;
+    view.height = box.height;
+  } else if (l.dtype == DType::kUint8 && l.layout == Layout::kHWC && !flip &&
+             view.channels == l.channels) {
+    // The resize is the final pass: it writes the slot itself.
+    ResizeBox(view, box, l.width, l.height, static_cast<uint8_t*>(dst), size_t(l.width) * l.channels);
+    ctx.transform_ns += NowNs() - t2;
+    return Status::Ok();
+  } else {
+    const size_t stride = size_t(l.width) * view.channels;
+    ctx.resized.resize(stride * l.height);
+    ResizeBox(view, box, l.width, l.height, ctx.resized.data(), stride);
+    view = PixelView{ctx.resized.data(), stride, l.width, l.height, view.channels};
+  }
+  WriteOutput(view, flip, spec_, dst);
+  ctx.transform_ns += NowNs() - t2;
+  return Status::Ok();
+}
+
+Status PipelineImpl::CheckRequest(const BatchRequest& req) const {
+  const data::DatasetInfo& info = reader_->info();
+  if (req.image_size < 0 || req.image_size > 16384)
+    return InvalidArgumentError("pipeline: batch image_size must be in [0, 16384], got {}",
+                                req.image_size);
+  if (!req.samples.empty() && req.images == nullptr)
+    return InvalidArgumentError("pipeline: batch of {} samples has no image buffer", req.samples.size());
+  for (int64_t index : req.samples) {
+    if (index < 0 || index >= info.num_samples)
+      return OutOfRangeError("pipeline: sample {} is out of range for {} with {} samples", index,
+                             info.path, info.num_samples);
+  }
+  return Status::Ok();
+}
+
+Status PipelineImpl::RunBatch(const BatchRequest& req, BatchResult* result) {
+  BC_RETURN_IF_ERROR(CheckRequest(req));
+  spec_.layout = OutputLayout(req.image_size);
+  const size_t bytes = spec_.layout.bytes();
+  const int64_t n = static_cast<int64_t>(req.samples.size());
+  statuses_.assign(n, Status::Ok());
+  for (auto& w : workers_) w->read_ns = w->decode_ns = w->transform_ns = 0;
+  auto* images = static_cast<uint8_t*>(req.images);
+  pool_->Run(n, [&](int worker, int64_t pos) {
+    const int64_t index = req.samples[pos];
+    Status s = ProcessSample(*workers_[worker], index, req.epoch, images + size_t(pos) * bytes);
+    if (!s.ok()) {
+      statuses_[pos] = s.WithContext(fmt::format("pipeline: sample {} of {}", index, reader_->info().path));
+    } else if (req.labels != nullptr) {
+      req.labels[pos] = reader_->Label(index);
+    }
+  });
+  return Finish(req, result);
+}
+
+// Applies the bad-sample policy: the first bad sample (in batch order) fails the batch, or
+// bad samples are dropped and the rest compacted to the front of the buffers.
+Status PipelineImpl::Finish(const BatchRequest& req, BatchResult* result) {
+  *result = BatchResult();
+  for (auto& w : workers_) {
+    result->read_ns += w->read_ns;
+    result->decode_ns += w->decode_ns;
+    result->transform_ns += w->transform_ns;
+  }
+  const bool skip = options_.on_bad_sample == "skip";
+  const size_t bytes = spec_.layout.bytes();
+  auto* images = static_cast<uint8_t*>(req.images);
+  int64_t written = 0;
+  for (size_t pos = 0; pos < req.samples.size(); ++pos) {
+    const Status& s = statuses_[pos];
+    if (!s.ok() && !skip) {
+      BC_LOG(Error, Pipe, "{}", s.message());
+      return s;
+    }
+    if (!s.ok()) {
+      BC_LOG(Debug, Pipe, "skipping {}", s.message());
+      result->skipped.push_back(req.samples[pos]);
+      result->skip_reasons.push_back(s.message());
+      continue;
+    }
+    if (written != static_cast<int64_t>(pos)) {
+      std::memmove(images + written * bytes, images + pos * bytes, bytes);
+      if (req.labels != nullptr) req.labels[written] = req.labels[pos];
+    }
+    result->kept.push_back(req.samples[pos]);
+    ++written;
+  }
+  result->written = written;
+  skipped_total_ += static_cast<int64_t>(result->skipped.size());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Pipeline>> Pipeline::Create(const Options& options,
+                                                   std::shared_ptr<data::DatasetReader> reader) {
+  if (reader == nullptr) return InvalidArgumentError("pipeline: no dataset reader given");
+  auto pipeline = std::make_unique<PipelineImpl>(options, std::move(reader));
+  BC_RETURN_IF_ERROR(pipeline->Init());
+  return std::unique_ptr<Pipeline>(std::move(pipeline));
+}
+
+}  // namespace batchcast::pipeline

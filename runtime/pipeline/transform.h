@@ -1,0 +1,67 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The transform chain of one sample: choose a crop box (none, center, RandomResizedCrop),
+// resize the box to the output size (OpenCV: INTER_AREA when shrinking, INTER_LINEAR when
+// enlarging), then one final pass that flips, normalizes, converts HWC to CHW and writes
+// the output type straight into the batch buffer. Every output element is written once.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pipeline/pipeline.h"
+#include "pipeline/sample_rng.h"
+
+namespace batchcast::pipeline {
+
+struct CropBox {
+  int x = 0, y = 0, width = 0, height = 0;
+  bool operator==(const CropBox&) const = default;
+};
+
+// The fraction of the shorter side a center crop keeps: torchvision's evaluation
+// convention Resize(size / 0.875) + CenterCrop(size), expressed as one box.
+inline constexpr double kCenterCropFraction = 0.875;
+
+CropBox FullBox(int width, int height);
+// The central square of side round(kCenterCropFraction * min(width, height)).
+CropBox CenterCropBox(int width, int height);
+// torchvision RandomResizedCrop.get_params: area fraction in [scale_min, scale_max],
+// aspect ratio in [3/4, 4/3] drawn in log space, 10 attempts, then a center crop of the
+// whole image clamped to the ratio range.
+CropBox RandomResizedCropBox(int width, int height, double scale_min, double scale_max,
+                             SampleRng* rng);
+// Maps `box` (in original pixels) onto the image decoded at scale_num/8, whose size is
+// scaled_w x scaled_h, rounding outwards so the mapped box covers the original one.
+CropBox ScaleBox(const CropBox& box, int scale_num, int scaled_w, int scaled_h);
+
+// A packed HWC uint8 view of pixels.
+struct PixelView {
+  const uint8_t* data = nullptr;
+  size_t stride = 0;  // bytes per row
+  int width = 0, height = 0, channels = 0;
+};
+
+// Resizes `box` of `src` to out_w x out_h into `dst` (packed HWC, same channels; dst_stride
+// bytes per row). INTER_AREA when both dimensions shrink, INTER_LINEAR otherwise.
+void ResizeBox(const PixelView& src, const CropBox& box, int out_w, int out_h, uint8_t* dst,
+               size_t dst_stride);
+
+// Everything the final pass needs about the output.
+struct OutputSpec {
+  SampleLayout layout;
+  // For float32 output: value of channel c for input byte v is lut[c * 256 + v]
+  // ((v/255 - mean) / std with normalize, v/255 without). Empty for uint8.
+  std::vector<float> lut;
+};
+
+// Builds the lookup table of `spec` from per-channel mean and std (or v/255 when empty).
+void BuildOutputLut(const std::vector<double>& mean, const std::vector<double>& std,
+                    OutputSpec* spec);
+
+// The final pass: src (layout.width x layout.height, 1 or layout.channels channels; a
+// 1-channel source fills every output channel) → dst in the output layout and type,
+// mirrored horizontally when `flip`.
+void WriteOutput(const PixelView& src, bool flip, const OutputSpec& spec, void* dst);
+
+}  // namespace batchcast::pipeline

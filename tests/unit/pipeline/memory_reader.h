@@ -1,0 +1,69 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// An in-memory DatasetReader for pipeline tests and benchmarks: encoded samples (JPEG/PNG
+// bytes, or anything else to provoke errors) or raw H x W x C pixels, with an optional
+// injected read failure.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/dataset_reader.h"
+
+namespace batchcast::testing {
+
+class MemoryReader : public data::DatasetReader {
+ public:
+  static std::shared_ptr<MemoryReader> Encoded(std::vector<std::vector<uint8_t>> samples,
+                                               std::string path = "mem://encoded") {
+    auto r = std::make_shared<MemoryReader>(std::move(samples), std::move(path));
+    r->info_.kind = data::SampleKind::kEncoded;
+    r->info_.encoding = "mixed";
+    return r;
+  }
+  static std::shared_ptr<MemoryReader> Raw(int height, int width, int channels,
+                                           std::vector<std::vector<uint8_t>> samples,
+                                           std::string path = "mem://raw") {
+    auto r = std::make_shared<MemoryReader>(std::move(samples), std::move(path));
+    r->info_.kind = data::SampleKind::kRaw;
+    r->info_.encoding = "raw";
+    r->info_.raw_height = height;
+    r->info_.raw_width = width;
+    r->info_.raw_channels = channels;
+    return r;
+  }
+
+  MemoryReader(std::vector<std::vector<uint8_t>> samples, std::string path)
+      : samples_(std::move(samples)) {
+    info_.path = std::move(path);
+    info_.schema_version = 1;
+    info_.num_samples = static_cast<int64_t>(samples_.size());
+  }
+
+  // ReadSample(index) fails from now on (an I/O error the pipeline must report).
+  void FailRead(int64_t index) { fail_index_ = index; }
+
+  const data::DatasetInfo& info() const override { return info_; }
+  int64_t Label(int64_t index) const override { return 1000 + index; }
+  int OriginalWidth(int64_t) const override { return info_.raw_width; }
+  int OriginalHeight(int64_t) const override { return info_.raw_height; }
+  Status ReadSample(int64_t index, std::vector<uint8_t>* out) const override {
+    if (index == fail_index_)
+      return Status(StatusCode::kIoError,
+                    fmt::format("memory reader: sample {} cannot be read (injected)", index));
+    out->assign(samples_[index].begin(), samples_[index].end());
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<std::vector<uint8_t>> samples_;
+  data::DatasetInfo info_;
+  int64_t fail_index_ = -1;
+};
+
+}  // namespace batchcast::testing
