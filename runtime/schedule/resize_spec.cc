@@ -195,7 +195,10 @@ void SkipSpace(std::string_view text, size_t* pos) {
 // Parses the "key=value,..." body between the parentheses; `*pos` starts after '('.
 Status ParseBody(std::string_view text, size_t* pos, ResizeSpec* spec, std::set<std::string>* seen) {
   SkipSpace(text, pos);
-  if (*pos < text.size() && text[*pos] == ')') return Status::Ok();
+  if (*pos < text.size() && text[*pos] == ')') {
+    ++(*pos);
+    return Status::Ok();
+  }
   while (true) {
     SkipSpace(text, pos);
     size_t key_begin = *pos;
@@ -392,8 +395,10 @@ Status ValidateResizeSpec(const ResizeSpec& s) {
                                   s.max_size);
     if (s.step <= 0) return InvalidArgumentError("resize spec: step must be > 0, got {}", s.step);
   }
-  size_t buckets = BucketSizes(s).size();
-  if (buckets > static_cast<size_t>(kMaxResizeBuckets))
+  // ceil((max - min) / step) + 1, counted before BucketSizes() would build them.
+  int64_t buckets = static_cast<int64_t>(s.sizes.size());
+  if (s.sizes.empty()) buckets = (int64_t{s.max_size} - s.min_size + s.step - 1) / s.step + 1;
+  if (buckets > kMaxResizeBuckets)
     return InvalidArgumentError("resize spec: {} buckets, at most {} are supported (raise step)",
                                 buckets, kMaxResizeBuckets);
   if (!(s.upgrade > 0.0 && s.upgrade <= 1.0))
