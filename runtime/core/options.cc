@@ -71,6 +71,7 @@ const std::vector<Entry>& Registry() {
       BC_OPT(ranks_per_node, kInt, "form virtual nodes of this many consecutive ranks (0 = real nodes)"),
       BC_OPT(job_id, kString, "job identity used in segment and socket names (default: Slurm/Open MPI job id or leader pid)"),
       BC_OPT(heartbeat_ms, kDuration, "a consumer that shows no sign of life for this long is detached; accepts ms/s/m suffixes"),
+      BC_OPT(resize, kString, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
   };
   return kRegistry;
 }

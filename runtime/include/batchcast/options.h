@@ -58,6 +58,9 @@ struct BATCHCAST_API Options {
   std::string job_id;           // identity in segment names (default: from Slurm/MPI/pid)
   int64_t heartbeat_ms = 10000; // a consumer silent this long is detached
 
+  // --- progressive resizing (docs/progressive-resizing.md) ---
+  std::string resize;           // schedule spec, e.g. "resize(min=96,max=224,step=32)"; "" = off
+
   // Where each value came from ("default", "file", "env", "flag"), by key.
   std::vector<std::pair<std::string, std::string>> sources;
 };
