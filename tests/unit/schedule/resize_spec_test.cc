@@ -1,6 +1,8 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "schedule/resize_spec.h"
 
+#include "batchcast/options.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -184,6 +186,16 @@ TEST(ResizeSpecConfigTest, ErrorsNameFileAndLine) {
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
   auto missing = ResizeSpecFromConfigFile(::testing::TempDir() + "/does_not_exist.toml");
   EXPECT_FALSE(missing.ok());
+}
+
+// The `resize` option carries the spec string from flags, environment or config file.
+TEST(ResizeSpecConfigTest, ResizeOptionHoldsTheSpec) {
+  auto o = ResolveOptions({"--resize", "resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed)"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  auto r = ParseResizeSpec(o->resize);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(BucketSizes(*r).size(), 5u);
+  EXPECT_TRUE(Options{}.resize.empty());  // off by default
 }
 
 }  // namespace
