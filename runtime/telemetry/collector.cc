@@ -1,0 +1,233 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Collector: sharded lock-free recording, the sampler thread and the bounded tables.
+#include "telemetry/collector.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/errors.h"
+#include "core/log.h"
+#include "telemetry/process_stats.h"
+
+namespace batchcast::telemetry {
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+namespace {
+
+double UnixNowS() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+uint64_t RoundUpPow2(uint64_t v) {
+  uint64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+std::atomic<int> g_next_thread{0};
+
+}  // namespace
+
+int Collector::ThreadIndex() {
+  thread_local int index = g_next_thread.fetch_add(1, std::memory_order_relaxed);
+  return index;
+}
+
+Result<std::unique_ptr<Collector>> Collector::Create(Tags tags, CollectorOptions options) {
+  if (options.interval_ms < 10)
+    return InvalidArgumentError("telemetry: interval must be at least 10ms, got {}ms",
+                                options.interval_ms);
+  if (options.max_rows < 16)
+    return InvalidArgumentError("telemetry: rows must be at least 16, got {}", options.max_rows);
+  if (options.max_spans < 0 || options.max_spans > (1LL << 26))
+    return InvalidArgumentError("telemetry: spans must be in [0, 67108864], got {}",
+                                options.max_spans);
+  if (tags.host.empty()) tags.host = HostName();
+  std::unique_ptr<Collector> c(new Collector(std::move(tags), options));
+  c->sampler_ = std::thread([p = c.get()] { p->SamplerLoop(); });
+  return c;
+}
+
+Collector::Collector(Tags tags, CollectorOptions options)
+    : tags_(std::move(tags)), options_(options) {
+  if (options_.max_spans > 0) {
+    uint64_t cap = RoundUpPow2(static_cast<uint64_t>(options_.max_spans));
+    spans_.reset(new SpanSlot[cap]);
+    span_mask_ = cap - 1;
+  }
+  rows_.reserve(static_cast<size_t>(options_.max_rows) * col::kNum);
+  if (options_.gpu) nvml_ = Nvml::Open(PickGpuIndex(tags_.gpu, tags_.local_rank));
+  start_unix_s_ = UnixNowS();
+  start_mono_ns_ = NowNs();
+  last_row_ns_ = start_mono_ns_;
+  last_cpu_s_ = ProcessCpuSeconds();
+  BC_LOG(Info, Telem, "telemetry: collecting every {}ms as {} (rank {}, {} span slots, gpu {})",
+         options_.interval_ms, RoleName(tags_.role), tags_.rank, spans_ ? span_mask_ + 1 : 0,
+         nvml_ ? nvml_->name : std::string("absent"));
+}
+
+Collector::~Collector() { StopSampler(); }
+
+void Collector::Span(SpanKind kind, uint64_t seq, int64_t begin_ns, int64_t end_ns) {
+  if (!spans_) return;
+  uint64_t index = span_head_.fetch_add(1, std::memory_order_relaxed);
+  SpanSlot& s = spans_[index & span_mask_];
+  // A writer that laps another on the same slot makes the older record unreadable
+  // (version mismatch) rather than torn; readers only run after the data plane stopped.
+  s.version.store(0, std::memory_order_relaxed);
+  s.kind_tid.store((static_cast<uint64_t>(kind) << 32) | static_cast<uint32_t>(ThreadIndex()),
+                   std::memory_order_relaxed);
+  s.seq.store(seq, std::memory_order_relaxed);
+  s.begin_ns.store(begin_ns, std::memory_order_relaxed);
+  s.end_ns.store(end_ns, std::memory_order_relaxed);
+  s.version.store(index + 1, std::memory_order_release);
+}
+
+void Collector::SamplerLoop() {
+  std::unique_lock lock(sample_mu_);
+  while (!stop_) {
+    int64_t due = last_row_ns_ + options_.interval_ms * 1000000LL * stride_;
+    int64_t wait_ns = due - NowNs();
+    if (wait_ns > 0) {
+      sample_cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns));
+      continue;  // re-check stop_ and the deadline (spurious wake-ups)
+    }
+    TakeRow();
+  }
+}
+
+void Collector::TakeRow() {
+  int64_t now = NowNs();
+  double row[col::kNum];
+  row[col::kTime] = (now - start_mono_ns_) * 1e-9;
+  for (int i = 0; i < kNumCounters; ++i) row[col::kCounters + i] = 0;
+  for (int i = 0; i < kNumTimers; ++i) row[col::kTimerNs + i] = row[col::kTimerCount + i] = 0;
+  double gauge_sum[kNumGauges] = {};
+  int64_t gauge_count[kNumGauges] = {};
+  for (const ShardT& s : shards_) {
+    for (int i = 0; i < kNumCounters; ++i)
+      row[col::kCounters + i] += static_cast<double>(s.counters[i].load(std::memory_order_relaxed));
+    for (int i = 0; i < kNumTimers; ++i) {
+      row[col::kTimerNs + i] += static_cast<double>(s.timer_ns[i].load(std::memory_order_relaxed));
+      row[col::kTimerCount + i] +=
+          static_cast<double>(s.timer_count[i].load(std::memory_order_relaxed));
+    }
+    for (int i = 0; i < kNumGauges; ++i) {
+      gauge_sum[i] += s.gauge_sum[i].load(std::memory_order_relaxed);
+      gauge_count[i] += s.gauge_count[i].load(std::memory_order_relaxed);
+    }
+  }
+  for (int i = 0; i < kNumGauges; ++i) {
+    int64_t n = gauge_count[i] - prev_gauge_count_[i];
+    row[col::kGauges + i] = n > 0 ? (gauge_sum[i] - prev_gauge_sum_[i]) / static_cast<double>(n)
+                                  : gauge_last_[i].load(std::memory_order_relaxed);
+    prev_gauge_sum_[i] = gauge_sum[i];
+    prev_gauge_count_[i] = gauge_count[i];
+  }
+  double cpu = ProcessCpuSeconds();
+  double dt = (now - last_row_ns_) * 1e-9;
+  row[col::kCpuCores] = dt > 0 ? (cpu - last_cpu_s_) / dt : 0.0;
+  row[col::kRssBytes] = static_cast<double>(ProcessRssBytes());
+  GpuReading gpu;
+  bool have_gpu = nvml_ && nvml_->Read(&gpu);
+  row[col::kGpuUtil] = have_gpu ? gpu.util_pct : std::numeric_limits<double>::quiet_NaN();
+  row[col::kGpuMem] =
+      have_gpu ? static_cast<double>(gpu.mem_used) : std::numeric_limits<double>::quiet_NaN();
+  last_cpu_s_ = cpu;
+  last_row_ns_ = now;
+  if (rows_.size() + col::kNum > static_cast<size_t>(options_.max_rows) * col::kNum) ThinRows();
+  rows_.insert(rows_.end(), row, row + col::kNum);
+}
+
+// Halves the table: keeps the later row of each pair (cumulative columns stay exact),
+// averages the interval-mean columns over the pair, and doubles the sampling stride.
+void Collector::ThinRows() {
+  size_t n = rows_.size() / col::kNum;
+  size_t kept = 0;
+  for (size_t r = 1; r < n; r += 2, ++kept) {
+    const double* a = &rows_[(r - 1) * col::kNum];
+    const double* b = &rows_[r * col::kNum];
+    double* out = &rows_[kept * col::kNum];
+    double merged[col::kNum];
+    for (int c = 0; c < col::kNum; ++c) {
+      bool mean = (c >= col::kGauges && c <= col::kCpuCores) || c == col::kGpuUtil;
+      merged[c] = mean ? 0.5 * (a[c] + b[c]) : b[c];
+    }
+    std::copy(merged, merged + col::kNum, out);
+  }
+  if (n % 2 == 1) {  // an odd last row stays as it is
+    std::copy(&rows_[(n - 1) * col::kNum], &rows_[n * col::kNum], &rows_[kept * col::kNum]);
+    ++kept;
+  }
+  rows_.resize(kept * col::kNum);
+  stride_ *= 2;
+  BC_LOG(Debug, Telem, "telemetry: series thinned to {} rows, one per {}ms", kept,
+         options_.interval_ms * stride_);
+}
+
+void Collector::StopSampler() {
+  {
+    std::lock_guard lock(sample_mu_);
+    stop_ = true;
+  }
+  sample_cv_.notify_all();
+  if (sampler_.joinable()) sampler_.join();
+}
+
+RankData Collector::BuildRankData() {
+  RankData d;
+  d.tags = tags_;
+  d.pid = static_cast<int>(getpid());
+  d.start_unix_s = start_unix_s_;
+  d.start_mono_ns = start_mono_ns_;
+  d.interval_s = options_.interval_ms * 1e-3 * static_cast<double>(stride_);
+  d.wall_s = (last_row_ns_ - start_mono_ns_) * 1e-9;
+  d.cpu_seconds = ProcessCpuSeconds();
+  d.peak_rss_bytes = ProcessPeakRssBytes();
+  d.cores_available = CoresAvailable();
+  d.gpu_present = nvml_ != nullptr;
+  if (nvml_) d.gpu_name = nvml_->name;
+  d.rows = rows_;
+  if (spans_) {
+    uint64_t head = span_head_.load(std::memory_order_acquire);
+    uint64_t cap = span_mask_ + 1;
+    uint64_t first = head > cap ? head - cap : 0;
+    d.spans.reserve(head - first);
+    for (uint64_t i = first; i < head; ++i) {
+      const SpanSlot& s = spans_[i & span_mask_];
+      if (s.version.load(std::memory_order_acquire) != i + 1) continue;  // lapped or unfinished
+      uint64_t kt = s.kind_tid.load(std::memory_order_relaxed);
+      d.spans.push_back({static_cast<int32_t>(kt >> 32), static_cast<int32_t>(kt & 0xffffffffu),
+                         s.seq.load(std::memory_order_relaxed),
+                         s.begin_ns.load(std::memory_order_relaxed),
+                         s.end_ns.load(std::memory_order_relaxed)});
+    }
+    d.spans_dropped = static_cast<int64_t>(head - d.spans.size());
+  }
+  return d;
+}
+
+RankData Collector::Snapshot() {
+  std::lock_guard lock(sample_mu_);
+  TakeRow();
+  return BuildRankData();
+}
+
+}  // namespace batchcast::telemetry

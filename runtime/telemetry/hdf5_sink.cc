@@ -1,0 +1,210 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The HDF5 sink. HDF5 error codes become Status here and only here (H5Check).
+#include <hdf5.h>
+
+#include <cmath>
+#include <ctime>
+#include <mutex>
+
+#include "core/errors.h"
+#include "core/hdf5_lock.h"
+#include "core/log.h"
+#include "telemetry/sinks.h"
+
+namespace batchcast::telemetry {
+namespace {
+
+// Owns one HDF5 identifier and closes it with the matching H5?close.
+class H5Handle {
+ public:
+  H5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~H5Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+class Writer {
+ public:
+  explicit Writer(std::string path) : path_(std::move(path)) {}
+
+  Status Check(bool ok, const std::string& what) {
+    if (ok) return Status::Ok();
+    return IoError("telemetry: hdf5 {} failed in {}", what, path_);
+  }
+
+  Status StringAttr(hid_t obj, const char* name, const std::string& value) {
+    H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+    BC_RETURN_IF_ERROR(Check(type.ok(), "string type"));
+    H5Tset_size(type.get(), H5T_VARIABLE);
+    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    H5Handle attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                  H5Aclose);
+    BC_RETURN_IF_ERROR(Check(attr.ok(), fmt::format("attribute '{}'", name)));
+    const char* p = value.c_str();
+    return Check(H5Awrite(attr.get(), type.get(), &p) >= 0, fmt::format("attribute '{}'", name));
+  }
+
+  template <typename T>
+  Status NumberAttr(hid_t obj, const char* name, T value) {
+    hid_t type = std::is_floating_point_v<T> ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64;
+    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    H5Handle attr(H5Acreate2(obj, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    BC_RETURN_IF_ERROR(Check(attr.ok(), fmt::format("attribute '{}'", name)));
+    if constexpr (std::is_floating_point_v<T>) {
+      double v = value;
+      return Check(H5Awrite(attr.get(), type, &v) >= 0, fmt::format("attribute '{}'", name));
+    } else {
+      int64_t v = value;
+      return Check(H5Awrite(attr.get(), type, &v) >= 0, fmt::format("attribute '{}'", name));
+    }
+  }
+
+  Status Dataset(hid_t group, const std::string& name, hid_t type, const void* data,
+                 size_t n) {
+    hsize_t dims[1] = {static_cast<hsize_t>(n)};
+    H5Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    H5Handle ds(H5Dcreate2(group, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                           H5P_DEFAULT),
+                H5Dclose);
+    BC_RETURN_IF_ERROR(Check(ds.ok(), fmt::format("dataset '{}'", name)));
+    if (n == 0) return Status::Ok();
+    return Check(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
+                 fmt::format("write of dataset '{}'", name));
+  }
+
+  Status Series(hid_t group, const RankData& d) {
+    int64_t n = d.num_rows();
+    std::vector<int64_t> ints(n);
+    std::vector<double> reals(n);
+    for (int c = 0; c < col::kNum; ++c) {
+      if (ColumnIsGpu(c) && !d.gpu_present) continue;  // absent, not zero
+      std::string name = ColumnName(c);
+      if (ColumnIsInteger(c) && !ColumnIsGpu(c)) {
+        for (int64_t r = 0; r < n; ++r) ints[r] = static_cast<int64_t>(d.At(r, c));
+        BC_RETURN_IF_ERROR(Dataset(group, name, H5T_NATIVE_INT64, ints.data(), n));
+      } else {
+        for (int64_t r = 0; r < n; ++r) reals[r] = d.At(r, c);
+        BC_RETURN_IF_ERROR(Dataset(group, name, H5T_NATIVE_DOUBLE, reals.data(), n));
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Spans(hid_t group, const RankData& d) {
+    size_t n = d.spans.size();
+    std::vector<int32_t> kind(n), tid(n);
+    std::vector<uint64_t> seq(n);
+    std::vector<int64_t> begin(n), end(n);
+    for (size_t i = 0; i < n; ++i) {
+      kind[i] = d.spans[i].kind;
+      tid[i] = d.spans[i].tid;
+      seq[i] = d.spans[i].seq;
+      begin[i] = d.spans[i].begin_ns;
+      end[i] = d.spans[i].end_ns;
+    }
+    BC_RETURN_IF_ERROR(Dataset(group, "kind", H5T_NATIVE_INT32, kind.data(), n));
+    BC_RETURN_IF_ERROR(Dataset(group, "tid", H5T_NATIVE_INT32, tid.data(), n));
+    BC_RETURN_IF_ERROR(Dataset(group, "seq", H5T_NATIVE_UINT64, seq.data(), n));
+    BC_RETURN_IF_ERROR(Dataset(group, "begin_ns", H5T_NATIVE_INT64, begin.data(), n));
+    BC_RETURN_IF_ERROR(Dataset(group, "end_ns", H5T_NATIVE_INT64, end.data(), n));
+    std::string names;
+    for (int k = 0; k < kNumSpanKinds; ++k)
+      names += (k ? "," : "") + std::string(SpanKindName(static_cast<SpanKind>(k)));
+    BC_RETURN_IF_ERROR(StringAttr(group, "kind_names", names));
+    return NumberAttr(group, "dropped", d.spans_dropped);
+  }
+
+  Status RankGroup(hid_t file, const RankData& d, const RankStats& s) {
+    std::string name = fmt::format("rank_{:05d}", d.tags.rank);
+    H5Handle g(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    BC_RETURN_IF_ERROR(Check(g.ok(), fmt::format("group '{}'", name)));
+    hid_t id = g.get();
+    BC_RETURN_IF_ERROR(StringAttr(id, "experiment", d.tags.experiment));
+    BC_RETURN_IF_ERROR(StringAttr(id, "workload", d.tags.workload));
+    BC_RETURN_IF_ERROR(StringAttr(id, "run", d.tags.run));
+    BC_RETURN_IF_ERROR(StringAttr(id, "host", d.tags.host));
+    BC_RETURN_IF_ERROR(StringAttr(id, "role", std::string(RoleName(d.tags.role))));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "rank", d.tags.rank));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "local_rank", d.tags.local_rank));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "pid", d.pid));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "start_unix_s", d.start_unix_s));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "start_mono_ns", d.start_mono_ns));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "interval_s", d.interval_s));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "wall_s", d.wall_s));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "cpu_seconds", d.cpu_seconds));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "peak_rss_bytes", d.peak_rss_bytes));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "cores_available", d.cores_available));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "gpu_present", d.gpu_present ? 1 : 0));
+    if (d.gpu_present) BC_RETURN_IF_ERROR(StringAttr(id, "gpu_name", d.gpu_name));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "samples_per_s", s.samples_per_s));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "batches_per_s", s.batches_per_s));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "data_wait_pct", s.data_wait_pct));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "step_ms", s.step_ms));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "cpu_cores", s.cpu_cores));
+    BC_RETURN_IF_ERROR(NumberAttr(id, "worker_util", s.worker_util));
+    H5Handle series(H5Gcreate2(id, "series", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    BC_RETURN_IF_ERROR(Check(series.ok(), fmt::format("group '{}/series'", name)));
+    BC_RETURN_IF_ERROR(Series(series.get(), d));
+    H5Handle spans(H5Gcreate2(id, "spans", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    BC_RETURN_IF_ERROR(Check(spans.ok(), fmt::format("group '{}/spans'", name)));
+    return Spans(spans.get(), d);
+  }
+
+  Status Write(const std::vector<RankData>& ranks, const JobSummary& j, const Diagnosis& diag,
+               const std::string& text) {
+    H5Handle file(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    if (!file.ok()) return IoError("telemetry: cannot create hdf5 file {}", path_);
+    hid_t f = file.get();
+    BC_RETURN_IF_ERROR(StringAttr(f, "format", "batchcast-telemetry"));
+    BC_RETURN_IF_ERROR(NumberAttr(f, "format_version", kFormatVersion));
+    BC_RETURN_IF_ERROR(StringAttr(f, "experiment", j.experiment));
+    BC_RETURN_IF_ERROR(StringAttr(f, "workload", j.workload));
+    BC_RETURN_IF_ERROR(StringAttr(f, "run", j.run));
+    BC_RETURN_IF_ERROR(NumberAttr(f, "nranks", static_cast<int64_t>(ranks.size())));
+    BC_RETURN_IF_ERROR(NumberAttr(f, "created_unix_s", static_cast<double>(std::time(nullptr))));
+    BC_RETURN_IF_ERROR(NumberAttr(f, "wall_s", j.wall_s));
+    BC_RETURN_IF_ERROR(StringAttr(f, "summary", text));
+    BC_RETURN_IF_ERROR(StringAttr(f, "bottleneck", std::string(BottleneckName(diag.bottleneck))));
+    BC_RETURN_IF_ERROR(StringAttr(f, "bottleneck_stage", diag.stage));
+    std::string diagnosis = diag.headline;
+    for (const auto& n : diag.notes) diagnosis += "\n" + n;
+    BC_RETURN_IF_ERROR(StringAttr(f, "diagnosis", diagnosis));
+    for (const auto& d : ranks) {
+      RankStats s = ComputeRankStats(d);
+      BC_RETURN_IF_ERROR(RankGroup(f, d, s));
+    }
+    return Check(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "flush");
+  }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+Status WriteHdf5(const std::string& path, const std::vector<RankData>& ranks,
+                 const JobSummary& summary, const Diagnosis& diagnosis,
+                 const std::string& summary_text) {
+  std::lock_guard lock(Hdf5Lock());
+  // Silence HDF5's own stderr dump for this call sequence; failures become Status.
+  H5E_auto2_t old_func = nullptr;
+  void* old_data = nullptr;
+  H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  Status s = Writer(path).Write(ranks, summary, diagnosis, summary_text);
+  H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+  if (!s.ok()) BC_LOG(Error, Telem, "{}", s.message());
+  return s;
+}
+
+}  // namespace batchcast::telemetry

@@ -1,0 +1,87 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "telemetry/rank_data.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/errors.h"
+
+namespace batchcast::telemetry {
+
+std::string ColumnName(int c) {
+  if (c == col::kTime) return "time_s";
+  if (c < col::kTimerNs) return std::string(CounterName(static_cast<Counter>(c - col::kCounters)));
+  if (c < col::kTimerCount)
+    return std::string(TimerName(static_cast<Timer>(c - col::kTimerNs))) + "_ns";
+  if (c < col::kGauges)
+    return std::string(TimerName(static_cast<Timer>(c - col::kTimerCount))) + "_count";
+  if (c < col::kCpuCores) return std::string(GaugeName(static_cast<Gauge>(c - col::kGauges)));
+  switch (c) {
+    case col::kCpuCores: return "cpu_cores";
+    case col::kRssBytes: return "rss_bytes";
+    case col::kGpuUtil: return "gpu_util_pct";
+    case col::kGpuMem: return "gpu_mem_bytes";
+    default: return "column_" + std::to_string(c);
+  }
+}
+
+bool ColumnIsInteger(int c) {
+  return (c >= col::kCounters && c < col::kGauges) || c == col::kRssBytes || c == col::kGpuMem;
+}
+
+std::string SerializeRankData(const RankData& d) {
+  nlohmann::json j;
+  j["tags"] = {d.tags.experiment, d.tags.workload,   d.tags.run,
+               d.tags.host,       d.tags.rank,       d.tags.local_rank,
+               static_cast<int>(d.tags.role), d.tags.gpu};
+  j["pid"] = d.pid;
+  j["start"] = {d.start_unix_s, d.start_mono_ns};
+  j["proc"] = {d.interval_s, d.wall_s, d.cpu_seconds, d.peak_rss_bytes, d.cores_available};
+  j["gpu"] = {d.gpu_present, d.gpu_name};
+  j["dropped"] = d.spans_dropped;
+  j["rows"] = d.rows;  // NaN becomes null in JSON but CBOR keeps it
+  std::vector<int64_t> spans;
+  spans.reserve(d.spans.size() * 5);
+  for (const auto& s : d.spans) {
+    spans.insert(spans.end(), {s.kind, s.tid, static_cast<int64_t>(s.seq), s.begin_ns, s.end_ns});
+  }
+  j["spans"] = std::move(spans);
+  std::vector<uint8_t> cbor = nlohmann::json::to_cbor(j);
+  return std::string(cbor.begin(), cbor.end());
+}
+
+Result<RankData> DeserializeRankData(std::string_view bytes) {
+  nlohmann::json j = nlohmann::json::from_cbor(bytes.begin(), bytes.end(), true, false);
+  if (j.is_discarded() || !j.is_object())
+    return CorruptDataError("telemetry: gathered rank record of {} bytes is not valid CBOR",
+                            bytes.size());
+  RankData d;
+  try {
+    const auto& t = j.at("tags");
+    d.tags = Tags{t[0], t[1], t[2], t[3], t[4], t[5], static_cast<Role>(t[6].get<int>()), t[7]};
+    d.pid = j.at("pid");
+    d.start_unix_s = j.at("start")[0];
+    d.start_mono_ns = j.at("start")[1];
+    const auto& p = j.at("proc");
+    d.interval_s = p[0];
+    d.wall_s = p[1];
+    d.cpu_seconds = p[2];
+    d.peak_rss_bytes = p[3];
+    d.cores_available = p[4];
+    d.gpu_present = j.at("gpu")[0];
+    d.gpu_name = j.at("gpu")[1];
+    d.spans_dropped = j.at("dropped");
+    d.rows = j.at("rows").get<std::vector<double>>();
+    auto spans = j.at("spans").get<std::vector<int64_t>>();
+    for (size_t i = 0; i + 4 < spans.size(); i += 5)
+      d.spans.push_back({static_cast<int32_t>(spans[i]), static_cast<int32_t>(spans[i + 1]),
+                         static_cast<uint64_t>(spans[i + 2]), spans[i + 3], spans[i + 4]});
+  } catch (const nlohmann::json::exception& e) {
+    return CorruptDataError("telemetry: gathered rank record is malformed: {}", e.what());
+  }
+  if (d.rows.size() % col::kNum != 0)
+    return CorruptDataError("telemetry: rank {} sent {} values, not a multiple of {} columns",
+                            d.tags.rank, d.rows.size(), col::kNum);
+  return d;
+}
+
+}  // namespace batchcast::telemetry

@@ -1,0 +1,120 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "telemetry/spec.h"
+
+#include <charconv>
+#include <string>
+
+#include "core/errors.h"
+#include "core/log.h"
+
+namespace batchcast::telemetry {
+namespace {
+
+constexpr const char* kKeys = "hdf5, csv, json, trace, interval, rows, spans, gpu, summary";
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool ParseInt(std::string_view s, int64_t* out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size() && *out >= 0;
+}
+
+// "250ms", "1s", "2m", "500" (ms) → milliseconds.
+bool ParseMs(std::string_view s, int64_t* out) {
+  int64_t mult = 1;
+  if (s.size() > 2 && s.substr(s.size() - 2) == "ms") s.remove_suffix(2);
+  else if (s.size() > 1 && s.back() == 's') { s.remove_suffix(1); mult = 1000; }
+  else if (s.size() > 1 && s.back() == 'm') { s.remove_suffix(1); mult = 60000; }
+  if (!ParseInt(s, out)) return false;
+  *out *= mult;
+  return true;
+}
+
+bool ParseFlag(std::string_view s, bool* out) {
+  if (s == "1" || s == "true" || s == "on" || s == "yes") *out = true;
+  else if (s == "0" || s == "false" || s == "off" || s == "no") *out = false;
+  else return false;
+  return true;
+}
+
+Status SpecError(std::string_view text, size_t pos, const std::string& what) {
+  return InvalidArgumentError("telemetry spec '{}': {} at position {}\n  {}\n  {}^", text, what,
+                              pos, text, std::string(pos, ' '));
+}
+
+Status ApplyKey(std::string_view text, size_t pos, std::string_view key, std::string_view value,
+                TelemetrySpec* spec) {
+  std::string v(value);
+  bool ok = true;
+  if (key == "hdf5") spec->sinks.hdf5 = v;
+  else if (key == "csv") spec->sinks.csv = v;
+  else if (key == "json") spec->sinks.json = v;
+  else if (key == "trace") spec->sinks.trace = v;
+  else if (key == "interval") ok = ParseMs(value, &spec->collector.interval_ms);
+  else if (key == "rows") ok = ParseInt(value, &spec->collector.max_rows);
+  else if (key == "spans") ok = ParseInt(value, &spec->collector.max_spans);
+  else if (key == "gpu") ok = ParseFlag(value, &spec->collector.gpu);
+  else if (key == "summary") ok = ParseFlag(value, &spec->sinks.print_summary);
+  else return SpecError(text, pos, fmt::format("unknown key '{}' (expected {})", key, kKeys));
+  if (!ok) return SpecError(text, pos, fmt::format("bad value '{}' for '{}'", value, key));
+  if (value.empty()) return SpecError(text, pos, fmt::format("empty value for '{}'", key));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TelemetrySpec> ParseTelemetrySpec(std::string_view text) {
+  TelemetrySpec spec;
+  std::string_view t = Trim(text);
+  if (t.empty() || t == "off" || t == "none" || t == "false" || t == "0") return spec;
+  spec.enabled = true;
+  if (t == "on" || t == "true" || t == "1") return spec;
+  size_t base = static_cast<size_t>(t.data() - text.data());
+  if (t.substr(0, 10) == "telemetry(") {
+    if (t.back() != ')') return SpecError(text, base + t.size(), "missing ')'");
+    t = t.substr(10, t.size() - 11);
+    base += 10;
+  }
+  size_t start = 0;
+  while (start <= t.size()) {
+    size_t end = t.find(',', start);
+    if (end == std::string_view::npos) end = t.size();
+    std::string_view item = t.substr(start, end - start);
+    size_t pos = base + start;
+    size_t eq = item.find('=');
+    if (Trim(item).empty()) {
+      if (end == t.size() && start > 0) break;  // tolerate a trailing comma
+      return SpecError(text, pos, "empty entry");
+    }
+    if (eq == std::string_view::npos) return SpecError(text, pos, "expected key=value");
+    BC_RETURN_IF_ERROR(
+        ApplyKey(text, pos, Trim(item.substr(0, eq)), Trim(item.substr(eq + 1)), &spec));
+    start = end + 1;
+  }
+  if (spec.collector.interval_ms < 10)
+    return InvalidArgumentError("telemetry spec '{}': interval must be at least 10ms", text);
+  return spec;
+}
+
+Result<std::unique_ptr<Collector>> CreateCollector(const Options& options, int rank,
+                                                   int local_rank, Role role, Sinks* sinks) {
+  Result<TelemetrySpec> parsed = ParseTelemetrySpec(options.telemetry);
+  if (!parsed.ok()) return parsed.status().WithContext("option 'telemetry'");
+  TelemetrySpec spec = std::move(parsed).value();
+  if (sinks != nullptr) *sinks = spec.sinks;
+  if (!spec.enabled) return std::unique_ptr<Collector>();
+  Tags tags;
+  tags.experiment = options.experiment;
+  tags.workload = options.workload;
+  tags.run = options.run_name;
+  tags.rank = rank;
+  tags.local_rank = local_rank;
+  tags.role = role;
+  return Collector::Create(std::move(tags), spec.collector);
+}
+
+}  // namespace batchcast::telemetry

@@ -1,0 +1,220 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Collector counters against ground truth: exact counts, constructed runs with known
+// data-wait fractions, concurrent recording while the sampler runs, bounded tables.
+#include "telemetry/collector.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "telemetry/summary.h"
+
+namespace batchcast::telemetry {
+namespace {
+
+std::unique_ptr<Collector> MakeCollector(Role role, CollectorOptions o = {}) {
+  Tags tags;
+  tags.experiment = "exp";
+  tags.workload = "wl";
+  tags.run = "run1";
+  tags.role = role;
+  o.gpu = false;
+  auto c = Collector::Create(tags, o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return std::move(c).value();
+}
+
+// A leader thread "decodes" each batch for decode_ms into a queue of depth 2; the consumer
+// waits for the next batch (data-wait) and "trains" for step_ms (step). In steady state the
+// consumer waits max(0, decode - step) per batch.
+RankStats ConstructedRun(int batches, int decode_ms, int step_ms, int samples_per_batch) {
+  auto c = MakeCollector(Role::kBoth);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<int> queue;
+  c->SetGauge(Gauge::kWorkerThreads, 1);
+  std::thread leader([&] {
+    for (int b = 0; b < batches; ++b) {
+      {
+        ScopedTimer t(c.get(), Timer::kDecode, SpanKind::kProduce, b);
+        std::this_thread::sleep_for(std::chrono::milliseconds(decode_ms));
+      }
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return queue.size() < 2; });
+      queue.push_back(b);
+      c->Add(Counter::kBatchesProduced, 1);
+      c->Add(Counter::kSamplesProduced, samples_per_batch);
+      cv.notify_all();
+    }
+  });
+  for (int b = 0; b < batches; ++b) {
+    int64_t t0 = NowNs();
+    int seq;
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return !queue.empty(); });
+      seq = queue.front();
+      queue.pop_front();
+      cv.notify_all();
+    }
+    int64_t t1 = NowNs();
+    c->AddTime(Timer::kDataWait, t1 - t0);
+    c->Span(SpanKind::kWait, seq, t0, t1);
+    c->Add(Counter::kBatchesReceived, 1);
+    c->Add(Counter::kSamplesReceived, samples_per_batch);
+    ScopedTimer step(c.get(), Timer::kStep, SpanKind::kStep, seq);
+    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+  }
+  leader.join();
+  FinishReport report;
+  Sinks none;
+  none.print_summary = false;
+  EXPECT_TRUE(c->Finish(none, &report).ok());
+  EXPECT_EQ(report.ranks.size(), 1u);
+  const RankData& d = report.ranks[0];
+  EXPECT_EQ(d.Total(col::Counter(Counter::kBatchesReceived)), batches);
+  EXPECT_EQ(d.Total(col::Counter(Counter::kSamplesReceived)), batches * samples_per_batch);
+  EXPECT_EQ(d.Total(col::TimerCount(Timer::kStep)), batches);
+  EXPECT_EQ(d.Total(col::TimerCount(Timer::kDecode)), batches);
+  EXPECT_EQ(d.spans.size(), 3u * batches);
+  EXPECT_EQ(d.spans_dropped, 0);
+  return ComputeRankStats(d);
+}
+
+TEST(CollectorTest, InputBoundConstructReadsThirtyPercentWait) {
+  // decode 10 ms, step 7 ms: the consumer waits 3 of every 10 ms.
+  RankStats s = ConstructedRun(40, 10, 7, 32);
+  EXPECT_GE(s.data_wait_pct, 20.0);
+  EXPECT_LE(s.data_wait_pct, 40.0);
+  EXPECT_GE(s.step_ms, 6.5);  // a sleep never returns early
+  EXPECT_GT(s.worker_util, 0.7);  // decode timed for ~all of the run with one worker
+  JobSummary j;
+  j.ranks = {s};
+  Diagnosis d = Diagnose(j);
+  EXPECT_EQ(d.bottleneck, Bottleneck::kInput) << d.headline;
+}
+
+TEST(CollectorTest, ComputeBoundConstructReadsNoWait) {
+  // decode 2 ms, step 6 ms: the queue is always full, only the first batch is waited for.
+  RankStats s = ConstructedRun(40, 2, 6, 16);
+  EXPECT_LT(s.data_wait_pct, 10.0);
+  JobSummary j;
+  j.ranks = {s};
+  EXPECT_EQ(Diagnose(j).bottleneck, Bottleneck::kCompute);
+}
+
+TEST(CollectorTest, FourThreadsRecordExactlyWhileSamplerRuns) {
+  CollectorOptions o;
+  o.interval_ms = 10;  // the sampler snapshots continuously during the test
+  o.max_spans = 1000;  // rounded up to 1024: most spans are dropped
+  auto c = MakeCollector(Role::kConsumer, o);
+  constexpr int kThreads = 4, kEvents = 100000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEvents; ++i) {
+        c->Add(Counter::kSamplesReceived, 2);
+        c->AddTime(Timer::kStep, 5);
+        c->SetGauge(Gauge::kBufferOccupancy, t);
+        c->Span(SpanKind::kStep, static_cast<uint64_t>(i), i, i + 1);
+      }
+    });
+  for (auto& t : threads) t.join();
+  RankData d = c->Snapshot();
+  EXPECT_EQ(d.Total(col::Counter(Counter::kSamplesReceived)), 2.0 * kThreads * kEvents);
+  EXPECT_EQ(d.Total(col::TimerNs(Timer::kStep)), 5.0 * kThreads * kEvents);
+  EXPECT_EQ(d.Total(col::TimerCount(Timer::kStep)), 1.0 * kThreads * kEvents);
+  EXPECT_LE(d.spans.size(), 1024u);
+  EXPECT_GT(d.spans.size(), 0u);
+  EXPECT_EQ(static_cast<int64_t>(d.spans.size()) + d.spans_dropped, kThreads * kEvents);
+  for (const auto& s : d.spans) EXPECT_EQ(s.end_ns, s.begin_ns + 1);  // never torn
+  // Cumulative columns never decrease from row to row.
+  for (int64_t r = 1; r < d.num_rows(); ++r)
+    EXPECT_GE(d.At(r, col::Counter(Counter::kSamplesReceived)),
+              d.At(r - 1, col::Counter(Counter::kSamplesReceived)));
+}
+
+TEST(CollectorTest, SeriesStaysBoundedAndTotalsStayExact) {
+  CollectorOptions o;
+  o.interval_ms = 60000;  // only Snapshot() adds rows
+  o.max_rows = 16;
+  auto c = MakeCollector(Role::kConsumer, o);
+  RankData d;
+  for (int i = 1; i <= 100; ++i) {
+    c->Add(Counter::kBatchesReceived, 1);
+    d = c->Snapshot();
+    ASSERT_LE(d.num_rows(), 16);
+  }
+  EXPECT_EQ(d.Total(col::Counter(Counter::kBatchesReceived)), 100);
+  EXPECT_GT(d.interval_s, 60.0);  // the stride doubled at least once
+  for (int64_t r = 1; r < d.num_rows(); ++r)
+    EXPECT_GT(d.At(r, col::kTime), d.At(r - 1, col::kTime));
+}
+
+TEST(CollectorTest, GaugeRowHoldsIntervalMean) {
+  CollectorOptions o;
+  o.interval_ms = 60000;
+  auto c = MakeCollector(Role::kLeader, o);
+  c->SetGauge(Gauge::kRingOccupancy, 1);
+  c->SetGauge(Gauge::kRingOccupancy, 3);
+  RankData d = c->Snapshot();
+  EXPECT_DOUBLE_EQ(d.At(d.num_rows() - 1, col::Gauge(Gauge::kRingOccupancy)), 2.0);
+  d = c->Snapshot();  // nothing set since: the last value
+  EXPECT_DOUBLE_EQ(d.At(d.num_rows() - 1, col::Gauge(Gauge::kRingOccupancy)), 3.0);
+}
+
+TEST(CollectorTest, ProcessMetricsArePresentAndGpuIsAbsentNotZero) {
+  auto c = MakeCollector(Role::kConsumer);
+  RankData d = c->Snapshot();
+  ASSERT_GE(d.num_rows(), 1);
+  EXPECT_GT(d.At(0, col::kRssBytes), 1 << 20);  // a process has at least 1 MiB resident
+  EXPECT_GE(d.At(0, col::kCpuCores), 0.0);
+  EXPECT_FALSE(d.gpu_present);  // MakeCollector disables NVML
+  EXPECT_TRUE(std::isnan(d.At(0, col::kGpuUtil)));
+  EXPECT_TRUE(std::isnan(d.At(0, col::kGpuMem)));
+  EXPECT_GE(d.cores_available, 1);
+}
+
+TEST(CollectorTest, NullCollectorHelpersDoNothing) {
+  Collector* none = nullptr;
+  Add(none, Counter::kBatchesReceived, 1);
+  AddTime(none, Timer::kStep, 1);
+  SetGauge(none, Gauge::kBufferOccupancy, 1);
+  Span(none, SpanKind::kStep, 1, 0, 1);
+  { ScopedTimer t(none, Timer::kDecode, SpanKind::kProduce, 1); }
+  SUCCEED();
+}
+
+TEST(CollectorTest, FinishTwiceIsAnError) {
+  auto c = MakeCollector(Role::kConsumer);
+  Sinks none;
+  none.print_summary = false;
+  ASSERT_TRUE(c->Finish(none).ok());
+  Status again = c->Finish(none);
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(CollectorTest, SerializeRoundTrips) {
+  auto c = MakeCollector(Role::kLeader);
+  c->Add(Counter::kBytesShm, 12345);
+  c->Span(SpanKind::kPublish, 7, 100, 200);
+  RankData d = c->Snapshot();
+  Result<RankData> back = DeserializeRankData(SerializeRankData(d));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->tags.run, "run1");
+  EXPECT_EQ(back->tags.role, Role::kLeader);
+  EXPECT_EQ(back->Total(col::Counter(Counter::kBytesShm)), 12345);
+  ASSERT_EQ(back->spans.size(), 1u);
+  EXPECT_EQ(back->spans[0].seq, 7u);
+  EXPECT_TRUE(std::isnan(back->At(0, col::kGpuUtil)));
+  EXPECT_FALSE(DeserializeRankData("not cbor").ok());
+}
+
+}  // namespace
+}  // namespace batchcast::telemetry
