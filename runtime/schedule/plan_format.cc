@@ -25,11 +25,10 @@ bool SameRow(const EpochSummary& a, const EpochSummary& b) {
 
 void AppendEpochRow(const ResizeSchedule& s, const EpochSummary& first, const EpochSummary& last,
                     std::string* out) {
-  std::string epochs = first.epoch == last.epoch
-                           ? std::to_string(first.epoch)
-                           : fmt::format("{}-{}", first.epoch, last.epoch);
-  fmt::format_to(std::back_inserter(*out), "{:>9} {:>5} {:>9}", epochs,
-                 EpochPhaseName(first.phase), first.samples_covered);
+  std::string epochs = first.epoch == last.epoch ? std::to_string(first.epoch)
+                                                 : fmt::format("{}-{}", first.epoch, last.epoch);
+  fmt::format_to(std::back_inserter(*out), "{:>9} {:>5} {:>9}", epochs, EpochPhaseName(first.phase),
+                 first.samples_covered);
   for (int b = 0; b < s.num_buckets(); ++b)
     fmt::format_to(std::back_inserter(*out), " {:>8}", first.trained[b]);
   fmt::format_to(std::back_inserter(*out), " {:>7} {:>6.3f}\n", first.steps, first.relative_work);
@@ -62,12 +61,13 @@ std::string FormatPlan(const ResizeSchedule& s, std::span<const EpochSummary> su
     }
     i = j + 1;
   }
-  fmt::format_to(it,
-                 "total: {} steps, pixel work {:.2f} full-size epochs ({:.1f}% of {} epochs at "
-                 "full size); 'work' is pixels per epoch relative to one full-size epoch\n",
-                 total_steps, total_work,
-                 summaries.empty() ? 0.0 : 100.0 * total_work / static_cast<double>(summaries.size()),
-                 summaries.size());
+  fmt::format_to(
+      it,
+      "total: {} steps, pixel work {:.2f} full-size epochs ({:.1f}% of {} epochs at "
+      "full size); 'work' is pixels per epoch relative to one full-size epoch\n",
+      total_steps, total_work,
+      summaries.empty() ? 0.0 : 100.0 * total_work / static_cast<double>(summaries.size()),
+      summaries.size());
   return out;
 }
 

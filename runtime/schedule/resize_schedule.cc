@@ -70,9 +70,8 @@ Result<std::unique_ptr<ResizeSchedule>> ResizeSchedule::Create(const ResizeSched
     return InvalidArgumentError("resize schedule: base batch size must be positive, got {}",
                                 params.base_batch_size);
   if (params.spec.final_epochs > params.total_epochs)
-    return InvalidArgumentError(
-        "resize schedule: final_epochs ({}) exceeds the run's epochs ({})",
-        params.spec.final_epochs, params.total_epochs);
+    return InvalidArgumentError("resize schedule: final_epochs ({}) exceeds the run's epochs ({})",
+                                params.spec.final_epochs, params.total_epochs);
   ResizeScheduleParams p = params;
   if (p.policy == nullptr) {
     BC_ASSIGN_OR_RETURN(p.policy, MakeUpgradePolicy(p.spec.policy));
@@ -81,9 +80,9 @@ Result<std::unique_ptr<ResizeSchedule>> ResizeSchedule::Create(const ResizeSched
   BC_LOG(Info, Sched,
          "progressive resizing: {} buckets {}..{} px, {} samples, {} upgrade after each epoch, "
          "mode {}, lr {}, final phase from epoch {} of {}",
-         s->num_buckets(), s->sizes_.front(), s->full_size(), p.num_samples,
-         s->upgrades_per_epoch_, ResizeModeName(p.spec.mode), LrRuleName(p.spec.lr),
-         s->final_phase_begin(), p.total_epochs);
+         s->num_buckets(), s->sizes_.front(), s->full_size(), p.num_samples, s->upgrades_per_epoch_,
+         ResizeModeName(p.spec.mode), LrRuleName(p.spec.lr), s->final_phase_begin(),
+         p.total_epochs);
   return s;
 }
 
@@ -111,8 +110,8 @@ BucketScaling ResizeSchedule::Scaling(int64_t base, int bucket) const {
   // floor(base x full^2 / size^2) in integers, so exact ratios (2x → 4x) never round down.
   const auto full = static_cast<unsigned __int128>(full_size());
   const auto size = static_cast<unsigned __int128>(s.image_size);
-  auto scaled = static_cast<int64_t>(static_cast<unsigned __int128>(base) * full * full /
-                                     (size * size));
+  auto scaled =
+      static_cast<int64_t>(static_cast<unsigned __int128>(base) * full * full / (size * size));
   s.batch_size = std::max(scaled, base);
   if (params_.spec.max_batch > 0) {
     int64_t cap = std::max(params_.spec.max_batch, base);  // the cap never shrinks full size
@@ -123,9 +122,15 @@ BucketScaling ResizeSchedule::Scaling(int64_t base, int bucket) const {
   }
   double r = static_cast<double>(s.batch_size) / static_cast<double>(base);
   switch (params_.spec.lr) {
-    case LrRule::kLinear: s.lr_factor = r; break;
-    case LrRule::kSqrt: s.lr_factor = std::sqrt(r); break;
-    case LrRule::kNone: s.lr_factor = 1.0; break;
+    case LrRule::kLinear:
+      s.lr_factor = r;
+      break;
+    case LrRule::kSqrt:
+      s.lr_factor = std::sqrt(r);
+      break;
+    case LrRule::kNone:
+      s.lr_factor = 1.0;
+      break;
   }
   return s;
 }
@@ -179,20 +184,22 @@ Status ResizeSchedule::Advance(int epoch, std::vector<uint8_t>* buckets, bool* m
   for (int b = num_buckets() - 2; b >= 0; --b) {
     if (quota[b] == 0) continue;
     chosen.clear();
-    UpgradeContext ctx{DeriveSeed(params_.seed, {internal::kUpgradeStream,
-                                                 static_cast<uint64_t>(epoch),
-                                                 static_cast<uint64_t>(b)}),
-                       epoch, b};
+    UpgradeContext ctx{
+        DeriveSeed(params_.seed, {internal::kUpgradeStream, static_cast<uint64_t>(epoch),
+                                  static_cast<uint64_t>(b)}),
+        epoch, b};
     params_.policy->SelectUpgrades(ctx, lists.Of(b), static_cast<size_t>(quota[b]), &chosen);
     if (chosen.size() != static_cast<size_t>(quota[b]))
-      return InternalError("resize schedule: upgrade policy '{}' chose {} samples of bucket {} "
-                           "after epoch {}, expected {}",
-                           params_.policy->Name(), chosen.size(), b, epoch, quota[b]);
+      return InternalError(
+          "resize schedule: upgrade policy '{}' chose {} samples of bucket {} "
+          "after epoch {}, expected {}",
+          params_.policy->Name(), chosen.size(), b, epoch, quota[b]);
     for (int64_t s : chosen) {
       if (s < 0 || s >= params_.num_samples || (*buckets)[s] != b)
-        return InternalError("resize schedule: upgrade policy '{}' chose sample {} after epoch "
-                             "{}, which is not (or twice) in bucket {}",
-                             params_.policy->Name(), s, epoch, b);
+        return InternalError(
+            "resize schedule: upgrade policy '{}' chose sample {} after epoch "
+            "{}, which is not (or twice) in bucket {}",
+            params_.policy->Name(), s, epoch, b);
       (*buckets)[s] = static_cast<uint8_t>(b + 1);
     }
   }
@@ -306,8 +313,8 @@ Result<std::vector<ProducerBatch>> ResizeSchedule::ProducerBatches(int epoch,
     labels.insert(labels.end(), static_cast<size_t>((n + chunk[b] - 1) / chunk[b]), b);
   }
   if (params_.spec.mode == ResizeMode::kMixed) {
-    SeededRng rng(DeriveSeed(params_.seed, {internal::kInterleaveStream,
-                                            static_cast<uint64_t>(epoch)}));
+    SeededRng rng(
+        DeriveSeed(params_.seed, {internal::kInterleaveStream, static_cast<uint64_t>(epoch)}));
     rng.Shuffle(std::span<int>(labels));
   }
   std::vector<ProducerBatch> out;

@@ -80,7 +80,7 @@ struct ResizeScheduleParams {
   ResizeSpec spec;
   uint64_t seed = 0;
   int64_t num_samples = 0;
-  int total_epochs = 1;        // epochs in the run; the final phase is the last spec.final_epochs
+  int total_epochs = 1;          // epochs in the run; the final phase is the last spec.final_epochs
   int64_t base_batch_size = 64;  // a consumer's batch size at full size
   // Overrides spec.policy (a custom UpgradePolicy); null = the built-in named in the spec.
   std::shared_ptr<const UpgradePolicy> policy;
@@ -142,9 +142,9 @@ class ResizeSchedule {
   int64_t upgrades_per_epoch_ = 0;
 
   mutable std::mutex mu_;
-  mutable int cached_epoch_ = 0;             // guarded by mu_
-  mutable std::vector<uint8_t> cached_;      // bucket of each sample during cached_epoch_
-  mutable bool cached_settled_ = false;      // no sample can move any more
+  mutable int cached_epoch_ = 0;         // guarded by mu_
+  mutable std::vector<uint8_t> cached_;  // bucket of each sample during cached_epoch_
+  mutable bool cached_settled_ = false;  // no sample can move any more
 };
 
 }  // namespace batchcast::schedule

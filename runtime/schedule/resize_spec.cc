@@ -193,7 +193,8 @@ void SkipSpace(std::string_view text, size_t* pos) {
 }
 
 // Parses the "key=value,..." body between the parentheses; `*pos` starts after '('.
-Status ParseBody(std::string_view text, size_t* pos, ResizeSpec* spec, std::set<std::string>* seen) {
+Status ParseBody(std::string_view text, size_t* pos, ResizeSpec* spec,
+                 std::set<std::string>* seen) {
   SkipSpace(text, pos);
   if (*pos < text.size() && text[*pos] == ')') {
     ++(*pos);
@@ -202,7 +203,8 @@ Status ParseBody(std::string_view text, size_t* pos, ResizeSpec* spec, std::set<
   while (true) {
     SkipSpace(text, pos);
     size_t key_begin = *pos;
-    while (*pos < text.size() && (std::isalnum(static_cast<unsigned char>(text[*pos])) || text[*pos] == '_'))
+    while (*pos < text.size() &&
+           (std::isalnum(static_cast<unsigned char>(text[*pos])) || text[*pos] == '_'))
       ++(*pos);
     std::string_view key = text.substr(key_begin, *pos - key_begin);
     if (key.empty()) {
@@ -252,9 +254,12 @@ const char* ResizeModeName(ResizeMode mode) {
 
 const char* LrRuleName(LrRule rule) {
   switch (rule) {
-    case LrRule::kLinear: return "linear";
-    case LrRule::kSqrt: return "sqrt";
-    case LrRule::kNone: return "none";
+    case LrRule::kLinear:
+      return "linear";
+    case LrRule::kSqrt:
+      return "sqrt";
+    case LrRule::kNone:
+      return "none";
   }
   return "?";
 }
@@ -370,8 +375,8 @@ Result<ResizeSpec> ResizeSpecFromConfigFile(const std::string& path) {
     std::replace(key.begin(), key.end(), '-', '_');
     std::transform(key.begin(), key.end(), key.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    lines.push_back({key, Unquote(std::string(Trim(t.substr(eq + 1)))),
-                     fmt::format("{}:{}", path, lineno)});
+    lines.push_back(
+        {key, Unquote(std::string(Trim(t.substr(eq + 1)))), fmt::format("{}:{}", path, lineno)});
   }
   return SpecFromLines(lines);
 }
@@ -383,8 +388,9 @@ Status ValidateResizeSpec(const ResizeSpec& s) {
         return InvalidArgumentError("resize spec: size {} in 'sizes' must be in [1, {}]",
                                     s.sizes[i], kMaxResizeImageSize);
       if (i > 0 && s.sizes[i] <= s.sizes[i - 1])
-        return InvalidArgumentError("resize spec: 'sizes' must be strictly ascending, but {} follows {}",
-                                    s.sizes[i], s.sizes[i - 1]);
+        return InvalidArgumentError(
+            "resize spec: 'sizes' must be strictly ascending, but {} follows {}", s.sizes[i],
+            s.sizes[i - 1]);
     }
   } else {
     if (s.min_size <= 0 || s.max_size <= 0 || s.max_size > kMaxResizeImageSize)

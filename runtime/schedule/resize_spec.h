@@ -37,8 +37,8 @@ struct ResizeSpec {
   int min_size = 0;
   int max_size = 0;
   int step = 32;
-  std::vector<int> sizes;         // explicit list; when set, min/max/step are unused
-  double upgrade = 0.25;          // fraction of all samples moved up one bucket per epoch
+  std::vector<int> sizes;  // explicit list; when set, min/max/step are unused
+  double upgrade = 0.25;   // fraction of all samples moved up one bucket per epoch
   ResizeMode mode = ResizeMode::kMixed;
   LrRule lr = LrRule::kLinear;
   int64_t max_batch = 0;          // cap on a scaled batch size in samples (0 = no cap)

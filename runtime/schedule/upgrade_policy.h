@@ -33,9 +33,8 @@ class UpgradePolicy {
   // Chooses exactly `count` distinct samples out of `candidates` (ascending sample
   // indices, all in context.bucket, count <= candidates.size()) and appends them to
   // `chosen`. The schedule checks the answer and fails the epoch if it is not.
-  virtual void SelectUpgrades(const UpgradeContext& context,
-                              std::span<const int64_t> candidates, size_t count,
-                              std::vector<int64_t>* chosen) const = 0;
+  virtual void SelectUpgrades(const UpgradeContext& context, std::span<const int64_t> candidates,
+                              size_t count, std::vector<int64_t>* chosen) const = 0;
 };
 
 // Uniformly random subset, seeded.
@@ -47,8 +46,7 @@ class RandomUpgradePolicy final : public UpgradePolicy {
 };
 
 // The built-in policies by spec name ("random").
-[[nodiscard]] Result<std::shared_ptr<const UpgradePolicy>> MakeUpgradePolicy(
-    std::string_view name);
+[[nodiscard]] Result<std::shared_ptr<const UpgradePolicy>> MakeUpgradePolicy(std::string_view name);
 bool IsKnownUpgradePolicy(std::string_view name);
 std::vector<std::string_view> UpgradePolicyNames();
 std::string KnownUpgradePolicies();  // "random" (for messages)

@@ -92,8 +92,8 @@ TEST(ResizeScheduleTest, ExhaustiveTrainsSmallestNonEmptyBucket) {
   auto s = Make("resize(min=96,max=224,step=32,upgrade=0.25,mode=exhaustive)", 1000, 20);
   auto sums = s->Summaries();
   ASSERT_TRUE(sums.ok());
-  const std::vector<int64_t> covered = {1000, 750, 500, 250, 1000, 750, 500, 250, 1000, 750,
-                                        500,  250, 1000, 750, 500, 250, 1000, 1000, 1000, 1000};
+  const std::vector<int64_t> covered = {1000, 750, 500,  250, 1000, 750, 500,  250,  1000, 750,
+                                        500,  250, 1000, 750, 500,  250, 1000, 1000, 1000, 1000};
   for (int e = 0; e < 20; ++e) {
     const EpochSummary& es = (*sums)[e];
     EXPECT_EQ(es.samples_covered, covered[e]) << "epoch " << e;
@@ -111,8 +111,8 @@ TEST(ResizeScheduleTest, ExhaustiveTrainsSmallestNonEmptyBucket) {
 
 TEST(ResizeScheduleTest, BatchScaleAndLrRules) {
   // 112 -> 224 is exactly 2x: B_S = 4.
-  for (auto [rule, lr] : std::vector<std::pair<std::string, double>>{
-           {"linear", 4.0}, {"sqrt", 2.0}, {"none", 1.0}}) {
+  for (auto [rule, lr] :
+       std::vector<std::pair<std::string, double>>{{"linear", 4.0}, {"sqrt", 2.0}, {"none", 1.0}}) {
     auto s = Make("resize(sizes=112:224,lr=" + rule + ")", 100, 5);
     BucketScaling sc = s->Scaling(64, 0);
     EXPECT_DOUBLE_EQ(sc.batch_scale, 4.0);
@@ -272,7 +272,7 @@ TEST(ResizeScheduleTest, ExplicitSizeListSchedule) {
   // bucket 0 and 2 leave bucket 1: 5-3, 5-2+3, 0+2.
   EXPECT_EQ(Occupancy(*s, 2), (std::vector<int64_t>{2, 6, 2}));
   EXPECT_EQ(s->ScaledBatchSize(64, 0), 784);  // 64 x (224/64)^2 = 784 exactly
-  EXPECT_EQ(s->Phase(4), EpochPhase::kRamp);   // final_epochs=0: no forced final phase
+  EXPECT_EQ(s->Phase(4), EpochPhase::kRamp);  // final_epochs=0: no forced final phase
 }
 
 TEST(ResizeScheduleTest, SummaryStepsAndWork) {
@@ -366,13 +366,18 @@ TEST(ResizeScheduleTest, FormatPlanShowsBucketsEpochsAndTotals) {
   // Bucket table row for 96 px: B_S 5.444, batch 348, lr 5.438.
   EXPECT_NE(t.find("     0     96    5.444     348     5.438     no"), std::string::npos) << t;
   // Epoch 0 row: all 1000 at 96 px, ceil(1000/348) = 3 steps, work (96/224)^2 = 0.184.
-  EXPECT_NE(t.find("        0  ramp      1000     1000        0        0        0        0       3  0.184"),
-            std::string::npos)
+  EXPECT_NE(
+      t.find(
+          "        0  ramp      1000     1000        0        0        0        0       3  0.184"),
+      std::string::npos)
       << t;
   // Identical epochs fold into one row: every sample at full size from epoch 19 on; the
   // final phase (the last epoch) is its own row.
-  EXPECT_NE(t.find("    19-22  ramp      1000        0        0        0        0     1000      16  1.000"),
-            std::string::npos) << t;
+  EXPECT_NE(
+      t.find(
+          "    19-22  ramp      1000        0        0        0        0     1000      16  1.000"),
+      std::string::npos)
+      << t;
   EXPECT_NE(t.find("       23 final      1000"), std::string::npos) << t;
   EXPECT_NE(t.find("total:"), std::string::npos);
 }

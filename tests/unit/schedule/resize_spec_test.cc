@@ -1,13 +1,13 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "schedule/resize_spec.h"
 
-#include "batchcast/options.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "batchcast/options.h"
 
 namespace batchcast::schedule {
 namespace {
@@ -99,14 +99,16 @@ TEST(ResizeSpecTest, BadValuesPointAtTheValue) {
                       "key 'mode' must be mixed|exhaustive, got 'mixd' at column 28 (did you "
                       "mean 'mixed'?)");
   ExpectErrorContains("resize(min=96,max=224,lr=cubic)", "key 'lr' must be linear|sqrt|none");
-  ExpectErrorContains("resize(min=96,max=224,upgrade=0)", "upgrade must be in (0, 1], got 0 at column 31");
+  ExpectErrorContains("resize(min=96,max=224,upgrade=0)",
+                      "upgrade must be in (0, 1], got 0 at column 31");
   ExpectErrorContains("resize(min=96,max=224,upgrade=1.5)", "upgrade must be in (0, 1]");
   ExpectErrorContains("resize(min=96,max=224,upgrade=abc)", "'abc' is not a number");
   ExpectErrorContains("resize(min=96,max=224,step=0)", "step must be in [1, 16384], got 0");
   ExpectErrorContains("resize(min=96,max=224,max_batch=-1)", "max_batch must be >= 0");
   ExpectErrorContains("resize(min=96,max=224,final_epochs=-2)", "final_epochs must be >= 0");
-  ExpectErrorContains("resize(min=96,max=224,policy=rnadom)",
-                      "unknown policy 'rnadom' at column 30 (known: random) (did you mean 'random'?)");
+  ExpectErrorContains(
+      "resize(min=96,max=224,policy=rnadom)",
+      "unknown policy 'rnadom' at column 30 (known: random) (did you mean 'random'?)");
   ExpectErrorContains("resize(min=,max=224)", "empty value for key 'min' at column 12");
 }
 
@@ -160,25 +162,26 @@ TEST(ResizeSpecConfigTest, PerKeyLinesAlone) {
   EXPECT_EQ(BucketSizes(*r), (std::vector<int>{64, 128}));
   EXPECT_EQ(r->lr, LrRule::kNone);
   // An explicit list replaces the range of the spec string, and the other way round.
-  auto both = ResizeSpecFromConfig({{"resize", "resize(min=96,max=224)"}, {"resize_sizes", "32:64"}},
-                                   "test");
+  auto both = ResizeSpecFromConfig(
+      {{"resize", "resize(min=96,max=224)"}, {"resize_sizes", "32:64"}}, "test");
   ASSERT_TRUE(both.ok()) << both.status().ToString();
   EXPECT_EQ(BucketSizes(*both), (std::vector<int>{32, 64}));
 }
 
 TEST(ResizeSpecConfigTest, ErrorsNameFileAndLine) {
-  std::string path = WriteFile("bc_resize_b.toml", "resize_min = 96\nresize_max = 224\nresize_upgarde = 0.3\n");
+  std::string path =
+      WriteFile("bc_resize_b.toml", "resize_min = 96\nresize_max = 224\nresize_upgarde = 0.3\n");
   auto r = ResizeSpecFromConfigFile(path);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(path + ":3: unknown key 'resize_upgarde' (did you mean "
-                                      "'resize_upgrade'?)"),
+                                             "'resize_upgrade'?)"),
             std::string::npos)
       << r.status().message();
   std::string bad = WriteFile("bc_resize_c.toml", "seed = 1\nresize = \"resize(min=96,max=2x)\"\n");
   auto r2 = ResizeSpecFromConfigFile(bad);
   ASSERT_FALSE(r2.ok());
   EXPECT_NE(r2.status().message().find(bad + ":2: resize spec: '2x' is not an integer for key "
-                                       "'max' at column 19"),
+                                             "'max' at column 19"),
             std::string::npos)
       << r2.status().message();
   auto none = ResizeSpecFromConfig({{"seed", "1"}}, "test");
