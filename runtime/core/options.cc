@@ -72,6 +72,10 @@ const std::vector<Entry>& Registry() {
       BC_OPT(job_id, kString, "job identity used in segment and socket names (default: Slurm/Open MPI job id or leader pid)"),
       BC_OPT(heartbeat_ms, kDuration, "a consumer that shows no sign of life for this long is detached; accepts ms/s/m suffixes"),
       BC_OPT(resize, kString, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
+      BC_OPT(telemetry, kString, "telemetry sinks, e.g. telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled"),
+      BC_OPT(experiment, kString, "telemetry tag: experiment name (e.g. the sweep)"),
+      BC_OPT(workload, kString, "telemetry tag: workload name (a set of collocated runs)"),
+      BC_OPT(run_name, kString, "telemetry tag: name of this run / trial"),
   };
   return kRegistry;
 }
@@ -292,7 +296,7 @@ Status ApplyConfigFile(const std::string& path, Options* o) {
 // Environment variables that are not options but are Batchcast's own.
 bool IsReservedEnv(const std::string& key) {
   static const std::set<std::string> kReserved = {
-      "config", "debug", "debug_subsys", "debug_file", "telemetry", "socket", "test_keep_shm"};
+      "config", "debug", "debug_subsys", "debug_file", "socket", "test_keep_shm"};
   return kReserved.count(key) != 0;
 }
 

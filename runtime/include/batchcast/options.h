@@ -58,6 +58,12 @@ struct BATCHCAST_API Options {
   std::string job_id;           // identity in segment names (default: from Slurm/MPI/pid)
   int64_t heartbeat_ms = 10000; // a consumer silent this long is detached
 
+  // --- telemetry (docs/telemetry.md) ---
+  std::string telemetry;        // sink spec, e.g. "telemetry(hdf5=run.h5,interval=1s)"; "" = off
+  std::string experiment;       // telemetry tag: the experiment (e.g. a sweep)
+  std::string workload;         // telemetry tag: a set of collocated runs sharing one stream
+  std::string run_name;         // telemetry tag: this run / trial
+
   // --- progressive resizing (docs/progressive-resizing.md) ---
   std::string resize;           // schedule spec, e.g. "resize(min=96,max=224,step=32)"; "" = off
 
