@@ -1,0 +1,240 @@
+#!/usr/bin/python3
+# Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+"""Render a Batchcast telemetry file (docs/telemetry-format.md) as plots and one HTML page.
+
+    batchcast report RUN.h5 [--out DIR]          (the CLI runs this script)
+    /usr/bin/python3 batchcast_report.py RUN.h5 [--out DIR] [--dpi 100]
+
+Writes DIR/<plot>.png and DIR/<plot>.svg for throughput, data_wait, cpu, rss, stages and
+(when any rank had a GPU) gpu, and DIR/report.html with every image inlined (base64 PNG),
+the summary table and the diagnosis. Needs h5py, numpy and matplotlib.
+"""
+import argparse
+import base64
+import html
+import os
+import sys
+
+import h5py
+import numpy as np
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+FIG_W_IN, FIG_H_IN = 10.0, 4.0  # at --dpi 100: 1000 x 400 pixel PNGs
+STAGES = ["read", "decode", "transform", "collate", "publish", "exchange"]
+
+
+def text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def load(path):
+    """Returns (root attributes, [rank dict]) from a telemetry HDF5 file."""
+    with h5py.File(path, "r") as f:
+        if text(f.attrs.get("format", "")) != "batchcast-telemetry":
+            raise ValueError(f"{path}: not a batchcast telemetry file (no format attribute)")
+        root = {k: (text(v) if isinstance(v, (str, bytes)) else v) for k, v in f.attrs.items()}
+        ranks = []
+        for name in sorted(k for k in f.keys() if k.startswith("rank_")):
+            g = f[name]
+            attrs = {k: (text(v) if isinstance(v, (str, bytes)) else v) for k, v in g.attrs.items()}
+            series = {k: np.asarray(g["series"][k][()]) for k in g["series"].keys()}
+            ranks.append({"name": name, "attrs": attrs, "series": series})
+    return root, ranks
+
+
+def rate(t, cum):
+    """Per-interval rate of a cumulative series, at the interval ends."""
+    if len(t) < 2:
+        return np.array([]), np.array([])
+    dt = np.diff(t)
+    dv = np.diff(cum.astype(float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(dt > 0, dv / dt, np.nan)
+    return t[1:], r
+
+
+def wait_pct(s):
+    t = s["time_s"]
+    if len(t) < 2:
+        return np.array([]), np.array([])
+    dw = np.diff(s["data_wait_ns"].astype(float))
+    ds = np.diff(s["step_ns"].astype(float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(dw + ds > 0, 100.0 * dw / (dw + ds), np.nan)
+    return t[1:], p
+
+
+def label(r):
+    a = r["attrs"]
+    return f"rank {a['rank']} {a['role']}"
+
+
+def is_consumer(r):
+    return r["attrs"]["role"] in ("consumer", "both")
+
+
+def new_figure(title, ylabel):
+    fig, ax = plt.subplots(figsize=(FIG_W_IN, FIG_H_IN))
+    ax.set_title(title)
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def finish(fig, ax, out, name, dpi, images):
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(loc="best", fontsize="small", ncol=max(1, len(handles) // 8))
+    fig.tight_layout()
+    png = os.path.join(out, name + ".png")
+    fig.savefig(png, dpi=dpi)  # no bbox_inches: the pixel size stays FIG_W_IN x FIG_H_IN x dpi
+    fig.savefig(os.path.join(out, name + ".svg"))
+    plt.close(fig)
+    images.append((name, png))
+
+
+def offset(r, t0):
+    return r["attrs"].get("start_unix_s", 0.0) - t0
+
+
+def plot_all(ranks, out, dpi):
+    images = []
+    t0 = min((r["attrs"].get("start_unix_s", 0.0) for r in ranks), default=0.0)
+
+    fig, ax = new_figure("throughput per rank", "samples / s")
+    for r in ranks:
+        s = r["series"]
+        key = "samples_received" if is_consumer(r) else "samples_produced"
+        t, v = rate(s["time_s"], s[key])
+        ax.plot(t + offset(r, t0), v, label=f"{label(r)} ({key.split('_')[1]})")
+    finish(fig, ax, out, "throughput", dpi, images)
+
+    fig, ax = new_figure("data wait: share of step time blocked on the next batch", "data wait %")
+    for r in ranks:
+        if is_consumer(r):
+            t, v = wait_pct(r["series"])
+            ax.plot(t + offset(r, t0), v, label=label(r))
+    ax.set_ylim(0, 100)
+    finish(fig, ax, out, "data_wait", dpi, images)
+
+    fig, ax = new_figure("process CPU use", "cores busy")
+    for r in ranks:
+        s = r["series"]
+        ax.plot(s["time_s"] + offset(r, t0), s["cpu_cores"], label=label(r))
+    finish(fig, ax, out, "cpu", dpi, images)
+
+    fig, ax = new_figure("resident memory", "RSS (MiB)")
+    for r in ranks:
+        s = r["series"]
+        ax.plot(s["time_s"] + offset(r, t0), s["rss_bytes"] / 2**20, label=label(r))
+    finish(fig, ax, out, "rss", dpi, images)
+
+    gpu_ranks = [r for r in ranks if "gpu_util_pct" in r["series"]]
+    if gpu_ranks:
+        fig, ax = new_figure("GPU utilisation (NVML)", "GPU busy %")
+        for r in gpu_ranks:
+            s = r["series"]
+            ax.plot(s["time_s"] + offset(r, t0), s["gpu_util_pct"], label=label(r))
+        ax.set_ylim(0, 100)
+        finish(fig, ax, out, "gpu", dpi, images)
+
+    fig, ax = plt.subplots(figsize=(FIG_W_IN, FIG_H_IN))
+    ax.set_title("where the time went (seconds per rank, summed over threads)")
+    names = STAGES + ["data_wait", "step"]
+    bottom = np.zeros(len(ranks))
+    for stage in names:
+        vals = np.array([r["series"][stage + "_ns"][-1] / 1e9 if len(r["series"]["time_s"]) else 0.0
+                         for r in ranks])
+        if vals.sum() > 0:
+            ax.bar([label(r) for r in ranks], vals, bottom=bottom, label=stage)
+            bottom += vals
+    ax.set_ylabel("seconds")
+    ax.grid(True, axis="y", alpha=0.3)
+    finish(fig, ax, out, "stages", dpi, images)
+    return images
+
+
+def fmt(v, spec=".1f"):
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if np.isnan(v) else format(v, spec)
+
+
+def write_html(root, ranks, images, out, source):
+    rows = []
+    for r in ranks:
+        a = r["attrs"]
+        rows.append(
+            "<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in [
+                a["rank"], a["host"], a["role"], fmt(a.get("samples_per_s")),
+                fmt(a.get("data_wait_pct")), fmt(a.get("step_ms"), ".2f"),
+                fmt(a.get("cpu_cores"), ".2f"), fmt(a.get("peak_rss_bytes", 0) / 2**20, ".0f"),
+                text(a.get("gpu_name", "-")) if a.get("gpu_present", 0) else "absent"]) + "</tr>")
+    figs = []
+    for name, png in images:
+        with open(png, "rb") as fh:
+            data = base64.b64encode(fh.read()).decode()
+        figs.append(f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
+                    f"<figcaption>{name}</figcaption></figure>")
+    bottleneck = html.escape(text(root.get("bottleneck", "unknown")))
+    diagnosis = html.escape(text(root.get("diagnosis", ""))).replace("\n", "<br>")
+    page = f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>Batchcast telemetry: {html.escape(text(root.get('run', '')))}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; max-width: 1100px; }}
+.diag {{ padding: 1em; border-left: 6px solid {'#d9534f' if bottleneck == 'input' else '#5cb85c'}; background: #f7f7f7; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
+img {{ max-width: 100%; }} pre {{ background: #f7f7f7; padding: 1em; overflow-x: auto; }}
+</style></head><body>
+<h1>Batchcast telemetry</h1>
+<p>experiment <b>{html.escape(text(root.get('experiment', '')) or '-')}</b>,
+workload <b>{html.escape(text(root.get('workload', '')) or '-')}</b>,
+run <b>{html.escape(text(root.get('run', '')) or '-')}</b>,
+{len(ranks)} ranks, {fmt(root.get('wall_s'))} s. Source: {html.escape(source)}</p>
+<div class="diag"><b>Bottleneck: {bottleneck}</b><br>{diagnosis}</div>
+<h2>Ranks</h2>
+<table><tr><th>rank</th><th>host</th><th>role</th><th>samples/s</th><th>data wait %</th>
+<th>step ms</th><th>cpu cores</th><th>peak RSS MiB</th><th>GPU</th></tr>
+{''.join(rows)}</table>
+<h2>Plots</h2>
+{''.join(figs)}
+<h2>Summary as printed</h2>
+<pre>{html.escape(text(root.get('summary', '')))}</pre>
+</body></html>
+"""
+    path = os.path.join(out, "report.html")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    return path
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("h5", help="telemetry HDF5 file (telemetry(hdf5=...))")
+    p.add_argument("--out", help="output directory (default: <file>_report next to the file)")
+    p.add_argument("--dpi", type=int, default=100, help="PNG resolution (default 100: 1000x400)")
+    args = p.parse_args(argv)
+    out = args.out or os.path.splitext(args.h5)[0] + "_report"
+    try:
+        root, ranks = load(args.h5)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"batchcast report: cannot read {args.h5}: {e}", file=sys.stderr)
+        return 2
+    if not ranks:
+        print(f"batchcast report: {args.h5} holds no rank groups", file=sys.stderr)
+        return 2
+    os.makedirs(out, exist_ok=True)
+    images = plot_all(ranks, out, args.dpi)
+    page = write_html(root, ranks, images, out, os.path.abspath(args.h5))
+    print(f"batchcast report: {len(images)} plots (PNG + SVG) and {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,206 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Sinks: any subset works; the HDF5 file round-trips through h5py; the trace is valid
+// Chrome JSON; `batchcast_report.py` renders PNG/SVG of the expected size and an HTML page.
+#include "telemetry/sinks.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "telemetry/collector.h"
+
+namespace batchcast::telemetry {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SinksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/bc_telem_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+
+  // Rank 0 a leader that produced 6 batches, rank 1 a consumer that received 5, each with
+  // several rows (Snapshot() adds a row without waiting for the interval).
+  static std::vector<RankData> TwoRanks() {
+    std::vector<RankData> out;
+    for (int rank = 0; rank < 2; ++rank) {
+      Tags tags{"exp", "wl", "run-a", "", rank, rank, rank == 0 ? Role::kLeader : Role::kConsumer};
+      CollectorOptions o;
+      o.interval_ms = 60000;
+      o.gpu = false;
+      auto c = std::move(Collector::Create(tags, o)).value();
+      RankData d;
+      int batches = rank == 0 ? 6 : 5;
+      for (int b = 0; b < batches; ++b) {
+        int64_t t = NowNs();
+        if (rank == 0) {
+          c->SetGauge(Gauge::kWorkerThreads, 2);
+          c->AddTime(Timer::kDecode, 3000000);
+          c->Add(Counter::kBatchesProduced, 1);
+          c->Add(Counter::kSamplesProduced, 64);
+          c->Span(SpanKind::kPublish, b, t, t + 1000);
+        } else {
+          c->AddTime(Timer::kDataWait, 1000000);
+          c->AddTime(Timer::kStep, 2000000);
+          c->Add(Counter::kBatchesReceived, 1);
+          c->Add(Counter::kSamplesReceived, 64);
+          c->Span(SpanKind::kStep, b, t + 2000, t + 5000);
+        }
+        d = c->Snapshot();
+      }
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+  std::string dir_;
+};
+
+// Exit status of a command, or -1 if it could not run.
+int RunCommand(const std::string& cmd) {
+  int rc = std::system(cmd.c_str());
+  return rc == -1 || !WIFEXITED(rc) ? -1 : WEXITSTATUS(rc);
+}
+
+bool PythonHas(const char* modules) {
+  return RunCommand(std::string("/usr/bin/python3 -c 'import ") + modules + "' >/dev/null 2>&1") == 0;
+}
+
+TEST_F(SinksTest, AnySubsetOfSinksWritesExactlyThoseFiles) {
+  for (int mask = 0; mask < 16; ++mask) {
+    CollectorOptions o;
+    o.gpu = false;
+    auto c = std::move(Collector::Create(Tags{"e", "w", "r"}, o)).value();
+    c->Add(Counter::kBatchesReceived, 3);
+    c->Span(SpanKind::kStep, 1, 0, 10);
+    std::string sub = Path("m" + std::to_string(mask));
+    fs::create_directory(sub);
+    Sinks s;
+    s.print_summary = mask % 2 == 0;
+    std::FILE* sink_out = std::fopen((sub + "/summary.txt").c_str(), "w");
+    s.summary_to = sink_out;
+    if (mask & 1) s.hdf5 = sub + "/run.h5";
+    if (mask & 2) s.csv = sub + "/run.csv";
+    if (mask & 4) s.json = sub + "/run.json";
+    if (mask & 8) s.trace = sub + "/run.trace.json";
+    ASSERT_TRUE(c->Finish(s).ok()) << "mask " << mask;
+    std::fclose(sink_out);
+    EXPECT_EQ(fs::exists(sub + "/run.h5"), (mask & 1) != 0) << mask;
+    EXPECT_EQ(fs::exists(sub + "/run.csv"), (mask & 2) != 0) << mask;
+    EXPECT_EQ(fs::exists(sub + "/run.json"), (mask & 4) != 0) << mask;
+    EXPECT_EQ(fs::exists(sub + "/run.trace.json"), (mask & 8) != 0) << mask;
+    EXPECT_EQ(fs::file_size(sub + "/summary.txt") > 0, s.print_summary) << mask;
+  }
+}
+
+TEST_F(SinksTest, UnwritablePathIsAnErrorNamingThePath) {
+  CollectorOptions o;
+  o.gpu = false;
+  auto c = std::move(Collector::Create(Tags{}, o)).value();
+  Sinks s;
+  s.print_summary = false;
+  s.csv = "/nonexistent-dir/x.csv";
+  s.hdf5 = "/nonexistent-dir/x.h5";
+  Status st = c->Finish(s);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("/nonexistent-dir/x."), std::string::npos) << st.ToString();
+}
+
+TEST_F(SinksTest, Hdf5RoundTripsThroughH5py) {
+  if (!PythonHas("h5py, numpy")) GTEST_SKIP() << "/usr/bin/python3 has no h5py";
+  auto ranks = TwoRanks();
+  JobSummary j = Summarize(ranks);
+  Diagnosis d = Diagnose(j);
+  ASSERT_TRUE(WriteHdf5(Path("run.h5"), ranks, j, d, FormatSummary(j, d)).ok());
+  ASSERT_TRUE(WriteCsv(Path("run.csv"), ranks).ok());
+  ASSERT_TRUE(WriteJson(Path("run.json"), ranks, j, d).ok());
+  std::string cmd = "/usr/bin/python3 " BATCHCAST_SOURCE_DIR
+                    "/tests/unit/telemetry/check_telemetry_h5.py " +
+                    Path("run.h5") +
+                    " --ranks 2 --roles leader,consumer --batches 6,5 --experiment exp"
+                    " --workload wl --run run-a --csv " +
+                    Path("run.csv") + " --json " + Path("run.json");
+  EXPECT_EQ(RunCommand(cmd), 0) << cmd;
+  // Values, not just structure: the consumer's wait share is 1/(1+2).
+  std::string value_cmd =
+      "/usr/bin/python3 -c \"import h5py,sys; f=h5py.File('" + Path("run.h5") +
+      "'); a=f['rank_00001'].attrs; s=f['rank_00001/series'];"
+      " sys.exit(0 if abs(a['data_wait_pct']-100/3)<1e-6 and s['samples_received'][-1]==320"
+      " and len(f['rank_00000/spans/seq'])==6 else 1)\"";
+  EXPECT_EQ(RunCommand(value_cmd), 0) << value_cmd;
+}
+
+TEST_F(SinksTest, TraceIsChromeJsonWithSpansAndFlows) {
+  auto ranks = TwoRanks();
+  ASSERT_TRUE(WriteTrace(Path("t.json"), ranks).ok());
+  std::ifstream in(Path("t.json"));
+  nlohmann::json doc = nlohmann::json::parse(in);
+  int complete = 0, flow_start = 0, flow_end = 0, meta = 0;
+  for (const auto& e : doc.at("traceEvents")) {
+    std::string ph = e.at("ph");
+    if (ph == "X") {
+      ++complete;
+      EXPECT_GE(e.at("dur").get<double>(), 0.0);
+    }
+    flow_start += ph == "s";
+    flow_end += ph == "f";
+    meta += ph == "M";
+  }
+  EXPECT_EQ(complete, 11);    // 6 publishes + 5 steps
+  EXPECT_EQ(flow_start, 5);   // every step has a published origin
+  EXPECT_EQ(flow_end, 5);
+  EXPECT_EQ(meta, 4);         // name + sort index per rank
+}
+
+// Width and height from a PNG's IHDR chunk.
+bool PngSize(const std::string& path, uint32_t* w, uint32_t* h) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char b[24];
+  if (!in.read(reinterpret_cast<char*>(b), 24)) return false;
+  if (b[0] != 0x89 || b[1] != 'P' || b[12] != 'I' || b[15] != 'R') return false;
+  *w = (b[16] << 24) | (b[17] << 16) | (b[18] << 8) | b[19];
+  *h = (b[20] << 24) | (b[21] << 16) | (b[22] << 8) | b[23];
+  return true;
+}
+
+TEST_F(SinksTest, ReportRendersPlotsAndHtml) {
+  if (!PythonHas("h5py, numpy, matplotlib")) GTEST_SKIP() << "/usr/bin/python3 lacks matplotlib";
+  auto ranks = TwoRanks();
+  JobSummary j = Summarize(ranks);
+  Diagnosis d = Diagnose(j);
+  ASSERT_TRUE(WriteHdf5(Path("run.h5"), ranks, j, d, FormatSummary(j, d)).ok());
+  std::string cmd = "/usr/bin/python3 " BATCHCAST_SOURCE_DIR
+                    "/launcher/report/batchcast_report.py " +
+                    Path("run.h5") + " --out " + Path("report") + " > /dev/null";
+  ASSERT_EQ(RunCommand(cmd), 0) << cmd;
+  for (const char* plot : {"throughput", "data_wait", "cpu", "rss", "stages"}) {
+    uint32_t w = 0, h = 0;
+    ASSERT_TRUE(PngSize(Path("report/") + plot + ".png", &w, &h)) << plot;
+    EXPECT_EQ(w, 1000u) << plot;
+    EXPECT_EQ(h, 400u) << plot;
+    EXPECT_GT(fs::file_size(Path("report/") + plot + ".svg"), 2000u) << plot;
+  }
+  EXPECT_FALSE(fs::exists(Path("report/gpu.png")));  // no rank had a GPU: no GPU plot
+  std::ifstream html(Path("report/report.html"));
+  std::stringstream ss;
+  ss << html.rdbuf();
+  std::string page = ss.str();
+  EXPECT_GT(page.size(), 20000u);
+  EXPECT_NE(page.find("data:image/png;base64,"), std::string::npos);
+  EXPECT_NE(page.find("Bottleneck"), std::string::npos);
+  EXPECT_NE(page.find("<td>consumer</td>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace batchcast::telemetry
