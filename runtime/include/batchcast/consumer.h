@@ -1,0 +1,88 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// A consumer of a node leader's batch stream: a range of batches.
+//
+//   for (batchcast::Batch& batch : consumer) { train(batch.images(), batch.labels()); }
+//
+// Each iteration releases the previous batch. The range ends after the consumer's
+// epochs (Options::epochs) or when the stream ends. An error ends the range and, unless
+// you installed another handler, is fatal (the job fails fast with the message); use
+// Next() to handle errors yourself.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "batchcast/batch.h"
+#include "batchcast/export.h"
+#include "batchcast/options.h"
+#include "batchcast/status.h"
+
+namespace batchcast {
+
+namespace internal {
+struct ConsumerCore;
+}
+
+struct ConsumerStats {
+  int64_t batches = 0;
+  int64_t samples = 0;           // including fill repeats
+  int64_t repeats = 0;           // fill repeats
+  int64_t wait_ns = 0;           // blocked waiting for data
+  int64_t epochs_completed = 0;
+  std::vector<int64_t> repeats_per_epoch;
+};
+
+class BATCHCAST_API Consumer {
+ public:
+  // Attaches to the leader listening on `address` (an abstract socket name, as printed by
+  // the leader or `batchcast serve`). Uses options.batch_size, buffer_depth, epochs,
+  // carve_offset, carve_shuffle, seed, heartbeat_ms. `rank` is only a label (-1: none).
+  static Result<std::unique_ptr<Consumer>> Attach(const std::string& address,
+                                                  const Options& options, int rank = -1,
+                                                  const std::string& name = "");
+  ~Consumer();
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+
+  // The next batch; kEndOfStream after the last one. Holding buffer_depth unreleased
+  // batches and asking for another is an error (kFailedPrecondition), never a deadlock.
+  Status Next(Batch* out);
+  // Leaves the stream; the leader and the other consumers go on.
+  Status Detach();
+
+  // The status that ended iteration (OK after a normal end).
+  Status status() const;
+  ConsumerStats stats() const;
+  // Batches this consumer gets per epoch (exact, from the stream definition).
+  int64_t BatchesPerEpoch() const;
+  // Called when range-for iteration meets an error. Default: log it and fail the job
+  // (MPI_Abort inside an MPI job, exit(1) otherwise).
+  void SetErrorHandler(std::function<void(const Status&)> handler);
+
+  class BATCHCAST_API Iterator {
+   public:
+    Batch& operator*() { return batch_; }
+    Batch* operator->() { return &batch_; }
+    Iterator& operator++();
+    bool operator!=(const Iterator& other) const { return done_ != other.done_; }
+
+   private:
+    friend class Consumer;
+    Iterator(Consumer* c, bool done) : consumer_(c), done_(done) {}
+    Consumer* consumer_;
+    bool done_;
+    Batch batch_;
+  };
+  Iterator begin();
+  Iterator end() { return Iterator(this, true); }
+
+ private:
+  Consumer() = default;
+  std::shared_ptr<internal::ConsumerCore> core_;
+};
+
+}  // namespace batchcast

@@ -1,0 +1,339 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Consumer: carves this consumer's batches out of the producer batches it acquires
+// from the ring, and gives each slot back once every batch carved from it is released.
+#include "batchcast/consumer.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "core/errors.h"
+#include "core/log.h"
+#include "core/random.h"
+#include "transport/shm/carving.h"
+#include "transport/shm/futex.h"
+#include "transport/shm/ring_consumer.h"
+
+namespace batchcast {
+namespace internal {
+
+struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
+  std::unique_ptr<shm::RingConsumer> ring;
+  Options options;
+  int rank = -1;
+
+  std::mutex mu;
+  const shm::SlotDesc* cur = nullptr;  // producer batch being carved
+  shm::CarvePlan plan;
+  uint32_t next_carve = 0;
+  std::map<uint64_t, int> slot_refs;   // seq -> batches alive (+1 while still carving)
+  int outstanding = 0;                 // consumer batches alive
+  bool admitted = false;
+  bool finished = false;
+  bool detached = false;
+  uint64_t first_epoch = ~0ULL;
+  uint64_t epoch = ~0ULL;
+  uint64_t index_in_epoch = 0;
+  int64_t epoch_repeats = 0;
+  Status status;
+  ConsumerStats stats;
+  std::function<void(const Status&)> error_handler;
+
+  // Drops one reference to a producer batch; the last one gives the slot back.
+  void UnrefLocked(uint64_t seq) {
+    auto it = slot_refs.find(seq);
+    if (it == slot_refs.end()) return;
+    if (--it->second == 0) {
+      slot_refs.erase(it);
+      if (!detached) ring->Release(seq);
+    }
+  }
+  void DetachLocked() {
+    if (detached) return;
+    detached = true;
+    Status st = ring->Detach();
+    if (!st.ok()) BC_LOG(Warn, Node, "consumer: detach: {}", st.message());
+  }
+  void MaybeDetachLocked() {
+    if (finished && outstanding == 0) DetachLocked();
+  }
+};
+
+struct BatchRef {
+  std::shared_ptr<ConsumerCore> core;
+  uint64_t seq = 0;
+  ~BatchRef() {
+    std::lock_guard<std::mutex> lock(core->mu);
+    --core->outstanding;
+    core->UnrefLocked(seq);
+    core->MaybeDetachLocked();
+  }
+};
+
+}  // namespace internal
+
+Batch::Batch() = default;
+Batch::~Batch() { Release(); }
+Batch::Batch(Batch&& o) noexcept
+    : ref_(std::move(o.ref_)), images_(o.images_), labels_(o.labels_), ids_(o.ids_), info_(o.info_) {}
+Batch& Batch::operator=(Batch&& o) noexcept {
+  if (this != &o) {
+    Release();
+    ref_ = std::move(o.ref_);
+    images_ = o.images_;
+    labels_ = o.labels_;
+    ids_ = o.ids_;
+    info_ = o.info_;
+  }
+  return *this;
+}
+void Batch::Release() {
+  ref_.reset();
+  images_ = TensorView();
+  labels_ = TensorView();
+  ids_ = nullptr;
+}
+std::shared_ptr<void> Batch::KeepAlive() const { return ref_; }
+
+namespace {
+
+void DefaultErrorHandler(const Status& st) {
+  BC_LOG(Error, Node, "consumer: {}", st.ToString());
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
+                                                   const Options& options, int rank,
+                                                   const std::string& name) {
+  BC_RETURN_IF_ERROR(ValidateOptions(options));
+  shm::ConsumerConfig cfg;
+  cfg.batch_size = static_cast<uint32_t>(options.batch_size);
+  cfg.buffer_depth = static_cast<uint32_t>(options.buffer_depth);
+  cfg.flags = (options.carve_offset ? uint32_t(shm::kCarveOffset) : 0u) |
+              (options.carve_shuffle ? uint32_t(shm::kCarveShuffle) : 0u);
+  cfg.order_seed = HashCombine(options.seed, static_cast<uint64_t>(rank + 1), 0xc0ffee);
+  cfg.rank = rank;
+  cfg.name = name;
+  cfg.heartbeat_ms = options.heartbeat_ms;
+  auto ring = shm::RingConsumer::Attach(address, cfg);
+  if (!ring.ok()) return ring.status();
+  std::unique_ptr<Consumer> c(new Consumer());
+  c->core_ = std::make_shared<internal::ConsumerCore>();
+  c->core_->ring = std::move(ring).value();
+  c->core_->options = options;
+  c->core_->rank = rank;
+  c->core_->error_handler = DefaultErrorHandler;
+  return c;
+}
+
+Consumer::~Consumer() {
+  if (!core_) return;
+  std::lock_guard<std::mutex> lock(core_->mu);
+  core_->finished = true;
+  // Batches still alive keep the mapping; the leader reclaims their slots at detach.
+  core_->DetachLocked();
+}
+
+Status Consumer::Detach() {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  core_->finished = true;
+  core_->DetachLocked();
+  return Status::Ok();
+}
+
+Status Consumer::status() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->status;
+}
+
+ConsumerStats Consumer::stats() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->stats;
+}
+
+void Consumer::SetErrorHandler(std::function<void(const Status&)> handler) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  core_->error_handler = std::move(handler);
+}
+
+int64_t Consumer::BatchesPerEpoch() const {
+  const shm::SegmentHeader* h = core_->ring->header();
+  int64_t n = static_cast<int64_t>(h->epoch_samples);
+  int64_t p = h->producer_batch;
+  int64_t b = core_->options.batch_size;
+  if (p <= 0) return 0;
+  int64_t full = n / p, rem = n % p;
+  return full * ((p + b - 1) / b) + (rem + b - 1) / b;
+}
+
+namespace {
+
+// The image view and repeat count of carve `carve` of producer batch `d`.
+void FillImages(const shm::SlotDesc* d, const uint8_t* data, const shm::CarvePlan& plan,
+                uint32_t carve, uint32_t b, TensorView* images, BatchInfo* info) {
+  uint64_t start = plan.offset + uint64_t(carve) * b;
+  // Positions >= n + offset repeat samples this consumer already got from this batch.
+  uint64_t fresh_end = uint64_t(d->num_samples) + plan.offset;
+  uint64_t end = start + b;
+  info->repeats = static_cast<int32_t>(end > fresh_end ? end - std::max(start, fresh_end) : 0);
+  info->size = b;
+  info->image_size = d->image_size;
+  info->lr_factor = d->lr_factor;
+  info->channels_last = d->layout == 1;
+  TensorView img;
+  img.data = const_cast<uint8_t*>(data + d->images_offset + start * d->sample_bytes);
+  img.dtype = static_cast<DType>(d->dtype);
+  img.ndim = 4;
+  img.shape[0] = b;
+  if (d->layout == 1) {
+    img.shape[1] = d->height, img.shape[2] = d->width, img.shape[3] = d->channels;
+  } else {
+    img.shape[1] = d->channels, img.shape[2] = d->height, img.shape[3] = d->width;
+  }
+  img.nbytes = b * d->sample_bytes;
+  *images = img;
+}
+
+}  // namespace
+
+Status Consumer::Next(Batch* out) {
+  auto& c = *core_;
+  std::unique_lock<std::mutex> lock(c.mu);
+  out->Release();
+  if (c.finished) {
+    c.MaybeDetachLocked();
+    return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
+  }
+  if (!c.status.ok()) return c.status;
+  if (c.outstanding >= c.options.buffer_depth)
+    return FailedPreconditionError(
+        "consumer holds {} unreleased batches (buffer_depth={}); release one (destroy the Batch "
+        "or its tensors) before asking for the next",
+        c.outstanding, c.options.buffer_depth);
+  auto fail = [&](Status st) {
+    if (st.code() == StatusCode::kEndOfStream) {
+      c.finished = true;
+      c.MaybeDetachLocked();
+    } else {
+      c.status = st;
+    }
+    return st;
+  };
+  if (!c.admitted) {
+    auto start = c.ring->WaitAdmitted(c.options.heartbeat_ms * 6);
+    if (!start.ok()) return fail(start.status());
+    c.admitted = true;
+  }
+  const uint32_t b = static_cast<uint32_t>(c.options.batch_size);
+  if (c.cur == nullptr || c.next_carve == c.plan.count) {
+    if (c.cur != nullptr) {
+      c.UnrefLocked(c.cur->seq);
+      c.cur = nullptr;
+    }
+    int64_t waited = 0;
+    auto desc = c.ring->Acquire(&waited);
+    if (!desc.ok()) return fail(desc.status());
+    const shm::SlotDesc* d = *desc;
+    c.slot_refs[d->seq] = 1;
+    if (c.first_epoch == ~0ULL) c.first_epoch = d->epoch;
+    if (d->epoch >= c.first_epoch + static_cast<uint64_t>(c.options.epochs)) {
+      c.UnrefLocked(d->seq);
+      c.finished = true;
+      c.MaybeDetachLocked();
+      return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
+    }
+    if (d->epoch != c.epoch) {
+      c.epoch = d->epoch;
+      c.index_in_epoch = 0;
+      c.epoch_repeats = 0;
+    }
+    c.cur = d;
+    c.plan = shm::PlanCarves(d->seq, d->num_samples, d->tail, b, c.ring->config().flags,
+                             c.ring->config().order_seed);
+    c.next_carve = 0;
+    c.stats.wait_ns += waited;
+    out->info_.wait_ns = waited;
+    out->info_.handoff_ns = waited > 0 ? shm::MonotonicNs() - d->publish_ns : 0;
+    if (c.plan.count == 0) {  // every sample of this producer batch was skipped
+      c.UnrefLocked(d->seq);
+      c.cur = nullptr;
+      lock.unlock();
+      return Next(out);
+    }
+  }
+  const shm::SlotDesc* d = c.cur;
+  const uint8_t* data = c.ring->Data(d);
+  uint32_t carve = c.plan.order[c.next_carve++];
+  FillImages(d, data, c.plan, carve, b, &out->images_, &out->info_);
+  uint64_t start = c.plan.offset + uint64_t(carve) * b;
+  out->labels_.data = const_cast<uint8_t*>(data + d->labels_offset + start * sizeof(int64_t));
+  out->labels_.dtype = DType::kInt64;
+  out->labels_.ndim = 1;
+  out->labels_.shape[0] = b;
+  out->labels_.nbytes = b * sizeof(int64_t);
+  out->ids_ = reinterpret_cast<const int64_t*>(data + d->ids_offset) + start;
+  out->info_.epoch = d->epoch;
+  out->info_.producer_seq = d->seq;
+  out->info_.producer_batch = d->batch_in_epoch;
+  out->info_.index = c.index_in_epoch++;
+  bool last_carve = c.next_carve == c.plan.count;
+  out->info_.last_in_epoch = last_carve && (d->flags & shm::kLastInEpoch);
+  c.slot_refs[d->seq] += 1;
+  ++c.outstanding;
+  auto ref = std::make_shared<internal::BatchRef>();
+  ref->core = core_;
+  ref->seq = d->seq;
+  out->ref_ = std::move(ref);
+  c.stats.batches += 1;
+  c.stats.samples += b;
+  c.stats.repeats += out->info_.repeats;
+  c.epoch_repeats += out->info_.repeats;
+  c.ring->RecordBatch();
+  if (last_carve) {
+    c.UnrefLocked(d->seq);  // the carving reference
+    c.cur = nullptr;
+  }
+  if (out->info_.last_in_epoch) {
+    c.stats.epochs_completed += 1;
+    c.stats.repeats_per_epoch.push_back(c.epoch_repeats);
+    BC_LOG(Info, Node, "consumer: epoch {} complete: {} batches, {} fill repeats", d->epoch,
+           c.index_in_epoch, c.epoch_repeats);
+    if (c.stats.epochs_completed >= c.options.epochs) c.finished = true;
+  }
+  return Status::Ok();
+}
+
+Consumer::Iterator Consumer::begin() {
+  Iterator it(this, false);
+  ++it;
+  return it;
+}
+
+Consumer::Iterator& Consumer::Iterator::operator++() {
+  batch_.Release();
+  Status st = consumer_->Next(&batch_);
+  if (!st.ok()) {
+    done_ = true;
+    if (st.code() != StatusCode::kEndOfStream) {
+      std::function<void(const Status&)> handler;
+      {
+        std::lock_guard<std::mutex> lock(consumer_->core_->mu);
+        handler = consumer_->core_->error_handler;
+      }
+      if (handler) handler(st);
+    }
+  }
+  return *this;
+}
+
+}  // namespace batchcast

@@ -1,0 +1,248 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The MPI front door: forms nodes, starts one leader per node, attaches the trainers.
+// Every step that can fail on one rank is agreed on by all ranks (AgreeOnStatus), so a
+// bad option or a missing file fails the whole job with one message instead of a hang.
+#include "batchcast/runtime.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include "core/errors.h"
+#include "core/log.h"
+#include "node/leader.h"
+#include "transport/mpi/mpi_status.h"
+
+namespace batchcast {
+namespace internal {
+
+struct RuntimeState {
+  Options options;
+  MPI_Comm world = MPI_COMM_NULL;
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm trainers = MPI_COMM_NULL;
+  int world_rank = 0, world_size = 0;
+  int node_id = 0, local_rank = 0, node_size = 0;
+  bool leader = false, trainer = false;
+  std::unique_ptr<node::Leader> leader_obj;
+  std::thread leader_thread;
+  Status leader_status;
+  bool served = false;
+  std::unique_ptr<Consumer> consumer;
+  bool finalized = false;
+};
+
+}  // namespace internal
+
+namespace {
+
+std::string JobId(const Options& o) {
+  std::string id = o.job_id;
+  if (id.empty()) {
+    for (const char* var : {"SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
+      const char* v = std::getenv(var);
+      if (v != nullptr && *v != '\0') {
+        id = v;
+        break;
+      }
+    }
+  }
+  if (id.empty()) id = "pid" + std::to_string(getpid());
+  for (auto& c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
+  if (id.size() > 40) id = id.substr(id.size() - 40);
+  return id;
+}
+
+Status SplitNodes(internal::RuntimeState* s) {
+  MPI_Comm world = s->world;
+  if (s->options.ranks_per_node > 0) {
+    int color = s->world_rank / s->options.ranks_per_node;
+    BC_MPI(MPI_Comm_split(world, color, s->world_rank, &s->node), "MPI_Comm_split (virtual node)");
+  } else {
+    BC_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, s->world_rank, MPI_INFO_NULL, &s->node),
+           "MPI_Comm_split_type (node)");
+  }
+  BC_MPI(MPI_Comm_set_errhandler(s->node, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  BC_MPI(MPI_Comm_rank(s->node, &s->local_rank), "MPI_Comm_rank (node)");
+  BC_MPI(MPI_Comm_size(s->node, &s->node_size), "MPI_Comm_size (node)");
+  // Node ids: leaders number themselves in world order and tell their node.
+  MPI_Comm leaders = MPI_COMM_NULL;
+  BC_MPI(MPI_Comm_split(world, s->local_rank == 0 ? 0 : MPI_UNDEFINED, s->world_rank, &leaders),
+         "MPI_Comm_split (leaders)");
+  if (leaders != MPI_COMM_NULL) {
+    BC_MPI(MPI_Comm_rank(leaders, &s->node_id), "MPI_Comm_rank (leaders)");
+    BC_MPI(MPI_Comm_free(&leaders), "MPI_Comm_free (leaders)");
+  }
+  BC_MPI(MPI_Bcast(&s->node_id, 1, MPI_INT, 0, s->node), "MPI_Bcast (node id)");
+  s->leader = s->local_rank == 0;
+  s->trainer = !s->leader || s->options.leader_trains;
+  log::SetRank(s->world_rank, s->local_rank);
+  return Status::Ok();
+}
+
+// The leader learns every local trainer's batch size and epochs; creates the ring.
+Status StartLeader(internal::RuntimeState* s, std::string* socket_name) {
+  int mine[2] = {s->trainer ? s->options.batch_size : 0, s->trainer ? s->options.epochs : 0};
+  std::vector<int> all(2 * static_cast<size_t>(s->node_size));
+  BC_MPI(MPI_Gather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, 0, s->node), "MPI_Gather (requests)");
+  if (!s->leader) return Status::Ok();
+  int trainers = 0, max_b = 0, max_epochs = 0;
+  for (int r = 0; r < s->node_size; ++r) {
+    if (all[2 * r] == 0) continue;
+    ++trainers;
+    max_b = std::max(max_b, all[2 * r]);
+    max_epochs = std::max(max_epochs, all[2 * r + 1]);
+  }
+  if (trainers == 0)
+    return FailedPreconditionError(
+        "node {} has only its leader rank (rank {}); launch at least one more rank per node "
+        "or set leader_trains=true",
+        s->node_id, s->world_rank);
+  node::LeaderConfig cfg;
+  cfg.options = s->options;
+  cfg.options.epochs = max_epochs;
+  cfg.expected_consumers = trainers;
+  cfg.max_consumer_batch = static_cast<uint32_t>(max_b);
+  std::string job = JobId(s->options);
+  cfg.job = job;
+  cfg.rank = s->world_rank;
+  cfg.socket_name = fmt::format("batchcast-{}-{}-n{}-{}", getuid(), job, s->node_id, getpid());
+  auto source = node::MakePipelineSource(s->options);
+  if (!source.ok()) return source.status();
+  auto leader = node::Leader::Create(cfg, std::move(source).value());
+  if (!leader.ok()) return leader.status();
+  s->leader_obj = std::move(leader).value();
+  *socket_name = cfg.socket_name;
+  // In an MPI job a consumer that vanishes is a dead rank: fail fast, naming it.
+  node::Leader* l = s->leader_obj.get();
+  l->ring().SetLossHandler([l](const shm::MemberInfo& m, shm::LossKind kind) {
+    if (kind == shm::LossKind::kDetached) return;
+    l->Abort(fmt::format("{} died or stopped responding; failing the job", m.Describe()));
+  });
+  return Status::Ok();
+}
+
+Status ShareAddress(internal::RuntimeState* s, std::string* name) {
+  char buf[108] = {0};
+  if (s->leader) std::snprintf(buf, sizeof(buf), "%s", name->c_str());
+  BC_MPI(MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, s->node), "MPI_Bcast (leader address)");
+  *name = buf;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Comm comm) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return FailedPreconditionError("runtime: call MPI_Init before Runtime::Create");
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->state_ = std::make_unique<internal::RuntimeState>();
+  internal::RuntimeState* s = rt->state_.get();
+  s->options = options;
+  BC_MPI(MPI_Comm_dup(comm, &s->world), "MPI_Comm_dup");
+  BC_MPI(MPI_Comm_set_errhandler(s->world, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  BC_MPI(MPI_Comm_rank(s->world, &s->world_rank), "MPI_Comm_rank");
+  BC_MPI(MPI_Comm_size(s->world, &s->world_size), "MPI_Comm_size");
+  s->finalized = true;  // until the job is fully up, destroying the Runtime just frees it
+  BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(s->world, ValidateOptions(options)));
+  BC_RETURN_IF_ERROR(SplitNodes(s));
+
+  std::string address;
+  Status st = mpi::AgreeOnStatus(s->world, StartLeader(s, &address));
+  if (!st.ok()) {
+    s->finalized = true;
+    return st;
+  }
+  BC_RETURN_IF_ERROR(ShareAddress(s, &address));
+  if (s->leader) {
+    node::Leader* l = s->leader_obj.get();
+    s->leader_thread = std::thread([s, l] { s->leader_status = l->Run(); });
+  }
+  if (s->trainer) {
+    auto c = Consumer::Attach(address, options, s->world_rank);
+    st = c.ok() ? Status::Ok() : c.status();
+    if (c.ok()) s->consumer = std::move(c).value();
+  }
+  st = mpi::AgreeOnStatus(s->world, st);
+  if (!st.ok()) {  // every rank fails together; stop our leader without aborting the job
+    s->consumer.reset();
+    if (s->leader_obj) s->leader_obj->Abort("job start failed: " + st.message());
+    if (s->leader_thread.joinable()) s->leader_thread.join();
+    s->finalized = true;
+    return st;
+  }
+  BC_MPI(MPI_Comm_split(s->world, s->trainer ? 0 : MPI_UNDEFINED, s->world_rank, &s->trainers),
+         "MPI_Comm_split (trainers)");
+  s->finalized = false;
+  BC_LOG(Info, Init, "runtime: rank {} of {}: node {} local rank {} of {}, {}{}", s->world_rank,
+         s->world_size, s->node_id, s->local_rank, s->node_size, s->leader ? "leader" : "",
+         s->trainer ? (s->leader ? "+trainer" : "trainer") : "");
+  return rt;
+}
+
+Runtime::~Runtime() {
+  if (state_ && !state_->finalized) {
+    Status st = Finalize();
+    if (!st.ok()) BC_LOG(Error, Init, "runtime: finalize: {}", st.ToString());
+  }
+}
+
+bool Runtime::is_leader() const { return state_->leader; }
+bool Runtime::is_trainer() const { return state_->trainer; }
+int Runtime::node_id() const { return state_->node_id; }
+int Runtime::local_rank() const { return state_->local_rank; }
+int Runtime::node_size() const { return state_->node_size; }
+MPI_Comm Runtime::trainer_comm() const { return state_->trainers; }
+
+Consumer& Runtime::consumer() {
+  if (!state_->consumer) {
+    BC_LOG(Error, Init, "runtime: consumer() called on rank {}, which only leads", state_->world_rank);
+    std::abort();
+  }
+  return *state_->consumer;
+}
+
+Status Runtime::Serve() {
+  internal::RuntimeState* s = state_.get();
+  if (!s->leader || s->served) return s->leader_status;
+  s->served = true;
+  if (s->leader_thread.joinable()) s->leader_thread.join();
+  Status st = s->leader_status;
+  if (st.ok()) st = s->leader_obj->WaitUntilEmpty(24LL * 3600 * 1000);
+  if (!st.ok()) {
+    BC_LOG(Error, Node, "leader of node {} (rank {}): {}", s->node_id, s->world_rank, st.ToString());
+    std::fprintf(stderr, "batchcast: leader of node %d (rank %d) failed: %s\n", s->node_id,
+                 s->world_rank, st.message().c_str());
+    MPI_Abort(s->world, 1);  // fail fast: peers may be blocked on us
+  }
+  return st;
+}
+
+Status Runtime::Finalize() {
+  internal::RuntimeState* s = state_.get();
+  if (s->finalized) return Status::Ok();
+  s->finalized = true;
+  Status first;
+  if (s->consumer) {
+    first = s->consumer->status();
+    s->consumer->Detach().IgnoreError();
+  }
+  if (s->leader) {
+    Status st = Serve();
+    if (first.ok()) first = st;
+  }
+  BC_MPI(MPI_Barrier(s->world), "MPI_Barrier (finalize)");
+  if (s->trainers != MPI_COMM_NULL) MPI_Comm_free(&s->trainers);
+  if (s->node != MPI_COMM_NULL) MPI_Comm_free(&s->node);
+  if (s->world != MPI_COMM_NULL) MPI_Comm_free(&s->world);
+  s->consumer.reset();
+  s->leader_obj.reset();
+  return first;
+}
+
+}  // namespace batchcast

@@ -1,0 +1,141 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "transport/shm/control.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/errors.h"
+
+namespace batchcast::shm {
+namespace {
+
+Result<socklen_t> MakeAddress(const std::string& name, sockaddr_un* addr) {
+  std::memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  if (name.empty() || name.size() + 1 > sizeof(addr->sun_path))
+    return InvalidArgumentError("control socket name '{}' must be 1..{} characters", name,
+                                sizeof(addr->sun_path) - 2);
+  // Abstract namespace: sun_path[0] = '\0', name follows, no terminator.
+  std::memcpy(addr->sun_path + 1, name.data(), name.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+}  // namespace
+
+std::string DisplayAddress(const std::string& name) { return "@" + name; }
+
+Result<int> ListenAbstract(const std::string& name) {
+  sockaddr_un addr;
+  BC_ASSIGN_OR_RETURN(socklen_t len, MakeAddress(name, &addr));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoError(errno, "control socket: socket()");
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    int err = errno;
+    close(fd);
+    if (err == EADDRINUSE)
+      return MakeError(StatusCode::kResourceExhausted,
+                       "control socket {} is already in use by another Batchcast leader on this "
+                       "node (same user and job id?); choose another --job-id",
+                       DisplayAddress(name));
+    return ErrnoError(err, "control socket: bind {}", DisplayAddress(name));
+  }
+  if (listen(fd, 128) != 0) {
+    int err = errno;
+    close(fd);
+    return ErrnoError(err, "control socket: listen {}", DisplayAddress(name));
+  }
+  return fd;
+}
+
+Result<int> ConnectAbstract(const std::string& name) {
+  sockaddr_un addr;
+  BC_ASSIGN_OR_RETURN(socklen_t len, MakeAddress(name, &addr));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoError(errno, "control socket: socket()");
+  int rc = RetryEintr([&] { return connect(fd, reinterpret_cast<sockaddr*>(&addr), len); });
+  if (rc != 0) {
+    int err = errno;
+    close(fd);
+    if (err == ECONNREFUSED || err == ENOENT)
+      return MakeError(StatusCode::kUnavailable,
+                       "no Batchcast leader listens on {} (is it running on this node, as this "
+                       "user, with the same job id?)",
+                       DisplayAddress(name));
+    return ErrnoError(err, "control socket: connect {}", DisplayAddress(name));
+  }
+  return fd;
+}
+
+Result<int> AcceptConnection(int listen_fd) {
+  int fd = RetryEintr([&] { return accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC); });
+  if (fd < 0) return ErrnoError(errno, "control socket: accept");
+  return fd;
+}
+
+Result<PeerCred> GetPeerCred(int fd) {
+  ucred cred;
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return ErrnoError(errno, "control socket: SO_PEERCRED");
+  return PeerCred{cred.pid, cred.uid};
+}
+
+Status SendMessage(int fd, const void* msg, size_t len, int pass_fd) {
+  iovec iov{const_cast<void*>(msg), len};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (pass_fd >= 0) {
+    std::memset(control, 0, sizeof(control));
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+  }
+  ssize_t n = RetryEintr([&] { return sendmsg(fd, &mh, MSG_NOSIGNAL); });
+  if (n < 0) return ErrnoError(errno, "control socket: send");
+  if (static_cast<size_t>(n) != len)
+    return IoError("control socket: short send ({} of {} bytes)", n, len);
+  return Status::Ok();
+}
+
+Status RecvMessage(int fd, void* msg, size_t len, int* received_fd, int64_t timeout_ms) {
+  if (received_fd) *received_fd = -1;
+  if (timeout_ms >= 0) {
+    pollfd p{fd, POLLIN, 0};
+    int rc = RetryEintr([&] { return poll(&p, 1, static_cast<int>(timeout_ms)); });
+    if (rc < 0) return ErrnoError(errno, "control socket: poll");
+    if (rc == 0) return DeadlineExceededError("control socket: no reply within {} ms", timeout_ms);
+  }
+  iovec iov{msg, len};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof(control);
+  ssize_t n = RetryEintr([&] { return recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL); });
+  if (n < 0) return ErrnoError(errno, "control socket: receive");
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr; cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+      int got;
+      std::memcpy(&got, CMSG_DATA(cm), sizeof(int));
+      if (received_fd) *received_fd = got;
+      else close(got);
+    }
+  }
+  if (n == 0) return UnavailableError("control socket: peer closed the connection");
+  if (static_cast<size_t>(n) != len)
+    return CorruptDataError("control socket: message of {} bytes, expected {}", n, len);
+  return Status::Ok();
+}
+
+}  // namespace batchcast::shm

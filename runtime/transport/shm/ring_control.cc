@@ -1,0 +1,222 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The leader's control thread: accepts consumers, validates their join requests,
+// hands out the segment, and reaps consumers that leave, disconnect or go silent.
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/log.h"
+#include "transport/shm/control.h"
+#include "transport/shm/futex.h"
+#include "transport/shm/ring_leader.h"
+
+namespace batchcast::shm {
+namespace {
+
+JoinReply MakeReply(const Status& status) {
+  JoinReply r{};
+  r.magic = kControlMagic;
+  r.version = kProtocolVersion;
+  r.type = static_cast<uint32_t>(MessageType::kJoinReply);
+  r.code = static_cast<int32_t>(status.code());
+  std::snprintf(r.message, sizeof(r.message), "%s", status.message().c_str());
+  return r;
+}
+
+}  // namespace
+
+void RingLeader::ControlLoop() {
+  int64_t tick_ms = std::max<int64_t>(20, std::min<int64_t>(250, config_.heartbeat_ms / 4));
+  std::vector<pollfd> fds;
+  while (!stop_.load()) {
+    fds.clear();
+    fds.push_back({event_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    for (auto& [fd, id] : conn_member_) fds.push_back({fd, POLLIN, 0});
+    int rc = poll(fds.data(), fds.size(), static_cast<int>(tick_ms));
+    if (rc < 0 && errno != EINTR) {
+      BC_LOG(Error, Shm, "ring: control poll failed: {}", std::strerror(errno));
+      Fail(fmt::format("leader control thread: poll failed: {}", std::strerror(errno)));
+      return;
+    }
+    if (stop_.load()) break;
+    if (rc > 0) {
+      if (fds[1].revents & POLLIN) {
+        auto conn = AcceptConnection(listen_fd_);
+        if (conn.ok()) conn_member_[*conn] = -1;
+        else BC_LOG(Warn, Shm, "ring: {}", conn.status().message());
+      }
+      for (size_t i = 2; i < fds.size(); ++i)
+        if (fds[i].revents != 0) HandleReadable(fds[i].fd);
+    }
+    CheckHeartbeats();
+  }
+}
+
+void RingLeader::HandleReadable(int fd) {
+  union {
+    JoinRequest join;
+    LeaveRequest leave;
+  } msg;
+  int id = conn_member_[fd];
+  // A joined consumer may only send a leave; a new connection only a join.
+  size_t want = id < 0 ? sizeof(JoinRequest) : sizeof(LeaveRequest);
+  Status st = RecvMessage(fd, &msg, want, nullptr, 1000);
+  if (st.ok() && id < 0) {
+    if (msg.join.magic != kControlMagic || msg.join.version != kProtocolVersion ||
+        msg.join.type != static_cast<uint32_t>(MessageType::kJoin)) {
+      BC_LOG(Warn, Shm, "ring: refused a connection that sent no valid join request");
+      JoinReply r = MakeReply(InvalidArgumentError(
+          "not a Batchcast join request (protocol {} expected)", kProtocolVersion));
+      SendMessage(fd, &r, sizeof(r)).IgnoreError();
+      close(fd);
+      conn_member_.erase(fd);
+      return;
+    }
+    HandleJoin(fd, msg.join);
+    return;
+  }
+  if (st.ok() && msg.leave.magic == kControlMagic &&
+      msg.leave.type == static_cast<uint32_t>(MessageType::kLeave)) {
+    Reap(static_cast<uint32_t>(id), LossKind::kDetached);
+  } else if (id >= 0) {
+    Reap(static_cast<uint32_t>(id), LossKind::kDisconnected);
+  }
+  close(fd);
+  conn_member_.erase(fd);
+}
+
+void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
+  auto refuse = [&](const Status& why) {
+    BC_LOG(Warn, Shm, "ring: refused consumer pid {}: {}", req.pid, why.message());
+    JoinReply r = MakeReply(why);
+    SendMessage(fd, &r, sizeof(r)).IgnoreError();
+    close(fd);
+    conn_member_.erase(fd);
+  };
+  auto cred = GetPeerCred(fd);
+  if (!cred.ok()) return refuse(cred.status());
+  if (cred->uid != getuid())
+    return refuse(PermissionDeniedError(
+        "uid {} may not attach: this leader serves only uid {} (segments are owner-only)",
+        cred->uid, getuid()));
+  if (failed() || header_->stream_state.load() != static_cast<uint32_t>(StreamState::kRunning))
+    return refuse(UnavailableError("the stream has already ended"));
+  if (req.batch_size == 0 || req.batch_size > config_.max_consumer_batch)
+    return refuse(InvalidArgumentError(
+        "batch size {} is outside 1..{} (the leader's producer batch allows at most {}; "
+        "start the leader with a larger producer_batch)",
+        req.batch_size, config_.max_consumer_batch, config_.max_consumer_batch));
+  if (req.buffer_depth == 0 || req.buffer_depth >= config_.num_slots)
+    return refuse(InvalidArgumentError(
+        "buffer depth {} is outside 1..{} (the ring has {} slots; raise ring_slots)",
+        req.buffer_depth, config_.num_slots - 1, config_.num_slots));
+  if ((req.flags & ~uint32_t(kCarveOffset | kCarveShuffle)) != 0)
+    return refuse(InvalidArgumentError("unknown consumer flags 0x{:x}", req.flags));
+
+  int id = -1;
+  uint64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint32_t i = 0; i < kMaxConsumers; ++i) {
+      ConsumerEntry& e = header_->consumers[i];
+      if (e.state.load() != static_cast<uint32_t>(MemberState::kFree)) continue;
+      e.pid = cred->pid;  // trust the kernel, not the message
+      e.rank = req.rank;
+      e.batch_size = req.batch_size;
+      e.buffer_depth = req.buffer_depth;
+      e.flags = req.flags;
+      e.order_seed = req.order_seed;
+      e.generation += 1;
+      e.start_seq.store(kNoSeq);
+      e.position.store(kNoSeq);
+      e.batches.store(0);
+      e.wait_ns.store(0);
+      e.last_seen_ns.store(MonotonicNs());
+      std::memset(e.name, 0, sizeof(e.name));
+      std::memcpy(e.name, req.name, strnlen(req.name, sizeof(req.name) - 1));
+      e.state.store(static_cast<uint32_t>(MemberState::kJoining));
+      id = static_cast<int>(i);
+      generation = e.generation;
+      break;
+    }
+  }
+  if (id < 0)
+    return refuse(ResourceExhaustedError("all {} consumer entries are in use", kMaxConsumers));
+  JoinReply r = MakeReply(Status::Ok());
+  r.consumer_id = static_cast<uint32_t>(id);
+  r.generation = generation;
+  r.segment_bytes = header_->total_bytes;
+  Status st = SendMessage(fd, &r, sizeof(r), memfd_);
+  if (!st.ok()) {
+    BC_LOG(Warn, Shm, "ring: join reply to pid {} failed: {}", req.pid, st.message());
+    Reap(static_cast<uint32_t>(id), LossKind::kDisconnected);
+    close(fd);
+    conn_member_.erase(fd);
+    return;
+  }
+  conn_member_[fd] = id;
+  BC_LOG(Info, Shm, "ring: consumer {} joined (pid {}, rank {}, batch {}, depth {})", id,
+         cred->pid, req.rank, req.batch_size, req.buffer_depth);
+  joined_cv_.notify_all();
+}
+
+void RingLeader::Reap(uint32_t id, LossKind kind) {
+  MemberInfo info;
+  LossHandler handler;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ConsumerEntry& e = header_->consumers[id];
+    if (e.state.load() == static_cast<uint32_t>(MemberState::kFree)) return;
+    info = InfoLocked(id);
+    e.state.store(static_cast<uint32_t>(MemberState::kLeaving));
+    uint64_t bit = 1ULL << id;
+    SlotHeader* slots = Slots(header_);
+    for (uint32_t s = 0; s < header_->num_slots; ++s) slots[s].pending.fetch_and(~bit);
+    e.state.store(static_cast<uint32_t>(MemberState::kFree));
+    handler = loss_handler_;
+  }
+  header_->release_futex.fetch_add(1);
+  FutexWake(&header_->release_futex, INT32_MAX);
+  header_->member_futex.fetch_add(1);
+  FutexWake(&header_->member_futex, INT32_MAX);
+  joined_cv_.notify_all();
+  switch (kind) {
+    case LossKind::kDetached:
+      BC_LOG(Info, Shm, "ring: {} detached at position {}", info.Describe(), info.position);
+      break;
+    case LossKind::kDisconnected:
+      BC_LOG(Warn, Shm, "ring: {} disconnected without detaching (process died?); its slots "
+             "are released", info.Describe());
+      break;
+    case LossKind::kHeartbeat:
+      BC_LOG(Warn, Shm, "ring: {} showed no sign of life for {} ms; detached and its slots "
+             "released", info.Describe(), config_.heartbeat_ms);
+      break;
+  }
+  if (handler) handler(info, kind);
+}
+
+void RingLeader::CheckHeartbeats() {
+  int64_t now = MonotonicNs();
+  int64_t limit = config_.heartbeat_ms * 1000000LL;
+  for (auto it = conn_member_.begin(); it != conn_member_.end();) {
+    int id = it->second;
+    if (id >= 0) {
+      int64_t seen = header_->consumers[id].last_seen_ns.load();
+      if (now - seen > limit) {
+        Reap(static_cast<uint32_t>(id), LossKind::kHeartbeat);
+        close(it->first);
+        it = conn_member_.erase(it);
+        continue;
+      }
+    }
+    ++it;
+  }
+}
+
+}  // namespace batchcast::shm

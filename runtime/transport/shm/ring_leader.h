@@ -1,0 +1,132 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The leader side of the node data plane: owns the shared-memory ring and the control
+// socket, admits and reaps consumers, and publishes producer batches into slots.
+//
+// Membership is dynamic: consumers join and leave at any time through the control
+// socket; a consumer whose connection closes without a leave message, or that shows no
+// sign of life for heartbeat_ms, is reaped and its slots are released. Nothing here
+// assumes a fixed set of consumers or that they are MPI ranks.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "batchcast/status.h"
+#include "transport/shm/segment.h"
+
+namespace batchcast::shm {
+
+struct RingConfig {
+  uint32_t num_slots = 4;
+  uint64_t slot_bytes = 0;
+  uint32_t max_consumer_batch = 0;  // joins asking for larger batches are refused
+  uint32_t producer_batch = 0;      // shown to consumers (batches per epoch)
+  uint64_t epoch_samples = 0;
+  std::string socket_name;          // abstract socket name, unique per node
+  std::string job;                  // identity shown in names and errors
+  int rank = -1;                    // leader's rank, or -1 outside MPI
+  int64_t heartbeat_ms = 10000;
+};
+
+struct MemberInfo {
+  uint32_t id = 0;
+  uint64_t generation = 0;
+  MemberState state = MemberState::kFree;
+  int pid = 0;
+  int rank = -1;
+  uint32_t batch_size = 0, buffer_depth = 0, flags = 0;
+  uint64_t order_seed = 0;
+  uint64_t start_seq = 0, position = 0, batches = 0, wait_ns = 0;
+  int64_t last_seen_ns = 0;
+  std::string name;
+  std::string Describe() const;  // "consumer 3 (rank 2, pid 1234, 'trial-a')"
+};
+
+enum class LossKind { kDetached, kDisconnected, kHeartbeat };
+using LossHandler = std::function<void(const MemberInfo&, LossKind)>;
+
+// A slot the leader may fill: data, capacity and the descriptor to complete.
+struct SlotWrite {
+  uint64_t seq = 0;
+  uint32_t slot = 0;
+  uint8_t* data = nullptr;
+  uint64_t capacity = 0;
+  SlotDesc* desc = nullptr;
+};
+
+class RingLeader {
+ public:
+  static Result<std::unique_ptr<RingLeader>> Create(const RingConfig& config);
+  ~RingLeader();
+  RingLeader(const RingLeader&) = delete;
+  RingLeader& operator=(const RingLeader&) = delete;
+
+  const std::string& socket_name() const { return config_.socket_name; }
+  const RingConfig& config() const { return config_; }
+  SegmentHeader* header() { return header_; }
+
+  // --- membership ---
+  // Blocks until at least n consumers have joined (joining or active), the timeout
+  // expires (kDeadlineExceeded naming how many arrived), or the ring is stopped.
+  Status WaitForJoined(int n, int64_t timeout_ms);
+  // Admits every joining consumer; it receives positions >= start_seq. Returns how many.
+  int AdmitJoining(uint64_t start_seq);
+  int CountMembers(MemberState state) const;
+  std::vector<MemberInfo> Members() const;
+  // Active consumers that will receive position `seq` if it is published now.
+  std::vector<MemberInfo> Receivers(uint64_t seq) const;
+  void SetLossHandler(LossHandler handler);
+
+  // --- stream ---
+  uint64_t next_seq() const { return next_seq_; }
+  // Waits until the slot for next_seq() has been released by every consumer that got
+  // it. Fails when the ring is failed/stopped or the wait exceeds timeout_ms (< 0: none).
+  Result<SlotWrite> AcquireSlot(int64_t timeout_ms = -1);
+  // Publishes the slot to the active consumers admitted at or before its position.
+  // Returns the receiver mask (0: nobody was attached; the slot is free again).
+  uint64_t Publish(const SlotWrite& slot);
+  // Number of ring slots currently held by at least one consumer.
+  int OccupiedSlots() const;
+  // Normal end of the stream: consumers drain what was published, then see the end.
+  void End();
+  // Abnormal end: consumers fail with `message` (it should name the cause).
+  void Fail(const std::string& message);
+  bool failed() const;
+
+ private:
+  explicit RingLeader(const RingConfig& config);
+  Status Init();
+  void ControlLoop();
+  void HandleReadable(int fd);
+  void HandleJoin(int fd, const struct JoinRequest& req);
+  void Reap(uint32_t id, LossKind kind);
+  void CheckHeartbeats();
+  void WakeConsumers();
+  MemberInfo InfoLocked(uint32_t id) const;
+
+  RingConfig config_;
+  int memfd_ = -1;
+  int listen_fd_ = -1;
+  int event_fd_ = -1;
+  SegmentHeader* header_ = nullptr;
+  uint64_t mapped_bytes_ = 0;
+  uint64_t next_seq_ = 0;
+
+  mutable std::mutex mu_;            // membership table and receiver masks
+  std::condition_variable joined_cv_;
+  std::map<int, int> conn_member_;   // control connection fd -> member id (-1: handshake)
+  LossHandler loss_handler_;
+  std::atomic<bool> stop_{false};
+  std::thread control_thread_;
+};
+
+}  // namespace batchcast::shm
