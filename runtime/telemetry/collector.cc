@@ -78,6 +78,7 @@ Collector::Collector(Tags tags, CollectorOptions options)
   start_mono_ns_ = NowNs();
   last_row_ns_ = start_mono_ns_;
   last_cpu_s_ = ProcessCpuSeconds();
+  start_cpu_s_ = last_cpu_s_;
   BC_LOG(Info, Telem, "telemetry: collecting every {}ms as {} (rank {}, {} span slots, gpu {})",
          options_.interval_ms, RoleName(tags_.role), tags_.rank, spans_ ? span_mask_ + 1 : 0,
          nvml_ ? nvml_->name : std::string("absent"));
@@ -199,7 +200,7 @@ RankData Collector::BuildRankData() {
   d.start_mono_ns = start_mono_ns_;
   d.interval_s = options_.interval_ms * 1e-3 * static_cast<double>(stride_);
   d.wall_s = (last_row_ns_ - start_mono_ns_) * 1e-9;
-  d.cpu_seconds = ProcessCpuSeconds();
+  d.cpu_seconds = last_cpu_s_ - start_cpu_s_;  // CPU over the same span as wall_s
   d.peak_rss_bytes = ProcessPeakRssBytes();
   d.cores_available = CoresAvailable();
   d.gpu_present = nvml_ != nullptr;

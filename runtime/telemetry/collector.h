@@ -165,6 +165,7 @@ class Collector {
   double start_unix_s_ = 0;
   int64_t last_row_ns_ = 0;
   double last_cpu_s_ = 0;
+  double start_cpu_s_ = 0;     // process CPU seconds when the collector started
   double prev_gauge_sum_[kNumGauges] = {};
   int64_t prev_gauge_count_[kNumGauges] = {};
   std::unique_ptr<Nvml> nvml_;

@@ -72,7 +72,7 @@ struct RankData {
   int64_t start_mono_ns = 0;    // CLOCK_MONOTONIC at the same moment
   double interval_s = 1.0;      // spacing of rows (grows when old rows are thinned)
   double wall_s = 0;            // collector start .. Finish
-  double cpu_seconds = 0;       // process user + system CPU over wall_s
+  double cpu_seconds = 0;       // process user + system CPU spent during wall_s
   int64_t peak_rss_bytes = 0;   // getrusage ru_maxrss
   int cores_available = 1;      // CPUs in the process's affinity mask
   bool gpu_present = false;

@@ -317,12 +317,12 @@ std::string FormatSummary(const JobSummary& j, const Diagnosis& d) {
                        Pct(r.data_wait_pct), Num(r.step_ms, 2), r.cpu_cores, r.rss_peak_mib,
                        Pct(r.gpu_util_pct));
   if (j.ranks.size() > 1 && j.ranks.size() <= 16) {
-    out += fmt::format("{:<9} {:<16} {:>10} {:>6} {:>8} {:>6} {:>8} {:>5} {:>6}\n", "rank",
+    out += fmt::format("{:<11} {:<14} {:>10} {:>6} {:>8} {:>6} {:>8} {:>5} {:>6}\n", "rank",
                        "host", "samples/s", "wait%", "step ms", "cpu", "rss MiB", "gpu%",
                        "wkr%");
     for (const auto& r : j.ranks)
-      out += fmt::format("{:<9} {:<16} {:>10.1f} {:>6} {:>8} {:>6.2f} {:>8.0f} {:>5} {:>6}\n",
-                         fmt::format("{} {}", r.rank, RoleName(r.role)), r.host.substr(0, 16),
+      out += fmt::format("{:<11} {:<14} {:>10.1f} {:>6} {:>8} {:>6.2f} {:>8.0f} {:>5} {:>6}\n",
+                         fmt::format("{} {}", r.rank, RoleName(r.role)), r.host.substr(0, 14),
                          r.samples_per_s, Pct(r.data_wait_pct), Num(r.step_ms, 2), r.cpu_cores,
                          r.rss_peak_mib, Pct(r.gpu_util_pct),
                          Pct(std::isnan(r.worker_util) ? kNaN : 100 * r.worker_util));
