@@ -12,6 +12,7 @@ namespace batchcast::cli {
 void RegisterInfo(CLI::App& app, int* exit_code);
 void RegisterConvert(CLI::App& app, int* exit_code);
 void RegisterInspect(CLI::App& app, int* exit_code);
+void RegisterReport(CLI::App& app, int* exit_code);
 
 // Adds every registry option (batchcast/options.h) as `--key` to `cmd`, collecting the
 // words into *flags for ResolveOptions(), so `--help` lists them.

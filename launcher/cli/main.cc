@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   batchcast::cli::RegisterInfo(app, &exit_code);
   batchcast::cli::RegisterConvert(app, &exit_code);
   batchcast::cli::RegisterInspect(app, &exit_code);
+  batchcast::cli::RegisterReport(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
