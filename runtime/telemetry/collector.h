@@ -16,7 +16,7 @@
 //
 // A sampler thread snapshots the counters every `interval_ms` into a preallocated table
 // of at most `max_rows` rows; when the table is full every other row is dropped and the
-// interval doubles, so memory stays bounded (max_rows × col::kNum × 8 bytes, ~1.4 MB at
+// interval doubles, so memory stays bounded (max_rows × col::kNum × 8 bytes, ~1.2 MB at
 // the default 4096 rows) while the series still covers the whole run.
 #pragma once
 
