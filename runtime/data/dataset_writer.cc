@@ -106,6 +106,9 @@ Status DatasetWriter::CreateImages() {
 
 DatasetWriter::~DatasetWriter() {
   if (!finished_) Abort();
+  std::lock_guard lock(Hdf5Lock());
+  images_.reset();
+  file_.reset();
 }
 
 void DatasetWriter::Abort() {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 
 #include "core/errors.h"
@@ -33,6 +34,13 @@ uint64_t NextPrime(uint64_t n) {
 
 class Hdf5DatasetReader final : public DatasetReader {
  public:
+  ~Hdf5DatasetReader() override {
+    std::lock_guard lock(Hdf5Lock());
+    vlen_type_.Reset();
+    file_space_.Reset();
+    images_.Reset();
+    file_.Reset();
+  }
   Status Init(const std::string& path, const ReaderOptions& options);
 
   const DatasetInfo& info() const override { return info_; }
@@ -224,16 +232,28 @@ Status Hdf5DatasetReader::LoadIntVector(const char* name, hid_t mem_type, void* 
 Status Hdf5DatasetReader::LoadClassNames() {
   BC_ASSIGN_OR_RETURN(H5Id ds, OpenVector(layout::kClassNames, H5T_STRING, "strings"));
   H5Id space(H5Dget_space(ds.get()));
-  int64_t n = H5Sget_simple_extent_npoints(space.get());
+  H5Id file_type(H5Dget_type(ds.get()));
+  const int64_t n = H5Sget_simple_extent_npoints(space.get());
+  const bool variable = H5Tis_variable_str(file_type.get()) > 0;
+  const size_t width = variable ? 0 : H5Tget_size(file_type.get());
   H5Id mem(H5Tcopy(H5T_C_S1));
-  H5Tset_size(mem.get(), H5T_VARIABLE);
-  std::vector<char*> names(size_t(n), nullptr);
-  if (n > 0 && H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, names.data()) < 0)
+  H5Tset_size(mem.get(), variable ? H5T_VARIABLE : width);
+  H5Tset_cset(mem.get(), H5Tget_cset(file_type.get()));  // HDF5 converts no ASCII <-> UTF-8
+  std::vector<char*> names(variable ? size_t(n) : 0, nullptr);
+  std::vector<char> fixed(variable ? 0 : size_t(n) * width);
+  void* dst = variable ? static_cast<void*>(names.data()) : static_cast<void*>(fixed.data());
+  if (n > 0 && H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
     return Hdf5Error(StatusCode::kCorruptData,
-                     fmt::format("cannot read dataset 'class_names' in {} (expected "
-                                 "variable-length strings)", info_.path));
-  for (char* c : names) info_.class_names.emplace_back(c ? c : "");
-  if (n > 0) H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, names.data());
+                     fmt::format("cannot read dataset 'class_names' in {}", info_.path));
+  for (int64_t i = 0; i < n; ++i) {
+    if (variable) {
+      info_.class_names.emplace_back(names[size_t(i)] ? names[size_t(i)] : "");
+    } else {
+      const char* p = fixed.data() + size_t(i) * width;
+      info_.class_names.emplace_back(p, strnlen(p, width));
+    }
+  }
+  if (variable && n > 0) H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, names.data());
   return Status::Ok();
 }
 

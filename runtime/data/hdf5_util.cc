@@ -11,7 +11,6 @@ namespace batchcast::data {
 
 void H5Id::Reset() {
   if (id_ < 0) return;
-  std::lock_guard lock(Hdf5Lock());
   if (H5Iis_valid(id_) > 0 && H5Idec_ref(id_) < 0) H5Eclear2(H5E_DEFAULT);
   id_ = H5I_INVALID_HID;
 }

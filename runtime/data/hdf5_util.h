@@ -16,7 +16,8 @@
 namespace batchcast::data {
 
 // Owns one HDF5 identifier (file, dataset, dataspace, type, plist, attribute).
-// The destructor takes Hdf5Lock() itself (it is recursive) and never throws.
+// Like every HDF5 call, destruction and Reset() need Hdf5Lock() held by the caller
+// (declare the handle after the lock_guard so it dies first); it never throws.
 class H5Id {
  public:
   H5Id() = default;

@@ -1,0 +1,307 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+// The HDF5 layout: writer/reader round trips, every malformed file the reader must refuse
+// with a message naming file, dataset and cause, and concurrent reads.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "data/convert.h"
+#include "data/dataset_inspect.h"
+#include "data/dataset_reader.h"
+#include "data/dataset_writer.h"
+#include "data/image_encode.h"
+#include "tests/unit/data/data_test_util.h"
+
+namespace batchcast::data {
+namespace {
+using testing::LayoutSpec;
+using testing::TempDir;
+using testing::WriteLayoutFile;
+
+std::vector<uint8_t> Pixels(int n, int seed) {
+  std::vector<uint8_t> px(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) px[size_t(i)] = uint8_t(i * 31 + seed * 17);
+  return px;
+}
+
+// Writes a raw dataset of `n` 5x3x3 samples; sample i has label i % 3.
+void WriteRaw(const std::string& path, int n, bool compress) {
+  DatasetSpec spec;
+  spec.kind = SampleKind::kRaw;
+  spec.raw_height = 5;
+  spec.raw_width = 3;
+  spec.raw_channels = 3;
+  spec.compress = compress;
+  spec.class_names = {"a", "b", "c"};
+  auto w = DatasetWriter::Create(path, spec);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  for (int i = 0; i < n; ++i) ASSERT_TRUE((*w)->Append(Pixels(45, i), i % 3, 3, 5).ok());
+  ASSERT_TRUE((*w)->Finish().ok());
+}
+
+// Writes an encoded dataset of `n` PNGs of varying size; sample i has label i % 2.
+std::vector<std::vector<uint8_t>> WriteEncoded(const std::string& path, int n) {
+  DatasetSpec spec;
+  spec.class_names = {"even", "odd"};
+  auto w = DatasetWriter::Create(path, spec);
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  std::vector<std::vector<uint8_t>> all;
+  for (int i = 0; i < n; ++i) {
+    int side = 4 + i % 9;
+    auto png = EncodePng(Pixels(side * side, i), side, side, 1);
+    EXPECT_TRUE(png.ok());
+    EXPECT_TRUE((*w)->Append(*png, i % 2, side, side, ImageEncoding::kPng).ok());
+    all.push_back(*png);
+  }
+  EXPECT_TRUE((*w)->Finish().ok());
+  return all;
+}
+
+std::string OpenError(const std::string& path) {
+  auto r = DatasetReader::Open(path);
+  EXPECT_FALSE(r.ok()) << path << " opened but should not";
+  return r.ok() ? "" : r.status().message();
+}
+
+void ExpectContains(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
+}
+
+TEST(DatasetLayoutTest, RawRoundTripWithAndWithoutCompression) {
+  TempDir dir;
+  for (bool compress : {true, false}) {
+    std::string path = dir / (compress ? "gz.h5" : "plain.h5");
+    WriteRaw(path, 700, compress);
+    auto r = DatasetReader::Open(path);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const auto& info = (*r)->info();
+    EXPECT_EQ(info.kind, SampleKind::kRaw);
+    EXPECT_EQ(info.num_samples, 700);
+    EXPECT_EQ(info.raw_height, 5);
+    EXPECT_EQ(info.raw_width, 3);
+    EXPECT_EQ(info.raw_channels, 3);
+    EXPECT_EQ(info.encoding, "raw");
+    EXPECT_EQ(info.schema_version, 1);
+    EXPECT_EQ(info.class_names, (std::vector<std::string>{"a", "b", "c"}));
+    std::vector<uint8_t> px;
+    for (int i : {0, 1, 255, 256, 699, 3}) {
+      ASSERT_TRUE((*r)->ReadSample(i, &px).ok());
+      EXPECT_EQ(px, Pixels(45, i)) << "sample " << i;
+      EXPECT_EQ((*r)->Label(i), i % 3);
+      EXPECT_EQ((*r)->OriginalWidth(i), 3);
+      EXPECT_EQ((*r)->OriginalHeight(i), 5);
+    }
+    EXPECT_EQ((*r)->ReadSample(700, &px).code(), StatusCode::kOutOfRange);
+  }
+}
+
+TEST(DatasetLayoutTest, EncodedRoundTripAndBlockReads) {
+  TempDir dir;
+  auto written = WriteEncoded(dir / "enc.h5", 2100);
+  auto r = DatasetReader::Open(dir / "enc.h5");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->info().kind, SampleKind::kEncoded);
+  EXPECT_EQ((*r)->info().encoding, "png");
+  std::vector<uint8_t> bytes;
+  for (int i : {0, 1023, 1024, 2099}) {
+    ASSERT_TRUE((*r)->ReadSample(i, &bytes).ok());
+    EXPECT_EQ(bytes, written[size_t(i)]);
+    EXPECT_EQ((*r)->OriginalWidth(i), 4 + i % 9);
+  }
+  std::vector<std::vector<uint8_t>> block;
+  ASSERT_TRUE((*r)->ReadSamples(1000, 100, &block).ok());
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(block[size_t(i)], written[size_t(1000 + i)]);
+}
+
+TEST(DatasetLayoutTest, ConcurrentReadsFromEightThreadsEqualSerialReads) {
+  TempDir dir;
+  WriteEncoded(dir / "enc.h5", 600);
+  WriteRaw(dir / "raw.h5", 600, true);
+  for (const char* name : {"enc.h5", "raw.h5"}) {
+    auto r = DatasetReader::Open(dir / name);
+    ASSERT_TRUE(r.ok());
+    std::vector<std::vector<uint8_t>> serial(600);
+    for (int i = 0; i < 600; ++i) ASSERT_TRUE((*r)->ReadSample(i, &serial[size_t(i)]).ok());
+    std::vector<std::vector<uint8_t>> parallel(600);
+    std::vector<int> failures(8, 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        // Each thread reads every sample in its own scattered order; thread t keeps i%8==t.
+        std::vector<uint8_t> buf;
+        for (int k = 0; k < 600; ++k) {
+          int i = (k * 7 + t * 75) % 600;
+          if (!(*r)->ReadSample(i, &buf).ok()) ++failures[size_t(t)];
+          if (i % 8 == t) parallel[size_t(i)] = buf;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int f : failures) EXPECT_EQ(f, 0);
+    EXPECT_EQ(parallel, serial) << name;
+  }
+}
+
+TEST(DatasetLayoutTest, MissingFileIsNotFound) {
+  auto r = DatasetReader::Open("/nonexistent/dir/train.h5");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  ExpectContains(r.status().message(), "/nonexistent/dir/train.h5");
+}
+
+TEST(DatasetLayoutTest, NotAnHdf5FileIsRefused) {
+  TempDir dir;
+  testing::WriteBytes(dir / "text.h5", {'h', 'e', 'l', 'l', 'o'});
+  std::string msg = OpenError(dir / "text.h5");
+  ExpectContains(msg, "is not an HDF5 file");
+  ExpectContains(msg, "batchcast convert");
+}
+
+TEST(DatasetLayoutTest, MissingImagesOrLabelsIsNamed) {
+  TempDir dir;
+  WriteLayoutFile(dir / "noimages.h5", LayoutSpec{.images = "none"});
+  ExpectContains(OpenError(dir / "noimages.h5"), "dataset 'images' is missing in " + dir / "noimages.h5");
+  WriteLayoutFile(dir / "nolabels.h5", LayoutSpec{.labels = false});
+  ExpectContains(OpenError(dir / "nolabels.h5"), "dataset 'labels' is missing");
+}
+
+TEST(DatasetLayoutTest, WrongImagesDtypeIsNamed) {
+  TempDir dir;
+  WriteLayoutFile(dir / "float.h5", LayoutSpec{.images = "float32"});
+  std::string msg = OpenError(dir / "float.h5");
+  ExpectContains(msg, "hdf5: dataset 'images' in " + dir / "float.h5" +
+                          " has dtype float32, expected uint8 or vlen uint8");
+  ExpectContains(msg, "re-create it with `batchcast convert`");
+}
+
+TEST(DatasetLayoutTest, MismatchedLengthsAreNamed) {
+  TempDir dir;
+  WriteLayoutFile(dir / "short.h5", LayoutSpec{.labels_count = 3});
+  ExpectContains(OpenError(dir / "short.h5"), "dataset 'labels' in " + dir / "short.h5" +
+                                                  " has 3 entries but 'images' has 4");
+}
+
+TEST(DatasetLayoutTest, MissingOrWrongSchemaVersionIsRefused) {
+  TempDir dir;
+  WriteLayoutFile(dir / "noschema.h5", LayoutSpec{.schema_attr = false});
+  ExpectContains(OpenError(dir / "noschema.h5"), "no 'batchcast_schema_version' attribute");
+  WriteLayoutFile(dir / "v2.h5", LayoutSpec{.schema_version = 2});
+  ExpectContains(OpenError(dir / "v2.h5"), "has schema version 2, this build reads version 1");
+}
+
+TEST(DatasetLayoutTest, FileWithoutCompletenessMarkerIsIncomplete) {
+  TempDir dir;
+  WriteLayoutFile(dir / "partial.h5", LayoutSpec{.complete_attr = false});
+  ExpectContains(OpenError(dir / "partial.h5"), "is incomplete");
+}
+
+TEST(DatasetLayoutTest, ValidHandMadeFilesOpen) {
+  TempDir dir;
+  WriteLayoutFile(dir / "vlen.h5", LayoutSpec{});
+  WriteLayoutFile(dir / "raw.h5", LayoutSpec{.images = "raw"});
+  EXPECT_TRUE(DatasetReader::Open(dir / "vlen.h5").ok());
+  auto raw = DatasetReader::Open(dir / "raw.h5");
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  EXPECT_EQ((*raw)->info().encoding, "raw");
+}
+
+TEST(DatasetLayoutTest, ZeroLengthEncodedSampleIsCorruptAtRead) {
+  TempDir dir;
+  WriteLayoutFile(dir / "empty.h5", LayoutSpec{.zero_length_sample = true});
+  auto r = DatasetReader::Open(dir / "empty.h5");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<uint8_t> bytes;
+  EXPECT_TRUE((*r)->ReadSample(1, &bytes).ok());
+  Status st = (*r)->ReadSample(2, &bytes);
+  EXPECT_EQ(st.code(), StatusCode::kCorruptData);
+  ExpectContains(st.message(), "sample 2 in " + dir / "empty.h5" + " is empty (0 bytes)");
+}
+
+TEST(DatasetLayoutTest, WriterRefusesEmptySampleAndBadLabel) {
+  TempDir dir;
+  DatasetSpec spec;
+  spec.class_names = {"only"};
+  auto w = DatasetWriter::Create(dir / "x.h5", spec);
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE((*w)->Append({}, 0, 1, 1, ImageEncoding::kPng).ok());
+  std::vector<uint8_t> one = {1};
+  EXPECT_FALSE((*w)->Append(one, 1, 1, 1, ImageEncoding::kPng).ok());
+}
+
+TEST(DatasetLayoutTest, AbandonedWriterLeavesNoFile) {
+  TempDir dir;
+  std::string partial;
+  {
+    DatasetSpec spec;
+    spec.class_names = {"a"};
+    auto w = DatasetWriter::Create(dir / "out.h5", spec);
+    ASSERT_TRUE(w.ok());
+    partial = (*w)->partial_path();
+    EXPECT_TRUE(std::filesystem::exists(partial));
+  }
+  EXPECT_FALSE(std::filesystem::exists(partial));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.h5"));
+}
+
+TEST(DatasetLayoutTest, ExistingOutputNeedsOverwrite) {
+  TempDir dir;
+  WriteRaw(dir / "x.h5", 3, false);
+  DatasetSpec spec;
+  spec.kind = SampleKind::kRaw;
+  spec.raw_height = spec.raw_width = spec.raw_channels = 1;
+  auto w = DatasetWriter::Create(dir / "x.h5", spec);
+  ASSERT_FALSE(w.ok());
+  ExpectContains(w.status().message(), "already exists");
+}
+
+// A conversion killed with SIGKILL halfway leaves no file at OUT, and its partial file is
+// refused by the reader.
+TEST(DatasetLayoutTest, KilledConversionLeavesNothingThatLooksComplete) {
+  TempDir dir;
+  const std::string out = dir / "killed.h5";
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    IdxConvertOptions o;
+    o.images_path = testing::FashionPath("t10k-images-idx3-ubyte.gz");
+    o.labels_path = testing::FashionPath("t10k-labels-idx1-ubyte.gz");
+    o.out_path = out;
+    o.threads = 1;
+    auto r = ConvertIdx(o, [](int64_t done, int64_t total) {
+      if (done == total / 2) kill(getpid(), SIGKILL);
+    });
+    _exit(r.ok() ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the conversion was not killed (status " << status << ")";
+  EXPECT_FALSE(std::filesystem::exists(out));
+  std::string partial = out + ".partial-" + std::to_string(child);
+  ASSERT_TRUE(std::filesystem::exists(partial));
+  std::string msg = OpenError(partial);
+  EXPECT_TRUE(msg.find("incomplete") != std::string::npos ||
+              msg.find("did not finish") != std::string::npos) << msg;
+}
+
+TEST(DatasetLayoutTest, ChecksumDependsOnContentNotOnCompression) {
+  TempDir dir;
+  WriteRaw(dir / "gz.h5", 300, true);
+  WriteRaw(dir / "plain.h5", 300, false);
+  WriteRaw(dir / "fewer.h5", 299, false);
+  auto a = InspectDataset(dir / "gz.h5");
+  auto b = InspectDataset(dir / "plain.h5");
+  auto c = InspectDataset(dir / "fewer.h5");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->checksum, b->checksum);
+  EXPECT_NE(a->checksum, c->checksum);
+  EXPECT_EQ(a->stored_bytes, 300 * 45);
+  EXPECT_EQ(a->class_counts, (std::vector<int64_t>{100, 100, 100}));
+  EXPECT_LT(a->file_bytes, b->file_bytes);
+}
+
+}  // namespace
+}  // namespace batchcast::data
