@@ -1,8 +1,8 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
 // The transform chain of one sample: choose a crop box (none, center, RandomResizedCrop),
-// resize the box to the output size (OpenCV: INTER_AREA when shrinking, INTER_LINEAR when
-// enlarging), then one final pass that flips, normalizes, converts HWC to CHW and writes
+// resize the box to the output size (OpenCV: INTER_AREA when shrinking by 2x or more,
+// INTER_LINEAR otherwise), then one final pass that flips, normalizes, converts HWC to CHW and writes
 // the output type straight into the batch buffer. Every output element is written once.
 #pragma once
 
@@ -43,7 +43,7 @@ struct PixelView {
 };
 
 // Resizes `box` of `src` to out_w x out_h into `dst` (packed HWC, same channels; dst_stride
-// bytes per row). INTER_AREA when both dimensions shrink, INTER_LINEAR otherwise.
+// bytes per row). INTER_AREA when a dimension shrinks by 2x or more, INTER_LINEAR otherwise.
 void ResizeBox(const PixelView& src, const CropBox& box, int out_w, int out_h, uint8_t* dst,
                size_t dst_stride);
 

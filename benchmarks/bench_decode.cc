@@ -1,0 +1,279 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// bench_decode: the leader's decode pipeline on a real-photo JPEG set, through the real
+// Pipeline::RunBatch. Side by side in one run, repetitions interleaved so machine noise
+// hits every configuration alike:
+//   rate_1 / rate_T  decode + RandomResizedCrop(224) + flip + normalize, 1 and T threads
+//   cost at 112      the same chain at 112 (DCT-scaled decode + resize), 1 thread
+//   naive            the same chains with DCT scaling off (full-size decode, then resize)
+// The image set (about 500x375, quality 90) is made from photos Debian packages ship
+// (python3-skimage), by random crops, scales and mirrors; it is cached in --cache.
+#include <turbojpeg.h>
+
+#include <opencv2/imgproc.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "pipeline/decode.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/sample_rng.h"
+#include "pipeline/worker_pool.h"
+#include "tests/unit/pipeline/memory_reader.h"
+
+namespace batchcast::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using pipeline::SampleRng;
+
+struct Args {
+  int images = 300, reps = 5, threads = 0, batch = 64, width = 500, height = 375, quality = 90;
+  std::string cache = "decode_set";
+  std::vector<std::string> photos = {
+      "/usr/lib/python3/dist-packages/skimage/data/astronaut.png",
+      "/usr/lib/python3/dist-packages/skimage/data/chelsea.png",
+      "/usr/lib/python3/dist-packages/skimage/data/coffee.png",
+      "/usr/lib/python3/dist-packages/skimage/data/motorcycle_left.png",
+      "/usr/lib/python3/dist-packages/skimage/data/motorcycle_right.png",
+      "/usr/lib/python3/dist-packages/skimage/data/ihc.png",
+      "/usr/lib/python3/dist-packages/skimage/data/rocket.jpg",
+      "/usr/lib/python3/dist-packages/skimage/data/retina.jpg",
+      "/usr/lib/python3/dist-packages/skimage/data/hubble_deep_field.jpg",
+  };
+};
+
+std::vector<uint8_t> ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+bool WriteFile(const fs::path& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return static_cast<bool>(out);
+}
+
+// Source photos decoded to RGB, via the pipeline's own decoder.
+std::vector<pipeline::DecodedImage> LoadPhotos(const Args& a) {
+  std::vector<pipeline::DecodedImage> photos;
+  auto decoder = pipeline::ImageDecoder::Create();
+  for (const auto& path : a.photos) {
+    auto bytes = ReadFile(path);
+    if (bytes.empty()) continue;
+    auto header = decoder->ReadHeader(bytes, int64_t(1) << 30);
+    pipeline::DecodedImage img;
+    if (!header.ok() || header->channels == 1 || !decoder->Decode(bytes, *header, 8, 3, &img).ok())
+      continue;
+    photos.push_back(std::move(img));
+  }
+  return photos;
+}
+
+std::vector<uint8_t> EncodeJpeg(const cv::Mat& rgb, int quality) {
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  std::vector<uint8_t> out;
+  if (tjCompress2(tj, rgb.data, rgb.cols, static_cast<int>(rgb.step), rgb.rows, TJPF_RGB, &buf,
+                  &size, TJSAMP_420, quality, 0) == 0)
+    out.assign(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(tj);
+  return out;
+}
+
+// Image i: a random 4:3 crop (50-100% of the photo's largest such box) of photo i % P,
+// mirrored at random, scaled to width x height.
+std::vector<uint8_t> MakeImage(const pipeline::DecodedImage& photo, int i, const Args& a) {
+  SampleRng rng(2024, 0, static_cast<uint64_t>(i), pipeline::RngStream::kCrop);
+  double aspect = double(a.width) / a.height;
+  int max_w = std::min(photo.width, static_cast<int>(photo.height * aspect));
+  int w = static_cast<int>(max_w * rng.Uniform(0.5, 1.0));
+  int h = std::max(1, static_cast<int>(w / aspect));
+  int x = static_cast<int>(rng.UniformInt(0, photo.width - w));
+  int y = static_cast<int>(rng.UniformInt(0, photo.height - h));
+  cv::Mat src(photo.height, photo.width, CV_8UC3, const_cast<uint8_t*>(photo.data()), photo.stride());
+  cv::Mat out;
+  cv::resize(src(cv::Rect(x, y, w, h)), out, cv::Size(a.width, a.height), 0, 0,
+             w >= a.width ? cv::INTER_AREA : cv::INTER_CUBIC);
+  if (rng.Bernoulli(0.5)) cv::flip(out, out, 1);
+  return EncodeJpeg(out, a.quality);
+}
+
+// The cached set, or a new one written to the cache.
+std::vector<std::vector<uint8_t>> ImageSet(const Args& a) {
+  fs::path dir = fs::path(a.cache) / fmt::format("{}x{}_q{}_n{}", a.width, a.height, a.quality, a.images);
+  std::vector<std::vector<uint8_t>> set;
+  if (fs::exists(dir / "complete")) {
+    for (int i = 0; i < a.images; ++i) set.push_back(ReadFile(dir / fmt::format("{:05d}.jpg", i)));
+    return set;
+  }
+  auto photos = LoadPhotos(a);
+  if (photos.size() < 3) {
+    std::fprintf(stderr, "bench_decode: found %zu source photos, need 3 (install python3-skimage: make deps)\n",
+                 photos.size());
+    std::exit(1);
+  }
+  fs::create_directories(dir);
+  for (int i = 0; i < a.images; ++i) {
+    set.push_back(MakeImage(photos[i % photos.size()], i, a));
+    WriteFile(dir / fmt::format("{:05d}.jpg", i), set.back());
+  }
+  WriteFile(dir / "complete", {});
+  std::printf("bench_decode: built %d JPEGs from %zu photos in %s\n", a.images, photos.size(),
+              dir.c_str());
+  return set;
+}
+
+// One pipeline configuration; each Epoch() runs the whole set once through RunBatch.
+class Config {
+ public:
+  Config(std::string name, int threads, int size, bool dct,
+         std::shared_ptr<data::DatasetReader> reader, int batch)
+      : name_(std::move(name)), reader_(std::move(reader)), batch_(batch) {
+    Options o;
+    o.threads = threads;
+    o.image_size = size;
+    o.crop = "random";
+    o.flip = true;
+    o.normalize = true;
+    o.dct_scaling = dct;
+    auto p = pipeline::Pipeline::Create(o, reader_);
+    if (!p.ok()) {
+      std::fprintf(stderr, "bench_decode: %s\n", p.status().ToString().c_str());
+      std::exit(1);
+    }
+    pipeline_ = std::move(*p);
+    images_.resize(pipeline_->OutputLayout().bytes() * batch);
+    labels_.resize(batch);
+  }
+
+  // Samples per second over one epoch.
+  double Epoch(uint64_t epoch) {
+    const int64_t n = reader_->info().num_samples;
+    std::vector<int64_t> idx;
+    double t0 = NowSeconds();
+    for (int64_t first = 0; first < n; first += batch_) {
+      idx.clear();
+      for (int64_t i = first; i < std::min<int64_t>(n, first + batch_); ++i) idx.push_back(i);
+      pipeline::BatchResult r;
+      Status s = pipeline_->RunBatch(
+          pipeline::BatchRequest{epoch, idx, 0, images_.data(), labels_.data()}, &r);
+      if (!s.ok()) {
+        std::fprintf(stderr, "bench_decode: %s\n", s.ToString().c_str());
+        std::exit(1);
+      }
+      decode_ns_ += r.decode_ns;
+      transform_ns_ += r.transform_ns;
+    }
+    double rate = n / (NowSeconds() - t0);
+    rates_.push_back(rate);
+    return rate;
+  }
+
+  const std::string& name() const { return name_; }
+  const std::vector<double>& rates() const { return rates_; }
+  void ResetRates() { rates_.clear(); decode_ns_ = transform_ns_ = 0; }
+  int threads() const { return pipeline_->threads(); }
+  // Share of worker time spent decoding (vs. resize/flip/normalize/write).
+  double DecodeShare() const { return double(decode_ns_) / std::max<int64_t>(1, decode_ns_ + transform_ns_); }
+
+ private:
+  std::string name_;
+  std::shared_ptr<data::DatasetReader> reader_;
+  int batch_;
+  std::unique_ptr<pipeline::Pipeline> pipeline_;
+  std::vector<uint8_t> images_;
+  std::vector<int64_t> labels_;
+  std::vector<double> rates_;
+  int64_t decode_ns_ = 0, transform_ns_ = 0;
+};
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_decode: %s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--images") a.images = std::stoi(next());
+    else if (k == "--reps") a.reps = std::stoi(next());
+    else if (k == "--threads") a.threads = std::stoi(next());
+    else if (k == "--batch") a.batch = std::stoi(next());
+    else if (k == "--cache") a.cache = next();
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_decode [--images N] [--reps R] [--threads T] [--batch B] [--cache DIR]\n");
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+std::vector<double> Ratios(const std::vector<double>& num, const std::vector<double>& den, double k) {
+  std::vector<double> r;
+  for (size_t i = 0; i < num.size() && i < den.size(); ++i) r.push_back(num[i] / (k * den[i]));
+  return r;
+}
+
+int Main(int argc, char** argv) {
+  Args a = ParseArgs(argc, argv);
+  const int T = a.threads > 0 ? a.threads : pipeline::AvailableCores();
+  auto reader = testing::MemoryReader::Encoded(ImageSet(a), "decode_set");
+  std::vector<Config> configs;
+  configs.emplace_back("rrc224 dct 1 thread", 1, 224, true, reader, a.batch);
+  configs.emplace_back(fmt::format("rrc224 dct {} threads", T), T, 224, true, reader, a.batch);
+  configs.emplace_back("rrc112 dct 1 thread", 1, 112, true, reader, a.batch);
+  configs.emplace_back("rrc224 naive 1 thread", 1, 224, false, reader, a.batch);
+  configs.emplace_back("rrc112 naive 1 thread", 1, 112, false, reader, a.batch);
+  for (auto& c : configs) c.Epoch(0);  // warm-up: caches, allocations, page faults
+  for (auto& c : configs) c.ResetRates();
+  for (int rep = 0; rep < a.reps; ++rep)
+    for (auto& c : configs) c.Epoch(1 + rep);
+
+  const auto& r1 = configs[0].rates();
+  const auto& rT = configs[1].rates();
+  const auto& r112 = configs[2].rates();
+  Table table(fmt::format("decode: {} JPEGs {}x{} q{}, {} reps, batch {}, T = {}", a.images, a.width,
+                          a.height, a.quality, a.reps, a.batch, T));
+  for (const auto& c : configs) table.Add(c.name() + " rate", Summarize(c.rates()), "samples/s");
+  table.Add("scaling_efficiency rate_T/(T*rate_1)", Summarize(Ratios(rT, r1, T)), "target >= 0.9");
+  table.Add("half_res_cost_ratio cost112/cost224", Summarize(Ratios(r1, r112, 1)), "target <= 0.4");
+  table.Add("naive half_res_cost_ratio", Summarize(Ratios(configs[3].rates(), configs[4].rates(), 1)), "");
+  table.Add("dct speedup at 224 (rate/naive rate)", Summarize(Ratios(r1, configs[3].rates(), 1)), "x");
+  table.Add("dct speedup at 112 (rate/naive rate)", Summarize(Ratios(r112, configs[4].rates(), 1)), "x");
+  for (const auto& c : configs)
+    table.Add(c.name() + " decode share", Stats{c.DecodeShare(), c.DecodeShare(), c.DecodeShare()}, "of worker time");
+  table.Print();
+
+  const double rate_1 = Summarize(r1).median, rate_T = Summarize(rT).median;
+  const double rate_112 = Summarize(r112).median;
+  JsonLine json;
+  json.Add("benchmark", std::string("decode"));
+  json.Add("threads", T);
+  json.Add("images", a.images);
+  json.Add("reps", a.reps);
+  json.Add("rate_1", rate_1);
+  json.Add("rate_T", rate_T);
+  json.Add("scaling_efficiency", rate_T / (T * rate_1));
+  json.Add("half_res_cost_ratio", rate_1 / rate_112);
+  json.Add("naive_rate_1", Summarize(configs[3].rates()).median);
+  json.Add("rate_112_1", rate_112);
+  json.Print();
+  return 0;
+}
+
+}  // namespace
+}  // namespace batchcast::bench
+
+int main(int argc, char** argv) { return batchcast::bench::Main(argc, argv); }

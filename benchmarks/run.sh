@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs one benchmark: benchmarks/run.sh BUILD_DIR NAME [extra arguments for the benchmark]
+set -euo pipefail
+build=${1:?usage: benchmarks/run.sh BUILD_DIR NAME [ARGS...]}
+name=${2:?usage: benchmarks/run.sh BUILD_DIR NAME [ARGS...]}
+shift 2
+bin="$build/benchmarks/bench_$name"
+known=$(cd "$(dirname "$0")" && ls bench_*.cc 2>/dev/null | sed 's/^bench_//; s/\.cc$//' | tr '\n' ' ')
+if [ ! -f "$(dirname "$0")/bench_$name.cc" ]; then
+  echo "bench: unknown benchmark '$name' (known: ${known:-none})" >&2
+  exit 2
+fi
+if [ ! -x "$bin" ]; then
+  echo "bench: $bin is not built (run 'make build' or: cmake --build $build --target bench_$name)" >&2
+  exit 2
+fi
+case "$name" in
+  decode)
+    # A real-photo JPEG set built once and cached in the build directory.
+    exec "$bin" --cache "$build/benchmarks/decode_set" "$@" ;;
+  *)
+    exec "$bin" "$@" ;;
+esac
