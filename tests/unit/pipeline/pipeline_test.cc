@@ -244,10 +244,7 @@ TEST(BadInputTest, BadRequestsAndOptions) {
   EXPECT_FALSE(Pipeline::Create(o, nullptr).ok());
 }
 
-// DISABLED: data::DatasetWriter::Create (ec1a647) takes Hdf5Lock() and then calls
-// WriteIntAttribute, whose H5Id destructor takes the same non-recursive mutex: it
-// deadlocks. Enable once the writer is fixed (run with --gtest_also_run_disabled_tests).
-TEST(PipelineHdf5Test, DISABLED_DecodesThroughARealHdf5File) {
+TEST(PipelineHdf5Test, DecodesThroughARealHdf5File) {
   std::string path = testing::TempDir() + "/pipeline_" + std::to_string(::getpid()) + ".h5";
   auto images = MixedImages(8);
   {
