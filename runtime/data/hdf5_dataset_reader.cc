@@ -57,6 +57,7 @@ class Hdf5DatasetReader final : public DatasetReader {
   bool InRange(int64_t i) const { return i >= 0 && i < info_.num_samples; }
   Status CheckRoot();
   Status OpenImages(const ReaderOptions& options);
+  void SizeChunkCache(hid_t dcpl, const ReaderOptions& options, hid_t dapl) const;
   Status CheckImagesType(hid_t type, hid_t space);
   Status ReadEncoding();
   Result<H5Id> OpenVector(const char* name, H5T_class_t want, const char* want_name);
@@ -117,34 +118,42 @@ Status Hdf5DatasetReader::OpenImages(const ReaderOptions& options) {
   const std::string& path = info_.path;
   if (H5Lexists(file_.get(), layout::kImages, H5P_DEFAULT) <= 0)
     return CorruptDataError("hdf5: dataset 'images' is missing in {}; {}", path, kFix);
-  H5Id probe(H5Dopen2(file_.get(), layout::kImages, H5P_DEFAULT));
-  if (!probe.valid())
-    return Hdf5Error(StatusCode::kCorruptData, fmt::format("cannot open dataset 'images' in {}", path));
-  H5Id type(H5Dget_type(probe.get()));
-  H5Id space(H5Dget_space(probe.get()));
-  BC_RETURN_IF_ERROR(CheckImagesType(type.get(), space.get()));
-  // Reopen with a chunk cache sized for random access (see docs/dataset-format.md).
-  H5Id dcpl(H5Dget_create_plist(probe.get()));
   H5Id dapl(H5Pcreate(H5P_DATASET_ACCESS));
-  if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
-    hsize_t chunk[4] = {1, 1, 1, 1};
-    H5Pget_chunk(dcpl.get(), 4, chunk);
-    int64_t elem = info_.kind == SampleKind::kRaw ? 1 : int64_t(sizeof(hvl_t));
-    int64_t chunk_bytes = int64_t(chunk[0] * chunk[1] * chunk[2] * chunk[3]) * elem;
-    int64_t rows = info_.kind == SampleKind::kRaw
-                       ? int64_t(info_.raw_height) * info_.raw_width * info_.raw_channels
-                       : int64_t(sizeof(hvl_t));
-    int64_t want = std::min(options.chunk_cache_bytes, rows * info_.num_samples + chunk_bytes);
-    int64_t chunks = std::max<int64_t>(want / std::max<int64_t>(chunk_bytes, 1), 1);
-    H5Pset_chunk_cache(dapl.get(), NextPrime(uint64_t(chunks) * 10 + 1),
-                       size_t(std::max<int64_t>(want, chunk_bytes)), 0.0);
-  }
+  {
+    H5Id probe(H5Dopen2(file_.get(), layout::kImages, H5P_DEFAULT));
+    if (!probe.valid())
+      return Hdf5Error(StatusCode::kCorruptData,
+                       fmt::format("cannot open dataset 'images' in {}", path));
+    H5Id type(H5Dget_type(probe.get()));
+    H5Id space(H5Dget_space(probe.get()));
+    BC_RETURN_IF_ERROR(CheckImagesType(type.get(), space.get()));
+    H5Id dcpl(H5Dget_create_plist(probe.get()));
+    SizeChunkCache(dcpl.get(), options, dapl.get());
+  }  // closed before the reopen: HDF5 ignores the access plist of an already-open dataset
   images_ = H5Id(H5Dopen2(file_.get(), layout::kImages, dapl.get()));
   if (!images_.valid())
     return Hdf5Error(StatusCode::kCorruptData, fmt::format("cannot open dataset 'images' in {}", path));
   file_space_ = H5Id(H5Dget_space(images_.get()));
   vlen_type_ = H5Id(H5Tvlen_create(H5T_NATIVE_UINT8));
   return ReadEncoding();
+}
+
+// Sizes the chunk cache to hold the whole dataset's chunks up to options.chunk_cache_bytes,
+// with ~10 hash slots per cached chunk (a prime, as HDF5 recommends) and plain LRU eviction
+// (w0 = 0: a chunk read for one sample is usually needed again for its neighbours).
+void Hdf5DatasetReader::SizeChunkCache(hid_t dcpl, const ReaderOptions& options, hid_t dapl) const {
+  if (H5Pget_layout(dcpl) != H5D_CHUNKED) return;
+  hsize_t chunk[4] = {1, 1, 1, 1};
+  H5Pget_chunk(dcpl, 4, chunk);
+  const bool raw = info_.kind == SampleKind::kRaw;
+  const int64_t elem = raw ? 1 : int64_t(sizeof(hvl_t));
+  const int64_t chunk_bytes = int64_t(chunk[0] * chunk[1] * chunk[2] * chunk[3]) * elem;
+  const int64_t row = raw ? int64_t(info_.raw_height) * info_.raw_width * info_.raw_channels
+                          : int64_t(sizeof(hvl_t));
+  const int64_t want = std::max(
+      std::min(options.chunk_cache_bytes, row * info_.num_samples + chunk_bytes), chunk_bytes);
+  const int64_t chunks = std::max<int64_t>(want / std::max<int64_t>(chunk_bytes, 1), 1);
+  H5Pset_chunk_cache(dapl, NextPrime(uint64_t(chunks) * 10 + 1), size_t(want), 0.0);
 }
 
 Status Hdf5DatasetReader::CheckImagesType(hid_t type, hid_t space) {
