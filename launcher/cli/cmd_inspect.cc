@@ -1,7 +1,60 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-// `batchcast inspect`: placeholder until the reader lands.
+// `batchcast inspect FILE [--json]`: what a user needs to trust a dataset file.
+#include <cstdio>
+#include <string>
+
 #include "cli/commands.h"
+#include "data/dataset_inspect.h"
 
 namespace batchcast::cli {
-void RegisterInspect(CLI::App& app, int* exit_code) {}
+namespace {
+
+void PrintText(const data::DatasetSummary& s) {
+  const auto& i = s.info;
+  std::printf("file:            %s\n", i.path.c_str());
+  std::printf("schema version:  %d\n", i.schema_version);
+  std::printf("samples:         %lld\n", static_cast<long long>(i.num_samples));
+  std::printf("storage:         %s, encoding %s\n",
+              i.kind == data::SampleKind::kRaw ? "raw pixels" : "encoded images",
+              i.encoding.c_str());
+  if (i.kind == data::SampleKind::kRaw)
+    std::printf("raw shape:       %d x %d x %d (H x W x C)\n", i.raw_height, i.raw_width,
+                i.raw_channels);
+  std::printf("width:           min %d, median %d, max %d\n", s.width.min, s.width.median,
+              s.width.max);
+  std::printf("height:          min %d, median %d, max %d\n", s.height.min, s.height.median,
+              s.height.max);
+  double ratio = s.stored_bytes > 0 ? double(s.file_bytes) / double(s.stored_bytes) : 0.0;
+  std::printf("bytes:           %lld on disk, %lld stored sample bytes (disk/stored %.3f)\n",
+              static_cast<long long>(s.file_bytes), static_cast<long long>(s.stored_bytes),
+              ratio);
+  std::printf("checksum:        %s (xxh3-64 of label, length, bytes per sample)\n",
+              data::FormatChecksum(s.checksum).c_str());
+  std::printf("classes:         %zu\n", i.class_names.size());
+  for (size_t c = 0; c < s.class_counts.size(); ++c)
+    std::printf("  %4zu  %-24s %lld\n", c, i.class_names[c].c_str(),
+                static_cast<long long>(s.class_counts[c]));
+}
+
+}  // namespace
+
+void RegisterInspect(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand(
+      "inspect", "print counts per class, sizes, encoding, bytes and a content checksum");
+  auto* path = new std::string();  // lives as long as the app
+  auto* json = new bool(false);
+  cmd->add_option("file", *path, "dataset file in the Batchcast HDF5 layout")->required();
+  cmd->add_flag("--json", *json, "print one JSON object instead of text");
+  cmd->callback([=] {
+    auto s = data::InspectDataset(*path);
+    if (!s.ok()) {
+      std::fprintf(stderr, "batchcast inspect: %s\n", s.status().message().c_str());
+      *exit_code = 1;
+      return;
+    }
+    if (*json) std::printf("%s\n", data::SummaryToJson(*s).c_str());
+    else PrintText(*s);
+  });
+}
+
 }  // namespace batchcast::cli

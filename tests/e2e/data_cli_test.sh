@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# End-to-end checks of `batchcast convert` and `batchcast inspect`.
+# Usage: data_cli_test.sh CASE   (BATCHCAST_BIN and BATCHCAST_SOURCE_DIR in the environment)
+set -euo pipefail
+case_name=${1:?case}
+bin=${BATCHCAST_BIN:?set BATCHCAST_BIN}
+src=${BATCHCAST_SOURCE_DIR:?set BATCHCAST_SOURCE_DIR}
+fm=/usr/share/datasets/fashion-mnist
+py=/usr/bin/python3
+work=$(mktemp -d "${TMPDIR:-/tmp}/bc-e2e-data.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+json_get() {  # file key  -> value of a top-level key
+  "$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
+}
+expect_fail() {  # expected-text command...   (must exit non-zero and print the text)
+  local want=$1; shift
+  if "$@" >out.txt 2>err.txt; then fail "'$*' succeeded, expected failure"; fi
+  grep -qF -- "$want" err.txt || { cat err.txt >&2; fail "'$*' did not say: $want"; }
+}
+convert_t10k() {  # out encode [extra...]
+  local out=$1 enc=$2; shift 2
+  "$bin" convert idx --images "$fm/t10k-images-idx3-ubyte.gz" --labels "$fm/t10k-labels-idx1-ubyte.gz" \
+    --out "$out" --encode "$enc" --fashion-mnist-classes "$@" >/dev/null
+}
+
+case_help() {
+  for cmd in "convert" "convert idx" "convert imagefolder" "inspect"; do
+    # shellcheck disable=SC2086
+    "$bin" $cmd --help >help.txt || fail "batchcast $cmd --help failed"
+    grep -q "Usage" help.txt || fail "batchcast $cmd --help printed no usage"
+  done
+}
+
+case_convert_idx() {
+  convert_t10k a.h5 png --threads 1
+  convert_t10k b.h5 png --threads 2
+  ls | grep -q partial && fail "a partial file was left behind"
+  "$bin" inspect --json a.h5 >a.json
+  "$bin" inspect --json b.h5 >b.json
+  [ "$(json_get a.json checksum)" = "$(json_get b.json checksum)" ] || fail "checksum depends on --threads"
+  [ "$(json_get a.json num_samples)" = 10000 ] || fail "expected 10000 samples"
+  [ "$(json_get a.json encoding)" = png ] || fail "expected png encoding"
+  expect_fail "already exists" convert_t10k a.h5 raw
+  convert_t10k a.h5 raw --force
+  [ "$(json_get a.json checksum)" != "$("$bin" inspect --json a.h5 | "$py" -c 'import json,sys;print(json.load(sys.stdin)["checksum"])')" ] \
+    || fail "raw and png files have the same checksum"
+}
+
+case_inspect() {
+  convert_t10k t.h5 raw
+  "$bin" inspect t.h5 >t.txt
+  grep -q "samples:         10000" t.txt || fail "text inspect lacks the sample count"
+  grep -q "Ankle boot               1000" t.txt || fail "text inspect lacks the class counts"
+  "$bin" inspect --json t.h5 >t.json
+  "$py" - t.json <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["schema_version"] == 1 and j["kind"] == "raw" and j["raw_shape"] == [28, 28, 1], j
+assert [c["count"] for c in j["classes"]] == [1000] * 10, j["classes"]
+assert j["width"] == {"min": 28, "median": 28, "max": 28}, j["width"]
+assert j["stored_bytes"] == 10000 * 784 and 0 < j["file_bytes"] < j["stored_bytes"], j
+assert len(j["checksum"]) == 16
+PY
+  # h5py sees the documented layout.
+  "$py" - t.h5 "$fm/t10k-labels-idx1-ubyte.gz" <<'PY'
+import gzip, sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+assert f.attrs["batchcast_schema_version"] == 1 and f.attrs["batchcast_complete"] == 1
+assert f["images"].shape == (10000, 28, 28, 1) and f["images"].dtype == np.uint8
+labels = np.frombuffer(gzip.open(sys.argv[2]).read()[8:], dtype=np.uint8)
+assert (f["labels"][:] == labels).all() and f["labels"].dtype == np.int64
+assert f["class_names"].asstr()[9] == "Ankle boot"
+PY
+}
+
+case_bad_inputs() {
+  expect_fail "/nonexistent/x.gz" "$bin" convert idx --images /nonexistent/x.gz --labels "$fm/t10k-labels-idx1-ubyte.gz" --out o.h5
+  expect_fail "has 60000 labels but" "$bin" convert idx --images "$fm/t10k-images-idx3-ubyte.gz" \
+    --labels "$fm/train-labels-idx1-ubyte.gz" --out o.h5
+  [ ! -e o.h5 ] || fail "a failed conversion left o.h5"
+  ls | grep -q partial && fail "a failed conversion left a partial file"
+  expect_fail "does not exist" "$bin" inspect /nonexistent/data.h5
+  echo "not hdf5" >text.h5
+  expect_fail "is not an HDF5 file" "$bin" inspect text.h5
+  "$py" -c 'import h5py,numpy as np; f=h5py.File("float.h5","w"); f.attrs["batchcast_schema_version"]=1; f.attrs["batchcast_complete"]=1; f["images"]=np.zeros((2,2,2,1),np.float32)'
+  expect_fail "dataset 'images' in float.h5 has dtype float32, expected uint8 or vlen uint8" "$bin" inspect float.h5
+  expect_fail "--encode" "$bin" convert idx --images a --labels b --out c --encode webp
+  expect_fail "quality" "$bin" convert idx --images a --labels b --out c --quality 0
+}
+
+case_imagefolder() {
+  convert_t10k png.h5 png
+  # Extract six PNGs into two classes with h5py, and add two JPEGs made by cjpeg.
+  "$py" - png.h5 <<'PY'
+import os, sys, h5py
+f = h5py.File(sys.argv[1], "r")
+for i in range(6):
+    d = os.path.join("root", "zebra" if i % 2 else "apple")
+    os.makedirs(d, exist_ok=True)
+    open(os.path.join(d, "%02d.png" % i), "wb").write(f["images"][i].tobytes())
+PY
+  { printf 'P5\n16 12\n255\n'; head -c 192 /dev/zero | tr '\0' '\200'; } >gray.pgm
+  cjpeg -quality 90 gray.pgm >root/apple/z.jpg
+  cp root/apple/z.jpg root/zebra/b.jpeg
+  "$bin" convert imagefolder root --out folder.h5 --threads 2 >/dev/null
+  "$bin" inspect --json folder.h5 >f.json
+  [ "$(json_get f.json num_samples)" = 8 ] || fail "expected 8 samples"
+  [ "$(json_get f.json encoding)" = mixed ] || fail "expected mixed encoding"
+  "$py" - folder.h5 <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+assert list(f["class_names"].asstr()[:]) == ["apple", "zebra"]
+assert list(f["labels"][:]) == [0, 0, 0, 0, 1, 1, 1, 1], f["labels"][:]
+assert f["images"][0].tobytes() == open("root/apple/00.png", "rb").read()
+assert f["images"][3].tobytes() == open("root/apple/z.jpg", "rb").read()
+assert list(f["widths"][:]) == [28, 28, 28, 16, 28, 28, 28, 16]
+PY
+  head -c 100 root/apple/z.jpg >root/zebra/cut.jpg
+  expect_fail "root/zebra/cut.jpg" "$bin" convert imagefolder root --out bad.h5
+  [ ! -e bad.h5 ] || fail "a failed imagefolder conversion left bad.h5"
+  "$bin" convert imagefolder root --out skip.h5 --skip-bad >out.txt 2>err.txt
+  grep -q "skipped: .*root/zebra/cut.jpg" err.txt || fail "--skip-bad did not report the bad file"
+  [ "$("$bin" inspect --json skip.h5 | "$py" -c 'import json,sys;print(json.load(sys.stdin)["num_samples"])')" = 8 ] \
+    || fail "--skip-bad wrote the wrong sample count"
+}
+
+case_fashion_mnist_script() {
+  bash "$src/scripts/fashion_mnist.sh" fm "$bin" >/dev/null
+  for f in fashion-mnist-train.h5 fashion-mnist-test.h5 fashion-mnist-train-png.h5; do
+    [ -s "fm/$f" ] || fail "fashion_mnist.sh did not write $f"
+  done
+  "$bin" inspect --json fm/fashion-mnist-train-png.h5 >p.json
+  [ "$(json_get p.json num_samples)" = 60000 ] || fail "png train split has the wrong size"
+  bash "$src/scripts/fashion_mnist.sh" fm "$bin" | grep -c kept | grep -q 3 || fail "second run was not a no-op"
+}
+
+"case_$case_name"
+echo "PASS: $case_name"
