@@ -208,8 +208,8 @@ void FillImages(const shm::SlotDesc* d, const uint8_t* data, const shm::CarvePla
 
 Status Consumer::Next(Batch* out) {
   auto& c = *core_;
+  out->Release();  // before locking: releasing takes the lock itself
   std::unique_lock<std::mutex> lock(c.mu);
-  out->Release();
   if (c.finished) {
     c.MaybeDetachLocked();
     return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");

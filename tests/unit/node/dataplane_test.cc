@@ -1,0 +1,431 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The node data plane end to end without MPI: a leader thread, consumers as threads
+// and as forked processes, real shared memory and the real control socket.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "batchcast/consumer.h"
+#include "node/leader.h"
+#include "tests/unit/node/synthetic_source.h"
+
+namespace batchcast::node {
+namespace {
+
+std::string UniqueSocket(const char* tag) {
+  static std::atomic<int> n{0};
+  return "batchcast-test-" + std::to_string(getpid()) + "-" + tag + "-" + std::to_string(n++);
+}
+
+struct LeaderHarness {
+  std::unique_ptr<Leader> leader;
+  std::thread thread;
+  Status status;
+  ~LeaderHarness() {
+    if (thread.joinable()) thread.join();
+  }
+  void Start() {
+    thread = std::thread([this] { status = leader->Run(); });
+  }
+};
+
+std::unique_ptr<LeaderHarness> MakeLeader(const Options& o, int expected, uint32_t max_b,
+                                          int64_t n, bool end_when_empty = true) {
+  LeaderConfig cfg;
+  cfg.options = o;
+  cfg.expected_consumers = expected;
+  cfg.max_consumer_batch = max_b;
+  cfg.socket_name = UniqueSocket("dp");
+  cfg.job = "test";
+  cfg.join_timeout_ms = 30000;
+  cfg.end_when_empty = end_when_empty;
+  auto h = std::make_unique<LeaderHarness>();
+  auto l = Leader::Create(cfg, std::make_unique<SyntheticSource>(n));
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  h->leader = std::move(l).value();
+  return h;
+}
+
+// What one consumer saw: per epoch, how often each sample id arrived.
+struct Seen {
+  std::map<uint64_t, std::map<int64_t, int>> counts;
+  int64_t repeats = 0;
+  int64_t bad_pixels = 0;
+  int64_t bad_labels = 0;
+  ConsumerStats stats;
+  Status status;
+};
+
+void Consume(Consumer* c, Seen* seen, int max_delay_us, uint64_t seed) {
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  Batch batch;
+  for (;;) {
+    Status st = c->Next(&batch);
+    if (!st.ok()) {
+      if (st.code() != StatusCode::kEndOfStream) seen->status = st;
+      break;
+    }
+    const auto& img = batch.images();
+    size_t sb = img.nbytes / static_cast<size_t>(batch.size());
+    const auto* px = static_cast<const uint8_t*>(img.data);
+    const auto* labels = static_cast<const int64_t*>(batch.labels().data);
+    for (int64_t i = 0; i < batch.size(); ++i) {
+      int64_t id = batch.sample_ids()[i];
+      seen->counts[batch.info().epoch][id] += 1;
+      for (size_t b = 0; b < sb; ++b)
+        if (px[i * sb + b] != SyntheticPixel(id, b)) ++seen->bad_pixels;
+      if (labels[i] != id % 10) ++seen->bad_labels;
+    }
+    seen->repeats += batch.info().repeats;
+    if (max_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % max_delay_us));
+  }
+  seen->stats = c->stats();
+}
+
+// Every sample exactly once per epoch, plus exactly the reported fill repeats.
+void ExpectExactlyOnce(const Seen& s, int64_t n, int epochs, int b) {
+  ASSERT_TRUE(s.status.ok()) << s.status.ToString();
+  EXPECT_EQ(s.bad_pixels, 0);
+  EXPECT_EQ(s.bad_labels, 0);
+  ASSERT_EQ(static_cast<int>(s.counts.size()), epochs);
+  int64_t extra_total = 0;
+  for (const auto& [epoch, counts] : s.counts) {
+    ASSERT_EQ(static_cast<int64_t>(counts.size()), n) << "epoch " << epoch << " missed samples";
+    int64_t extra = 0;
+    for (const auto& [id, k] : counts) {
+      ASSERT_GE(k, 1);
+      extra += k - 1;
+    }
+    extra_total += extra;
+  }
+  EXPECT_EQ(extra_total, s.repeats) << "repeats must be exactly the reported fill repeats";
+  int64_t total_repeats = 0;
+  for (int64_t r : s.stats.repeats_per_epoch) total_repeats += r;
+  EXPECT_EQ(total_repeats, s.repeats);
+  EXPECT_EQ(s.stats.epochs_completed, epochs);
+}
+
+Options BaseOptions(int epochs, int producer_batch) {
+  Options o;
+  o.epochs = epochs;
+  o.seed = 42;
+  o.producer_batch = producer_batch;
+  o.buffer_depth = 2;
+  o.ring_slots = 4;
+  o.heartbeat_ms = 5000;
+  return o;
+}
+
+struct ExactlyOnceCase {
+  int consumers;
+  bool carve_offset;
+  bool carve_shuffle;
+};
+
+class ExactlyOnceTest : public ::testing::TestWithParam<ExactlyOnceCase> {};
+
+TEST_P(ExactlyOnceTest, EveryConsumerSeesEverySampleOncePerEpoch) {
+  const ExactlyOnceCase& tc = GetParam();
+  const int64_t n = 997;  // prime: partial last producer batch, uneven carves
+  const int epochs = 3;
+  const int sizes[] = {16, 7, 32, 5, 13, 32, 1, 24};
+  Options o = BaseOptions(epochs, 64);
+  auto h = MakeLeader(o, tc.consumers, 32, n);
+  h->Start();
+  std::vector<std::unique_ptr<Consumer>> consumers;
+  std::vector<Seen> seen(tc.consumers);
+  for (int i = 0; i < tc.consumers; ++i) {
+    Options co = o;
+    co.batch_size = sizes[i];
+    co.carve_offset = tc.carve_offset;
+    co.carve_shuffle = tc.carve_shuffle;
+    auto c = Consumer::Attach(h->leader->address(), co, i);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    consumers.push_back(std::move(c).value());
+  }
+  std::vector<std::thread> threads;
+  for (int i = 0; i < tc.consumers; ++i)
+    threads.emplace_back(Consume, consumers[i].get(), &seen[i], i % 2 ? 300 : 0, 7 + i);
+  for (auto& t : threads) t.join();
+  h->thread.join();
+  EXPECT_TRUE(h->status.ok()) << h->status.ToString();
+  for (int i = 0; i < tc.consumers; ++i) {
+    SCOPED_TRACE("consumer " + std::to_string(i));
+    ExpectExactlyOnce(seen[i], n, epochs, sizes[i]);
+    // At most b-1 repeats per producer batch: 16 producer batches per epoch.
+    EXPECT_LE(seen[i].repeats, int64_t(epochs) * 16 * (sizes[i] - 1));
+    EXPECT_EQ(consumers[i]->BatchesPerEpoch() * epochs, seen[i].stats.batches);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Consumers, ExactlyOnceTest,
+                         ::testing::Values(ExactlyOnceCase{1, false, false},
+                                           ExactlyOnceCase{2, true, false},
+                                           ExactlyOnceCase{4, false, true},
+                                           ExactlyOnceCase{8, true, true}));
+
+TEST(DataPlaneTest, SameOptionsGiveTheSameStream) {
+  auto run = [](std::vector<int64_t>* ids) {
+    Options o = BaseOptions(2, 40);
+    o.batch_size = 10;
+    o.carve_offset = o.carve_shuffle = true;
+    auto h = MakeLeader(o, 1, 10, 333);
+    h->Start();
+    auto c = Consumer::Attach(h->leader->address(), o, 3);
+    ASSERT_TRUE(c.ok());
+    for (Batch& b : **c)
+      for (int64_t i = 0; i < b.size(); ++i) ids->push_back(b.sample_ids()[i]);
+  };
+  std::vector<int64_t> a, b;
+  run(&a);
+  run(&b);
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+}
+
+TEST(DataPlaneTest, SlowConsumerBoundsTheLeader) {
+  // One consumer 10x slower: the leader may run ahead of it by at most the ring size,
+  // and the fast consumer is paced to it (one stream, bounded memory).
+  Options o = BaseOptions(1, 16);
+  o.batch_size = 16;
+  o.ring_slots = 4;
+  auto h = MakeLeader(o, 2, 16, 16 * 40);
+  h->Start();
+  auto fast = Consumer::Attach(h->leader->address(), o, 0);
+  auto slow = Consumer::Attach(h->leader->address(), o, 1);
+  ASSERT_TRUE(fast.ok() && slow.ok());
+  std::atomic<uint64_t> max_lead{0};
+  std::thread ft([&] {
+    for ([[maybe_unused]] Batch& b : **fast) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  });
+  const shm::SegmentHeader* hdr = h->leader->ring().header();
+  for (Batch& b : **slow) {
+    uint64_t lead = hdr->published.load() - b.info().producer_seq;
+    uint64_t cur = max_lead.load();
+    if (lead > cur) max_lead.store(lead);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ft.join();
+  h->thread.join();
+  EXPECT_GE(max_lead.load(), 2u) << "the leader should prefetch ahead of the slow consumer";
+  EXPECT_LE(max_lead.load(), 4u) << "the leader must never be more than ring_slots ahead";
+  EXPECT_EQ((*fast)->stats().batches, 40);
+  EXPECT_EQ((*slow)->stats().batches, 40);
+}
+
+TEST(DataPlaneTest, BufferDepthIsEnforcedWithoutDeadlock) {
+  Options o = BaseOptions(1, 8);
+  o.batch_size = 4;
+  o.buffer_depth = 2;
+  auto h = MakeLeader(o, 1, 4, 64);
+  h->Start();
+  auto c = Consumer::Attach(h->leader->address(), o, 0);
+  ASSERT_TRUE(c.ok());
+  Batch b1, b2, b3;
+  ASSERT_TRUE((*c)->Next(&b1).ok());
+  ASSERT_TRUE((*c)->Next(&b2).ok());
+  Status st = (*c)->Next(&b3);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("buffer_depth=2"), std::string::npos);
+  b1.Release();
+  EXPECT_TRUE((*c)->Next(&b3).ok());
+  b2.Release();
+  b3.Release();
+  int rest = 0;
+  for ([[maybe_unused]] Batch& b : **c) ++rest;
+  EXPECT_EQ(rest, 16 - 3);
+}
+
+TEST(DataPlaneTest, KeepAliveHoldsTheSlotAfterTheBatchIsGone) {
+  Options o = BaseOptions(1, 8);
+  o.batch_size = 8;
+  auto h = MakeLeader(o, 1, 8, 64);
+  h->Start();
+  auto c = Consumer::Attach(h->leader->address(), o, 0);
+  ASSERT_TRUE(c.ok());
+  Batch b;
+  ASSERT_TRUE((*c)->Next(&b).ok());
+  uint64_t seq = b.info().producer_seq;
+  std::shared_ptr<void> keep = b.KeepAlive();
+  b.Release();
+  const shm::SlotHeader& slot = shm::Slots(h->leader->ring().header())[seq % 4];
+  EXPECT_NE(slot.pending.load(), 0u) << "slot released while a view still references it";
+  keep.reset();
+  EXPECT_EQ(slot.pending.load(), 0u) << "slot not released after the last reference died";
+  for (Batch& x : **c) (void)x;
+}
+
+TEST(DataPlaneTest, EarlyDetachLetsTheOthersGoOn) {
+  Options o = BaseOptions(3, 32);
+  o.batch_size = 16;
+  auto h = MakeLeader(o, 2, 16, 200);
+  h->Start();
+  Options short_o = o;
+  short_o.epochs = 1;
+  auto a = Consumer::Attach(h->leader->address(), o, 0);
+  auto b = Consumer::Attach(h->leader->address(), short_o, 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Seen sa, sb;
+  std::thread tb([&] { Consume(b->get(), &sb, 0, 1); });
+  Consume(a->get(), &sa, 0, 2);
+  tb.join();
+  h->thread.join();
+  ExpectExactlyOnce(sa, 200, 3, 16);
+  ExpectExactlyOnce(sb, 200, 1, 16);
+}
+
+TEST(DataPlaneTest, LeaderAbortFailsConsumersWithTheReason) {
+  Options o = BaseOptions(50, 8);
+  o.batch_size = 8;
+  auto h = MakeLeader(o, 1, 8, 1000);
+  h->Start();
+  auto c = Consumer::Attach(h->leader->address(), o, 0);
+  ASSERT_TRUE(c.ok());
+  Batch b;
+  ASSERT_TRUE((*c)->Next(&b).ok());
+  b.Release();
+  h->leader->Abort("disk on fire");
+  Status st;
+  while ((st = (*c)->Next(&b)).ok()) b.Release();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("disk on fire"), std::string::npos) << st.message();
+}
+
+TEST(DataPlaneTest, RefusesBadRequestsWithClearMessages) {
+  Options o = BaseOptions(1, 16);
+  o.batch_size = 8;
+  auto h = MakeLeader(o, 0, 8, 64, /*end_when_empty=*/false);
+  Options big = o;
+  big.batch_size = 9;
+  auto c = Consumer::Attach(h->leader->address(), big, 0);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("batch size 9"), std::string::npos) << c.status().message();
+  Options deep = o;
+  deep.buffer_depth = 4;  // ring has 4 slots: depth must stay below
+  auto d = Consumer::Attach(h->leader->address(), deep, 0);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("ring_slots"), std::string::npos);
+  auto none = Consumer::Attach("batchcast-test-nobody-listens", o, 0);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+  h->leader->Abort("test over");
+}
+
+// No Batchcast segment is ever visible in /dev/shm (memfd + descriptor passing).
+int DevShmEntries() {
+  int n = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name).find("batchcast") != std::string::npos) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// Counts open file descriptors of this process that refer to a batchcast memfd.
+int MemfdsOpen() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char target[256] = {0};
+      std::string p = std::string("/proc/self/fd/") + e->d_name;
+      ssize_t len = readlink(p.c_str(), target, sizeof(target) - 1);
+      if (len > 0 && std::string(target).find("memfd:batchcast") != std::string::npos) ++n;
+    }
+    closedir(d);
+  }
+  return n;
+}
+
+TEST(DataPlaneTest, KilledConsumerIsReapedAndOthersContinue) {
+  Options o = BaseOptions(4, 16);
+  o.batch_size = 8;
+  o.ring_slots = 3;
+  auto h = MakeLeader(o, 2, 8, 160, /*end_when_empty=*/true);
+  std::atomic<int> lost{0};
+  h->leader->ring().SetLossHandler([&](const shm::MemberInfo&, shm::LossKind k) {
+    if (k == shm::LossKind::kDisconnected) lost++;
+  });
+  h->Start();
+  pid_t child = fork();
+  if (child == 0) {
+    // Child: attach, take two batches, then hang holding them until killed.
+    auto c = Consumer::Attach(h->leader->address(), o, 1);
+    if (!c.ok()) _exit(3);
+    Batch b1, b2;
+    if (!(*c)->Next(&b1).ok() || !(*c)->Next(&b2).ok()) _exit(4);
+    for (;;) pause();
+  }
+  auto a = Consumer::Attach(h->leader->address(), o, 0);
+  ASSERT_TRUE(a.ok());
+  Seen sa;
+  Batch first;
+  ASSERT_TRUE((*a)->Next(&first).ok());
+  first.Release();
+  // The child holds slots; the leader cannot lap it until it is gone.
+  kill(child, SIGKILL);
+  int wstatus = 0;
+  waitpid(child, &wstatus, 0);
+  ASSERT_TRUE(WIFSIGNALED(wstatus));
+  Consume(a->get(), &sa, 0, 3);
+  h->thread.join();
+  EXPECT_TRUE(sa.status.ok()) << sa.status.ToString();
+  EXPECT_EQ(sa.stats.epochs_completed, 4);
+  EXPECT_EQ(lost.load(), 1);
+  EXPECT_EQ(DevShmEntries(), 0);
+}
+
+TEST(DataPlaneTest, KilledLeaderFailsConsumersPromptly) {
+  std::string name = UniqueSocket("kl");
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    close(pipefd[0]);
+    Options o = BaseOptions(1000, 8);
+    o.batch_size = 8;
+    LeaderConfig cfg;
+    cfg.options = o;
+    cfg.expected_consumers = 1;
+    cfg.socket_name = name;
+    cfg.job = "test";
+    auto l = Leader::Create(cfg, std::make_unique<SyntheticSource>(10000));
+    if (!l.ok()) _exit(3);
+    char ok = 1;
+    if (write(pipefd[1], &ok, 1) != 1) _exit(4);
+    (void)(*l)->Run();
+    _exit(0);
+  }
+  close(pipefd[1]);
+  char ready = 0;
+  ASSERT_EQ(read(pipefd[0], &ready, 1), 1);
+  Options o = BaseOptions(1000, 8);
+  o.batch_size = 8;
+  o.heartbeat_ms = 400;
+  auto c = Consumer::Attach(name, o, 0);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  Batch b;
+  ASSERT_TRUE((*c)->Next(&b).ok());
+  b.Release();
+  EXPECT_EQ(MemfdsOpen(), 0) << "the consumer must not keep the memfd open, only its mapping";
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  Status st;
+  while ((st = (*c)->Next(&b)).ok()) b.Release();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("is gone"), std::string::npos) << st.message();
+  EXPECT_EQ(DevShmEntries(), 0);
+}
+
+}  // namespace
+}  // namespace batchcast::node
