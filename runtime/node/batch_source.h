@@ -20,6 +20,8 @@ class BatchSource {
   virtual pipeline::SampleLayout Layout(int image_size) const = 0;
   // Fills req.images / req.labels for req.samples; see pipeline::Pipeline::RunBatch.
   virtual Status Fill(const pipeline::BatchRequest& req, pipeline::BatchResult* result) = 0;
+  // Worker threads the source uses (telemetry: worker utilisation); 0 if not applicable.
+  virtual int threads() const { return 0; }
 };
 
 // The native decode pipeline as a source.

@@ -17,6 +17,9 @@
 #include "transport/shm/carving.h"
 #include "transport/shm/futex.h"
 #include "transport/shm/ring_consumer.h"
+#include "node/consumer_internal.h"
+#include "telemetry/collector.h"
+#include "telemetry/metrics.h"
 
 namespace batchcast {
 namespace internal {
@@ -41,6 +44,7 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   int64_t epoch_repeats = 0;
   Status status;
   ConsumerStats stats;
+  telemetry::Collector* collector = nullptr;
   std::function<void(const Status&)> error_handler;
 
   // Drops one reference to a producer batch; the last one gives the slot back.
@@ -66,13 +70,25 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
 struct BatchRef {
   std::shared_ptr<ConsumerCore> core;
   uint64_t seq = 0;
+  int64_t acquired_ns = 0;
   ~BatchRef() {
+    if (telemetry::Collector* tc = core->collector) {
+      int64_t now = shm::MonotonicNs();
+      tc->AddTime(telemetry::Timer::kStep, now - acquired_ns);
+      tc->Span(telemetry::SpanKind::kStep, seq, acquired_ns, now);
+    }
     std::lock_guard<std::mutex> lock(core->mu);
     --core->outstanding;
     core->UnrefLocked(seq);
     core->MaybeDetachLocked();
   }
 };
+
+
+void ConsumerAccess::SetCollector(Consumer& c, telemetry::Collector* collector) {
+  std::lock_guard<std::mutex> lock(c.core_->mu);
+  c.core_->collector = collector;
+}
 
 }  // namespace internal
 
@@ -262,6 +278,11 @@ Status Consumer::Next(Batch* out) {
                              c.ring->config().order_seed);
     c.next_carve = 0;
     c.stats.wait_ns += waited;
+    if (c.collector != nullptr && waited > 0) {
+      int64_t now = shm::MonotonicNs();
+      c.collector->AddTime(telemetry::Timer::kDataWait, waited);
+      c.collector->Span(telemetry::SpanKind::kWait, d->seq, now - waited, now);
+    }
     out->info_.wait_ns = waited;
     out->info_.handoff_ns = waited > 0 ? shm::MonotonicNs() - d->publish_ns : 0;
     if (c.plan.count == 0) {  // every sample of this producer batch was skipped
@@ -293,7 +314,13 @@ Status Consumer::Next(Batch* out) {
   auto ref = std::make_shared<internal::BatchRef>();
   ref->core = core_;
   ref->seq = d->seq;
+  ref->acquired_ns = shm::MonotonicNs();
   out->ref_ = std::move(ref);
+  if (c.collector != nullptr) {
+    c.collector->Add(telemetry::Counter::kBatchesReceived, 1);
+    c.collector->Add(telemetry::Counter::kSamplesReceived, b);
+    c.collector->SetGauge(telemetry::Gauge::kBufferOccupancy, c.outstanding);
+  }
   c.stats.batches += 1;
   c.stats.samples += b;
   c.stats.repeats += out->info_.repeats;

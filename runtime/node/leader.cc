@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "transport/shm/carving.h"
 #include "transport/shm/futex.h"
+#include "telemetry/metrics.h"
 
 namespace batchcast::node {
 namespace {
@@ -79,6 +80,10 @@ Status Leader::Run() {
     }
   }
   ring_->AdmitJoining(0);
+  if (telemetry::Collector* tc = config_.collector) {
+    tc->SetGauge(telemetry::Gauge::kRingSlots, ring_->config().num_slots);
+    tc->SetGauge(telemetry::Gauge::kWorkerThreads, source_->threads());
+  }
   const int64_t bpe = plan_.BatchesPerEpoch();
   for (uint64_t e = 0; e < static_cast<uint64_t>(config_.options.epochs); ++e) {
     for (int64_t k = 0; k < bpe; ++k) {
@@ -120,7 +125,8 @@ Status Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe) {
   Status st = source_->Fill(req, &result);
   if (!st.ok())
     return st.WithContext(fmt::format("leader: epoch {} producer batch {}", epoch, k));
-  stats_.fill_ns += shm::MonotonicNs() - t1;
+  int64_t t2 = shm::MonotonicNs();
+  stats_.fill_ns += t2 - t1;
   const uint32_t n = static_cast<uint32_t>(result.written);
   if (result.kept.size() == n) std::copy(result.kept.begin(), result.kept.end(), ids);
   else std::copy(samples.begin(), samples.begin() + n, ids);
@@ -158,7 +164,25 @@ Status Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe) {
   d->ids_offset = ids_offset_;
   d->lr_factor = 1.0f;
   d->image_size = layout_.height;
-  ring_->Publish(w);
+  int64_t t3 = shm::MonotonicNs();
+  uint64_t receivers = ring_->Publish(w);
+  int64_t t4 = shm::MonotonicNs();
+  if (telemetry::Collector* tc = config_.collector) {
+    using telemetry::Counter, telemetry::Timer, telemetry::Gauge, telemetry::SpanKind;
+    tc->Add(Counter::kBatchesProduced, 1);
+    tc->Add(Counter::kSamplesProduced, n);
+    tc->Add(Counter::kSamplesSkipped, static_cast<int64_t>(result.skipped.size()));
+    tc->Add(Counter::kBytesShm, static_cast<int64_t>((n + uint64_t(tail)) * sb));
+    tc->AddTime(Timer::kRead, result.read_ns);
+    tc->AddTime(Timer::kDecode, result.decode_ns);
+    tc->AddTime(Timer::kTransform, result.transform_ns);
+    tc->AddTime(Timer::kCollate, t3 - t2);
+    tc->AddTime(Timer::kPublish, t4 - t3);
+    tc->Span(SpanKind::kProduce, w.seq, t1, t2);
+    tc->Span(SpanKind::kPublish, w.seq, t3, t4);
+    tc->SetGauge(Gauge::kRingOccupancy, ring_->OccupiedSlots());
+    tc->SetGauge(Gauge::kConsumersAttached, __builtin_popcountll(receivers));
+  }
   stats_.producer_batches += 1;
   stats_.samples_produced += n;
   stats_.samples_skipped += static_cast<int64_t>(result.skipped.size());

@@ -14,6 +14,7 @@
 #include "batchcast/status.h"
 #include "node/batch_source.h"
 #include "node/stream.h"
+#include "telemetry/collector.h"
 #include "transport/shm/ring_leader.h"
 
 namespace batchcast::node {
@@ -28,6 +29,7 @@ struct LeaderConfig {
   int64_t join_timeout_ms = 120000;
   // End the stream once every admitted consumer has left (MPI jobs). A service keeps going.
   bool end_when_empty = true;
+  telemetry::Collector* collector = nullptr;  // optional; not owned
 };
 
 struct LeaderStats {

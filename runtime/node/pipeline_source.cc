@@ -17,6 +17,7 @@ class PipelineSource : public BatchSource {
   Status Fill(const pipeline::BatchRequest& req, pipeline::BatchResult* result) override {
     return pipeline_->RunBatch(req, result);
   }
+  int threads() const override { return pipeline_->threads(); }
 
  private:
   std::unique_ptr<pipeline::Pipeline> pipeline_;

@@ -13,7 +13,9 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "node/consumer_internal.h"
 #include "node/leader.h"
+#include "telemetry/spec.h"
 #include "transport/mpi/mpi_status.h"
 
 namespace batchcast {
@@ -32,6 +34,8 @@ struct RuntimeState {
   Status leader_status;
   bool served = false;
   std::unique_ptr<Consumer> consumer;
+  std::unique_ptr<telemetry::Collector> collector;  // null when telemetry is off
+  telemetry::Sinks sinks;
   bool finalized = false;
 };
 
@@ -111,6 +115,7 @@ Status StartLeader(internal::RuntimeState* s, std::string* socket_name) {
   cfg.job = job;
   cfg.rank = s->world_rank;
   cfg.socket_name = fmt::format("batchcast-{}-{}-n{}-{}", getuid(), job, s->node_id, getpid());
+  cfg.collector = s->collector.get();
   auto source = node::MakePipelineSource(s->options);
   if (!source.ok()) return source.status();
   auto leader = node::Leader::Create(cfg, std::move(source).value());
@@ -123,6 +128,25 @@ Status StartLeader(internal::RuntimeState* s, std::string* socket_name) {
     if (kind == shm::LossKind::kDetached) return;
     l->Abort(fmt::format("{} died or stopped responding; failing the job", m.Describe()));
   });
+  return Status::Ok();
+}
+
+// One collector per rank when the `telemetry` option is on (it must be on for all ranks
+// or none, since Finish is collective: checked here).
+Status StartTelemetry(internal::RuntimeState* s) {
+  telemetry::Role role = s->leader ? (s->trainer ? telemetry::Role::kBoth : telemetry::Role::kLeader)
+                                   : telemetry::Role::kConsumer;
+  auto c = telemetry::CreateCollector(s->options, s->world_rank, s->local_rank, role, &s->sinks);
+  Status created = c.ok() ? Status::Ok() : c.status();
+  if (c.ok()) s->collector = std::move(c).value();
+  BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(s->world, created));
+  int on = s->collector ? 1 : 0, min_on = 0, max_on = 0;
+  BC_MPI(MPI_Allreduce(&on, &min_on, 1, MPI_INT, MPI_MIN, s->world), "MPI_Allreduce (telemetry)");
+  BC_MPI(MPI_Allreduce(&on, &max_on, 1, MPI_INT, MPI_MAX, s->world), "MPI_Allreduce (telemetry)");
+  if (min_on != max_on)
+    return InvalidArgumentError(
+        "telemetry is on for some ranks and off for others; set BATCHCAST_TELEMETRY the same "
+        "way for every rank");
   return Status::Ok();
 }
 
@@ -152,8 +176,11 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
   BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(s->world, ValidateOptions(options)));
   BC_RETURN_IF_ERROR(SplitNodes(s));
 
+  Status st = StartTelemetry(s);
+  st = mpi::AgreeOnStatus(s->world, st);
+  if (!st.ok()) return st;
   std::string address;
-  Status st = mpi::AgreeOnStatus(s->world, StartLeader(s, &address));
+  st = mpi::AgreeOnStatus(s->world, StartLeader(s, &address));
   if (!st.ok()) {
     s->finalized = true;
     return st;
@@ -166,7 +193,10 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
   if (s->trainer) {
     auto c = Consumer::Attach(address, options, s->world_rank);
     st = c.ok() ? Status::Ok() : c.status();
-    if (c.ok()) s->consumer = std::move(c).value();
+    if (c.ok()) {
+      s->consumer = std::move(c).value();
+      internal::ConsumerAccess::SetCollector(*s->consumer, s->collector.get());
+    }
   }
   st = mpi::AgreeOnStatus(s->world, st);
   if (!st.ok()) {  // every rank fails together; stop our leader without aborting the job
@@ -234,6 +264,12 @@ Status Runtime::Finalize() {
   }
   if (s->leader) {
     Status st = Serve();
+    if (first.ok()) first = st;
+  }
+  if (s->consumer) internal::ConsumerAccess::SetCollector(*s->consumer, nullptr);
+  if (s->collector) {  // collective over all ranks: gathers every rank's series to rank 0
+    Status st = s->collector->Finish(s->world, s->sinks);
+    if (!st.ok()) BC_LOG(Error, Telem, "telemetry: {}", st.ToString());
     if (first.ok()) first = st;
   }
   BC_MPI(MPI_Barrier(s->world), "MPI_Barrier (finalize)");

@@ -25,6 +25,7 @@ namespace batchcast {
 
 namespace internal {
 struct ConsumerCore;
+struct ConsumerAccess;  // runtime-internal hooks (telemetry)
 }
 
 struct ConsumerStats {
@@ -81,8 +82,15 @@ class BATCHCAST_API Consumer {
   Iterator end() { return Iterator(this, true); }
 
  private:
+  friend struct internal::ConsumerAccess;
   Consumer() = default;
   std::shared_ptr<internal::ConsumerCore> core_;
 };
+
+// Attaches to the node leader that `batchcast-run` started (docs/launch.md): the address
+// comes from BATCHCAST_ADDRESS and the rank label from RANK (the trainers-only world).
+// Waits up to 60 s for the leader to listen. Options usually come from
+// ResolveOptions(), which reads the BATCHCAST_* variables batchcast-run exports.
+BATCHCAST_API Result<std::unique_ptr<Consumer>> AttachFromEnvironment(const Options& options);
 
 }  // namespace batchcast
