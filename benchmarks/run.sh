@@ -18,6 +18,9 @@ case "$name" in
   decode)
     # A real-photo JPEG set built once and cached in the build directory.
     exec "$bin" --cache "$build/benchmarks/decode_set" "$@" ;;
+  fanout)
+    # The real-photo JPEG set (500x375, q90) as HDF5, built once and cached in the build dir.
+    exec "$bin" --cache "$build/benchmarks/fanout_set" "$@" ;;
   *)
     exec "$bin" "$@" ;;
 esac

@@ -1,0 +1,405 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// bench_fanout: one leader decodes, K consumer processes train on the same batches
+// zero-copy (a trivial step: touch one byte per page of every batch). Real processes
+// (fork), real shared memory and control socket, real JPEG data: the decode benchmark's
+// recipe (500x375 real-photo crops, quality 90) written to HDF5 and decoded with
+// RandomResizedCrop(224) + flip. Side by side in one run, repetitions interleaved:
+//   shared(K)       one leader (T decode threads) + K consumers, K = 1, 2, 4, 8
+//   independent(4)  4 processes, each its own Pipeline with T/4 threads over the same stream
+// Reported (median over repetitions, min/max in the table):
+//   min_consumer_rate_ratio  slowest consumer's distinct samples/s over the leader's
+//                            production rate, both over their first-to-last batch span (K=8)
+//   handoff_p50_us           publish -> a waiting consumer holding the batch
+//                            (BatchInfo.handoff_ns, batches that found the consumer waiting; K=8)
+//   cpu_ratio                CPU-s per delivered sample, shared(4) over independent(4); the CPU
+//                            of every process comes from wait4()
+//   throughput_ratio         delivered samples/s, shared(4) over independent(4)
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "batchcast/consumer.h"
+#include "harness.h"
+#include "node/leader.h"
+#include "node/stream.h"
+#include "tests/mpi/photo_set.h"
+
+namespace batchcast::bench {
+namespace {
+
+constexpr int kMaxConsumers = 16;
+constexpr int kMaxHandoffs = 4096;
+
+struct Args {
+  int images = 300, epochs = 4, reps = 3, batch = 32, threads = 4, image_size = 224;
+  std::vector<int> ks = {1, 2, 4, 8};
+  int compare_k = 4;
+  int idle_threads = 1;  // second sweep: a leader that leaves a core idle (hand-off latency)
+  std::string cache = "fanout_set";
+};
+
+// Written by the children, read by the parent after wait4 (MAP_SHARED | MAP_ANONYMOUS).
+// A rate is taken from the first producer batch to the last: samples of the first producer
+// batch (for a consumer: every carve of it) do not count, so leader and consumer spans
+// cover the same producer batches.
+struct Span {
+  double t_first = 0, t_last = 0;   // when the first / last batch was complete
+  uint64_t first_seq = ~0ULL;       // producer position of the first batch
+  int64_t first_samples = 0;        // distinct samples of the first producer batch
+  int64_t samples = 0;              // distinct samples in all batches
+  double Rate() const {
+    return t_last > t_first ? double(samples - first_samples) / (t_last - t_first) : 0.0;
+  }
+  void Add(double now, uint64_t seq, int64_t n) {
+    if (samples == 0) {
+      t_first = now;
+      first_seq = seq;
+    }
+    if (seq == first_seq) first_samples += n;
+    t_last = now;
+    samples += n;
+  }
+};
+struct ConsumerRecord {
+  Span span;
+  int32_t handoffs = 0;
+  int64_t handoff_ns[kMaxHandoffs];
+};
+struct SharedRecords {
+  Span leader;
+  ConsumerRecord consumers[kMaxConsumers];
+  char error[512];
+};
+
+SharedRecords* MapRecords() {
+  void* p = mmap(nullptr, sizeof(SharedRecords), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                 -1, 0);
+  if (p == MAP_FAILED) {
+    std::perror("bench_fanout: mmap");
+    std::exit(1);
+  }
+  return new (p) SharedRecords();
+}
+
+[[noreturn]] void ChildFail(SharedRecords* r, const std::string& what) {
+  std::snprintf(r->error, sizeof(r->error), "%s", what.c_str());
+  std::fprintf(stderr, "bench_fanout: %s\n", what.c_str());
+  _exit(1);
+}
+
+Options BaseOptions(const Args& a, const std::string& dataset) {
+  Options o;
+  o.dataset = dataset;
+  o.image_size = a.image_size;
+  o.crop = "random";
+  o.flip = true;
+  o.seed = 1;
+  o.epochs = a.epochs;
+  o.batch_size = a.batch;
+  o.threads = a.threads;
+  return o;
+}
+
+// The trivial training step: one byte of every page of the images, and the labels.
+int64_t Touch(const void* images, size_t bytes, const int64_t* labels, int64_t n) {
+  const auto* p = static_cast<const uint8_t*>(images);
+  int64_t sum = 0;
+  for (size_t i = 0; i < bytes; i += 4096) sum += p[i];
+  for (int64_t i = 0; i < n; ++i) sum += labels[i];
+  return sum;
+}
+
+// The pipeline source with the time each producer batch was complete (just before publish).
+class TimedSource : public node::BatchSource {
+ public:
+  TimedSource(std::unique_ptr<node::BatchSource> inner, Span* span)
+      : inner_(std::move(inner)), span_(span) {}
+  int64_t num_samples() const override { return inner_->num_samples(); }
+  pipeline::SampleLayout MaxLayout() const override { return inner_->MaxLayout(); }
+  pipeline::SampleLayout Layout(int s) const override { return inner_->Layout(s); }
+  Status Fill(const pipeline::BatchRequest& req, pipeline::BatchResult* result) override {
+    Status st = inner_->Fill(req, result);
+    if (st.ok()) span_->Add(NowSeconds(), seq_++, result->written);
+    return st;
+  }
+
+ private:
+  std::unique_ptr<node::BatchSource> inner_;
+  Span* span_;
+  uint64_t seq_ = 0;
+};
+
+void LeaderChild(const Options& o, int k, const std::string& socket, int ready_fd,
+                 SharedRecords* r) {
+  auto source = node::MakePipelineSource(o);
+  if (!source.ok()) ChildFail(r, source.status().ToString());
+  node::LeaderConfig cfg;
+  cfg.options = o;
+  cfg.expected_consumers = k;
+  cfg.max_consumer_batch = static_cast<uint32_t>(o.batch_size);
+  cfg.socket_name = socket;
+  cfg.job = "bench";
+  auto leader = node::Leader::Create(
+      cfg, std::make_unique<TimedSource>(std::move(source).value(), &r->leader));
+  if (!leader.ok()) ChildFail(r, leader.status().ToString());
+  char byte = 1;
+  if (write(ready_fd, &byte, 1) != 1) ChildFail(r, "leader: cannot signal readiness");
+  close(ready_fd);
+  Status st = (*leader)->Run();
+  if (st.ok()) st = (*leader)->WaitUntilEmpty(600000);
+  if (!st.ok()) ChildFail(r, "leader: " + st.ToString());
+  _exit(0);
+}
+
+void ConsumerChild(const Options& o, int i, const std::string& socket, SharedRecords* r) {
+  auto c = Consumer::Attach(socket, o, i, "bench");
+  if (!c.ok()) ChildFail(r, c.status().ToString());
+  ConsumerRecord& rec = r->consumers[i];
+  volatile int64_t sink = 0;
+  Batch batch;
+  for (;;) {
+    Status st = (*c)->Next(&batch);
+    if (st.code() == StatusCode::kEndOfStream) break;
+    if (!st.ok()) ChildFail(r, fmt::format("consumer {}: {}", i, st.ToString()));
+    sink = sink + Touch(batch.images().data, batch.images().nbytes,
+                        static_cast<const int64_t*>(batch.labels().data), batch.size());
+    rec.span.Add(NowSeconds(), batch.info().producer_seq, batch.size() - batch.info().repeats);
+    if (batch.info().handoff_ns > 0 && rec.handoffs < kMaxHandoffs)
+      rec.handoff_ns[rec.handoffs++] = batch.info().handoff_ns;
+  }
+  (void)sink;
+  _exit(0);
+}
+
+// One of K independent loaders: its own pipeline over the same stream, in consumer batches.
+void IndependentChild(const Options& o, int k, SharedRecords* r, int i) {
+  auto reader = data::DatasetReader::Open(o.dataset);
+  if (!reader.ok()) ChildFail(r, reader.status().ToString());
+  Options po = o;
+  po.threads = std::max(1, o.threads / k);
+  auto p = pipeline::Pipeline::Create(po, *reader);
+  if (!p.ok()) ChildFail(r, p.status().ToString());
+  node::StreamPlan plan((*reader)->info().num_samples, o.batch_size, o.seed, o.shuffle);
+  const size_t sample_bytes = (*p)->OutputLayout().bytes();
+  std::vector<uint8_t> images(sample_bytes * size_t(o.batch_size));
+  std::vector<int64_t> labels(size_t(o.batch_size));
+  volatile int64_t sink = 0;
+  for (uint64_t e = 0; e < uint64_t(o.epochs); ++e) {
+    for (int64_t b = 0; b < plan.BatchesPerEpoch(); ++b) {
+      pipeline::BatchRequest req{e, plan.Batch(e, b), 0, images.data(), labels.data()};
+      pipeline::BatchResult res;
+      Status st = (*p)->RunBatch(req, &res);
+      if (!st.ok()) ChildFail(r, st.ToString());
+      sink = sink + Touch(images.data(), sample_bytes * size_t(res.written), labels.data(), res.written);
+      r->consumers[i].span.Add(NowSeconds(), e * 1000000 + uint64_t(b), res.written);
+    }
+  }
+  (void)sink;
+  _exit(0);
+}
+
+struct RunResult {
+  double wall_s = 0, cpu_s = 0, leader_cpu_s = 0;
+  int64_t delivered = 0;
+  double leader_rate = 0, min_rate_ratio = 0, handoff_p50_us = 0;
+  double CpuPerSample() const { return cpu_s / std::max<int64_t>(1, delivered); }
+  double Throughput() const { return delivered / wall_s; }
+};
+
+double CpuOf(const rusage& ru) {
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+// Reaps every child; returns their total CPU seconds (the first child's in *first_cpu).
+// Any failure ends the benchmark.
+double ReapAll(const std::vector<pid_t>& pids, SharedRecords* r, double* first_cpu = nullptr) {
+  double cpu = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    rusage ru{};
+    if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "bench_fanout: child %d failed: %s\n", pid,
+                   r->error[0] ? r->error : "(no message; killed?)");
+      std::exit(1);
+    }
+    if (first_cpu != nullptr && pid == pids.front()) *first_cpu = CpuOf(ru);
+    cpu += CpuOf(ru);
+  }
+  return cpu;
+}
+
+RunResult RunShared(const Args& a, const std::string& dataset, int k, int threads) {
+  static int run = 0;
+  SharedRecords* r = MapRecords();
+  Options o = BaseOptions(a, dataset);
+  o.threads = threads;
+  std::string socket = fmt::format("batchcast-bench-fanout-{}-{}", getpid(), run++);
+  int fds[2];
+  if (pipe(fds) != 0) std::exit(1);
+  double t0 = NowSeconds();
+  std::vector<pid_t> pids;
+  pid_t leader = fork();
+  if (leader == 0) {
+    close(fds[0]);
+    LeaderChild(o, k, socket, fds[1], r);
+  }
+  pids.push_back(leader);
+  close(fds[1]);
+  char byte = 0;
+  if (read(fds[0], &byte, 1) != 1) {  // the leader died before listening
+    ReapAll(pids, r);
+    std::exit(1);
+  }
+  close(fds[0]);
+  for (int i = 0; i < k; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) ConsumerChild(o, i, socket, r);
+    pids.push_back(pid);
+  }
+  RunResult res;
+  res.cpu_s = ReapAll(pids, r, &res.leader_cpu_s);
+  res.wall_s = NowSeconds() - t0;
+  res.leader_rate = r->leader.Rate();
+  res.min_rate_ratio = 1e9;
+  std::vector<int64_t> handoffs;
+  for (int i = 0; i < k; ++i) {
+    const ConsumerRecord& c = r->consumers[i];
+    res.delivered += c.span.samples;
+    res.min_rate_ratio = std::min(res.min_rate_ratio, c.span.Rate() / res.leader_rate);
+    handoffs.insert(handoffs.end(), c.handoff_ns, c.handoff_ns + c.handoffs);
+  }
+  res.handoff_p50_us = Summarize(std::vector<double>(handoffs.begin(), handoffs.end())).median / 1e3;
+  munmap(r, sizeof(SharedRecords));
+  return res;
+}
+
+RunResult RunIndependent(const Args& a, const std::string& dataset, int k) {
+  SharedRecords* r = MapRecords();
+  Options o = BaseOptions(a, dataset);
+  double t0 = NowSeconds();
+  std::vector<pid_t> pids;
+  for (int i = 0; i < k; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) IndependentChild(o, k, r, i);
+    pids.push_back(pid);
+  }
+  RunResult res;
+  res.cpu_s = ReapAll(pids, r);
+  res.wall_s = NowSeconds() - t0;
+  for (int i = 0; i < k; ++i) res.delivered += r->consumers[i].span.samples;
+  munmap(r, sizeof(SharedRecords));
+  return res;
+}
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--images") a.images = std::stoi(v);
+    else if (k == "--epochs") a.epochs = std::stoi(v);
+    else if (k == "--reps") a.reps = std::stoi(v);
+    else if (k == "--batch") a.batch = std::stoi(v);
+    else if (k == "--threads") a.threads = std::stoi(v);
+    else if (k == "--image-size") a.image_size = std::stoi(v);
+    else if (k == "--idle-threads") a.idle_threads = std::stoi(v);
+    else if (k == "--cache") a.cache = v;
+    else {
+      std::fprintf(stderr, "bench_fanout: unknown argument '%s' (--images --epochs --reps --batch "
+                           "--threads --idle-threads --image-size --cache)\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+std::string Dataset(const Args& a) {
+  std::filesystem::create_directories(a.cache);
+  std::string path = fmt::format("{}/photos-500x375-q90-n{}.h5", a.cache, a.images);
+  if (std::filesystem::exists(path)) return path;
+  mpitest::PhotoSetSpec spec;
+  spec.out = path;
+  spec.images = a.images;
+  spec.width = 500;
+  spec.height = 375;
+  spec.quality = 90;
+  Status st = mpitest::MakePhotoDataset(spec);
+  if (!st.ok()) {
+    std::fprintf(stderr, "bench_fanout: %s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+  std::printf("bench_fanout: wrote %d real-photo JPEGs (500x375, q90) to %s\n", a.images, path.c_str());
+  return path;
+}
+
+int Main(int argc, char** argv) {
+  Args a = ParseArgs(argc, argv);
+  std::string dataset = Dataset(a);
+  std::printf("bench_fanout: %d images x %d epochs, consumer batch %d, leader threads %d, "
+              "independent threads %d each, RandomResizedCrop(%d)+flip, uint8; %d repetitions\n",
+              a.images, a.epochs, a.batch, a.threads, std::max(1, a.threads / a.compare_k),
+              a.image_size, a.reps);
+  std::fflush(stdout);
+  std::map<int, std::vector<RunResult>> shared, idle;
+  std::vector<RunResult> independent;
+  for (int rep = 0; rep < a.reps; ++rep) {
+    for (int k : a.ks) shared[k].push_back(RunShared(a, dataset, k, a.threads));
+    for (int k : a.ks) idle[k].push_back(RunShared(a, dataset, k, a.idle_threads));
+    independent.push_back(RunIndependent(a, dataset, a.compare_k));
+  }
+  auto stat = [](const std::vector<RunResult>& v, auto f) {
+    std::vector<double> x;
+    for (const auto& r : v) x.push_back(f(r));
+    return Summarize(x);
+  };
+  Table t("fan-out: one leader, K consumer processes (trivial step), real JPEG data");
+  for (int k : a.ks) {
+    const auto& v = shared[k];
+    t.Add(fmt::format("K={} leader production rate", k), stat(v, [](auto& r) { return r.leader_rate; }), "samples/s");
+    t.Add(fmt::format("K={} slowest consumer / leader rate", k), stat(v, [](auto& r) { return r.min_rate_ratio; }), "ratio");
+    t.Add(fmt::format("K={} hand-off p50", k), stat(v, [](auto& r) { return r.handoff_p50_us; }), "us");
+    t.Add(fmt::format("K={} delivered samples/s (all consumers)", k), stat(v, [](auto& r) { return r.Throughput(); }), "samples/s");
+    t.Add(fmt::format("K={} CPU per delivered sample", k), stat(v, [](auto& r) { return 1e3 * r.CpuPerSample(); }), "ms");
+    t.Add(fmt::format("K={} consumers' share of the CPU", k), stat(v, [](auto& r) { return 1 - r.leader_cpu_s / r.cpu_s; }), "fraction");
+  }
+  for (int k : a.ks) {
+    const auto& v = idle[k];
+    t.Add(fmt::format("K={} slowest/leader, leader {} thr", k, a.idle_threads), stat(v, [](auto& r) { return r.min_rate_ratio; }), "ratio");
+    t.Add(fmt::format("K={} hand-off p50, leader {} thr", k, a.idle_threads), stat(v, [](auto& r) { return r.handoff_p50_us; }), "us");
+  }
+  const int ck = a.compare_k;
+  t.Add(fmt::format("independent K={} delivered samples/s", ck), stat(independent, [](auto& r) { return r.Throughput(); }), "samples/s");
+  t.Add(fmt::format("independent K={} CPU per delivered sample", ck), stat(independent, [](auto& r) { return 1e3 * r.CpuPerSample(); }), "ms");
+  std::vector<double> cpu_ratio, tput_ratio;
+  for (int rep = 0; rep < a.reps; ++rep) {
+    cpu_ratio.push_back(shared[ck][rep].CpuPerSample() / independent[rep].CpuPerSample());
+    tput_ratio.push_back(shared[ck][rep].Throughput() / independent[rep].Throughput());
+  }
+  t.Add(fmt::format("cpu_ratio shared/independent (K={})", ck), Summarize(cpu_ratio), "ratio");
+  t.Add(fmt::format("throughput_ratio shared/independent (K={})", ck), Summarize(tput_ratio), "ratio");
+  t.Print();
+  const int kmax = a.ks.back();
+  JsonLine j;
+  j.Add("consumers", kmax);
+  j.Add("min_consumer_rate_ratio", stat(shared[kmax], [](auto& r) { return r.min_rate_ratio; }).median);
+  j.Add("handoff_p50_us", stat(shared[kmax], [](auto& r) { return r.handoff_p50_us; }).median);
+  j.Add("cpu_ratio", Summarize(cpu_ratio).median);
+  j.Add("throughput_ratio", Summarize(tput_ratio).median);
+  j.Print();
+  return 0;
+}
+
+}  // namespace
+}  // namespace batchcast::bench
+
+int main(int argc, char** argv) { return batchcast::bench::Main(argc, argv); }
