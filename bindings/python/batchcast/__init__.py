@@ -1,0 +1,250 @@
+# Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+"""Batchcast for PyTorch: one leader per node decodes each batch once, every trainer on the
+node gets it zero-copy.
+
+    train_loader = batchcast.Consumer(batch_size=64)     # was: DataLoader(dataset, 64, ...)
+    for epoch in range(epochs):
+        for images, labels in train_loader:               # torch tensors viewing shared memory
+            ...
+
+* ``Consumer``  iterates one epoch per ``iter()``, like a DataLoader (see docs/python.md).
+* ``Producer``  publishes batches from any Python iterable (e.g. a DataLoader) to consumers.
+* ``Leader``    runs the native C++ decode pipeline as the stream's source in this process.
+
+Tensors cross from C++ through DLPack: this module never links libtorch.
+"""
+
+import os
+import sys
+import threading
+from collections import namedtuple
+
+from . import _batchcast as _bc
+
+__all__ = ["Consumer", "Producer", "Leader", "Info", "Error", "resolve_options"]
+
+
+# --- errors: every C++ Status becomes one of these, with the C++ message unchanged ---
+class Error(RuntimeError):
+    """A Batchcast error; ``code`` is the C++ StatusCode name."""
+    code = "internal error"
+
+
+class InvalidArgumentError(Error, ValueError):
+    code = "invalid argument"
+
+
+class NotFoundError(Error, FileNotFoundError):
+    code = "not found"
+
+
+class IoError(Error, OSError):
+    code = "i/o error"
+
+
+class CorruptDataError(Error, ValueError):
+    code = "corrupt data"
+
+
+class OutOfRangeError(Error, IndexError):
+    code = "out of range"
+
+
+class ResourceExhaustedError(Error):
+    code = "resource exhausted"
+
+
+class UnavailableError(Error, ConnectionError):
+    code = "unavailable"
+
+
+class FailedPreconditionError(Error):
+    code = "failed precondition"
+
+
+class PermissionDeniedError(Error, PermissionError):
+    code = "permission denied"
+
+
+class DeadlineExceededError(Error, TimeoutError):
+    code = "deadline exceeded"
+
+
+class CancelledError(Error):
+    code = "cancelled"
+
+
+class InternalError(Error):
+    code = "internal error"
+
+
+_bc._set_error_classes({c.code: c for c in (
+    InvalidArgumentError, NotFoundError, IoError, CorruptDataError, OutOfRangeError,
+    ResourceExhaustedError, UnavailableError, FailedPreconditionError, PermissionDeniedError,
+    DeadlineExceededError, CancelledError, InternalError)})
+__all__ += [c.__name__ for c in Error.__subclasses__()]
+
+# Per-batch metadata when a Consumer is created with with_info=True.
+Info = namedtuple("Info", "epoch index lr_factor sample_ids repeats producer_seq producer_batch "
+                          "last_in_epoch image_size wait_ns handoff_ns")
+
+_UNTIL_STREAM_ENDS = 1 << 30  # epochs for a consumer that follows the leader to the end
+
+
+def resolve_options(**options):
+    """The resolved option registry (defaults < file < BATCHCAST_* env < arguments), as JSON."""
+    return _bc.resolve_options(options)
+
+
+def _from_dlpack():
+    from torch.utils.dlpack import from_dlpack  # imported on first use: torch is optional
+    return from_dlpack
+
+
+def _env_rank():
+    for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if os.environ.get(k, "").isdigit():
+            return int(os.environ[k])
+    return -1
+
+
+class Consumer:
+    """An iterable over the batches a Batchcast leader (native Leader, Producer, MPI runtime
+    or service) publishes; a drop-in for a training DataLoader.
+
+    Each ``iter()`` yields one epoch of ``(images, labels)`` torch tensors (or
+    ``(images, labels, info)`` with ``with_info=True``); ``len()`` is the number of batches
+    per epoch. Tensors view the leader's shared memory (no copy). With ``release="on_free"``
+    (default) the slot is given back when the tensors are freed, so at most ``buffer_depth``
+    batches may be alive; with ``release="next"`` it is given back at the next iteration and
+    the tensors must not be used after it (clone what you keep).
+
+    address: the leader's address; default $BATCHCAST_ADDRESS (set by the launcher), or,
+      inside an MPI job with mpi4py imported, the node leader formed by the MPI runtime.
+    epochs: epochs to consume; None follows the leader to the end of its stream.
+    options: any Batchcast option (batch_size, buffer_depth, carve_offset, heartbeat_ms, ...).
+    """
+
+    def __init__(self, address=None, *, batch_size=None, buffer_depth=None, epochs=None,
+                 release="on_free", with_info=False, output="torch", rank=None, name="",
+                 **options):
+        if release not in ("on_free", "next"):
+            raise InvalidArgumentError(
+                f"consumer: release='{release}' is not one of 'on_free', 'next'")
+        if output not in ("torch", "numpy"):
+            raise InvalidArgumentError(
+                f"consumer: output='{output}' is not one of 'torch', 'numpy'")
+        opts = dict(options, batch_size=batch_size, buffer_depth=buffer_depth,
+                    epochs=_UNTIL_STREAM_ENDS if epochs is None else epochs)
+        self._with_info = with_info
+        self._numpy = output == "numpy"
+        self._convert = None if self._numpy else _from_dlpack()
+        self._ended = False
+        self.last_info = None
+        address = address or os.environ.get("BATCHCAST_ADDRESS") or os.environ.get(
+            "BATCHCAST_SOCKET")
+        if not address:
+            raise InvalidArgumentError(
+                "consumer: no leader address: pass address=..., set BATCHCAST_ADDRESS (the "
+                "launcher does), or start a batchcast.Leader / batchcast.Producer first")
+        rank = _env_rank() if rank is None else rank
+        self._c = _bc._Consumer(address, opts, rank, name, release == "next")
+        self.address = address
+
+    def __len__(self):
+        """Batches per epoch for this consumer's batch size (exact, from the stream)."""
+        return self._c.batches_per_epoch()
+
+    def __iter__(self):
+        """One epoch: ends after the epoch's last batch, or at the end of the stream."""
+        while not self._ended:
+            item, last = self._next()
+            if item is None:
+                return
+            yield item
+            if last:
+                return
+
+    def batches(self):
+        """Every remaining batch of every epoch, without epoch boundaries."""
+        while True:
+            item, _ = self._next()
+            if item is None:
+                return
+            yield item
+
+    def _next(self):
+        r = self._c.next(self._with_info, self._numpy)
+        if r is None:
+            self._ended = True
+            return None, True
+        images, labels, ids, info = r
+        if self._convert is not None:
+            images = self._convert(images)
+            labels = self._convert(labels)
+            if ids is not None:
+                ids = self._convert(ids)
+        self.last_info = info
+        if self._with_info:
+            meta = Info(info.epoch, info.index, info.lr_factor, ids, info.repeats,
+                        info.producer_seq, info.producer_batch, info.last_in_epoch,
+                        info.image_size, info.wait_ns, info.handoff_ns)
+            return (images, labels, meta), info.last_in_epoch
+        return (images, labels), info.last_in_epoch
+
+    @property
+    def ended(self):
+        """True once the stream (or this consumer's epochs) is over."""
+        return self._ended
+
+    def stats(self):
+        return self._c.stats()
+
+    def close(self):
+        """Leaves the stream; the leader and the other consumers go on."""
+        self._c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Leader:
+    """The native C++ pipeline (HDF5 -> decode -> transform -> collate) as the stream's
+    source, run on a background thread of this process. Consumers (any process on this
+    node) attach to ``leader.address``.
+
+    consumers: joins to wait for before the first batch (later joiners start at an epoch).
+    max_batch_size: largest consumer batch_size admitted (default: batch_size).
+    options: Batchcast options, e.g. dataset=..., epochs=..., seed=..., producer_batch=...
+    """
+
+    def __init__(self, dataset=None, *, consumers=1, max_batch_size=None, address=None,
+                 end_when_empty=True, join_timeout=120.0, **options):
+        opts = dict(options, dataset=dataset)
+        self._l = _bc._Leader(opts, consumers, max_batch_size or 0, address or "",
+                              end_when_empty, int(join_timeout * 1000))
+        self.address = self._l.address
+
+    def wait(self, timeout=None):
+        """Blocks until the stream is complete (True) or timeout seconds pass (False);
+        raises the leader's error."""
+        return self._l.wait(-1.0 if timeout is None else float(timeout))
+
+    def stats(self):
+        return self._l.stats()
+
+    def close(self):
+        """Stops the stream if it is still running (consumers see an error)."""
+        self._l.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+from .producer import Producer  # noqa: E402  (needs the classes above)

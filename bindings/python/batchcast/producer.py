@@ -1,0 +1,188 @@
+# Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+"""batchcast.Producer: publish batches from any Python iterable (a DataLoader with its own
+workers and transforms, a generator of numpy arrays) into the node data plane."""
+
+import threading
+
+import numpy as np
+
+from . import _batchcast as _bc
+from . import InvalidArgumentError
+
+_END = object()
+
+
+def _as_array(x, what):
+    if hasattr(x, "detach") and hasattr(x, "numpy"):  # a torch tensor, without importing torch
+        x = x.detach()
+        if getattr(x, "device", None) is not None and x.device.type != "cpu":
+            x = x.cpu()
+        return x.numpy()
+    a = np.asarray(x)
+    if a.dtype == object:
+        raise InvalidArgumentError(f"producer: {what} is not a tensor or array ({type(x)!r})")
+    return a
+
+
+def _split(item):
+    """(images, labels[, ids]) as numpy arrays (views of torch tensors, no copy)."""
+    if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+        raise InvalidArgumentError(
+            "producer: the iterable must yield (images, labels) or (images, labels, ids); "
+            f"got {type(item).__name__}" + (f" of length {len(item)}"
+                                            if isinstance(item, (tuple, list)) else ""))
+    images = _as_array(item[0], "images")
+    labels = _as_array(item[1], "labels")
+    ids = _as_array(item[2], "sample ids") if len(item) == 3 else None
+    return images, labels, ids
+
+
+def _sample_layout(images):
+    rest = tuple(int(d) for d in images.shape[1:])
+    if len(rest) > 3 or images.ndim < 1:
+        raise InvalidArgumentError(
+            f"producer: images of shape {tuple(images.shape)}; expected (batch, [C,] [H,] W)")
+    shape = (1,) * (3 - len(rest)) + rest
+    if images.dtype.kind == "f":
+        dtype = "float32"
+    elif images.dtype in (np.uint8, np.bool_):
+        dtype = "uint8"
+    else:
+        raise InvalidArgumentError(
+            f"producer: images of dtype {images.dtype}; use uint8 or a float type (sent as "
+            "float32)")
+    return shape, dtype
+
+
+def _epoch_samples(iterable, batch_size):
+    """Samples per epoch of a DataLoader-like iterable, or 0 when unknown."""
+    dataset = getattr(iterable, "dataset", None)
+    if getattr(iterable, "drop_last", False):
+        try:
+            return len(iterable) * batch_size
+        except TypeError:
+            return 0
+    if dataset is not None:
+        try:
+            return len(dataset)
+        except TypeError:
+            return 0
+    return 0
+
+
+class Producer:
+    """Publishes every batch of ``iterable`` once to all attached consumers.
+
+    One pass over the iterable is one epoch (``epochs`` passes in all; a DataLoader with
+    shuffle=True reshuffles each pass). Each item is ``(images, labels)`` or
+    ``(images, labels, ids)`` as torch tensors or numpy arrays; images are (batch, C, H, W),
+    (batch, H, W) or (batch, D), uint8 or float (sent as float32); consumers always see
+    4-d images (batch, C, H, W). Sample ids are the ids the iterable yields, else the running
+    index of the sample within its epoch. Each batch is copied once into shared memory;
+    consumers carve their own batch sizes (<= max_batch_size) from it.
+
+    consumers: joins to wait for before the first batch; later joiners start at an epoch.
+    batch_size: samples per published batch (default: the iterable's batch_size or the
+      first batch's size); every batch holds at most this many.
+    samples_per_epoch: for the consumers' len() (default: len(iterable.dataset)).
+    sample_shape, dtype: the image layout; default: taken from the first batch.
+    end_when_empty: end the stream once every consumer has left.
+    """
+
+    def __init__(self, iterable, *, epochs=1, consumers=1, batch_size=None, max_batch_size=None,
+                 samples_per_epoch=None, sample_shape=None, dtype=None, buffer_depth=2,
+                 ring_slots=None, address=None, heartbeat_ms=10000, end_when_empty=True,
+                 join_timeout=None):
+        self._iterable = iterable
+        self._epochs = int(epochs)
+        self._consumers = int(consumers)
+        self._end_when_empty = end_when_empty
+        self._join_timeout = -1.0 if join_timeout is None else float(join_timeout)
+        self._first = None  # (iterator, first item) peeked to learn the layout
+        if sample_shape is None or dtype is None:
+            it = iter(iterable)
+            first = next(it, _END)
+            if first is _END:
+                raise InvalidArgumentError("producer: the iterable yielded no batch")
+            self._first = (it, first)
+            images, labels, _ = _split(first)
+            shape, dt = _sample_layout(images)
+            sample_shape = sample_shape or shape
+            dtype = dtype or dt
+            batch_size = batch_size or getattr(iterable, "batch_size", None) or len(labels)
+        sample_shape = tuple(int(d) for d in sample_shape)
+        sample_shape = (1,) * (3 - len(sample_shape)) + sample_shape
+        if batch_size is None:
+            batch_size = getattr(iterable, "batch_size", None)
+        if not batch_size:
+            raise InvalidArgumentError("producer: batch_size is unknown; pass batch_size=...")
+        if samples_per_epoch is None:
+            samples_per_epoch = _epoch_samples(iterable, batch_size)
+        slots = ring_slots or buffer_depth + 3  # +1: a slot is held while the next batch loads
+        self._p = _bc._Producer(list(sample_shape), dtype, int(batch_size),
+                                int(samples_per_epoch), int(max_batch_size or batch_size),
+                                int(slots), int(heartbeat_ms), address or "")
+        self.address = self._p.address
+        self.batch_size = int(batch_size)
+        self._thread = None
+        self._error = None
+
+    def run(self):
+        """Publishes every epoch, then ends the stream. Returns the statistics."""
+        p = self._p
+        try:
+            p.wait_for_consumers(self._consumers, self._join_timeout)
+            for epoch in range(self._epochs):
+                if not self._publish_epoch(epoch):
+                    break
+        except BaseException as e:  # KeyboardInterrupt too: consumers must not hang
+            p.fail(f"producer: stopped by {type(e).__name__}: {e}")
+            raise
+        p.end()
+        return p.stats()
+
+    def _publish_epoch(self, epoch):
+        p = self._p
+        if self._first is not None:
+            it, item = self._first
+            self._first = None
+        else:
+            it = iter(self._iterable)
+            item = next(it, _END)
+        if epoch > 0:
+            p.admit_joining()  # joiners start at an epoch boundary
+        k = 0
+        while item is not _END:
+            if p.active_consumers == 0:
+                if self._end_when_empty:
+                    return False
+                p.wait_for_consumers(1, -1.0)
+            images, labels, ids = _split(item)
+            p.stage(images, labels, ids)
+            item = next(it, _END)  # the DataLoader's workers keep decoding meanwhile
+            p.commit(epoch, k, item is _END)
+            k += 1
+        return True
+
+    def start(self):
+        """Runs run() on a background thread; join() waits for it and raises its error."""
+        def body():
+            try:
+                self._stats = self.run()
+            except BaseException as e:  # noqa: BLE001 (re-raised by join)
+                self._error = e
+        self._thread = threading.Thread(target=body, name="batchcast-producer", daemon=True)
+        self._thread.start()
+        return self
+
+    def join(self, timeout=None):
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def stats(self):
+        return self._p.stats()

@@ -1,0 +1,216 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// _batchcast._Consumer: a batchcast::Consumer whose blocking Next() runs on a helper
+// thread, so the Python thread can wait in bounded chunks with the GIL released and
+// still see KeyboardInterrupt. An interrupted request is not lost: the next call
+// collects its batch. Zero copy: tensors are DLPack views of the slot.
+#include <pybind11/stl.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "batchcast/consumer.h"
+#include "bindings/python/src/bindings.h"
+
+namespace batchcast::python {
+namespace {
+
+// What the Python object and the fetch thread share. The thread owns a reference, so
+// an object dropped while a request is in flight is cleaned up when the request ends.
+struct FetchState {
+  std::unique_ptr<Consumer> consumer;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool requested = false;   // a Next() is asked for or running
+  bool ready = false;       // its result is in `batch` / `status`
+  bool stop = false;
+  Batch batch;
+  Status status;
+  Batch leftover;           // a batch the Python side dropped while a request was in flight
+};
+
+void FetchLoop(std::shared_ptr<FetchState> s) {
+  std::unique_lock<std::mutex> lock(s->mu);
+  for (;;) {
+    s->cv.wait(lock, [&] { return s->stop || (s->requested && !s->ready); });
+    if (s->requested && !s->ready) {
+      lock.unlock();
+      Batch b;
+      Status st = s->consumer->Next(&b);
+      lock.lock();
+      s->batch = std::move(b);
+      s->status = st;
+      s->ready = true;
+      s->cv.notify_all();
+      continue;
+    }
+    if (s->stop) break;
+  }
+  // Drop whatever was fetched and nobody collected, then leave the stream.
+  Batch drop = std::move(s->batch);
+  Batch drop_leftover = std::move(s->leftover);
+  lock.unlock();
+  drop.Release();
+  drop_leftover.Release();
+  if (s->consumer) s->consumer->Detach().IgnoreError();
+  s->consumer.reset();
+}
+
+class PyConsumer {
+ public:
+  PyConsumer(const std::string& address, py::dict kwargs, int rank, const std::string& name,
+             bool release_on_next)
+      : release_on_next_(release_on_next) {
+    Options o = OptionsFromKwargs(kwargs);
+    std::unique_ptr<Consumer> c;
+    {
+      py::gil_scoped_release nogil;
+      auto r = Consumer::Attach(address, o, rank, name);
+      if (!r.ok()) {
+        py::gil_scoped_acquire gil;
+        throw StatusError(r.status().WithContext("consumer: attach to '" + address + "'"));
+      }
+      c = std::move(r).value();
+    }
+    batches_per_epoch_ = c->BatchesPerEpoch();
+    state_ = std::make_shared<FetchState>();
+    state_->consumer = std::move(c);
+    thread_ = std::thread(FetchLoop, state_);
+  }
+  ~PyConsumer() { Close(); }
+
+  // (images, labels, ids or None, info) as DLPack capsules (or numpy arrays), or None at
+  // the end of this consumer's stream.
+  py::object Next(bool want_ids, bool numpy) {
+    if (!state_) throw StatusError(Status(StatusCode::kFailedPrecondition,
+                                          "consumer: closed; create a new Consumer"));
+    auto s = state_;
+    bool in_flight;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      in_flight = s->requested;
+    }
+    if (!in_flight) {
+      // Release before asking: releasing never waits for the fetch thread then.
+      {
+        py::gil_scoped_release nogil;
+        current_.Release();
+      }
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->requested = true;
+      s->cv.notify_all();
+    }
+    WaitInterruptibly([&](int64_t chunk_ms) {
+      std::unique_lock<std::mutex> lock(s->mu);
+      return s->cv.wait_for(lock, std::chrono::milliseconds(chunk_ms), [&] { return s->ready; });
+    });
+    Batch b;
+    Status st;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      b = std::move(s->batch);
+      st = s->status;
+      s->ready = s->requested = false;
+    }
+    if (in_flight) {  // an interrupted request: the previous batch is only dropped now
+      py::gil_scoped_release nogil;
+      current_.Release();
+    }
+    if (st.code() == StatusCode::kEndOfStream) return py::none();
+    ThrowIfError(st);
+    return Wrap(std::move(b), want_ids, numpy);
+  }
+
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+
+  py::dict Stats() const {
+    py::dict d;
+    if (!state_ || !state_->consumer) return d;
+    ConsumerStats s = state_->consumer->stats();
+    d["batches"] = s.batches;
+    d["samples"] = s.samples;
+    d["repeats"] = s.repeats;
+    d["wait_ns"] = s.wait_ns;
+    d["epochs_completed"] = s.epochs_completed;
+    d["repeats_per_epoch"] = s.repeats_per_epoch;
+    return d;
+  }
+
+  // Leaves the stream. Never blocks on a request still in flight (e.g. interrupted):
+  // the fetch thread finishes it and detaches on its own.
+  void Close() {
+    if (!state_) return;
+    bool busy;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(state_->mu);
+      busy = state_->requested && !state_->ready;
+      // While a Next() runs, releasing here would wait for it: the thread drops it after.
+      if (busy) state_->leftover = std::move(current_);
+      state_->stop = true;
+      state_->cv.notify_all();
+    }
+    if (!busy) {
+      py::gil_scoped_release nogil;
+      current_.Release();
+    }
+    if (busy) {
+      thread_.detach();
+    } else {
+      py::gil_scoped_release nogil;
+      thread_.join();
+    }
+    state_.reset();
+  }
+
+ private:
+  py::object Wrap(Batch b, bool want_ids, bool numpy) {
+    std::shared_ptr<void> keep = release_on_next_ ? nullptr : b.KeepAlive();
+    auto make = [&](const TensorView& v) -> py::object {
+      if (numpy) return MakeNumpyView(v, keep);
+      return MakeDLPackCapsule(v, keep);
+    };
+    py::object images = make(b.images());
+    py::object labels = make(b.labels());
+    py::object ids = want_ids ? make(IdsView(b.sample_ids(), b.size())) : py::none();
+    py::object info = py::cast(b.info());
+    if (release_on_next_) current_ = std::move(b);
+    // Otherwise `b` goes out of scope here; the capsules' `keep` holds the slot.
+    return py::make_tuple(images, labels, ids, info);
+  }
+
+  bool release_on_next_;
+  int64_t batches_per_epoch_ = 0;
+  std::shared_ptr<FetchState> state_;
+  std::thread thread_;
+  Batch current_;  // release="next": the batch handed out last
+};
+
+}  // namespace
+
+void BindConsumer(py::module_& m) {
+  py::class_<BatchInfo>(m, "BatchInfo")
+      .def_readonly("epoch", &BatchInfo::epoch)
+      .def_readonly("index", &BatchInfo::index)
+      .def_readonly("producer_seq", &BatchInfo::producer_seq)
+      .def_readonly("producer_batch", &BatchInfo::producer_batch)
+      .def_readonly("size", &BatchInfo::size)
+      .def_readonly("repeats", &BatchInfo::repeats)
+      .def_readonly("lr_factor", &BatchInfo::lr_factor)
+      .def_readonly("image_size", &BatchInfo::image_size)
+      .def_readonly("last_in_epoch", &BatchInfo::last_in_epoch)
+      .def_readonly("channels_last", &BatchInfo::channels_last)
+      .def_readonly("wait_ns", &BatchInfo::wait_ns)
+      .def_readonly("handoff_ns", &BatchInfo::handoff_ns);
+  py::class_<PyConsumer>(m, "_Consumer")
+      .def(py::init<const std::string&, py::dict, int, const std::string&, bool>(),
+           py::arg("address"), py::arg("options"), py::arg("rank") = -1,
+           py::arg("name") = "", py::arg("release_on_next") = false)
+      .def("next", &PyConsumer::Next, py::arg("want_ids") = false, py::arg("numpy") = false)
+      .def("batches_per_epoch", &PyConsumer::batches_per_epoch)
+      .def("stats", &PyConsumer::Stats)
+      .def("close", &PyConsumer::Close);
+}
+
+}  // namespace batchcast::python

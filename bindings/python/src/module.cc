@@ -1,0 +1,162 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The _batchcast extension module: errors, options, DLPack and the bound classes. The
+// user-facing API (batchcast.Consumer / Producer / Leader) is the Python package around
+// it (bindings/python/batchcast/__init__.py).
+#include <dlpack/dlpack.h>
+#include <pybind11/stl.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "bindings/python/src/bindings.h"
+
+namespace batchcast::python {
+namespace {
+
+// Code -> exception class, filled by batchcast/__init__.py through _set_error_classes.
+py::dict& ErrorClasses() {
+  static auto* classes = new py::dict();  // intentionally leaked: lives as long as Python
+  return *classes;
+}
+
+struct ManagedTensor {
+  DLManagedTensor dl;
+  int64_t shape[4];
+  int64_t strides[4];
+  std::shared_ptr<void> keep;
+};
+
+void DeleteManaged(DLManagedTensor* t) { delete static_cast<ManagedTensor*>(t->manager_ctx); }
+
+void CapsuleDestructor(PyObject* capsule) {
+  // Renamed to "used_dltensor" once a consumer took ownership; only unused ones are ours.
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+  auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+  if (t && t->deleter) t->deleter(t);
+}
+
+DLDataType ToDL(DType t) {
+  switch (t) {
+    case DType::kFloat32: return DLDataType{kDLFloat, 32, 1};
+    case DType::kInt64: return DLDataType{kDLInt, 64, 1};
+    case DType::kUint8:
+    default: return DLDataType{kDLUInt, 8, 1};
+  }
+}
+
+size_t ItemSize(DType t) { return t == DType::kUint8 ? 1 : t == DType::kFloat32 ? 4 : 8; }
+
+}  // namespace
+
+void RegisterErrors(py::module_& m) {
+  m.def("_set_error_classes", [](py::dict classes) {
+    ErrorClasses().clear();
+    for (auto kv : classes) ErrorClasses()[kv.first] = kv.second;
+  });
+  m.def("_status_code_names", [] {
+    py::list names;
+    for (int c = int(StatusCode::kOk); c <= int(StatusCode::kInternal); ++c)
+      names.append(StatusCodeName(static_cast<StatusCode>(c)));
+    return names;
+  });
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      py::str name(StatusCodeName(e.code()));
+      PyObject* cls = ErrorClasses().contains(name) ? ErrorClasses()[name].ptr()
+                                                     : PyExc_RuntimeError;
+      PyErr_SetString(cls, e.what());
+    }
+  });
+}
+
+Options OptionsFromKwargs(const py::dict& kwargs) {
+  Options o = ValueOrThrow(ResolveOptions({}));
+  for (auto kv : kwargs) {
+    if (kv.second.is_none()) continue;
+    std::string key = py::str(kv.first);
+    std::string value;
+    if (py::isinstance<py::bool_>(kv.second)) value = kv.second.cast<bool>() ? "true" : "false";
+    else value = py::str(kv.second);
+    ThrowIfError(SetOption(&o, key, value));
+  }
+  ThrowIfError(ValidateOptions(o));
+  return o;
+}
+
+std::string NewAddress(const char* kind) {
+  static std::atomic<int> counter{0};
+  return "batchcast-py-" + std::string(kind) + "-" + std::to_string(getpid()) + "-" +
+         std::to_string(counter++);
+}
+
+py::capsule MakeDLPackCapsule(const TensorView& view, std::shared_ptr<void> keep) {
+  auto* m = new ManagedTensor();
+  m->keep = std::move(keep);
+  int64_t stride = 1;
+  for (int i = view.ndim - 1; i >= 0; --i) {
+    m->shape[i] = view.shape[i];
+    m->strides[i] = stride;
+    stride *= view.shape[i];
+  }
+  DLTensor& t = m->dl.dl_tensor;
+  t.data = view.data;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = view.ndim;
+  t.dtype = ToDL(view.dtype);
+  t.shape = m->shape;
+  t.strides = m->strides;
+  t.byte_offset = 0;
+  m->dl.manager_ctx = m;
+  m->dl.deleter = DeleteManaged;
+  PyObject* cap = PyCapsule_New(&m->dl, "dltensor", CapsuleDestructor);
+  if (cap == nullptr) {
+    delete m;
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(cap);
+}
+
+py::array MakeNumpyView(const TensorView& view, std::shared_ptr<void> keep) {
+  std::vector<py::ssize_t> shape(view.shape, view.shape + view.ndim);
+  py::dtype dt = view.dtype == DType::kUint8     ? py::dtype::of<uint8_t>()
+                 : view.dtype == DType::kFloat32 ? py::dtype::of<float>()
+                                                 : py::dtype::of<int64_t>();
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t s = static_cast<py::ssize_t>(ItemSize(view.dtype));
+  for (int i = view.ndim - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= shape[i];
+  }
+  auto* holder = new std::shared_ptr<void>(std::move(keep));
+  py::capsule base(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+  return py::array(dt, shape, strides, view.data, base);
+}
+
+TensorView IdsView(const int64_t* ids, int64_t n) {
+  TensorView v;
+  v.data = const_cast<int64_t*>(ids);
+  v.dtype = DType::kInt64;
+  v.ndim = 1;
+  v.shape[0] = n;
+  v.nbytes = size_t(n) * sizeof(int64_t);
+  return v;
+}
+
+}  // namespace batchcast::python
+
+PYBIND11_MODULE(_batchcast, m) {
+  using namespace batchcast::python;
+  m.doc() = "Batchcast data plane (see the batchcast package for the documented API)";
+  RegisterErrors(m);
+  m.def("resolve_options", [](py::dict kwargs) {
+    batchcast::Options o = OptionsFromKwargs(kwargs);
+    return batchcast::OptionsToJson(o);
+  }, "The resolved options registry as JSON (defaults < file < environment < arguments).");
+  m.attr("DLPACK_VERSION") = DLPACK_VERSION;
+  BindConsumer(m);
+  BindProducer(m);
+  BindLeader(m);
+}

@@ -1,0 +1,257 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// _batchcast._Producer (batches from Python into the data plane, through
+// node::ExternalProducer) and _batchcast._Leader (the native pipeline leader on a
+// background thread). Every wait is bounded and checks for KeyboardInterrupt.
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <thread>
+
+#include "bindings/python/src/bindings.h"
+#include "node/batch_source.h"
+#include "node/external_producer.h"
+#include "node/leader.h"
+
+namespace batchcast::python {
+namespace {
+
+pipeline::DType ParseDType(const std::string& s) {
+  if (s == "uint8") return pipeline::DType::kUint8;
+  if (s == "float32") return pipeline::DType::kFloat32;
+  throw StatusError(Status(StatusCode::kInvalidArgument,
+                           "producer: image dtype '" + s + "' is not supported; use uint8 or "
+                           "float32 (convert the batch first)"));
+}
+
+// Copies a C-contiguous array of `expect` elements of T into dst with the GIL released.
+template <typename T>
+void CopyInto(const py::handle& obj, void* dst, int64_t n, int64_t per_sample, const char* what) {
+  auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(obj);
+  if (!a) throw py::error_already_set();
+  if (a.ndim() < 1 || a.shape(0) != n || a.size() != n * per_sample)
+    throw StatusError(Status(
+        StatusCode::kInvalidArgument,
+        std::string("producer: ") + what + " has " + std::to_string(a.size()) + " elements in " +
+            std::to_string(a.ndim()) + " dimensions, expected " + std::to_string(n) + " x " +
+            std::to_string(per_sample) + "; every batch must have the first batch's sample shape"));
+  const void* src = a.data();
+  size_t bytes = size_t(n * per_sample) * sizeof(T);
+  py::gil_scoped_release nogil;
+  std::memcpy(dst, src, bytes);
+}
+
+class PyProducer {
+ public:
+  PyProducer(std::vector<int> sample_shape, const std::string& dtype, int64_t producer_batch,
+             int64_t epoch_samples, int max_consumer_batch, int ring_slots, int64_t heartbeat_ms,
+             const std::string& address) {
+    if (sample_shape.size() != 3)
+      throw StatusError(Status(StatusCode::kInvalidArgument,
+                               "producer: sample_shape must be (channels, height, width)"));
+    node::ExternalProducerConfig c;
+    c.layout.channels = sample_shape[0];
+    c.layout.height = sample_shape[1];
+    c.layout.width = sample_shape[2];
+    c.layout.dtype = ParseDType(dtype);
+    c.producer_batch = producer_batch;
+    c.epoch_samples = epoch_samples;
+    c.max_consumer_batch = static_cast<uint32_t>(max_consumer_batch);
+    c.ring_slots = static_cast<uint32_t>(ring_slots);
+    c.heartbeat_ms = heartbeat_ms;
+    c.socket_name = address.empty() ? NewAddress("producer") : address;
+    c.job = "python";
+    per_sample_ = int64_t(c.layout.channels) * c.layout.height * c.layout.width;
+    float_ = c.layout.dtype == pipeline::DType::kFloat32;
+    p_ = ValueOrThrow(node::ExternalProducer::Create(c));
+  }
+
+  std::string address() const { return p_->address(); }
+
+  // Waits until n consumers have joined (timeout_s < 0: forever) and admits them.
+  void WaitForConsumers(int n, double timeout_s) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    Status last;
+    WaitInterruptibly([&](int64_t chunk_ms) {
+      last = p_->WaitForConsumers(n, chunk_ms);
+      if (last.code() != StatusCode::kDeadlineExceeded) return true;
+      return timeout_s >= 0 && std::chrono::steady_clock::now() >= deadline;
+    });
+    if (last.code() == StatusCode::kDeadlineExceeded)
+      throw StatusError(Status(StatusCode::kDeadlineExceeded,
+                               "producer: " + std::to_string(n) + " consumer(s) did not join '" +
+                                   p_->address() + "' within " + std::to_string(timeout_s) + " s"));
+    ThrowIfError(last);
+  }
+
+  // Acquires the next slot (waiting on backpressure) and copies one batch into it.
+  void Stage(py::handle images, py::handle labels, py::handle ids) {
+    if (staged_) throw StatusError(Status(StatusCode::kFailedPrecondition,
+                                          "producer: a batch is already staged; commit it first"));
+    int64_t n = py::len(labels);
+    if (n <= 0 || n > p_->config().producer_batch)
+      throw StatusError(Status(
+          StatusCode::kInvalidArgument,
+          "producer: a batch of " + std::to_string(n) + " samples; batches must hold 1 to " +
+              std::to_string(p_->config().producer_batch) + " (the first batch's size or "
+              "batch_size)"));
+    Status last;
+    WaitInterruptibly([&](int64_t chunk_ms) {
+      auto r = p_->Begin(chunk_ms);
+      last = r.status();
+      if (r.ok()) slot_ = *r;
+      return last.code() != StatusCode::kDeadlineExceeded;
+    });
+    ThrowIfError(last);
+    if (float_) CopyInto<float>(images, slot_.images, n, per_sample_, "images");
+    else CopyInto<uint8_t>(images, slot_.images, n, per_sample_, "images");
+    CopyInto<int64_t>(labels, slot_.labels, n, 1, "labels");
+    ids_written_ = !ids.is_none();
+    if (ids_written_) CopyInto<int64_t>(ids, slot_.ids, n, 1, "sample ids");
+    staged_n_ = n;
+    staged_ = true;
+  }
+
+  void Commit(uint64_t epoch, uint64_t batch_in_epoch, bool last_in_epoch, float lr_factor) {
+    if (!staged_) throw StatusError(Status(StatusCode::kFailedPrecondition,
+                                           "producer: nothing staged to commit"));
+    staged_ = false;
+    node::ExternalCommit c{epoch, batch_in_epoch, staged_n_, last_in_epoch, lr_factor};
+    ThrowIfError(p_->Commit(slot_, c, ids_written_));
+  }
+
+  int AdmitJoining() { return p_->AdmitJoining(); }
+  int active() const { return p_->active_consumers(); }
+  int joining() const { return p_->joining_consumers(); }
+  void End() { p_->End(); }
+  void Fail(const std::string& why) { p_->Fail(why); }
+
+  py::dict Stats() const {
+    node::ExternalProducerStats s = p_->stats();
+    py::dict d;
+    d["batches"] = s.batches;
+    d["samples"] = s.samples;
+    d["dropped_batches"] = s.dropped_batches;
+    d["tail_copies"] = s.tail_copies;
+    d["slot_wait_ns"] = s.slot_wait_ns;
+    return d;
+  }
+
+ private:
+  std::unique_ptr<node::ExternalProducer> p_;
+  node::ExternalSlot slot_;
+  bool staged_ = false, ids_written_ = false, float_ = false;
+  int64_t staged_n_ = 0, per_sample_ = 0;
+};
+
+// The native pipeline leader on a background thread.
+class PyLeader {
+ public:
+  PyLeader(py::dict kwargs, int expected_consumers, int max_consumer_batch,
+           const std::string& address, bool end_when_empty, int64_t join_timeout_ms) {
+    node::LeaderConfig cfg;
+    cfg.options = OptionsFromKwargs(kwargs);
+    cfg.expected_consumers = expected_consumers;
+    cfg.max_consumer_batch = static_cast<uint32_t>(max_consumer_batch);
+    cfg.socket_name = address.empty() ? NewAddress("leader") : address;
+    cfg.job = "python";
+    cfg.end_when_empty = end_when_empty;
+    cfg.join_timeout_ms = join_timeout_ms;
+    std::unique_ptr<node::BatchSource> source =
+        ValueOrThrow(node::MakePipelineSource(cfg.options));
+    leader_ = ValueOrThrow(node::Leader::Create(cfg, std::move(source)));
+    thread_ = std::thread([this] {
+      status_ = leader_->Run();
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      cv_.notify_all();
+    });
+  }
+  ~PyLeader() { Close(); }
+
+  std::string address() const { return leader_->address(); }
+  int64_t producer_batch() const { return leader_->producer_batch(); }
+
+  // Blocks until the stream is complete; raises the leader's error. timeout_s < 0: forever.
+  bool Wait(double timeout_s) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    WaitInterruptibly([&](int64_t chunk_ms) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(chunk_ms), [&] { return done_; });
+      return done_ || (timeout_s >= 0 && std::chrono::steady_clock::now() >= deadline);
+    });
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_ && !status_.ok() && status_.code() != StatusCode::kCancelled) ThrowIfError(status_);
+    return done_;
+  }
+
+  void Close() {
+    if (!thread_.joinable()) return;
+    bool done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done = done_;
+    }
+    if (!done) leader_->Abort("leader: closed from Python before the end of the stream");
+    py::gil_scoped_release nogil;
+    thread_.join();
+  }
+
+  py::dict Stats() const {
+    node::LeaderStats s = leader_->stats();
+    py::dict d;
+    d["producer_batches"] = s.producer_batches;
+    d["samples_produced"] = s.samples_produced;
+    d["samples_skipped"] = s.samples_skipped;
+    d["slot_wait_ns"] = s.slot_wait_ns;
+    d["fill_ns"] = s.fill_ns;
+    return d;
+  }
+
+ private:
+  std::unique_ptr<node::Leader> leader_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+}  // namespace
+
+void BindProducer(py::module_& m) {
+  py::class_<PyProducer>(m, "_Producer")
+      .def(py::init<std::vector<int>, const std::string&, int64_t, int64_t, int, int, int64_t,
+                    const std::string&>(),
+           py::arg("sample_shape"), py::arg("dtype"), py::arg("producer_batch"),
+           py::arg("epoch_samples"), py::arg("max_consumer_batch"), py::arg("ring_slots"),
+           py::arg("heartbeat_ms"), py::arg("address") = "")
+      .def_property_readonly("address", &PyProducer::address)
+      .def("wait_for_consumers", &PyProducer::WaitForConsumers, py::arg("n"),
+           py::arg("timeout_s") = -1.0)
+      .def("stage", &PyProducer::Stage, py::arg("images"), py::arg("labels"),
+           py::arg("ids") = py::none())
+      .def("commit", &PyProducer::Commit, py::arg("epoch"), py::arg("batch_in_epoch"),
+           py::arg("last_in_epoch"), py::arg("lr_factor") = 1.0f)
+      .def("admit_joining", &PyProducer::AdmitJoining)
+      .def_property_readonly("active_consumers", &PyProducer::active)
+      .def_property_readonly("joining_consumers", &PyProducer::joining)
+      .def("end", &PyProducer::End)
+      .def("fail", &PyProducer::Fail)
+      .def("stats", &PyProducer::Stats);
+}
+
+void BindLeader(py::module_& m) {
+  py::class_<PyLeader>(m, "_Leader")
+      .def(py::init<py::dict, int, int, const std::string&, bool, int64_t>(), py::arg("options"),
+           py::arg("expected_consumers") = 1, py::arg("max_consumer_batch") = 0,
+           py::arg("address") = "", py::arg("end_when_empty") = true,
+           py::arg("join_timeout_ms") = 120000)
+      .def_property_readonly("address", &PyLeader::address)
+      .def_property_readonly("producer_batch", &PyLeader::producer_batch)
+      .def("wait", &PyLeader::Wait, py::arg("timeout_s") = -1.0)
+      .def("close", &PyLeader::Close)
+      .def("stats", &PyLeader::Stats);
+}
+
+}  // namespace batchcast::python

@@ -1,0 +1,171 @@
+# Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+"""The Consumer: zero-copy views of shared memory, slot release, len(), bounded memory over
+many epochs, errors as exceptions with the C++ message, KeyboardInterrupt while waiting."""
+import gc
+import math
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import batchcast
+from conftest import finish, read_address, spawn
+
+
+def memfd_ranges():
+    """(start, end) of every shared memfd mapping of this process."""
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and parts[5].startswith("/memfd:") and parts[1][3] == "s":
+                a, b = (int(x, 16) for x in parts[0].split("-"))
+                out.append((a, b))
+    return out
+
+
+def inside(ptr, nbytes, ranges):
+    return any(a <= ptr and ptr + nbytes <= b for a, b in ranges)
+
+
+def rss_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_tensors_alias_shared_memory(fmnist):
+    leader = spawn("leader_helper.py", fmnist["train"], 1, 1, 64, "limit_samples=1024")
+    loader = batchcast.Consumer(read_address(leader), batch_size=64, with_info=True)
+    seen = 0
+    for images, labels, info in loader:
+        ranges = memfd_ranges()
+        assert ranges, "no shared memfd mapping in this process"
+        for t in (images, labels, info.sample_ids):
+            assert inside(t.data_ptr(), t.numel() * t.element_size(), ranges)
+        assert images.shape == (64, 1, 28, 28) and images.dtype == torch.uint8
+        assert labels.dtype == torch.int64
+        # A view, not a copy: numpy over the same tensor shares the address.
+        assert images.numpy().ctypes.data == images.data_ptr()
+        seen += 1
+    assert seen == len(loader) == 1024 // 64
+    finish(leader)
+
+
+def test_numpy_output_aliases_too(fmnist):
+    leader = spawn("leader_helper.py", fmnist["train"], 1, 1, 50, "limit_samples=500")
+    loader = batchcast.Consumer(read_address(leader), batch_size=50, output="numpy")
+    for images, labels in loader:
+        assert isinstance(images, np.ndarray) and images.shape == (50, 1, 28, 28)
+        assert inside(images.ctypes.data, images.nbytes, memfd_ranges())
+        assert not images.flags.owndata
+    finish(leader)
+
+
+@pytest.mark.parametrize("batch_size", [64, 100, 128])
+def test_len_is_exact(fmnist, batch_size):
+    # producer batch 256, 1000 samples: 3 full producer batches and one of 232.
+    leader = batchcast.Leader(fmnist["train"], consumers=1, max_batch_size=128, epochs=2,
+                              batch_size=128, limit_samples=1000, producer_batch=256)
+    loader = batchcast.Consumer(leader.address, batch_size=batch_size)
+    expect = 3 * math.ceil(256 / batch_size) + math.ceil(232 / batch_size)
+    assert len(loader) == expect
+    assert [sum(1 for _ in loader) for _ in range(3)] == [expect, expect, 0]
+    leader.wait()
+
+
+def test_slot_released_when_tensors_are_freed(fmnist):
+    leader = batchcast.Leader(fmnist["train"], consumers=1, epochs=1, batch_size=32,
+                              limit_samples=32 * 40)
+    loader = batchcast.Consumer(leader.address, batch_size=32, buffer_depth=2)
+    it = iter(loader)
+    kept = [next(it), next(it)]
+    with pytest.raises(batchcast.FailedPreconditionError, match="unreleased batches"):
+        next(it)
+    # Freeing the tensors gives the slot back; the stream goes on.
+    del kept
+    gc.collect()
+    rest = sum(1 for _ in loader)  # the failed call ended `it`; a new epoch iterator resumes
+    assert rest == 40 - 2
+    leader.wait()
+
+
+def test_release_next_mode_keeps_working_with_views_held(fmnist):
+    leader = batchcast.Leader(fmnist["train"], consumers=1, epochs=1, batch_size=32,
+                              limit_samples=32 * 20)
+    loader = batchcast.Consumer(leader.address, batch_size=32, buffer_depth=1, release="next")
+    held = [images for images, _ in loader]  # held views do not pin slots in this mode
+    assert len(held) == 20
+    leader.wait()
+
+
+def test_memory_does_not_grow_over_many_epochs(fmnist):
+    epochs = 40
+    leader = batchcast.Leader(fmnist["train"], consumers=1, epochs=epochs, batch_size=64,
+                              limit_samples=64 * 16)
+    loader = batchcast.Consumer(leader.address, batch_size=64, with_info=True)
+    rss, objects, mappings = [], [], []
+    for epoch in range(epochs):
+        total = 0
+        for images, labels, info in loader:
+            total += int(images[:, 0, 0, 0].sum()) + int(labels.sum())
+        gc.collect()
+        rss.append(rss_bytes())
+        objects.append(len(gc.get_objects()))
+        mappings.append(len(memfd_ranges()))
+    leader.wait()
+    assert loader.stats()["epochs_completed"] == epochs
+    assert len(set(mappings)) == 1                  # no mapping per batch or epoch
+    assert objects[-1] - objects[4] < 200           # no Python objects leaked per batch
+    assert rss[-1] - rss[4] < 8 * 1024 * 1024, rss  # 35 epochs x 16 batches: no per-batch growth
+
+
+def test_errors_carry_the_cpp_message(fmnist):
+    with pytest.raises(batchcast.InvalidArgumentError, match="batch_size") as e:
+        batchcast.Consumer("unused", batch_size=0)
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(batchcast.Error) as e:
+        batchcast.Consumer("batchcast-no-such-leader", batch_size=8)
+    assert "batchcast-no-such-leader" in str(e.value)
+    with pytest.raises(batchcast.NotFoundError, match="/no/such/file.h5"):
+        batchcast.Leader("/no/such/file.h5")
+    with pytest.raises(batchcast.InvalidArgumentError, match="unknown option"):
+        batchcast.Leader(fmnist["train"], no_such_option=1)
+    os.environ.pop("BATCHCAST_ADDRESS", None)
+    with pytest.raises(batchcast.InvalidArgumentError, match="no leader address"):
+        batchcast.Consumer(batch_size=8)
+
+
+def test_leader_failure_reaches_the_consumer(fmnist):
+    leader = batchcast.Leader(fmnist["train"], consumers=1, epochs=1, batch_size=16,
+                              limit_samples=16 * 50)
+    loader = batchcast.Consumer(leader.address, batch_size=16)
+    it = iter(loader)
+    next(it)
+    leader.close()  # aborts the stream
+    with pytest.raises(batchcast.UnavailableError, match="closed from Python"):
+        for _ in it:
+            pass
+
+
+def test_keyboard_interrupt_while_waiting(fmnist):
+    # The leader waits for two consumers, so the first one blocks until the second joins.
+    leader = batchcast.Leader(fmnist["train"], consumers=2, epochs=1, batch_size=16,
+                              limit_samples=16 * 4)
+    first = batchcast.Consumer(leader.address, batch_size=16)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    it = iter(first)
+    with pytest.raises(KeyboardInterrupt):
+        next(it)
+    timer.join()
+    # The interrupted request is not lost: once the stream starts, it yields every batch.
+    second = batchcast.Consumer(leader.address, batch_size=16)
+    assert sum(1 for _ in first) == 4
+    assert sum(1 for _ in second) == 4
+    leader.wait()

@@ -1,0 +1,45 @@
+# Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+"""Real PyTorch training from Batchcast streams: two trainer processes on one producer,
+every sample exactly once per epoch with the right pixels and labels."""
+from conftest import finish, read_address, spawn
+
+
+def check_trainer(r, n, epochs, batch_size):
+    assert len(r["epochs"]) == epochs
+    assert r["len"] == r["epochs"][0]["batches"]
+    for e, ep in enumerate(r["epochs"]):
+        assert ep["epoch"] == e
+        assert ep["missing"] == 0, ep      # every sample at least once ...
+        assert ep["extra"] == ep["repeats"], ep  # ... and more only as counted fill repeats
+        assert ep["repeats"] < batch_size * ep["batches"]
+        assert ep["bad_labels"] == 0 and ep["bad_pixels"] == 0, ep
+    assert r["ended"]
+
+
+def test_two_trainers_on_native_leader(fmnist):
+    epochs = 2
+    leader = spawn("leader_helper.py", fmnist["train"], epochs, 2, 100, "seed=7")
+    address = read_address(leader)
+    trainers = [spawn("train_helper.py", address, b, fmnist["train"], fmnist["test"], epochs)
+                for b in (64, 100)]
+    results = [finish(t) for t in trainers]
+    stats = finish(leader)["stats"]
+    assert stats["samples_produced"] == 60000 * epochs  # decoded once, not once per trainer
+    for r, b in zip(results, (64, 100)):
+        check_trainer(r, 60000, epochs, b)
+        assert r["accuracy"] > 0.75, r  # the model really learned from the stream
+
+
+def test_two_trainers_on_producer_wrapping_dataloader(fmnist):
+    epochs = 2
+    producer = spawn("producer_helper.py", fmnist["test"], epochs, 2, 128, 2)
+    address = read_address(producer)
+    trainers = [spawn("train_helper.py", address, b, fmnist["test"], fmnist["test"], epochs)
+                for b in (32, 50)]
+    results = [finish(t) for t in trainers]
+    stats = finish(producer)["stats"]
+    assert stats["samples"] == 10000 * epochs
+    assert stats["dropped_batches"] == 0
+    for r, b in zip(results, (32, 50)):
+        check_trainer(r, 10000, epochs, b)
+        assert r["accuracy"] > 0.6, r
