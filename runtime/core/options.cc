@@ -296,7 +296,8 @@ Status ApplyConfigFile(const std::string& path, Options* o) {
 // Environment variables that are not options but are Batchcast's own.
 bool IsReservedEnv(const std::string& key) {
   static const std::set<std::string> kReserved = {
-      "config", "debug", "debug_subsys", "debug_file", "socket", "test_keep_shm"};
+      "config", "debug", "debug_subsys", "debug_file", "socket", "test_keep_shm",
+      "address"};
   return kReserved.count(key) != 0;
 }
 
