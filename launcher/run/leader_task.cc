@@ -1,0 +1,211 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "run/leader_task.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "core/log.h"
+#include "node/batch_source.h"
+#include "node/leader.h"
+#include "run/mps.h"
+
+namespace batchcast::run {
+namespace {
+
+std::string Upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string TaskName(const TaskContext& t) {
+  return fmt::format("task {} of {} on host {} (node {})", t.env.rank, t.env.world_size,
+                     t.env.hostname, t.plan.node_id);
+}
+
+// What ended the stream early, set by the loss handler or a signal.
+struct LeaderState {
+  std::mutex mu;
+  std::string failure;
+  node::Leader* leader = nullptr;
+  void Fail(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failure.empty()) failure = why;
+    if (leader != nullptr) leader->Abort(why);
+  }
+  std::string Failure() {
+    std::lock_guard<std::mutex> lock(mu);
+    return failure;
+  }
+};
+
+Result<std::unique_ptr<node::Leader>> CreateLeader(const TaskContext& t) {
+  node::LeaderConfig cfg;
+  cfg.options = t.options;
+  cfg.expected_consumers = t.plan.trainers_on_node;
+  cfg.max_consumer_batch =
+      static_cast<uint32_t>(t.max_batch_size > 0 ? t.max_batch_size : t.options.batch_size);
+  cfg.socket_name = t.plan.socket_name;
+  cfg.job = t.plan.job_id;
+  cfg.rank = t.env.rank;
+  cfg.join_timeout_ms = t.join_timeout_ms;
+  cfg.end_when_empty = true;
+  BC_ASSIGN_OR_RETURN(auto source, node::MakePipelineSource(t.options));
+  return node::Leader::Create(cfg, std::move(source));
+}
+
+// Runs the trainer child of a leader that also trains; returns its exit code.
+int RunOwnTrainer(const TaskContext& t, LeaderState* state) {
+  auto pid = SpawnChild(t.command, TrainerEnvironment(t));
+  if (!pid.ok()) {
+    std::fprintf(stderr, "batchcast-run: %s: %s\n", TaskName(t).c_str(), pid.status().message().c_str());
+    state->Fail("the leader's own trainer could not start");
+    return 127;
+  }
+  std::string how;
+  int code = WaitChild(pid.value(), &how);
+  if (code != 0) {
+    std::fprintf(stderr, "batchcast-run: trainer rank %d (%s) %s: %s\n", t.plan.trainer_rank,
+                 TaskName(t).c_str(), how.c_str(), JoinCommand(t.command).c_str());
+  }
+  return code;
+}
+
+}  // namespace
+
+EnvList TrainerEnvironment(const TaskContext& t) {
+  const TaskPlan& p = t.plan;
+  EnvList env = {
+      {"RANK", std::to_string(p.trainer_rank)},
+      {"LOCAL_RANK", std::to_string(p.trainer_local_rank)},
+      {"WORLD_SIZE", std::to_string(p.trainer_world_size)},
+      {"LOCAL_WORLD_SIZE", std::to_string(p.trainers_on_node)},
+      {"GROUP_RANK", std::to_string(p.node_id)},
+      {"NODE_RANK", std::to_string(p.node_id)},
+      {"ROLE_RANK", std::to_string(p.trainer_rank)},
+      {"ROLE_WORLD_SIZE", std::to_string(p.trainer_world_size)},
+      {"MASTER_ADDR", p.master_addr},
+      {"MASTER_PORT", std::to_string(p.master_port)},
+      {"BATCHCAST_ADDRESS", p.socket_name},
+  };
+  for (const auto& [key, source] : t.options.sources) {
+    if (source == "default") continue;
+    env.emplace_back("BATCHCAST_" + Upper(key), GetOption(t.options, key));
+  }
+  if (!p.cuda_visible_devices.empty()) env.emplace_back("CUDA_VISIBLE_DEVICES", p.cuda_visible_devices);
+  if (!p.mps_pipe_dir.empty()) {
+    env.emplace_back("CUDA_MPS_PIPE_DIRECTORY", p.mps_pipe_dir);
+    env.emplace_back("CUDA_MPS_LOG_DIRECTORY", p.mps_pipe_dir + "-log");
+  }
+  return env;
+}
+
+bool AbstractSocketListens(const std::string& name) {
+  std::ifstream in("/proc/net/unix");
+  std::string line, want = "@" + name;
+  while (std::getline(in, line)) {
+    if (line.size() < want.size() || line.compare(line.size() - want.size(), want.size(), want) != 0)
+      continue;
+    if (line.size() > want.size() && line[line.size() - want.size() - 1] != ' ') continue;
+    // Columns: Num RefCount Protocol Flags Type St ...; Flags 00010000 marks a listener.
+    if (line.find(" 00010000 ") != std::string::npos) return true;
+  }
+  return false;
+}
+
+int RunLeaderTask(const TaskContext& t) {
+  auto state = std::make_shared<LeaderState>();
+  std::unique_ptr<MpsDaemon> mps;
+  if (!t.plan.mps_pipe_dir.empty()) {
+    mps = std::make_unique<MpsDaemon>(t.mps_control, t.plan.mps_pipe_dir);
+    Status st = mps->Start();
+    if (!st.ok()) {
+      std::fprintf(stderr, "batchcast-run: leader %s: %s\n", TaskName(t).c_str(), st.message().c_str());
+      return 1;
+    }
+  }
+  auto leader = CreateLeader(t);
+  if (!leader.ok()) {
+    std::fprintf(stderr, "batchcast-run: leader %s could not start: %s\n", TaskName(t).c_str(),
+                 leader.status().message().c_str());
+    return 1;
+  }
+  node::Leader* l = leader.value().get();
+  state->leader = l;
+  // A trainer that dies or stops heart-beating fails the node: it cannot be replaced here.
+  l->ring().SetLossHandler([state](const shm::MemberInfo& m, shm::LossKind kind) {
+    if (kind == shm::LossKind::kDetached) return;
+    state->Fail(fmt::format("trainer {} {}; failing the job", m.Describe(),
+                            kind == shm::LossKind::kHeartbeat ? "stopped heart-beating"
+                                                              : "died (its connection closed)"));
+  });
+  StartSignalForwarding([state](int sig) {
+    state->Fail(fmt::format("batchcast-run received signal {} ({})", sig, strsignal(sig)));
+  });
+  BC_LOG(Info, Init, "batchcast-run: leader of node {} on @{}: waiting for {} trainer(s)",
+         t.plan.node_id, t.plan.socket_name, t.plan.trainers_on_node);
+  Status run_status;
+  std::thread producer([&] { run_status = l->Run(); });
+  int own = t.plan.trains() ? RunOwnTrainer(t, state.get()) : 0;
+  producer.join();
+  if (run_status.ok() && state->Failure().empty()) run_status = l->WaitUntilEmpty(24LL * 3600 * 1000);
+  node::LeaderStats stats = l->stats();
+  std::string failure = state->Failure();
+  if (mps) {
+    Status st = mps->Stop();
+    if (!st.ok()) std::fprintf(stderr, "batchcast-run: %s\n", st.message().c_str());
+  }
+  if (!failure.empty() || !run_status.ok()) {
+    std::fprintf(stderr, "batchcast-run: leader of node %d (%s) failed: %s\n", t.plan.node_id,
+                 TaskName(t).c_str(), failure.empty() ? run_status.message().c_str() : failure.c_str());
+    return own != 0 ? own : 1;
+  }
+  std::printf("batchcast-run: leader of node %d (%s) done: %lld producer batches, %lld samples "
+              "to %d trainer(s)\n",
+              t.plan.node_id, TaskName(t).c_str(), static_cast<long long>(stats.producer_batches),
+              static_cast<long long>(stats.samples_produced), t.plan.trainers_on_node);
+  std::fflush(stdout);
+  return own;
+}
+
+int RunTrainerTask(const TaskContext& t) {
+  StartSignalForwarding(nullptr);
+  // The leader task starts at the same time; its socket appears once it is ready.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(t.join_timeout_ms);
+  auto pause = std::chrono::milliseconds(2);
+  while (!AbstractSocketListens(t.plan.socket_name)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr,
+                   "batchcast-run: trainer rank %d (%s): the node leader did not listen on @%s "
+                   "within %lld ms; see the leader task's error (local rank 0 of this node)\n",
+                   t.plan.trainer_rank, TaskName(t).c_str(), t.plan.socket_name.c_str(),
+                   static_cast<long long>(t.join_timeout_ms));
+      return 1;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  }
+  auto pid = SpawnChild(t.command, TrainerEnvironment(t));
+  if (!pid.ok()) {
+    std::fprintf(stderr, "batchcast-run: trainer rank %d (%s): %s\n", t.plan.trainer_rank,
+                 TaskName(t).c_str(), pid.status().message().c_str());
+    return 127;
+  }
+  std::string how;
+  int code = WaitChild(pid.value(), &how);
+  if (code != 0)
+    std::fprintf(stderr, "batchcast-run: trainer rank %d (%s) %s: %s\n", t.plan.trainer_rank,
+                 TaskName(t).c_str(), how.c_str(), JoinCommand(t.command).c_str());
+  return code;
+}
+
+}  // namespace batchcast::run
