@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# End-to-end checks of batchcast-run on bare metal: real mpirun and torchrun-style launches of
+# the test trainer (exactly-once per trainer, ranks without the leaders, a failing trainer fails
+# the job), and the impossible layouts refused before anything starts.
+# Usage: launcher_test.sh CASE  (LAUNCHER_RUN_BIN, LAUNCHER_CLI_BIN, LAUNCHER_TRAINER, MPIEXEC set)
+set -euo pipefail
+case_name=${1:?case}
+run=${LAUNCHER_RUN_BIN:?}
+cli=${LAUNCHER_CLI_BIN:?}
+trainer=${LAUNCHER_TRAINER:?}
+mpiexec=${MPIEXEC:-mpirun}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d "${TMPDIR:-/tmp}/bc-e2e-launch.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+fail() { echo "FAIL: $*" >&2; echo "--- out.txt" >&2; cat out.txt >&2 2>/dev/null || true; exit 1; }
+SAMPLES=600
+make_dataset() {  # Fashion-MNIST t10k, raw; the runs use its first $SAMPLES samples
+  local fm=/usr/share/datasets/fashion-mnist
+  "$cli" convert idx --images "$fm/t10k-images-idx3-ubyte.gz" --labels "$fm/t10k-labels-idx1-ubyte.gz" \
+    --out d.h5 --encode raw >/dev/null
+}
+DATA_OPTS=(--dataset d.h5 --limit-samples $SAMPLES --batch-size 32 --epochs 2 --threads 1 --seed 7)
+mpirun3() { timeout 120 "$mpiexec" --oversubscribe -n "$@"; }
+expect_lines() {  # pattern count
+  local n; n=$(grep -cE -- "$1" out.txt || true)
+  [ "$n" -eq "$2" ] || fail "expected $2 line(s) matching '$1', got $n"
+}
+expect_fail() {  # expected-text command...  (must exit non-zero before starting anything)
+  local want=$1; shift
+  if "$@" >out.txt 2>&1; then fail "'$*' succeeded, expected failure"; fi
+  grep -qF -- "$want" out.txt || fail "'$*' did not say: $want"
+  grep -q "trainer-env" out.txt && fail "'$*' started a trainer before refusing the layout"
+  true
+}
+
+case_mpirun_three() {
+  make_dataset
+  mpirun3 3 "$run" "${DATA_OPTS[@]}" -- "$trainer" --samples $SAMPLES >out.txt 2>&1 || fail "job failed"
+  expect_lines "^trainer-result RANK=[01] exactly_once=ok epochs=2" 2
+  expect_lines "^trainer-env RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 GROUP_RANK=0" 1
+  expect_lines "^trainer-env RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 GROUP_RANK=0" 1
+  expect_lines "MASTER_ADDR=$(hostname) MASTER_PORT=(29[5-9][0-9][0-9]|3[0-2][0-9][0-9][0-9])" 2
+  expect_lines "BATCHCAST_ADDRESS=batchcast-run-$(id -u)-" 2
+  # One leader, which produced every sample twice (2 epochs) once for both trainers.
+  expect_lines "^batchcast-run: leader of node 0 .* done: .* $((2 * SAMPLES)) samples to 2 trainer" 1
+}
+
+case_mpirun_leader_trains() {
+  make_dataset
+  mpirun3 2 "$run" --leader-trains "${DATA_OPTS[@]}" -- "$trainer" --samples $SAMPLES >out.txt 2>&1 \
+    || fail "job failed"
+  expect_lines "^trainer-result RANK=[01] exactly_once=ok" 2
+  expect_lines "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2" 2
+  expect_lines "done: .* to 2 trainer" 1
+}
+
+case_mpirun_trainer_fails() {
+  make_dataset
+  if mpirun3 3 "$run" "${DATA_OPTS[@]}" -- "$trainer" --samples $SAMPLES --fail-rank 1 >out.txt 2>&1; then
+    fail "the job succeeded although trainer rank 1 exited with status 3"
+  fi
+  grep -q "batchcast-run: trainer rank 1 (task 2 of 3 on host .*) exited with status 3: $trainer" out.txt \
+    || fail "no message naming trainer rank 1 and its status"
+}
+
+# torchrun-style: three processes with RANK/LOCAL_RANK/WORLD_SIZE/LOCAL_WORLD_SIZE set by hand,
+# as a custom launcher would.
+case_torchrun_style() {
+  make_dataset
+  local pids=() rc=0
+  for r in 0 1 2; do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=29400 \
+      TORCHELASTIC_RUN_ID="e2e$$" timeout 120 "$run" "${DATA_OPTS[@]}" -- "$trainer" --samples $SAMPLES \
+      >"out.$r.txt" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  cat out.0.txt out.1.txt out.2.txt >out.txt
+  [ $rc -eq 0 ] || fail "a task failed"
+  expect_lines "^trainer-result RANK=[01] exactly_once=ok" 2
+  expect_lines "MASTER_ADDR=127.0.0.1 MASTER_PORT=" 2
+  grep -q "MASTER_PORT=29400 " out.txt && fail "the trainers reuse the outer launcher's MASTER_PORT"
+  grep -q "done: " out.0.txt || fail "task 0 was not the leader"
+}
+
+tr_env() {  # torchrun-style env for task R of N on one node
+  echo "RANK=$1 LOCAL_RANK=$1 WORLD_SIZE=$2 LOCAL_WORLD_SIZE=$2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29400 TORCHELASTIC_RUN_ID=lay$$"
+}
+
+case_layouts() {
+  make_dataset
+  # A node with only its leader (one task, no --leader-trains), under mpirun.
+  expect_fail "has 1 task(s), only its leader" mpirun3 1 "$run" "${DATA_OPTS[@]}" -- "$trainer" --samples 1
+  # GPUs requested but absent (no nvidia-smi, no /proc/driver/nvidia here).
+  expect_fail "--gpus 0 requested but host" mpirun3 3 "$run" --nvidia-smi /nonexistent --gpus 0 "${DATA_OPTS[@]}" -- "$trainer" --samples 1
+  expect_fail "--mps asked for, but host" mpirun3 3 "$run" --nvidia-smi /nonexistent --mps "${DATA_OPTS[@]}" -- "$trainer" --samples 1
+  expect_fail "--trainers-per-gpu 2 asked for" mpirun3 3 "$run" --nvidia-smi /nonexistent --trainers-per-gpu 2 "${DATA_OPTS[@]}" -- "$trainer" --samples 1
+  # More trainers than slots: one fake GPU, 2 per GPU, 3 trainers.
+  printf '#!/bin/sh\necho "GPU 0: Fake GPU (UUID: GPU-f00d)"\n' >smi.sh && chmod +x smi.sh
+  expect_fail "3 trainers but only 2 slots" mpirun3 4 "$run" --nvidia-smi ./smi.sh --trainers-per-gpu 2 "${DATA_OPTS[@]}" -- "$trainer" --samples 1
+  # Usage errors.
+  expect_fail "no trainer command" env $(tr_env 1 3) "$run" "${DATA_OPTS[@]}"
+  expect_fail "unexpected word '--no-such-flag'" env $(tr_env 1 3) "$run" --no-such-flag -- true
+  expect_fail "no dataset" env $(tr_env 0 3) "$run" -- true
+  expect_fail "mpirun --map-by slot" env OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK=0 \
+    OMPI_COMM_WORLD_LOCAL_SIZE=2 "$run" --dry-run
+  # A missing dataset fails the leader, and its trainers say where to look instead of hanging.
+  expect_fail "could not start" mpirun3 3 "$run" --join-timeout 20 --dataset missing.h5 -- "$trainer" --samples 1
+}
+
+case_gpu_placement() {
+  cat >smi.sh <<'SMI'
+#!/bin/sh
+echo "GPU 0: Fake A100 (UUID: GPU-aaaa)"
+echo "  MIG 3g.20gb     Device  0: (UUID: MIG-a0)"
+echo "  MIG 3g.20gb     Device  1: (UUID: MIG-a1)"
+echo "GPU 1: Fake A100 (UUID: GPU-bbbb)"
+SMI
+  chmod +x smi.sh
+  mpirun3 5 "$run" --dry-run --nvidia-smi ./smi.sh --trainers-per-gpu 2 >out.txt 2>&1 || fail "dry run failed"
+  expect_lines "role=leader trainer_rank=-1 .* gpu=- " 1
+  expect_lines "trainer_rank=[02] world=4 .* gpu=GPU-aaaa " 2
+  expect_lines "trainer_rank=[13] world=4 .* gpu=GPU-bbbb " 2
+  mpirun3 3 "$run" --dry-run --nvidia-smi ./smi.sh --gpus MIG-a1,MIG-a0 >out.txt 2>&1 || fail "MIG dry run failed"
+  expect_lines "trainer_rank=0 .* gpu=MIG-a1 " 1
+  expect_lines "trainer_rank=1 .* gpu=MIG-a0 " 1
+  expect_fail "'MIG-zz' is not on host" mpirun3 3 "$run" --dry-run --nvidia-smi ./smi.sh --gpus MIG-zz
+}
+
+# MPS with a stand-in nvidia-cuda-mps-control that records its calls: started once per node
+# before the trainers, stopped after them, and the trainers get the pipe directory.
+case_mps_fake() {
+  make_dataset
+  printf '#!/bin/sh\necho "GPU 0: Fake GPU (UUID: GPU-f00d)"\n' >smi.sh
+  cat >mps.sh <<MPS
+#!/bin/sh
+if [ "\$1" = "-d" ]; then echo "start \$CUDA_MPS_PIPE_DIRECTORY" >>$work/mps.log; else read cmd; echo "\$cmd \$CUDA_MPS_PIPE_DIRECTORY" >>$work/mps.log; fi
+MPS
+  chmod +x smi.sh mps.sh
+  mpirun3 3 "$run" --nvidia-smi ./smi.sh --mps-control ./mps.sh --mps --trainers-per-gpu 2 "${DATA_OPTS[@]}" \
+    -- "$trainer" --samples $SAMPLES >out.txt 2>&1 || fail "MPS job failed"
+  expect_lines "^trainer-result RANK=[01] exactly_once=ok" 2
+  local pipe="/tmp/batchcast-mps-$(id -u)-"
+  expect_lines "CUDA_VISIBLE_DEVICES=GPU-f00d CUDA_MPS_PIPE_DIRECTORY=$pipe" 2
+  [ "$(wc -l <mps.log)" -eq 2 ] || fail "expected one start and one quit: $(cat mps.log)"
+  head -1 mps.log | grep -q "^start $pipe" || fail "MPS was not started first: $(cat mps.log)"
+  tail -1 mps.log | grep -q "^quit $pipe" || fail "MPS was not stopped: $(cat mps.log)"
+}
+
+"case_$case_name"
+echo "PASS: $case_name"
