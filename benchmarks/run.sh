@@ -5,6 +5,10 @@ build=${1:?usage: benchmarks/run.sh BUILD_DIR NAME [ARGS...]}
 name=${2:?usage: benchmarks/run.sh BUILD_DIR NAME [ARGS...]}
 shift 2
 bin="$build/benchmarks/bench_$name"
+if [ "$name" = python ]; then
+  # The Python bindings against the C++ consumer (needs _batchcast and bench_python_consumer).
+  exec /usr/bin/python3 "$(dirname "$0")/bench_python.py" --build "$build" "$@"
+fi
 known=$(cd "$(dirname "$0")" && ls bench_*.cc 2>/dev/null | sed 's/^bench_//; s/\.cc$//' | tr '\n' ' ')
 if [ ! -f "$(dirname "$0")/bench_$name.cc" ]; then
   echo "bench: unknown benchmark '$name' (known: ${known:-none})" >&2

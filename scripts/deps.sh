@@ -12,7 +12,7 @@ PACKAGES=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libdlpack-dev pybind11-dev python3-dev python3-numpy python3-h5py python3-pytest
-  python3-matplotlib python3-mpi4py
+  python3-matplotlib python3-mpi4py python3-pil
   libtorch-dev python3-torch
   dataset-fashion-mnist python3-skimage
   iproute2 procps util-linux
