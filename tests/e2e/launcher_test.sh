@@ -9,6 +9,7 @@ run=${LAUNCHER_RUN_BIN:?}
 cli=${LAUNCHER_CLI_BIN:?}
 trainer=${LAUNCHER_TRAINER:?}
 mpiexec=${MPIEXEC:-mpirun}
+here=$(cd "$(dirname "$0")" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d "${TMPDIR:-/tmp}/bc-e2e-launch.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -83,6 +84,20 @@ case_torchrun_style() {
   expect_lines "MASTER_ADDR=127.0.0.1 MASTER_PORT=" 2
   grep -q "MASTER_PORT=29400 " out.txt && fail "the trainers reuse the outer launcher's MASTER_PORT"
   grep -q "done: " out.0.txt || fail "task 0 was not the leader"
+}
+
+# An unmodified torch.distributed script starts as the trainers-only world (gloo, env://).
+case_torch_ddp() {
+  /usr/bin/python3 -c "import torch.distributed as d; assert d.is_gloo_available()" 2>/dev/null \
+    || { echo "SKIP: no python3-torch with gloo"; return 0; }
+  make_dataset
+  # The DDP script itself does not read data; the test trainer runs after it in the same
+  # trainer slot, so the leader's trainers still attach and the job ends normally.
+  mpirun3 4 "$run" "${DATA_OPTS[@]}" -- bash -c \
+    "/usr/bin/python3 $here/launcher_ddp.py && exec $trainer --samples $SAMPLES" \
+    >out.txt 2>&1 || fail "job failed"
+  expect_lines "^ddp RANK=[012] WORLD_SIZE=3 sum=6 " 3
+  expect_lines "^trainer-result RANK=[012] exactly_once=ok" 3
 }
 
 tr_env() {  # torchrun-style env for task R of N on one node
