@@ -36,6 +36,11 @@ if(NOT BATCHCAST_CUDA STREQUAL "OFF")
     if(NOT CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
+    # CMake 3.25 knows no nvcc flag for CUDA20: kernels (*.cu) are C++17 and include only
+    # their own plain headers (docs/gpu.md); host code stays C++20.
+    if(NOT DEFINED CMAKE_CUDA_STANDARD)
+      set(CMAKE_CUDA_STANDARD 17)
+    endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})

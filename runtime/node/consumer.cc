@@ -85,6 +85,15 @@ struct BatchRef {
 };
 
 
+telemetry::Collector* ConsumerAccess::GetCollector(const Consumer& c) {
+  std::lock_guard<std::mutex> lock(c.core_->mu);
+  return c.core_->collector;
+}
+
+const shm::SegmentHeader* ConsumerAccess::Segment(const Consumer& c) {
+  return c.core_->ring ? c.core_->ring->header() : nullptr;
+}
+
 void ConsumerAccess::SetCollector(Consumer& c, telemetry::Collector* collector) {
   std::lock_guard<std::mutex> lock(c.core_->mu);
   c.core_->collector = collector;

@@ -113,6 +113,7 @@ Status Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe) {
   BC_ASSIGN_OR_RETURN(shm::SlotWrite w, ring_->AcquireSlot());
   int64_t t1 = shm::MonotonicNs();
   stats_.slot_wait_ns += t1 - t0;
+  if (slot_hook_ != nullptr) BC_RETURN_IF_ERROR(slot_hook_->BeforeFill(w));
   std::span<const int64_t> samples = plan_.Batch(epoch, k);
   auto* labels = reinterpret_cast<int64_t*>(w.data + labels_offset_);
   auto* ids = reinterpret_cast<int64_t*>(w.data + ids_offset_);
@@ -164,6 +165,7 @@ Status Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe) {
   d->ids_offset = ids_offset_;
   d->lr_factor = 1.0f;
   d->image_size = layout_.height;
+  if (slot_hook_ != nullptr) BC_RETURN_IF_ERROR(slot_hook_->BeforePublish(w));
   int64_t t3 = shm::MonotonicNs();
   uint64_t receivers = ring_->Publish(w);
   int64_t t4 = shm::MonotonicNs();

@@ -41,6 +41,16 @@ struct LeaderStats {
   int64_t fill_ns = 0;           // the source filling slots (decode etc.)
 };
 
+// Optional per-slot hook (GPU staging, node/gpu_stager.h). BeforeFill runs after the
+// slot is acquired and before the source writes it; BeforePublish runs once the slot is
+// complete (descriptor filled) and before consumers see it. An error fails the stream.
+class SlotHook {
+ public:
+  virtual ~SlotHook() = default;
+  virtual Status BeforeFill(const shm::SlotWrite& slot) = 0;
+  virtual Status BeforePublish(const shm::SlotWrite& slot) = 0;
+};
+
 class Leader {
  public:
   static Result<std::unique_ptr<Leader>> Create(const LeaderConfig& config,
@@ -56,6 +66,8 @@ class Leader {
   const std::string& address() const { return config_.socket_name; }
   LeaderStats stats() const { return stats_; }
   int64_t producer_batch() const { return plan_.producer_batch(); }
+  // Installs `hook` (not owned; must outlive Run()). Call before Run().
+  void SetSlotHook(SlotHook* hook) { slot_hook_ = hook; }
 
  private:
   Leader(const LeaderConfig& config, std::unique_ptr<BatchSource> source, int64_t producer_batch);
@@ -69,6 +81,7 @@ class Leader {
   uint64_t labels_offset_ = 0, ids_offset_ = 0, capacity_samples_ = 0;
   std::atomic<bool> abort_{false};
   LeaderStats stats_;
+  SlotHook* slot_hook_ = nullptr;
 };
 
 }  // namespace batchcast::node

@@ -1,0 +1,161 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+// GpuConsumer: a Consumer's batches as device tensors (batchcast/gpu.h, docs/gpu.md).
+#include <mutex>
+
+#include "batchcast/gpu.h"
+#include "core/errors.h"
+#include "core/log.h"
+#include "node/consumer_internal.h"
+#include "node/gpu_stager.h"
+#include "telemetry/collector.h"
+#include "telemetry/metrics.h"
+#include "transport/cuda/device_map.h"
+#include "transport/shm/segment.h"
+
+namespace batchcast {
+namespace internal {
+
+class GpuConsumerCore {
+ public:
+  Consumer* consumer = nullptr;
+  const shm::SegmentHeader* segment = nullptr;
+  std::unique_ptr<cuda::DeviceMap> map;
+  std::mutex mu;  // the map's lane stream and counters
+  int64_t batches = 0;
+
+  Status ToDevice(std::shared_ptr<GpuConsumerCore> self, Batch&& batch, void* stream,
+                  DeviceBatch* out);
+};
+
+struct DeviceBatchRef {
+  std::shared_ptr<GpuConsumerCore> core;
+  uint32_t slot = 0;
+  void* stream = nullptr;
+  Batch host;
+  ~DeviceBatchRef() {
+    {
+      std::lock_guard<std::mutex> lock(core->mu);
+      Status st = core->map->Release(slot, stream);
+      if (!st.ok()) BC_LOG(Error, Cuda, "gpu: release of device slot {}: {}", slot, st.message());
+    }
+    host.Release();  // only after the release event is recorded
+  }
+};
+
+namespace {
+
+DeviceTensorView DeviceView(const TensorView& host, uint8_t* data, int device) {
+  DeviceTensorView v;
+  v.data = data;
+  v.dtype = host.dtype;
+  v.ndim = host.ndim;
+  for (int i = 0; i < 4; ++i) v.shape[i] = host.shape[i];
+  v.nbytes = host.nbytes;
+  v.device = device;
+  return v;
+}
+
+}  // namespace
+
+Status GpuConsumerCore::ToDevice(std::shared_ptr<GpuConsumerCore> self, Batch&& batch,
+                                 void* stream, DeviceBatch* out) {
+  if (!batch.valid()) return InvalidArgumentError("gpu: ToDevice of an empty batch");
+  auto* h = const_cast<shm::SegmentHeader*>(segment);
+  const uint8_t* base0 = shm::SlotData(h, 0);
+  const auto* img = static_cast<const uint8_t*>(batch.images().data);
+  if (img < base0 || img >= base0 + uint64_t(h->num_slots) * h->slot_bytes)
+    return InternalError("gpu: batch {} does not lie in the leader's ring",
+                         batch.info().producer_seq);
+  const uint32_t slot = static_cast<uint32_t>((img - base0) / h->slot_bytes);
+  const uint8_t* slot_base = shm::SlotData(h, slot);
+  const shm::SlotDesc& d = shm::Slots(h)[slot].desc;
+  cuda::SlotRange ranges[3];
+  const int nr = node::SlotRanges(d, ranges);
+  uint8_t* dev = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    BC_ASSIGN_OR_RETURN(dev, map->Acquire(slot, batch.info().producer_seq,
+                                          std::span<const cuda::SlotRange>(ranges, size_t(nr)),
+                                          stream));
+    batches += 1;
+  }
+  const int device = map->device();
+  const uint64_t img_off = uint64_t(img - slot_base);
+  DeviceTensorView images = DeviceView(batch.images(), dev + img_off, device);
+  const uint64_t fin = map->table().finished_offset;
+  if (fin != 0 && batch.images().dtype == DType::kUint8 && d.channels <= 3) {
+    // Finished on the device: float32 N x C x H x W at the same sample positions.
+    images.data = dev + fin + (img_off - d.images_offset) * sizeof(float);
+    images.dtype = DType::kFloat32;
+    images.shape[1] = d.channels, images.shape[2] = d.height, images.shape[3] = d.width;
+    images.nbytes = batch.images().nbytes * sizeof(float);
+  }
+  const auto* lab = static_cast<const uint8_t*>(batch.labels().data);
+  DeviceTensorView labels = DeviceView(batch.labels(), dev + (lab - slot_base), device);
+  if (telemetry::Collector* tc = ConsumerAccess::GetCollector(*consumer); tc && !map->peer())
+    tc->Add(telemetry::Counter::kBytesIpc, int64_t(images.nbytes + labels.nbytes));
+  out->Release();
+  out->images_ = images;
+  out->labels_ = labels;
+  out->info_ = batch.info();
+  out->info_.channels_last = images.dtype == DType::kFloat32 ? false : batch.info().channels_last;
+  auto ref = std::make_shared<DeviceBatchRef>();
+  ref->core = std::move(self);
+  ref->slot = slot;
+  ref->stream = stream;
+  ref->host = std::move(batch);
+  out->ref_ = std::move(ref);
+  return Status::Ok();
+}
+
+}  // namespace internal
+
+const Batch& DeviceBatch::host() const {
+  static const Batch kEmpty;
+  return ref_ ? ref_->host : kEmpty;
+}
+
+Result<std::unique_ptr<GpuConsumer>> GpuConsumer::Attach(Consumer& consumer,
+                                                         const std::string& address, int device) {
+  auto core = std::make_shared<internal::GpuConsumerCore>();
+  core->consumer = &consumer;
+  core->segment = internal::ConsumerAccess::Segment(consumer);
+  if (core->segment == nullptr)
+    return FailedPreconditionError("gpu: consumer of {} has no mapped ring; attach it first",
+                                   address);
+  auto map = cuda::DeviceMap::Open(node::GpuHandleSocket(address), device, 60000);
+  if (!map.ok()) return map.status().WithContext(fmt::format("gpu consumer of {}", address));
+  core->map = std::move(map).value();
+  std::unique_ptr<GpuConsumer> g(new GpuConsumer());
+  g->core_ = std::move(core);
+  return g;
+}
+
+GpuConsumer::~GpuConsumer() = default;
+
+Status GpuConsumer::Next(void* stream, DeviceBatch* out) {
+  Batch batch;
+  BC_RETURN_IF_ERROR(core_->consumer->Next(&batch));
+  return ToDevice(std::move(batch), stream, out);
+}
+
+Status GpuConsumer::ToDevice(Batch&& batch, void* stream, DeviceBatch* out) {
+  return core_->ToDevice(core_, std::move(batch), stream, out);
+}
+
+int GpuConsumer::device() const { return core_->map->device(); }
+
+GpuConsumerStats GpuConsumer::stats() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  cuda::DeviceMapStats m = core_->map->stats();
+  GpuConsumerStats s;
+  s.batches = core_->batches;
+  s.ipc_bytes = m.ipc_bytes;
+  s.peer_bytes = m.peer_bytes;
+  s.handles_opened = m.handles_opened;
+  s.peer = core_->map->peer();
+  s.lane = core_->map->lane();
+  return s;
+}
+
+}  // namespace batchcast

@@ -1,0 +1,58 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Leader-side GPU staging (docs/gpu.md): a SlotHook that copies every completed host
+// slot into the device ring (one H2D copy per GPU per producer batch, on the ring's own
+// stream, overlapped with decoding the next batch), optionally finishes it on the GPU,
+// and serves the device slots' IPC handles on "<leader address>.gpu".
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "node/leader.h"
+#include "transport/cuda/device_map.h"
+#include "transport/cuda/device_ring.h"
+#include "transport/cuda/handle_server.h"
+
+namespace batchcast::node {
+
+struct GpuStagerConfig {
+  int device = 0;                 // visible ordinal of the GPU that receives the batches
+  bool finish = false;            // uint8 -> normalised float32 CHW on the device
+  float mean[3] = {0.485f, 0.456f, 0.406f};
+  float stddev[3] = {0.229f, 0.224f, 0.225f};
+  telemetry::Collector* collector = nullptr;  // kBytesH2d; optional, not owned
+};
+
+// The handle socket of the leader listening on `leader_address`.
+inline std::string GpuHandleSocket(const std::string& leader_address) {
+  return leader_address + ".gpu";
+}
+
+// The byte ranges of a published slot a device copy needs: images, labels, sample ids of
+// the n + tail positions (never the unused capacity). Returns how many ranges (3).
+int SlotRanges(const shm::SlotDesc& desc, cuda::SlotRange out[3]);
+
+class GpuStager final : public SlotHook {
+ public:
+  // Creates the device ring mirroring `leader`'s host ring and installs itself as the
+  // leader's slot hook. The stager must outlive leader.Run().
+  static Result<std::unique_ptr<GpuStager>> Create(Leader& leader, const GpuStagerConfig& config);
+  ~GpuStager() override;
+
+  Status BeforeFill(const shm::SlotWrite& slot) override;
+  Status BeforePublish(const shm::SlotWrite& slot) override;
+
+  cuda::DeviceRing& ring() { return *ring_; }
+  const std::string& handle_socket() const { return server_->name(); }
+
+ private:
+  GpuStager(Leader& leader, const GpuStagerConfig& config) : leader_(leader), config_(config) {}
+
+  Leader& leader_;
+  GpuStagerConfig config_;
+  std::unique_ptr<cuda::DeviceRing> ring_;
+  std::unique_ptr<cuda::HandleServer> server_;
+};
+
+}  // namespace batchcast::node

@@ -1,0 +1,190 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "transport/cuda/device_map.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/log.h"
+#include "transport/cuda/cuda_status.h"
+#include "transport/cuda/device_probe.h"
+#include "transport/cuda/handle_server.h"
+
+namespace batchcast::cuda {
+
+#if BATCHCAST_HAVE_CUDA
+namespace {
+
+struct MappedSlot {
+  uint8_t* remote = nullptr;       // the leader's allocation, opened by IPC
+  cudaEvent_t ready = nullptr;     // opened IPC event
+  cudaEvent_t release = nullptr;   // this lane's release event (opened IPC event)
+  uint8_t* local = nullptr;        // peer path: mirror on this GPU
+  cudaEvent_t copied = nullptr;    // peer path: the mirror holds `seq`
+  uint64_t seq = ~0ULL;            // peer path: stream position in the mirror
+};
+
+class CudaDeviceMap final : public DeviceMap {
+ public:
+  CudaDeviceMap(HandleLease lease, int device) : lease_(std::move(lease)), device_(device) {}
+  ~CudaDeviceMap() override;
+  Status Init();
+
+  Result<uint8_t*> Acquire(uint32_t slot, uint64_t seq, std::span<const SlotRange> ranges,
+                           void* stream) override;
+  Status Release(uint32_t slot, void* stream) override;
+  const DeviceSlotTable& table() const override { return lease_.table; }
+  int lane() const override { return lease_.lane; }
+  int device() const override { return device_; }
+  bool peer() const override { return peer_; }
+  DeviceMapStats stats() const override { return stats_; }
+
+ private:
+  Status OpenSlot(uint32_t slot);
+  Status OpenEvent(const IpcBytes& bytes, cudaEvent_t* ev, const char* what);
+  Status Chain(cudaStream_t from, cudaStream_t to);  // `to` waits for what `from` queued
+
+  HandleLease lease_;
+  int device_;
+  bool peer_ = false;
+  cudaStream_t lane_stream_ = nullptr;  // release and peer copies, in slot order
+  std::vector<MappedSlot> slots_;
+  DeviceMapStats stats_;
+};
+
+Status CudaDeviceMap::Init() {
+  BC_RETURN_IF_ERROR(VisibleDeviceCount().status());
+  BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), fmt::format("gpu: select device {}", device_));
+  BC_ASSIGN_OR_RETURN(std::string mine, DevicePciBusId(device_));
+  peer_ = mine != lease_.table.pci_bus_id;
+  BC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&lane_stream_, cudaStreamNonBlocking),
+                          "gpu: create the consumer's lane stream");
+  slots_.resize(lease_.table.num_slots);
+  BC_LOG(Info, Cuda, "gpu: consumer lane {} maps {} device slots of GPU {} {}", lease_.lane,
+         lease_.table.num_slots, lease_.table.pci_bus_id,
+         peer_ ? fmt::format("by peer copy into GPU {}", mine) : std::string("in place (IPC)"));
+  return Status::Ok();
+}
+
+CudaDeviceMap::~CudaDeviceMap() {
+  if (lane_stream_ != nullptr && cudaStreamSynchronize(lane_stream_) != cudaSuccess)
+    BC_LOG(Warn, Cuda, "gpu: consumer lane shutdown: {}", cudaGetErrorString(cudaGetLastError()));
+  for (MappedSlot& s : slots_) {
+    if (s.ready) (void)cudaEventDestroy(s.ready);
+    if (s.release) (void)cudaEventDestroy(s.release);
+    if (s.copied) (void)cudaEventDestroy(s.copied);
+    if (s.local) (void)cudaFree(s.local);
+    if (s.remote) (void)cudaIpcCloseMemHandle(s.remote);
+  }
+  if (lane_stream_ != nullptr) (void)cudaStreamDestroy(lane_stream_);
+  CloseLease(&lease_);
+}
+
+Status CudaDeviceMap::OpenEvent(const IpcBytes& bytes, cudaEvent_t* ev, const char* what) {
+  cudaIpcEventHandle_t h;
+  std::memcpy(&h, bytes.bytes, sizeof h);
+  BC_CUDA_RETURN_IF_ERROR(cudaIpcOpenEventHandle(ev, h), what);
+  return Status::Ok();
+}
+
+Status CudaDeviceMap::OpenSlot(uint32_t slot) {
+  MappedSlot& s = slots_[slot];
+  const DeviceSlotTable& t = lease_.table;
+  cudaIpcMemHandle_t mh;
+  std::memcpy(&mh, t.slot_memory[slot].bytes, sizeof mh);
+  void* p = nullptr;
+  BC_CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess),
+                          fmt::format("gpu: open device slot {} of leader pid {} by IPC", slot,
+                                      t.leader_pid));
+  s.remote = static_cast<uint8_t*>(p);
+  stats_.handles_opened += 1;
+  BC_RETURN_IF_ERROR(OpenEvent(t.ready_event[slot], &s.ready, "gpu: open a ready event"));
+  BC_RETURN_IF_ERROR(OpenEvent(t.release_event[slot][lease_.lane], &s.release,
+                               "gpu: open a release event"));
+  if (peer_) {
+    void* local = nullptr;
+    BC_CUDA_RETURN_IF_ERROR(cudaMalloc(&local, t.slot_bytes),
+                            fmt::format("gpu: allocate the peer mirror of slot {}", slot));
+    s.local = static_cast<uint8_t*>(local);
+    BC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming),
+                            "gpu: create a peer-copy event");
+  }
+  return Status::Ok();
+}
+
+Status CudaDeviceMap::Chain(cudaStream_t from, cudaStream_t to) {
+  cudaEvent_t ev;
+  BC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                          "gpu: create an ordering event");
+  cudaError_t err = cudaEventRecord(ev, from);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(to, ev, 0);
+  (void)cudaEventDestroy(ev);  // destruction is deferred until the event completes
+  BC_CUDA_RETURN_IF_ERROR(err, "gpu: order two streams");
+  return Status::Ok();
+}
+
+Result<uint8_t*> CudaDeviceMap::Acquire(uint32_t slot, uint64_t seq,
+                                        std::span<const SlotRange> ranges, void* stream) {
+  if (slot >= slots_.size())
+    return InternalError("gpu: slot {} beyond the device ring's {} slots", slot, slots_.size());
+  auto user = static_cast<cudaStream_t>(stream);
+  BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "gpu: select the consumer's device");
+  MappedSlot& s = slots_[slot];
+  if (s.remote == nullptr) BC_RETURN_IF_ERROR(OpenSlot(slot));
+  if (!peer_) {
+    BC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(user, s.ready, 0),
+                            "gpu: wait for the leader's copy");
+    for (const SlotRange& r : ranges) stats_.ipc_bytes += r.bytes;
+    return s.remote;
+  }
+  if (s.seq != seq) {  // first consumer batch carved from this producer batch: copy it over
+    BC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(lane_stream_, s.ready, 0),
+                            "gpu: wait for the leader's copy");
+    for (const SlotRange& r : ranges) {
+      BC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.local + r.offset, s.remote + r.offset, r.bytes,
+                                              cudaMemcpyDeviceToDevice, lane_stream_),
+                              fmt::format("gpu: peer copy of slot {}", slot));
+      stats_.peer_bytes += r.bytes;
+    }
+    // The leader's slot is free for this lane as soon as the copy is done.
+    BC_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.release, lane_stream_), "gpu: record release");
+    BC_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.copied, lane_stream_), "gpu: record peer copy");
+    s.seq = seq;
+  }
+  BC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(user, s.copied, 0), "gpu: wait for the peer copy");
+  return s.local;
+}
+
+Status CudaDeviceMap::Release(uint32_t slot, void* stream) {
+  if (slot >= slots_.size() || slots_[slot].remote == nullptr)
+    return InternalError("gpu: release of slot {} that this consumer never acquired", slot);
+  BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "gpu: select the consumer's device");
+  // All releases funnel through the lane stream, so its last record covers every stream
+  // that used the slot, whichever order the trainer releases batches in.
+  BC_RETURN_IF_ERROR(Chain(static_cast<cudaStream_t>(stream), lane_stream_));
+  if (!peer_)
+    BC_CUDA_RETURN_IF_ERROR(cudaEventRecord(slots_[slot].release, lane_stream_),
+                            "gpu: record the release event");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DeviceMap>> DeviceMap::Open(const std::string& name, int device,
+                                                   int64_t timeout_ms) {
+  BC_RETURN_IF_ERROR(VisibleDeviceCount().status());
+  BC_ASSIGN_OR_RETURN(HandleLease lease, FetchDeviceTable(name, timeout_ms));
+  auto map = std::make_unique<CudaDeviceMap>(std::move(lease), device);
+  BC_RETURN_IF_ERROR(map->Init());
+  return std::unique_ptr<DeviceMap>(std::move(map));
+}
+
+#else  // CPU-only build
+
+Result<std::unique_ptr<DeviceMap>> DeviceMap::Open(const std::string&, int, int64_t) {
+  return VisibleDeviceCount().status();
+}
+
+#endif
+
+}  // namespace batchcast::cuda
