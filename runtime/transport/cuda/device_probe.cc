@@ -9,7 +9,7 @@
 namespace batchcast::cuda {
 namespace {
 
-std::string VisibleDevicesNote() {
+[[maybe_unused]] std::string VisibleDevicesNote() {
   const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
   return v ? fmt::format(" (CUDA_VISIBLE_DEVICES='{}')", v) : std::string();
 }
