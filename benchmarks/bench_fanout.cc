@@ -30,7 +30,9 @@
 
 #include "batchcast/consumer.h"
 #include "harness.h"
+#include "node/consumer_internal.h"
 #include "node/leader.h"
+#include "telemetry/spec.h"
 #include "node/stream.h"
 #include "tests/mpi/photo_set.h"
 
@@ -45,6 +47,7 @@ struct Args {
   std::vector<int> ks = {1, 2, 4, 8};
   int compare_k = 4;
   int idle_threads = 1;  // second sweep: a leader that leaves a core idle (hand-off latency)
+  bool compare_telemetry = false;  // `make bench B=telemetry`: overhead of telemetry on vs off
   std::string cache = "fanout_set";
 };
 
@@ -110,6 +113,19 @@ Options BaseOptions(const Args& a, const std::string& dataset) {
   return o;
 }
 
+// With telemetry on, every process records into its own collector, as in a real run
+// (no files: the cost measured is the recording and the sampler thread).
+std::unique_ptr<telemetry::Collector> MaybeCollector(bool on, int rank, telemetry::Role role,
+                                                     SharedRecords* r) {
+  if (!on) return nullptr;
+  Options o;
+  o.telemetry = "telemetry(interval=1s,summary=off)";
+  telemetry::Sinks sinks;
+  auto c = telemetry::CreateCollector(o, rank, rank, role, &sinks);
+  if (!c.ok() || !*c) ChildFail(r, "telemetry: " + c.status().ToString());
+  return std::move(c).value();
+}
+
 // The trivial training step: one byte of every page of the images, and the labels.
 int64_t Touch(const void* images, size_t bytes, const int64_t* labels, int64_t n) {
   const auto* p = static_cast<const uint8_t*>(images);
@@ -140,7 +156,8 @@ class TimedSource : public node::BatchSource {
 };
 
 void LeaderChild(const Options& o, int k, const std::string& socket, int ready_fd,
-                 SharedRecords* r) {
+                 SharedRecords* r, bool telem) {
+  auto collector = MaybeCollector(telem, 0, telemetry::Role::kLeader, r);
   auto source = node::MakePipelineSource(o);
   if (!source.ok()) ChildFail(r, source.status().ToString());
   node::LeaderConfig cfg;
@@ -149,6 +166,7 @@ void LeaderChild(const Options& o, int k, const std::string& socket, int ready_f
   cfg.max_consumer_batch = static_cast<uint32_t>(o.batch_size);
   cfg.socket_name = socket;
   cfg.job = "bench";
+  cfg.collector = collector.get();
   auto leader = node::Leader::Create(
       cfg, std::make_unique<TimedSource>(std::move(source).value(), &r->leader));
   if (!leader.ok()) ChildFail(r, leader.status().ToString());
@@ -161,9 +179,12 @@ void LeaderChild(const Options& o, int k, const std::string& socket, int ready_f
   _exit(0);
 }
 
-void ConsumerChild(const Options& o, int i, const std::string& socket, SharedRecords* r) {
+void ConsumerChild(const Options& o, int i, const std::string& socket, SharedRecords* r,
+                   bool telem) {
+  auto collector = MaybeCollector(telem, i + 1, telemetry::Role::kConsumer, r);
   auto c = Consumer::Attach(socket, o, i, "bench");
   if (!c.ok()) ChildFail(r, c.status().ToString());
+  internal::ConsumerAccess::SetCollector(**c, collector.get());
   ConsumerRecord& rec = r->consumers[i];
   volatile int64_t sink = 0;
   Batch batch;
@@ -239,7 +260,8 @@ double ReapAll(const std::vector<pid_t>& pids, SharedRecords* r, double* first_c
   return cpu;
 }
 
-RunResult RunShared(const Args& a, const std::string& dataset, int k, int threads) {
+RunResult RunShared(const Args& a, const std::string& dataset, int k, int threads,
+                    bool telem = false) {
   static int run = 0;
   SharedRecords* r = MapRecords();
   Options o = BaseOptions(a, dataset);
@@ -252,7 +274,7 @@ RunResult RunShared(const Args& a, const std::string& dataset, int k, int thread
   pid_t leader = fork();
   if (leader == 0) {
     close(fds[0]);
-    LeaderChild(o, k, socket, fds[1], r);
+    LeaderChild(o, k, socket, fds[1], r, telem);
   }
   pids.push_back(leader);
   close(fds[1]);
@@ -264,7 +286,7 @@ RunResult RunShared(const Args& a, const std::string& dataset, int k, int thread
   close(fds[0]);
   for (int i = 0; i < k; ++i) {
     pid_t pid = fork();
-    if (pid == 0) ConsumerChild(o, i, socket, r);
+    if (pid == 0) ConsumerChild(o, i, socket, r, telem);
     pids.push_back(pid);
   }
   RunResult res;
@@ -314,6 +336,7 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--image-size") a.image_size = std::stoi(v);
     else if (k == "--idle-threads") a.idle_threads = std::stoi(v);
     else if (k == "--cache") a.cache = v;
+    else if (k == "--compare-telemetry") a.compare_telemetry = v == "1" || v == "on";
     else {
       std::fprintf(stderr, "bench_fanout: unknown argument '%s' (--images --epochs --reps --batch "
                            "--threads --idle-threads --image-size --cache)\n", k.c_str());
@@ -342,9 +365,33 @@ std::string Dataset(const Args& a) {
   return path;
 }
 
+// `make bench B=telemetry`: the fan-out run at K = compare_k with telemetry off and on,
+// alternating within each repetition; overhead = 1 - (throughput on / throughput off).
+int CompareTelemetry(const Args& a, const std::string& dataset) {
+  std::vector<double> off, on, ratio;
+  for (int rep = 0; rep < a.reps; ++rep) {
+    RunResult r0 = RunShared(a, dataset, a.compare_k, a.threads, false);
+    RunResult r1 = RunShared(a, dataset, a.compare_k, a.threads, true);
+    off.push_back(r0.Throughput());
+    on.push_back(r1.Throughput());
+    ratio.push_back(r1.Throughput() / r0.Throughput());
+  }
+  Table t(fmt::format("telemetry overhead: fan-out K={}, telemetry off vs on", a.compare_k));
+  t.Add("delivered samples/s, telemetry off", Summarize(off), "samples/s");
+  t.Add("delivered samples/s, telemetry on", Summarize(on), "samples/s");
+  t.Add("throughput on / off", Summarize(ratio), "ratio");
+  t.Print();
+  JsonLine j;
+  j.Add("consumers", a.compare_k);
+  j.Add("overhead", 1.0 - Summarize(ratio).median);
+  j.Print();
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Args a = ParseArgs(argc, argv);
   std::string dataset = Dataset(a);
+  if (a.compare_telemetry) return CompareTelemetry(a, dataset);
   std::printf("bench_fanout: %d images x %d epochs, consumer batch %d, leader threads %d, "
               "independent threads %d each, RandomResizedCrop(%d)+flip, uint8; %d repetitions\n",
               a.images, a.epochs, a.batch, a.threads, std::max(1, a.threads / a.compare_k),

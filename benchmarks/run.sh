@@ -9,6 +9,10 @@ if [ "$name" = python ]; then
   # The Python bindings against the C++ consumer (needs _batchcast and bench_python_consumer).
   exec /usr/bin/python3 "$(dirname "$0")/bench_python.py" --build "$build" "$@"
 fi
+if [ "$name" = telemetry ]; then
+  # The fan-out benchmark with telemetry off and on, side by side.
+  exec "$build/benchmarks/bench_fanout" --cache "$build/benchmarks/fanout_set" --compare-telemetry 1 "$@"
+fi
 known=$(cd "$(dirname "$0")" && ls bench_*.cc 2>/dev/null | sed 's/^bench_//; s/\.cc$//' | tr '\n' ' ')
 if [ ! -f "$(dirname "$0")/bench_$name.cc" ]; then
   echo "bench: unknown benchmark '$name' (known: ${known:-none})" >&2
@@ -22,6 +26,10 @@ case "$name" in
   decode)
     # A real-photo JPEG set built once and cached in the build directory.
     exec "$bin" --cache "$build/benchmarks/decode_set" "$@" ;;
+  resize)
+    # The real-photo JPEG set as an ImageFolder, converted (with and without --buckets) by
+    # the batchcast CLI of this build; cached in the build directory.
+    exec "$bin" --cache "$build/benchmarks/resize_set" --cli "$build/bin/batchcast" "$@" ;;
   fanout)
     # The real-photo JPEG set (500x375, q90) as HDF5, built once and cached in the build dir.
     exec "$bin" --cache "$build/benchmarks/fanout_set" "$@" ;;
