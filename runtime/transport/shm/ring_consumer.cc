@@ -132,8 +132,25 @@ Result<uint64_t> RingConsumer::WaitAdmitted(int64_t timeout_ms) {
 }
 
 Result<const SlotDesc*> RingConsumer::Acquire(int64_t* waited_ns) {
+  int64_t total_wait = 0;
+  for (;;) {
+    int64_t waited = 0;
+    auto r = AcquireAt(position_, &waited);
+    total_wait += waited;
+    if (!r.ok() || *r != nullptr) {
+      if (waited_ns) *waited_ns = total_wait;
+      return r;
+    }
+    ++position_;  // a targeted publish for other consumers: not ours, skip it
+    entry_->position.store(position_, std::memory_order_relaxed);
+  }
+}
+
+// Waits for position `seq`; returns its descriptor, or nullptr when it was published but
+// not to this consumer. A position addressed to us cannot be recycled before we release
+// it, so a slot that already holds a later position, or lacks our bit, was not ours.
+Result<const SlotDesc*> RingConsumer::AcquireAt(uint64_t seq, int64_t* waited_ns) {
   SegmentHeader* h = header_;
-  const uint64_t seq = position_;
   int64_t start = 0;
   bool counted = false;
   while (h->published.load(std::memory_order_acquire) <= seq) {
@@ -162,10 +179,13 @@ Result<const SlotDesc*> RingConsumer::Acquire(int64_t* waited_ns) {
   }
   if (waited_ns) *waited_ns = waited;
   SlotHeader& s = Slots(h)[seq % h->num_slots];
-  if (s.seq.load(std::memory_order_acquire) != seq || (s.pending.load() & (1ULL << id_)) == 0) {
+  uint64_t held = s.seq.load(std::memory_order_acquire);
+  if (held != seq || (s.pending.load() & (1ULL << id_)) == 0) {
     BC_RETURN_IF_ERROR(CheckAlive());
-    return InternalError("consumer {}: slot {} does not hold position {} for it (holds {})", id_,
-                         seq % h->num_slots, seq, s.seq.load());
+    if (held != kNoSeq && held < seq)
+      return InternalError("consumer {}: slot {} holds position {}, older than published {}", id_,
+                           seq % h->num_slots, held, seq);
+    return static_cast<const SlotDesc*>(nullptr);
   }
   ++position_;
   entry_->position.store(position_, std::memory_order_relaxed);

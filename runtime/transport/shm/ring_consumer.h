@@ -63,6 +63,7 @@ class RingConsumer {
   explicit RingConsumer(const ConsumerConfig& config) : config_(config) {}
   Status Join(const std::string& socket_name);
   Status CheckAlive() const;
+  Result<const SlotDesc*> AcquireAt(uint64_t seq, int64_t* waited_ns);
   void HeartbeatLoop();
 
   ConsumerConfig config_;

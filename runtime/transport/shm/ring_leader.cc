@@ -236,7 +236,7 @@ Result<SlotWrite> RingLeader::AcquireSlot(int64_t timeout_ms) {
   return w;
 }
 
-uint64_t RingLeader::Publish(const SlotWrite& w) {
+uint64_t RingLeader::Publish(const SlotWrite& w, uint64_t only) {
   SegmentHeader* h = header_;
   SlotHeader& s = Slots(h)[w.slot];
   w.desc->publish_ns = MonotonicNs();
@@ -249,6 +249,7 @@ uint64_t RingLeader::Publish(const SlotWrite& w) {
           e.start_seq.load() <= w.seq)
         mask |= 1ULL << i;
     }
+    mask &= only;
     s.pending.store(mask, std::memory_order_relaxed);
     s.seq.store(w.seq, std::memory_order_relaxed);
     h->published.store(w.seq + 1, std::memory_order_release);

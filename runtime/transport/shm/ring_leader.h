@@ -91,9 +91,12 @@ class RingLeader {
   // Waits until the slot for next_seq() has been released by every consumer that got
   // it. Fails when the ring is failed/stopped or the wait exceeds timeout_ms (< 0: none).
   Result<SlotWrite> AcquireSlot(int64_t timeout_ms = -1);
-  // Publishes the slot to the active consumers admitted at or before its position.
-  // Returns the receiver mask (0: nobody was attached; the slot is free again).
-  uint64_t Publish(const SlotWrite& slot);
+  // Publishes the slot to the active consumers admitted at or before its position, and
+  // of those only to the ones in `only` (a targeted publish: a consumer skips positions
+  // not addressed to it). Returns the receiver mask (0: nobody; the slot is free again).
+  uint64_t Publish(const SlotWrite& slot, uint64_t only = ~0ULL);
+  // The member-id bit of an active consumer, for targeted publishing.
+  static uint64_t MemberBit(uint32_t id) { return 1ULL << id; }
   // Number of ring slots currently held by at least one consumer.
   int OccupiedSlots() const;
   // Normal end of the stream: consumers drain what was published, then see the end.
