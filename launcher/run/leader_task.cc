@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -76,6 +77,8 @@ int RunOwnTrainer(const TaskContext& t, LeaderState* state) {
   if (code != 0) {
     std::fprintf(stderr, "batchcast-run: trainer rank %d (%s) %s: %s\n", t.plan.trainer_rank,
                  TaskName(t).c_str(), how.c_str(), JoinCommand(t.command).c_str());
+    // It may have died before attaching: do not wait for it until the join timeout.
+    state->Fail(fmt::format("the leader's own trainer (rank {}) {}", t.plan.trainer_rank, how));
   }
   return code;
 }
@@ -124,6 +127,10 @@ bool AbstractSocketListens(const std::string& name) {
 
 int RunLeaderTask(const TaskContext& t) {
   auto state = std::make_shared<LeaderState>();
+  // First, so that a signal while the dataset opens or MPS starts is handled too.
+  StartSignalForwarding([state](int sig) {
+    state->Fail(fmt::format("batchcast-run received signal {} ({})", sig, strsignal(sig)));
+  });
   std::unique_ptr<MpsDaemon> mps;
   if (!t.plan.mps_pipe_dir.empty()) {
     mps = std::make_unique<MpsDaemon>(t.mps_control, t.plan.mps_pipe_dir);
@@ -140,16 +147,17 @@ int RunLeaderTask(const TaskContext& t) {
     return 1;
   }
   node::Leader* l = leader.value().get();
-  state->leader = l;
+  {
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->leader = l;
+    if (!state->failure.empty()) l->Abort(state->failure);  // a signal came while starting
+  }
   // A trainer that dies or stops heart-beating fails the node: it cannot be replaced here.
   l->ring().SetLossHandler([state](const shm::MemberInfo& m, shm::LossKind kind) {
     if (kind == shm::LossKind::kDetached) return;
     state->Fail(fmt::format("trainer {} {}; failing the job", m.Describe(),
                             kind == shm::LossKind::kHeartbeat ? "stopped heart-beating"
                                                               : "died (its connection closed)"));
-  });
-  StartSignalForwarding([state](int sig) {
-    state->Fail(fmt::format("batchcast-run received signal {} ({})", sig, strsignal(sig)));
   });
   BC_LOG(Info, Init, "batchcast-run: leader of node {} on @{}: waiting for {} trainer(s)",
          t.plan.node_id, t.plan.socket_name, t.plan.trainers_on_node);

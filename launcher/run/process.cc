@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -15,10 +16,13 @@
 
 #include "core/errors.h"
 
+extern char** environ;
+
 namespace batchcast::run {
 namespace {
 
 std::atomic<pid_t> g_child{0};
+constexpr int kSignalGraceSeconds = 10;
 
 sigset_t ForwardedSignals() {
   sigset_t set;
@@ -39,6 +43,12 @@ void StartSignalForwarding(std::function<void(int)> on_signal) {
       pid_t child = g_child.load();
       if (child > 0) kill(child, sig);
       if (on_signal) on_signal(sig);
+      if (child <= 0 && !on_signal) _exit(128 + sig);  // nothing to wind down: go now
+      // Whatever is still running gets a bounded grace period to wind down and report.
+      std::thread([sig] {
+        std::this_thread::sleep_for(std::chrono::seconds(kSignalGraceSeconds));
+        _exit(128 + sig);
+      }).detach();
     }
   }).detach();
 }
@@ -48,6 +58,20 @@ Result<pid_t> SpawnChild(const std::vector<std::string>& argv, const EnvList& en
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The environment is built before fork: the child of a threaded process may only make
+  // async-signal-safe calls (no setenv/malloc) until it execs.
+  std::vector<std::string> entries;
+  for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
+    std::string kv(*p);
+    std::string key = kv.substr(0, kv.find('='));
+    bool replaced = false;
+    for (const auto& e : env) replaced = replaced || e.first == key;
+    if (!replaced) entries.push_back(std::move(kv));
+  }
+  for (const auto& [k, v] : env) entries.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : entries) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) return ErrnoError(errno, "batchcast-run: pipe");
   pid_t pid = fork();
@@ -60,8 +84,7 @@ Result<pid_t> SpawnChild(const std::vector<std::string>& argv, const EnvList& en
   if (pid == 0) {
     sigset_t set = ForwardedSignals();
     pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    execvp(args[0], args.data());
+    execvpe(args[0], args.data(), envp.data());
     int err = errno;
     ssize_t w = write(err_pipe[1], &err, sizeof(err));
     (void)w;

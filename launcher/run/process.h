@@ -20,7 +20,9 @@ using EnvList = std::vector<std::pair<std::string, std::string>>;
 
 // Blocks the forwarded signals in this thread (call first, before any thread starts) and
 // starts a thread that waits for them: each one is sent to the current child, then
-// `on_signal(sig)` runs (it may stop the leader).
+// `on_signal(sig)` runs (it may stop the leader). The process then exits with 128+sig: at
+// once when there is neither a child nor `on_signal`, else after a 10 s grace period (if the
+// child and the leader have not ended it before).
 void StartSignalForwarding(std::function<void(int)> on_signal);
 
 // fork + execvp(argv[0]) with `env` added to (and overriding) this process's environment.

@@ -55,6 +55,13 @@ case_mpirun_leader_trains() {
   expect_lines "^trainer-result RANK=[01] exactly_once=ok" 2
   expect_lines "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2" 2
   expect_lines "done: .* to 2 trainer" 1
+  # The leader's own trainer failing fails the leader at once, naming it.
+  if mpirun3 2 "$run" --leader-trains "${DATA_OPTS[@]}" -- "$trainer" --samples $SAMPLES --fail-rank 0 \
+      >out.txt 2>&1; then
+    fail "the job succeeded although the leader's own trainer exited with status 3"
+  fi
+  grep -q "batchcast-run: trainer rank 0 (task 0 of 2 on host .*) exited with status 3" out.txt \
+    || fail "no message naming the leader's own trainer"
 }
 
 case_mpirun_trainer_fails() {
@@ -98,6 +105,30 @@ case_torch_ddp() {
     >out.txt 2>&1 || fail "job failed"
   expect_lines "^ddp RANK=[012] WORLD_SIZE=3 sum=6 " 3
   expect_lines "^trainer-result RANK=[012] exactly_once=ok" 3
+}
+
+# SIGTERM (what srun/mpirun send on cancel) ends a task promptly in every state: a trainer
+# still waiting for its leader, and a leader waiting for trainers that never come.
+case_signals() {
+  make_dataset
+  local pid
+  env $(tr_env 1 2) "$run" --join-timeout 600 "${DATA_OPTS[@]}" -- "$trainer" --samples 1 >out.txt 2>&1 &
+  pid=$!
+  timeout 30 bash -c "until grep -q '^SigBlk:.*[1-9a-f]' /proc/$pid/status; do sleep 0.05; done" \
+    || fail "the trainer task never reached its wait"
+  kill -TERM $pid
+  local rc=0; timeout 30 tail --pid=$pid -f /dev/null || fail "a waiting trainer task ignored SIGTERM"
+  wait $pid || rc=$?
+  [ $rc -eq 143 ] || fail "trainer task exited $rc after SIGTERM, expected 143"
+  env $(tr_env 0 2) "$run" --join-timeout 600 "${DATA_OPTS[@]}" -- "$trainer" --samples 1 >out.txt 2>&1 &
+  pid=$!
+  timeout 30 bash -c "until grep -q '@batchcast-run-$(id -u)-lay$$-n0' /proc/net/unix; do sleep 0.05; done" \
+    || fail "the leader never listened"
+  kill -TERM $pid
+  timeout 30 tail --pid=$pid -f /dev/null || fail "a waiting leader ignored SIGTERM"
+  rc=0; wait $pid || rc=$?
+  [ $rc -ne 0 ] || fail "the leader exited 0 after SIGTERM"
+  grep -q "failed: batchcast-run received signal 15" out.txt || fail "the leader did not say why it stopped"
 }
 
 tr_env() {  # torchrun-style env for task R of N on one node
