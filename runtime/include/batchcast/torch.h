@@ -1,0 +1,108 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Zero-copy torch::Tensor views of a Batch (target Batchcast::torch).
+//
+//   for (batchcast::Batch& batch : consumer) {
+//     batchcast::TorchBatch t = batchcast::ToTorch(batch).value();
+//     auto x = t.images.to(torch::kFloat32).div_(255);   // the copy is yours, the view is shared
+//     auto y = t.labels;                                  // int64 [N]
+//   }
+//
+// The tensors point into the leader's shared-memory slot: no sample byte is copied. Each
+// tensor's deleter holds Batch::KeepAlive(), so the slot stays valid while any tensor (or
+// view of one) lives, and is given back when the last one dies, even after the Batch is
+// gone. Tensors that are still alive count against the consumer's buffer_depth.
+//
+// The views are shared with every other consumer of the node: treat them as read-only.
+// An in-place op (t.images.div_(255)) would change the batch every trainer sees; convert
+// out of place first (to(), float(), clone()).
+//
+// Header-only on purpose: it is a few inline functions over the public Batch API, so it
+// is compiled by the trainer against the trainer's own LibTorch (Debian's, a pip wheel's,
+// a CUDA build), and libbatchcast never depends on one LibTorch ABI.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "batchcast/batch.h"
+#include "batchcast/status.h"
+
+namespace batchcast {
+
+// A batch as tensors. images and labels alias the slot; info is a copy of the metadata.
+struct TorchBatch {
+  torch::Tensor images;      // uint8 or float32; [N,C,H,W], or [N,H,W,C] if info.channels_last
+  torch::Tensor labels;      // int64 [N]
+  torch::Tensor sample_ids;  // int64 [N]: dataset index of every sample
+  BatchInfo info;
+};
+
+namespace internal {
+
+inline Result<torch::ScalarType> TorchScalarType(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8: return torch::kUInt8;
+    case DType::kFloat32: return torch::kFloat32;
+    case DType::kInt64: return torch::kInt64;
+  }
+  return Status(StatusCode::kInvalidArgument,
+                "torch: tensor view has unknown dtype " +
+                    std::to_string(static_cast<uint32_t>(dtype)) +
+                    "; the leader and this trainer were built from different Batchcast versions");
+}
+
+// A tensor over `data` whose storage keeps `keep_alive` until the storage dies.
+inline torch::Tensor AliasTensor(void* data, std::vector<int64_t> sizes, torch::ScalarType type,
+                                 std::shared_ptr<void> keep_alive) {
+  return torch::from_blob(
+      data, sizes, [keep = std::move(keep_alive)](void*) mutable { keep.reset(); },
+      torch::TensorOptions().dtype(type).device(torch::kCPU));
+}
+
+}  // namespace internal
+
+// A zero-copy tensor over one view of `batch` (images() or labels()).
+inline Result<torch::Tensor> ToTensor(const Batch& batch, const TensorView& view) {
+  if (!batch.valid())
+    return Status(StatusCode::kFailedPrecondition,
+                  "torch: the batch is empty or released; call Consumer::Next() first and "
+                  "convert before Release()");
+  if (view.data == nullptr || view.ndim < 1 || view.ndim > 4)
+    return Status(StatusCode::kInvalidArgument,
+                  "torch: tensor view has ndim " + std::to_string(view.ndim) +
+                      " or no data; expected a view of this batch with 1 to 4 dimensions");
+  BC_ASSIGN_OR_RETURN(torch::ScalarType type, internal::TorchScalarType(view.dtype));
+  std::vector<int64_t> sizes(view.shape, view.shape + view.ndim);
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  if (static_cast<size_t>(numel) * torch::elementSize(type) != view.nbytes)
+    return Status(StatusCode::kInvalidArgument,
+                  "torch: tensor view of " + std::to_string(view.nbytes) +
+                      " bytes does not match its shape; the batch descriptor is corrupt");
+  return internal::AliasTensor(view.data, std::move(sizes), type, batch.KeepAlive());
+}
+
+// images, labels and sample ids of `batch` as zero-copy tensors.
+inline Result<TorchBatch> ToTorch(const Batch& batch) {
+  TorchBatch out;
+  BC_ASSIGN_OR_RETURN(out.images, ToTensor(batch, batch.images()));
+  BC_ASSIGN_OR_RETURN(out.labels, ToTensor(batch, batch.labels()));
+  out.sample_ids = internal::AliasTensor(const_cast<int64_t*>(batch.sample_ids()), {batch.size()},
+                                         torch::kInt64, batch.KeepAlive());
+  out.info = batch.info();
+  return out;
+}
+
+// images as [N,C,H,W] whatever the leader's layout: a permuted (strided) view of an NHWC
+// batch, still zero-copy. Call .contiguous() (a copy) if a kernel needs dense NCHW.
+inline torch::Tensor AsNCHW(const TorchBatch& batch) {
+  if (batch.info.channels_last && batch.images.dim() == 4) return batch.images.permute({0, 3, 1, 2});
+  return batch.images;
+}
+
+}  // namespace batchcast
