@@ -1,0 +1,394 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The demo trainer: a hyper-parameter sweep of small LibTorch CNNs on one batch stream.
+//
+//   mpirun -n 5 sweep_trainer --dataset=train.h5 --test-dataset=test.h5 --lrs=0.01,0.05 ...
+//
+// --sharing=on  (default) batchcast::Runtime: rank 0 of the node is the leader, decodes
+//               every batch once and every other rank trains on it zero-copy.
+// --sharing=off every rank is a trainer with its own in-process leader (the same native
+//               pipeline, options.threads divided by the number of trainers), i.e. what each
+//               trial of a sweep does without Batchcast.
+// Every trainer trains with its own learning rate (lrs[trainer rank % count]), evaluates on
+// the test file, and the results are gathered over the trainers-only communicator. The
+// first trainer prints the table and, with --results=FILE, writes one JSON object.
+#include <mpi.h>
+#include <sys/resource.h>
+#include <torch/torch.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "batchcast/batchcast.h"
+#include "batchcast/torch.h"
+#include "data/dataset_reader.h"
+#include "node/batch_source.h"
+#include "node/leader.h"
+
+namespace {
+
+using batchcast::Options;
+using batchcast::Result;
+using batchcast::Status;
+using batchcast::StatusCode;
+
+// Fashion-MNIST statistics (pixels / 255), used for the training and the test images.
+constexpr double kMean = 0.2860, kStd = 0.3530;
+
+struct DemoFlags {
+  std::string test_dataset;
+  std::vector<double> lrs = {0.01, 0.03, 0.1, 0.3};
+  bool sharing = true;
+  std::string results;
+  int64_t test_limit = 0;  // 0: the whole test file
+};
+
+Status ParseDemoFlags(const std::vector<std::string>& words, DemoFlags* f) {
+  for (const std::string& w : words) {
+    auto eq = w.find('=');
+    std::string key = w.substr(0, eq), value = eq == std::string::npos ? "" : w.substr(eq + 1);
+    if (key == "--test-dataset") {
+      f->test_dataset = value;
+    } else if (key == "--lrs") {
+      f->lrs.clear();
+      std::stringstream ss(value);
+      for (std::string item; std::getline(ss, item, ',');) f->lrs.push_back(std::stod(item));
+    } else if (key == "--sharing") {
+      if (value != "on" && value != "off")
+        return Status(StatusCode::kInvalidArgument,
+                      "sweep_trainer: --sharing=" + value + " is not valid; use on or off");
+      f->sharing = value == "on";
+    } else if (key == "--results") {
+      f->results = value;
+    } else if (key == "--test-limit") {
+      f->test_limit = std::stoll(value);
+    } else {
+      return Status(StatusCode::kInvalidArgument,
+                    "sweep_trainer: unknown argument '" + w +
+                        "'; demo flags are --test-dataset=, --lrs=, --sharing=on|off, "
+                        "--results=, --test-limit= (use --key=value), plus every batchcast option");
+    }
+  }
+  if (f->lrs.empty())
+    return Status(StatusCode::kInvalidArgument, "sweep_trainer: --lrs is empty; give e.g. --lrs=0.01,0.1");
+  if (f->test_dataset.empty())
+    return Status(StatusCode::kInvalidArgument,
+                  "sweep_trainer: no test set; pass --test-dataset=fashion-mnist-test.h5");
+  return Status::Ok();
+}
+
+// A small CNN for 28x28 gray images: two strided convolutions and a linear classifier.
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).stride(2).padding(2)))),
+        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).stride(2).padding(1)))),
+        fc(register_module("fc", torch::nn::Linear(32 * 7 * 7, 10))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(conv1->forward(x));
+    x = torch::relu(conv2->forward(x));
+    return fc->forward(x.flatten(1));
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::Conv2d conv2;
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(Net);
+
+torch::Tensor Normalize(const torch::Tensor& u8) {
+  return u8.to(torch::kFloat32).div(255.0).sub(kMean).div(kStd);  // out of place: the view stays shared
+}
+
+// The test set, read once directly from the file (no stream: fixed order, no augmentation).
+Result<std::pair<torch::Tensor, torch::Tensor>> LoadTestSet(const std::string& path, int64_t limit) {
+  BC_ASSIGN_OR_RETURN(auto reader, batchcast::data::DatasetReader::Open(path));
+  const auto& info = reader->info();
+  if (info.kind != batchcast::data::SampleKind::kRaw || info.raw_channels != 1)
+    return Status(StatusCode::kInvalidArgument,
+                  "sweep_trainer: test set " + path +
+                      " must be raw 1-channel images (scripts/fashion_mnist.sh writes one)");
+  int64_t n = limit > 0 ? std::min(limit, info.num_samples) : info.num_samples;
+  std::vector<std::vector<uint8_t>> samples;
+  BC_RETURN_IF_ERROR(reader->ReadSamples(0, n, &samples));
+  auto images = torch::empty({n, 1, info.raw_height, info.raw_width}, torch::kUInt8);
+  auto labels = torch::empty({n}, torch::kInt64);
+  const size_t per = size_t(info.raw_height) * info.raw_width;
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(images.data_ptr<uint8_t>() + i * per, samples[i].data(), per);
+    labels[i] = reader->Label(i);
+  }
+  return std::make_pair(Normalize(images), labels);
+}
+
+double Evaluate(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
+  torch::NoGradGuard no_grad;
+  net->eval();
+  int64_t correct = 0;
+  for (int64_t i = 0; i < x.size(0); i += 1000) {
+    int64_t end = std::min(x.size(0), i + 1000);
+    auto pred = net->forward(x.slice(0, i, end)).argmax(1);
+    correct += pred.eq(y.slice(0, i, end)).sum().item<int64_t>();
+  }
+  return x.size(0) > 0 ? double(correct) / double(x.size(0)) : 0.0;
+}
+
+// What one trainer reports (sent as doubles over the trainers-only communicator).
+struct TrainerResult {
+  double lr = 0, test_acc = 0, samples = 0, train_s = 0, wait_s = 0, batches = 0, loss = 0;
+  static constexpr int kFields = 7;
+};
+
+Result<TrainerResult> Train(batchcast::Consumer& consumer, double lr, const DemoFlags& flags) {
+  BC_ASSIGN_OR_RETURN(auto test, LoadTestSet(flags.test_dataset, flags.test_limit));
+  Net net;
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
+  TrainerResult r;
+  r.lr = lr;
+  double loss_sum = 0;
+  int64_t loss_n = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  batchcast::Batch batch;
+  Status st;
+  while ((st = consumer.Next(&batch)).ok()) {
+    BC_ASSIGN_OR_RETURN(batchcast::TorchBatch t, batchcast::ToTorch(batch));
+    net->train();
+    opt.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(net->forward(Normalize(batchcast::AsNCHW(t))), t.labels);
+    loss.backward();
+    opt.step();
+    loss_sum += loss.item<double>();
+    ++loss_n;
+    batch.Release();  // the tensors t still hold the slot until they go out of scope
+  }
+  if (st.code() != StatusCode::kEndOfStream) return st;
+  r.train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  batchcast::ConsumerStats s = consumer.stats();
+  r.samples = double(s.samples);
+  r.batches = double(s.batches);
+  r.wait_s = double(s.wait_ns) * 1e-9;
+  r.loss = loss_n > 0 ? loss_sum / double(loss_n) : 0;
+  r.test_acc = Evaluate(net, test.first, test.second);
+  return r;
+}
+
+// CPU-seconds and memory of this process (all its threads).
+// main_cpu_s is the main thread's share: the training loop on trainers, waiting in Serve()
+// on a leader. The rest (cpu_s - main_cpu_s) is the data pipeline: decode workers, the
+// leader thread and the data plane's control threads.
+struct ProcessUsage {
+  double cpu_s = 0, main_cpu_s = 0, maxrss_mib = 0, pss_mib = 0, is_leader = 0;
+  static constexpr int kFields = 5;
+};
+
+ProcessUsage MeasureProcess(bool is_leader) {
+  ProcessUsage u;
+  u.is_leader = is_leader ? 1 : 0;
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  u.cpu_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+            double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+  timespec main{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &main);  // called on the main thread
+  u.main_cpu_s = double(main.tv_sec) + double(main.tv_nsec) * 1e-9;
+  u.maxrss_mib = double(ru.ru_maxrss) / 1024.0;
+  std::ifstream in("/proc/self/smaps_rollup");  // proportional set size: shared pages split
+  for (std::string key; in >> key;) {
+    if (key == "Pss:") {
+      double kib = 0;
+      in >> kib;
+      u.pss_mib = kib / 1024.0;
+      break;
+    }
+    in.ignore(1 << 12, '\n');
+  }
+  return u;
+}
+
+// Sharing off: this process runs its own leader on a thread and consumes from it.
+class SoloStream {
+ public:
+  static Result<std::unique_ptr<SoloStream>> Create(const Options& options) {
+    std::unique_ptr<SoloStream> s(new SoloStream());
+    batchcast::node::LeaderConfig cfg;
+    cfg.options = options;
+    cfg.expected_consumers = 1;
+    cfg.max_consumer_batch = static_cast<uint32_t>(options.batch_size);
+    cfg.job = "demo-solo";
+    cfg.socket_name = "batchcast-" + std::to_string(getuid()) + "-demo-solo-" + std::to_string(getpid());
+    BC_ASSIGN_OR_RETURN(auto source, batchcast::node::MakePipelineSource(options));
+    BC_ASSIGN_OR_RETURN(s->leader_, batchcast::node::Leader::Create(cfg, std::move(source)));
+    batchcast::node::Leader* l = s->leader_.get();
+    SoloStream* self = s.get();
+    s->thread_ = std::thread([self, l] { self->status_ = l->Run(); });
+    auto c = batchcast::Consumer::Attach(cfg.socket_name, options, 0, "solo");
+    if (!c.ok()) {
+      l->Abort("the in-process consumer could not attach: " + c.status().message());
+      return c.status();
+    }
+    s->consumer_ = std::move(c).value();
+    return s;
+  }
+  ~SoloStream() {
+    if (consumer_) consumer_->Detach().IgnoreError();
+    if (thread_.joinable()) thread_.join();
+  }
+  batchcast::Consumer& consumer() { return *consumer_; }
+
+ private:
+  SoloStream() = default;
+  std::unique_ptr<batchcast::node::Leader> leader_;
+  std::thread thread_;
+  Status status_;
+  std::unique_ptr<batchcast::Consumer> consumer_;
+};
+
+void Fail(const Status& st) {
+  std::fprintf(stderr, "sweep_trainer: %s\n", st.ToString().c_str());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+void PrintAndSave(const DemoFlags& flags, const Options& o, const std::vector<TrainerResult>& rs,
+                  const std::vector<ProcessUsage>& us, int ranks, double wall_s) {
+  const char* mode = flags.sharing ? "shared" : "independent";
+  std::printf("\n== sweep, sharing %s: %zu trainers%s, %s, %d epoch(s), batch %d, decode threads %d%s\n",
+              flags.sharing ? "ON" : "OFF", rs.size(), flags.sharing ? " + 1 leader" : "",
+              o.dataset.c_str(), o.epochs, o.batch_size, o.threads,
+              flags.sharing ? " (one leader)" : " per trainer");
+  std::printf("%-8s %-8s %-9s %-9s %-10s %-11s %-8s %-8s\n", "trainer", "lr", "test_acc", "samples",
+              "samples/s", "data_wait_s", "train_s", "loss");
+  nlohmann::json j;
+  j["mode"] = mode;
+  double samples = 0;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const TrainerResult& r = rs[i];
+    std::printf("%-8zu %-8.4g %-9.2f %-9.0f %-10.0f %-11.2f %-8.2f %-8.4f\n", i, r.lr,
+                100.0 * r.test_acc, r.samples, r.samples / r.train_s, r.wait_s, r.train_s, r.loss);
+    j["trainers"].push_back({{"lr", r.lr}, {"test_acc", r.test_acc}, {"samples", r.samples},
+                             {"samples_per_s", r.samples / r.train_s}, {"data_wait_s", r.wait_s},
+                             {"train_s", r.train_s}, {"loss", r.loss}});
+    samples += r.samples;
+  }
+  double cpu = 0, data_cpu = 0, leader_cpu = 0, rss_sum = 0, rss_max = 0, pss = 0;
+  for (const ProcessUsage& u : us) {
+    cpu += u.cpu_s;
+    data_cpu += u.cpu_s - u.main_cpu_s;
+    if (u.is_leader != 0) leader_cpu += u.cpu_s;
+    rss_sum += u.maxrss_mib;
+    rss_max = std::max(rss_max, u.maxrss_mib);
+    pss += u.pss_mib;
+  }
+  std::printf("job: %d ranks, wall %.1f s, cpu %.1f s, %.1f us cpu/sample, peak rss %.0f MiB "
+              "summed (max rank %.0f MiB), pss %.0f MiB summed\n",
+              ranks, wall_s, cpu, 1e6 * cpu / samples, rss_sum, rss_max, pss);
+  std::printf("data pipeline (all threads but the main ones): %.1f s cpu, %.1f us cpu/sample%s\n",
+              data_cpu, 1e6 * data_cpu / samples,
+              flags.sharing ? fmt::format(" (leader rank: {:.1f} s in all)", leader_cpu).c_str() : "");
+  j["ranks"] = ranks;
+  j["wall_s"] = wall_s;
+  j["cpu_s"] = cpu;
+  j["samples"] = samples;
+  j["cpu_s_per_sample"] = cpu / samples;
+  j["data_cpu_s"] = data_cpu;
+  j["data_cpu_s_per_sample"] = data_cpu / samples;
+  j["maxrss_sum_mib"] = rss_sum;
+  j["maxrss_max_mib"] = rss_max;
+  j["pss_sum_mib"] = pss;
+  j["decode_threads_total"] = flags.sharing ? o.threads : o.threads * int(rs.size());
+  if (!flags.results.empty()) std::ofstream(flags.results) << j.dump() << "\n";
+  std::fflush(stdout);
+}
+
+// Gathers every trainer's result (trainers-only communicator) and every rank's usage
+// (world, leaders included) on the first trainer, which prints them.
+void Report(const DemoFlags& flags, const Options& o, MPI_Comm trainers, const TrainerResult* mine,
+            double wall_s) {
+  int world_rank = 0, world_size = 0, trank = -1, tsize = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  std::vector<TrainerResult> rs;
+  if (trainers != MPI_COMM_NULL) {
+    MPI_Comm_rank(trainers, &trank);
+    MPI_Comm_size(trainers, &tsize);
+    rs.resize(size_t(tsize));
+    if (MPI_Gather(mine, TrainerResult::kFields, MPI_DOUBLE, rs.data(), TrainerResult::kFields,
+                   MPI_DOUBLE, 0, trainers) != MPI_SUCCESS)
+      Fail(Status(StatusCode::kInternal, "MPI_Gather of trainer results failed"));
+  }
+  int root = trank == 0 ? world_rank : INT_MAX, printer = 0;
+  if (MPI_Allreduce(&root, &printer, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
+    Fail(Status(StatusCode::kInternal, "MPI_Allreduce (printer rank) failed"));
+  ProcessUsage u = MeasureProcess(trainers == MPI_COMM_NULL);
+  std::vector<ProcessUsage> us(static_cast<size_t>(world_size));
+  if (MPI_Gather(&u, ProcessUsage::kFields, MPI_DOUBLE, us.data(), ProcessUsage::kFields, MPI_DOUBLE,
+                 printer, MPI_COMM_WORLD) != MPI_SUCCESS)
+    Fail(Status(StatusCode::kInternal, "MPI_Gather of process usage failed"));
+  if (world_rank == printer) PrintAndSave(flags, o, rs, us, world_size, wall_s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  torch::set_num_threads(1);
+  torch::set_num_interop_threads(1);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = MPI_Wtime();
+  std::vector<std::string> rest;
+  auto opts = batchcast::ResolveOptions(std::vector<std::string>(argv + 1, argv + argc), &rest);
+  if (!opts.ok()) Fail(opts.status());
+  Options o = std::move(opts).value();
+  DemoFlags flags;
+  if (Status st = ParseDemoFlags(rest, &flags); !st.ok()) Fail(st);
+  torch::manual_seed(1234);  // same initial weights for every trial: only lr differs
+
+  if (flags.sharing) {
+    auto rt = batchcast::Runtime::Create(o);
+    if (!rt.ok()) Fail(rt.status());
+    TrainerResult r;
+    if ((*rt)->is_trainer()) {
+      int trank = 0;
+      MPI_Comm_rank((*rt)->trainer_comm(), &trank);
+      auto res = Train((*rt)->consumer(), flags.lrs[size_t(trank) % flags.lrs.size()], flags);
+      if (!res.ok()) Fail(res.status());
+      r = *res;
+      if (Status st = (*rt)->consumer().Detach(); !st.ok()) Fail(st);
+    } else if (Status st = (*rt)->Serve(); !st.ok()) {
+      Fail(st);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    Report(flags, o, (*rt)->trainer_comm(), &r, MPI_Wtime() - t0);
+    if (Status st = (*rt)->Finalize(); !st.ok()) Fail(st);
+  } else {
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    o.threads = std::max(1, (o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency())) / size);
+    TrainerResult r;
+    {
+      auto solo = SoloStream::Create(o);
+      if (!solo.ok()) Fail(solo.status());
+      auto res = Train((*solo)->consumer(), flags.lrs[size_t(rank) % flags.lrs.size()], flags);
+      if (!res.ok()) Fail(res.status());
+      r = *res;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Comm trainers = MPI_COMM_NULL;  // every rank trains: the trainers are the world
+    MPI_Comm_dup(MPI_COMM_WORLD, &trainers);
+    Report(flags, o, trainers, &r, MPI_Wtime() - t0);
+    MPI_Comm_free(&trainers);
+  }
+  MPI_Finalize();
+  return 0;
+}
