@@ -47,15 +47,16 @@ std::vector<GpuDevice> ParseNvidiaSmiList(const std::string& text) {
 }
 
 std::vector<GpuDevice> DetectGpus(const std::string& nvidia_smi) {
-  std::string cmd = (nvidia_smi.empty() ? std::string("nvidia-smi") : "'" + nvidia_smi + "'") +
-                    " -L 2>/dev/null";
+  std::string cmd =
+      (nvidia_smi.empty() ? std::string("nvidia-smi") : "'" + nvidia_smi + "'") + " -L 2>/dev/null";
   std::string text;
   if (FILE* p = popen(cmd.c_str(), "r")) {
     char buf[512];
     while (fgets(buf, sizeof(buf), p) != nullptr) text += buf;
     int rc = pclose(p);
     if (rc == 0) return ParseNvidiaSmiList(text);
-    BC_LOG(Debug, Init, "batchcast-run: '{}' failed (status {}); trying /proc/driver/nvidia", cmd, rc);
+    BC_LOG(Debug, Init, "batchcast-run: '{}' failed (status {}); trying /proc/driver/nvidia", cmd,
+           rc);
   }
   std::vector<GpuDevice> gpus;
   std::error_code ec;

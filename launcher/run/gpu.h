@@ -13,7 +13,7 @@ namespace batchcast::run {
 
 struct GpuDevice {
   int index = 0;
-  std::string uuid;                  // "GPU-..." (empty when only /proc told us)
+  std::string uuid;  // "GPU-..." (empty when only /proc told us)
   std::string name;
   std::vector<std::string> mig_uuids;  // "MIG-..." instances of this GPU
 };

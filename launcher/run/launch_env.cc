@@ -48,8 +48,9 @@ Status CheckShape(const LaunchEnv& e) {
   if (e.tasks_per_node.empty()) return InternalError("launch: no nodes in the job shape");
   int sum = std::accumulate(e.tasks_per_node.begin(), e.tasks_per_node.end(), 0);
   if (sum != e.world_size)
-    return InvalidArgumentError("launch ({}): tasks per node add up to {}, but the job has {} tasks",
-                                LauncherName(e.launcher), sum, e.world_size);
+    return InvalidArgumentError(
+        "launch ({}): tasks per node add up to {}, but the job has {} tasks",
+        LauncherName(e.launcher), sum, e.world_size);
   if (e.node_id >= e.num_nodes())
     return InvalidArgumentError("launch ({}): node id {} is outside the job's {} nodes",
                                 LauncherName(e.launcher), e.node_id, e.num_nodes());
@@ -73,8 +74,9 @@ Status DetectSlurm(const EnvMap& env, LaunchEnv* e) {
   const std::string* tpn = Get(env, "SLURM_STEP_TASKS_PER_NODE");
   if (tpn == nullptr) tpn = Get(env, "SLURM_TASKS_PER_NODE");
   if (tpn == nullptr)
-    return NotFoundError("launch (slurm): neither SLURM_STEP_TASKS_PER_NODE nor "
-                         "SLURM_TASKS_PER_NODE is set; run batchcast-run under srun");
+    return NotFoundError(
+        "launch (slurm): neither SLURM_STEP_TASKS_PER_NODE nor "
+        "SLURM_TASKS_PER_NODE is set; run batchcast-run under srun");
   BC_ASSIGN_OR_RETURN(e->tasks_per_node, ExpandTasksPerNode(*tpn));
   const std::string* nodes = Get(env, "SLURM_STEP_NODELIST");
   if (nodes == nullptr) nodes = Get(env, "SLURM_JOB_NODELIST");
@@ -122,7 +124,8 @@ Status DetectOpenMpi(const EnvMap& env, LaunchEnv* e) {
   } else if (const std::string* nodes = Get(env, "SLURM_JOB_NODELIST")) {
     // mpirun inside a Slurm allocation maps nodes in allocation order.
     auto hosts = ExpandHostList(*nodes);
-    if (hosts.ok() && static_cast<int>(hosts.value().size()) == e->num_nodes()) e->hosts = hosts.value();
+    if (hosts.ok() && static_cast<int>(hosts.value().size()) == e->num_nodes())
+      e->hosts = hosts.value();
   }
   return Status::Ok();
 }
@@ -138,8 +141,10 @@ Status DetectTorchrun(const EnvMap& env, LaunchEnv* e) {
   const std::string* run_id = Get(env, "TORCHELASTIC_RUN_ID");
   const std::string* addr = Get(env, "MASTER_ADDR");
   const std::string* port = Get(env, "MASTER_PORT");
-  if (run_id != nullptr) e->job_id = *run_id;
-  else if (addr != nullptr && port != nullptr) e->job_id = *addr + "-" + *port;
+  if (run_id != nullptr)
+    e->job_id = *run_id;
+  else if (addr != nullptr && port != nullptr)
+    e->job_id = *addr + "-" + *port;
   return Status::Ok();
 }
 
@@ -147,10 +152,14 @@ Status DetectTorchrun(const EnvMap& env, LaunchEnv* e) {
 
 const char* LauncherName(Launcher l) {
   switch (l) {
-    case Launcher::kSlurm: return "slurm";
-    case Launcher::kOpenMpi: return "mpirun";
-    case Launcher::kTorchrun: return "torchrun";
-    case Launcher::kNone: return "none";
+    case Launcher::kSlurm:
+      return "slurm";
+    case Launcher::kOpenMpi:
+      return "mpirun";
+    case Launcher::kTorchrun:
+      return "torchrun";
+    case Launcher::kNone:
+      return "none";
   }
   return "?";
 }
@@ -213,12 +222,14 @@ Result<std::vector<std::string>> ExpandHostList(const std::string& list) {
         if (comma == std::string::npos) comma = ranges.size();
         std::string r = ranges.substr(k, comma - k);
         size_t dash = r.find('-');
-        std::string lo = r.substr(0, dash), hi = dash == std::string::npos ? lo : r.substr(dash + 1);
+        std::string lo = r.substr(0, dash),
+                    hi = dash == std::string::npos ? lo : r.substr(dash + 1);
         if (lo.empty() || hi.empty() || lo.find_first_not_of("0123456789") != std::string::npos ||
             hi.find_first_not_of("0123456789") != std::string::npos)
           return InvalidArgumentError("host list '{}': bad range '{}'", list, r);
         long a = std::stol(lo), b = std::stol(hi);
-        if (b < a || b - a > 100000) return InvalidArgumentError("host list '{}': bad range '{}'", list, r);
+        if (b < a || b - a > 100000)
+          return InvalidArgumentError("host list '{}': bad range '{}'", list, r);
         for (long x = a; x <= b; ++x) {
           std::string num = std::to_string(x);
           if (num.size() < lo.size()) num.insert(0, lo.size() - num.size(), '0');  // zero padding

@@ -18,7 +18,7 @@ const char* LauncherName(Launcher l);
 
 struct LaunchEnv {
   Launcher launcher = Launcher::kNone;
-  int rank = 0;                     // this task in the whole step (leaders included)
+  int rank = 0;  // this task in the whole step (leaders included)
   int world_size = 1;
   int local_rank = 0;               // this task on its node
   int node_id = 0;                  // 0 .. num_nodes-1, in node-list order

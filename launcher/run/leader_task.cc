@@ -68,7 +68,8 @@ Result<std::unique_ptr<node::Leader>> CreateLeader(const TaskContext& t) {
 int RunOwnTrainer(const TaskContext& t, LeaderState* state) {
   auto pid = SpawnChild(t.command, TrainerEnvironment(t));
   if (!pid.ok()) {
-    std::fprintf(stderr, "batchcast-run: %s: %s\n", TaskName(t).c_str(), pid.status().message().c_str());
+    std::fprintf(stderr, "batchcast-run: %s: %s\n", TaskName(t).c_str(),
+                 pid.status().message().c_str());
     state->Fail("the leader's own trainer could not start");
     return 127;
   }
@@ -104,7 +105,8 @@ EnvList TrainerEnvironment(const TaskContext& t) {
     if (source == "default") continue;
     env.emplace_back("BATCHCAST_" + Upper(key), GetOption(t.options, key));
   }
-  if (!p.cuda_visible_devices.empty()) env.emplace_back("CUDA_VISIBLE_DEVICES", p.cuda_visible_devices);
+  if (!p.cuda_visible_devices.empty())
+    env.emplace_back("CUDA_VISIBLE_DEVICES", p.cuda_visible_devices);
   if (!p.mps_pipe_dir.empty()) {
     env.emplace_back("CUDA_MPS_PIPE_DIRECTORY", p.mps_pipe_dir);
     env.emplace_back("CUDA_MPS_LOG_DIRECTORY", p.mps_pipe_dir + "-log");
@@ -116,7 +118,8 @@ bool AbstractSocketListens(const std::string& name) {
   std::ifstream in("/proc/net/unix");
   std::string line, want = "@" + name;
   while (std::getline(in, line)) {
-    if (line.size() < want.size() || line.compare(line.size() - want.size(), want.size(), want) != 0)
+    if (line.size() < want.size() ||
+        line.compare(line.size() - want.size(), want.size(), want) != 0)
       continue;
     if (line.size() > want.size() && line[line.size() - want.size() - 1] != ' ') continue;
     // Columns: Num RefCount Protocol Flags Type St ...; Flags 00010000 marks a listener.
@@ -136,7 +139,8 @@ int RunLeaderTask(const TaskContext& t) {
     mps = std::make_unique<MpsDaemon>(t.mps_control, t.plan.mps_pipe_dir);
     Status st = mps->Start();
     if (!st.ok()) {
-      std::fprintf(stderr, "batchcast-run: leader %s: %s\n", TaskName(t).c_str(), st.message().c_str());
+      std::fprintf(stderr, "batchcast-run: leader %s: %s\n", TaskName(t).c_str(),
+                   st.message().c_str());
       return 1;
     }
   }
@@ -165,7 +169,8 @@ int RunLeaderTask(const TaskContext& t) {
   std::thread producer([&] { run_status = l->Run(); });
   int own = t.plan.trains() ? RunOwnTrainer(t, state.get()) : 0;
   producer.join();
-  if (run_status.ok() && state->Failure().empty()) run_status = l->WaitUntilEmpty(24LL * 3600 * 1000);
+  if (run_status.ok() && state->Failure().empty())
+    run_status = l->WaitUntilEmpty(24LL * 3600 * 1000);
   node::LeaderStats stats = l->stats();
   std::string failure = state->Failure();
   if (mps) {
@@ -174,13 +179,15 @@ int RunLeaderTask(const TaskContext& t) {
   }
   if (!failure.empty() || !run_status.ok()) {
     std::fprintf(stderr, "batchcast-run: leader of node %d (%s) failed: %s\n", t.plan.node_id,
-                 TaskName(t).c_str(), failure.empty() ? run_status.message().c_str() : failure.c_str());
+                 TaskName(t).c_str(),
+                 failure.empty() ? run_status.message().c_str() : failure.c_str());
     return own != 0 ? own : 1;
   }
-  std::printf("batchcast-run: leader of node %d (%s) done: %lld producer batches, %lld samples "
-              "to %d trainer(s)\n",
-              t.plan.node_id, TaskName(t).c_str(), static_cast<long long>(stats.producer_batches),
-              static_cast<long long>(stats.samples_produced), t.plan.trainers_on_node);
+  std::printf(
+      "batchcast-run: leader of node %d (%s) done: %lld producer batches, %lld samples "
+      "to %d trainer(s)\n",
+      t.plan.node_id, TaskName(t).c_str(), static_cast<long long>(stats.producer_batches),
+      static_cast<long long>(stats.samples_produced), t.plan.trainers_on_node);
   std::fflush(stdout);
   return own;
 }

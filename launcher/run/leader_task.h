@@ -22,8 +22,8 @@ struct TaskContext {
   Options options;
   std::vector<std::string> command;  // the trainer command
   int64_t join_timeout_ms = 300000;
-  int max_batch_size = 0;            // 0 = options.batch_size
-  std::string mps_control;           // nvidia-cuda-mps-control path ("" = PATH)
+  int max_batch_size = 0;   // 0 = options.batch_size
+  std::string mps_control;  // nvidia-cuda-mps-control path ("" = PATH)
 };
 
 // The variables a trainer gets: torchrun's, Batchcast's address and options, GPU pinning.

@@ -17,14 +17,15 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "run/gpu.h"
-#include "run/leader_task.h"
 #include "run/launch_env.h"
+#include "run/leader_task.h"
 #include "run/placement.h"
 
 namespace batchcast::run {
 namespace {
 
-constexpr const char* kUsage = R"(Usage: batchcast-run [run options] [Batchcast options] -- TRAINER COMMAND...
+constexpr const char* kUsage =
+    R"(Usage: batchcast-run [run options] [Batchcast options] -- TRAINER COMMAND...
 
 Run as every task of a job step (srun, mpirun, or a torchrun-style launcher that sets RANK,
 LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE). Local task 0 of each node leads: it reads and
@@ -63,7 +64,8 @@ Result<int> ParseInt(const std::string& flag, const std::string& v, int lo, int 
   char* end = nullptr;
   long x = std::strtol(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || x < lo || x > hi)
-    return InvalidArgumentError("batchcast-run: {} '{}' must be an integer in [{}, {}]", flag, v, lo, hi);
+    return InvalidArgumentError("batchcast-run: {} '{}' must be an integer in [{}, {}]", flag, v,
+                                lo, hi);
   return static_cast<int>(x);
 }
 
@@ -130,15 +132,16 @@ Result<Args> ParseArgs(int argc, char** argv) {
 
 void PrintPlan(const TaskContext& t) {
   const TaskPlan& p = t.plan;
-  std::printf("batchcast-run plan: launcher=%s task=%d/%d host=%s node=%d/%d local=%d/%d role=%s "
-              "trainer_rank=%d world=%d local_rank=%d local_world=%d master=%s:%d "
-              "socket=@%s gpu=%s mps=%s\n",
-              LauncherName(t.env.launcher), t.env.rank, t.env.world_size, t.env.hostname.c_str(),
-              p.node_id, t.env.num_nodes(), t.env.local_rank, t.env.local_size(), RoleName(p.role),
-              p.trainer_rank, p.trainer_world_size, p.trainer_local_rank, p.trainers_on_node,
-              p.master_addr.c_str(), p.master_port, p.socket_name.c_str(),
-              p.cuda_visible_devices.empty() ? "-" : p.cuda_visible_devices.c_str(),
-              p.mps_pipe_dir.empty() ? "off" : p.mps_pipe_dir.c_str());
+  std::printf(
+      "batchcast-run plan: launcher=%s task=%d/%d host=%s node=%d/%d local=%d/%d role=%s "
+      "trainer_rank=%d world=%d local_rank=%d local_world=%d master=%s:%d "
+      "socket=@%s gpu=%s mps=%s\n",
+      LauncherName(t.env.launcher), t.env.rank, t.env.world_size, t.env.hostname.c_str(), p.node_id,
+      t.env.num_nodes(), t.env.local_rank, t.env.local_size(), RoleName(p.role), p.trainer_rank,
+      p.trainer_world_size, p.trainer_local_rank, p.trainers_on_node, p.master_addr.c_str(),
+      p.master_port, p.socket_name.c_str(),
+      p.cuda_visible_devices.empty() ? "-" : p.cuda_visible_devices.c_str(),
+      p.mps_pipe_dir.empty() ? "off" : p.mps_pipe_dir.c_str());
   std::fflush(stdout);
 }
 
@@ -148,7 +151,8 @@ Result<TaskContext> Prepare(int argc, char** argv, bool* dry_run) {
   std::vector<std::string> rest;
   BC_ASSIGN_OR_RETURN(Options options, ResolveOptions(a.batchcast_flags, &rest));
   if (!rest.empty())
-    return InvalidArgumentError("batchcast-run: unexpected word '{}' before '--' (see --help)", rest[0]);
+    return InvalidArgumentError("batchcast-run: unexpected word '{}' before '--' (see --help)",
+                                rest[0]);
   BC_RETURN_IF_ERROR(ValidateOptions(options));
   EnvMap env = CurrentEnvironment();
   BC_ASSIGN_OR_RETURN(LaunchEnv launch, DetectLaunchEnv(env));
@@ -157,7 +161,8 @@ Result<TaskContext> Prepare(int argc, char** argv, bool* dry_run) {
   t.config = a.config;
   t.config.leader_trains = options.leader_trains;
   t.config.job_id = options.job_id;
-  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) t.config.visible_devices = it->second;
+  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end())
+    t.config.visible_devices = it->second;
   std::vector<GpuDevice> gpus;
   if (t.config.gpus != "none") gpus = DetectGpus(a.nvidia_smi);
   BC_ASSIGN_OR_RETURN(t.plan, PlanTask(launch, t.config, gpus, getuid()));

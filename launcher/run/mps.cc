@@ -37,7 +37,8 @@ MpsDaemon::~MpsDaemon() {
 }
 
 std::string MpsDaemon::Env() const {
-  return "CUDA_MPS_PIPE_DIRECTORY=" + Quote(pipe_dir_) + " CUDA_MPS_LOG_DIRECTORY=" + Quote(log_dir());
+  return "CUDA_MPS_PIPE_DIRECTORY=" + Quote(pipe_dir_) +
+         " CUDA_MPS_LOG_DIRECTORY=" + Quote(log_dir());
 }
 
 Status MpsDaemon::Start() {
@@ -55,7 +56,8 @@ Status MpsDaemon::Start() {
         "GPUs in a compute mode that allows it? (log: {})",
         cmd, rc, log_dir());
   running_ = true;
-  BC_LOG(Info, Init, "batchcast-run: started the MPS control daemon (pipe directory {})", pipe_dir_);
+  BC_LOG(Info, Init, "batchcast-run: started the MPS control daemon (pipe directory {})",
+         pipe_dir_);
   return Status::Ok();
 }
 
@@ -64,7 +66,8 @@ Status MpsDaemon::Stop() {
   running_ = false;
   std::string cmd = "echo quit | " + Env() + " " + Quote(control_);
   int rc = RunShell(cmd);
-  if (rc != 0) return UnavailableError("mps: stopping the daemon with '{}' failed with status {}", cmd, rc);
+  if (rc != 0)
+    return UnavailableError("mps: stopping the daemon with '{}' failed with status {}", cmd, rc);
   std::error_code ec;
   std::filesystem::remove_all(pipe_dir_, ec);
   return Status::Ok();

@@ -107,7 +107,8 @@ Status PlaceGpu(const RunConfig& c, const std::string& host, TaskPlan* p) {
         "placement: node {} ({}) has {} trainers but only {} slots ({} GPU(s) x {} trainer(s) per "
         "GPU); raise --trainers-per-gpu, add --mps for collocation, or launch fewer tasks per node",
         p->node_id, host, p->trainers_on_node, slots, ids.size(), k);
-  if (p->trains()) p->cuda_visible_devices = ids[static_cast<size_t>(p->trainer_local_rank) % ids.size()];
+  if (p->trains())
+    p->cuda_visible_devices = ids[static_cast<size_t>(p->trainer_local_rank) % ids.size()];
   return Status::Ok();
 }
 
@@ -115,9 +116,12 @@ Status PlaceGpu(const RunConfig& c, const std::string& host, TaskPlan* p) {
 
 const char* RoleName(Role r) {
   switch (r) {
-    case Role::kLeader: return "leader";
-    case Role::kTrainer: return "trainer";
-    case Role::kLeaderTrainer: return "leader+trainer";
+    case Role::kLeader:
+      return "leader";
+    case Role::kTrainer:
+      return "trainer";
+    case Role::kLeaderTrainer:
+      return "leader+trainer";
   }
   return "?";
 }
@@ -168,7 +172,8 @@ Result<TaskPlan> PlanTask(const LaunchEnv& env, const RunConfig& c,
   }
   p.master_port = c.master_port > 0 ? c.master_port : DeriveMasterPort(p.job_id);
   p.socket_name = LeaderSocketName(uid, p.job_id, env.node_id);
-  if (c.mps) p.mps_pipe_dir = fmt::format("/tmp/batchcast-mps-{}-{}-n{}", uid, p.job_id, env.node_id);
+  if (c.mps)
+    p.mps_pipe_dir = fmt::format("/tmp/batchcast-mps-{}-{}-n{}", uid, p.job_id, env.node_id);
   return p;
 }
 

@@ -17,13 +17,13 @@ namespace batchcast::run {
 
 struct RunConfig {
   bool leader_trains = false;
-  int trainers_per_gpu = 0;       // 0: not given (1 when GPUs are used)
-  std::string gpus = "auto";      // auto | none | comma list of indices and GPU-/MIG- UUIDs
+  int trainers_per_gpu = 0;   // 0: not given (1 when GPUs are used)
+  std::string gpus = "auto";  // auto | none | comma list of indices and GPU-/MIG- UUIDs
   bool mps = false;
-  std::string master_addr;        // "" = the host of trainer rank 0
-  int master_port = 0;            // 0 = derived from the job id
-  std::string job_id;             // "" = from the launcher
-  std::string visible_devices;    // CUDA_VISIBLE_DEVICES the launcher saw ("" = unset)
+  std::string master_addr;      // "" = the host of trainer rank 0
+  int master_port = 0;          // 0 = derived from the job id
+  std::string job_id;           // "" = from the launcher
+  std::string visible_devices;  // CUDA_VISIBLE_DEVICES the launcher saw ("" = unset)
 };
 
 enum class Role { kLeader, kTrainer, kLeaderTrainer };
@@ -32,16 +32,16 @@ const char* RoleName(Role r);
 struct TaskPlan {
   Role role = Role::kTrainer;
   int node_id = 0;
-  int trainers_on_node = 0;       // consumers the node's leader waits for
-  int trainer_rank = -1;          // in the trainers-only world (-1: leader only)
+  int trainers_on_node = 0;  // consumers the node's leader waits for
+  int trainer_rank = -1;     // in the trainers-only world (-1: leader only)
   int trainer_local_rank = -1;
   int trainer_world_size = 0;
   std::string master_addr;
   int master_port = 0;
-  std::string socket_name;        // the node leader's abstract control socket
+  std::string socket_name;  // the node leader's abstract control socket
   std::string job_id;
-  std::string cuda_visible_devices;  // "" = leave the environment as it is
-  std::string mps_pipe_dir;          // "" = no MPS
+  std::string cuda_visible_devices;    // "" = leave the environment as it is
+  std::string mps_pipe_dir;            // "" = no MPS
   std::vector<std::string> node_gpus;  // the GPU ids this node places trainers on
   bool trains() const { return role != Role::kLeader; }
   bool leads() const { return role != Role::kTrainer; }

@@ -37,7 +37,8 @@ Result<std::unique_ptr<Consumer>> AttachFromEnvironment(const Options& options) 
     char* end = nullptr;
     long r = std::strtol(rank_text.c_str(), &end, 10);
     if (*end != '\0' || r < 0 || r > (1L << 30))
-      return InvalidArgumentError("attach: RANK='{}' is not a rank; batchcast-run sets it", rank_text);
+      return InvalidArgumentError("attach: RANK='{}' is not a rank; batchcast-run sets it",
+                                  rank_text);
     rank = static_cast<int>(r);
   }
   std::string name = rank >= 0 ? "rank " + std::to_string(rank) : "";

@@ -14,10 +14,14 @@ namespace {
 
 EnvMap SlurmTask(int procid, int nodeid, int localid, const std::string& tpn,
                  const std::string& nodes, int ntasks) {
-  return {{"SLURM_PROCID", std::to_string(procid)}, {"SLURM_NODEID", std::to_string(nodeid)},
-          {"SLURM_LOCALID", std::to_string(localid)}, {"SLURM_STEP_TASKS_PER_NODE", tpn},
-          {"SLURM_STEP_NODELIST", nodes}, {"SLURM_STEP_NUM_TASKS", std::to_string(ntasks)},
-          {"SLURM_JOB_ID", "4242"}, {"SLURM_STEP_ID", "3"}};
+  return {{"SLURM_PROCID", std::to_string(procid)},
+          {"SLURM_NODEID", std::to_string(nodeid)},
+          {"SLURM_LOCALID", std::to_string(localid)},
+          {"SLURM_STEP_TASKS_PER_NODE", tpn},
+          {"SLURM_STEP_NODELIST", nodes},
+          {"SLURM_STEP_NUM_TASKS", std::to_string(ntasks)},
+          {"SLURM_JOB_ID", "4242"},
+          {"SLURM_STEP_ID", "3"}};
 }
 
 TaskPlan MustPlan(const EnvMap& e, const RunConfig& c = {}, const std::vector<GpuDevice>& g = {}) {
@@ -44,7 +48,8 @@ std::vector<GpuDevice> Gpus(int n) {
 TEST(LaunchEnvTest, ExpandsSlurmHostLists) {
   auto h = ExpandHostList("n[1-3,7],gpu01,a[08-10]");
   ASSERT_TRUE(h.ok()) << h.status().ToString();
-  EXPECT_EQ(h.value(), (std::vector<std::string>{"n1", "n2", "n3", "n7", "gpu01", "a08", "a09", "a10"}));
+  EXPECT_EQ(h.value(),
+            (std::vector<std::string>{"n1", "n2", "n3", "n7", "gpu01", "a08", "a09", "a10"}));
   EXPECT_FALSE(ExpandHostList("n[1-3").ok());
   EXPECT_FALSE(ExpandHostList("n[3-1]").ok());
 }
@@ -73,9 +78,9 @@ TEST(LaunchEnvTest, BatchScriptWithoutStepIsAnError) {
 }
 
 TEST(LaunchEnvTest, OpenMpiNeedsBlocksOfEqualSize) {
-  EnvMap e = {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "6"},
+  EnvMap e = {{"OMPI_COMM_WORLD_RANK", "3"},       {"OMPI_COMM_WORLD_SIZE", "6"},
               {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
-              {"OMPI_MCA_orte_num_nodes", "2"}, {"OMPI_MCA_ess_base_jobid", "99"}};
+              {"OMPI_MCA_orte_num_nodes", "2"},    {"OMPI_MCA_ess_base_jobid", "99"}};
   auto env = DetectLaunchEnv(e);
   ASSERT_TRUE(env.ok()) << env.status().ToString();
   EXPECT_EQ(env.value().node_id, 1);
@@ -131,7 +136,8 @@ TEST(PlacementTest, PinsTrainersRoundRobinOverGpus) {
   c.trainers_per_gpu = 2;
   std::vector<std::string> got;
   for (int local = 1; local < 5; ++local)
-    got.push_back(MustPlan(SlurmTask(local, 0, local, "5", "n1", 5), c, Gpus(2)).cuda_visible_devices);
+    got.push_back(
+        MustPlan(SlurmTask(local, 0, local, "5", "n1", 5), c, Gpus(2)).cuda_visible_devices);
   EXPECT_EQ(got, (std::vector<std::string>{"GPU-0", "GPU-1", "GPU-0", "GPU-1"}));
   EXPECT_EQ(MustPlan(SlurmTask(0, 0, 0, "5", "n1", 5), c, Gpus(2)).cuda_visible_devices, "");
 }
@@ -183,7 +189,8 @@ TEST(PlacementTest, KeepsWithinSlurmGpuBinding) {
 }
 
 TEST(PlacementTest, TorchrunStyleAcrossNodesUsesMasterAddr) {
-  EnvMap e = {{"RANK", "5"}, {"WORLD_SIZE", "6"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "3"},
+  EnvMap e = {{"RANK", "5"},           {"WORLD_SIZE", "6"},
+              {"LOCAL_RANK", "2"},     {"LOCAL_WORLD_SIZE", "3"},
               {"MASTER_ADDR", "head"}, {"MASTER_PORT", "29400"}};
   TaskPlan p = MustPlan(e);
   EXPECT_EQ(p.trainer_rank, 3);
@@ -192,8 +199,10 @@ TEST(PlacementTest, TorchrunStyleAcrossNodesUsesMasterAddr) {
 }
 
 TEST(PlacementTest, MpirunAcrossNodesNeedsMasterAddr) {
-  EnvMap e = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+  EnvMap e = {{"OMPI_COMM_WORLD_RANK", "1"},
+              {"OMPI_COMM_WORLD_SIZE", "4"},
+              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+              {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
               {"OMPI_MCA_ess_base_jobid", "99"}};
   Status st = PlanError(e);
   EXPECT_NE(st.message().find("--master-addr"), std::string::npos) << st.message();

@@ -40,19 +40,23 @@ int main(int argc, char** argv) {
   std::vector<std::string> flags;
   for (int i = 1; i < argc; ++i) {
     std::string w = argv[i];
-    if (w == "--samples" && i + 1 < argc) samples = std::atoll(argv[++i]);
-    else if (w == "--fail-rank" && i + 1 < argc) fail_rank = std::atoi(argv[++i]);
-    else flags.push_back(w);
+    if (w == "--samples" && i + 1 < argc)
+      samples = std::atoll(argv[++i]);
+    else if (w == "--fail-rank" && i + 1 < argc)
+      fail_rank = std::atoi(argv[++i]);
+    else
+      flags.push_back(w);
   }
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  std::printf("trainer-env RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s "
-              "MASTER_ADDR=%s MASTER_PORT=%s CUDA_VISIBLE_DEVICES=%s CUDA_MPS_PIPE_DIRECTORY=%s "
-              "BATCHCAST_ADDRESS=%s host=%s\n",
-              Env("RANK").c_str(), Env("LOCAL_RANK").c_str(), Env("WORLD_SIZE").c_str(),
-              Env("LOCAL_WORLD_SIZE").c_str(), Env("GROUP_RANK").c_str(), Env("MASTER_ADDR").c_str(),
-              Env("MASTER_PORT").c_str(), Env("CUDA_VISIBLE_DEVICES").c_str(),
-              Env("CUDA_MPS_PIPE_DIRECTORY").c_str(), Env("BATCHCAST_ADDRESS").c_str(), host);
+  std::printf(
+      "trainer-env RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s "
+      "MASTER_ADDR=%s MASTER_PORT=%s CUDA_VISIBLE_DEVICES=%s CUDA_MPS_PIPE_DIRECTORY=%s "
+      "BATCHCAST_ADDRESS=%s host=%s\n",
+      Env("RANK").c_str(), Env("LOCAL_RANK").c_str(), Env("WORLD_SIZE").c_str(),
+      Env("LOCAL_WORLD_SIZE").c_str(), Env("GROUP_RANK").c_str(), Env("MASTER_ADDR").c_str(),
+      Env("MASTER_PORT").c_str(), Env("CUDA_VISIBLE_DEVICES").c_str(),
+      Env("CUDA_MPS_PIPE_DIRECTORY").c_str(), Env("BATCHCAST_ADDRESS").c_str(), host);
   std::fflush(stdout);
   if (samples <= 0) return Fail("--samples N is required");
   auto options = batchcast::ResolveOptions(flags);
@@ -68,7 +72,8 @@ int main(int argc, char** argv) {
     batchcast::Status st = c.Next(&batch);
     if (st.code() == batchcast::StatusCode::kEndOfStream) break;
     if (!st.ok()) return Fail("stream error: " + st.message());
-    for (int64_t i = 0; i < batch.size(); ++i) counts[batch.info().epoch][batch.sample_ids()[i]] += 1;
+    for (int64_t i = 0; i < batch.size(); ++i)
+      counts[batch.info().epoch][batch.sample_ids()[i]] += 1;
     repeats += batch.info().repeats;
     delivered += batch.size();
     ++batches;
@@ -94,9 +99,10 @@ int main(int argc, char** argv) {
   if (extra != repeats)
     return Fail(std::to_string(extra) + " duplicate arrivals but " + std::to_string(repeats) +
                 " reported fill repeats");
-  std::printf("trainer-result RANK=%s exactly_once=ok epochs=%zu batches=%lld samples=%lld host=%s\n",
-              Env("RANK").c_str(), counts.size(), static_cast<long long>(batches),
-              static_cast<long long>(delivered), host);
+  std::printf(
+      "trainer-result RANK=%s exactly_once=ok epochs=%zu batches=%lld samples=%lld host=%s\n",
+      Env("RANK").c_str(), counts.size(), static_cast<long long>(batches),
+      static_cast<long long>(delivered), host);
   std::fflush(stdout);
   return 0;
 }
