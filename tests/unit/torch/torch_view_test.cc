@@ -149,8 +149,12 @@ TEST_F(TorchViewTest, FloatChannelsLastIsViewedAsNhwcAndPermutedWithoutCopy) {
   EXPECT_FLOAT_EQ(nchw[1][2][3][1].item<float>(), float(id) + float((3 * 4 + 1) * 3 + 2) / 1000.0f);
 }
 
+// Slot checks use a stream of exactly ring_slots producer batches: a released slot is never
+// refilled (and so never pending again) before the check reads it.
+constexpr int64_t kOneRingOfSamples = 4 * 8;
+
 TEST_F(TorchViewTest, SlotIsHeldWhileAnyTensorLivesAndReleasedWhenTheyDie) {
-  StartLeader(BaseOptions(1, 8), 64);
+  StartLeader(BaseOptions(1, 8), kOneRingOfSamples);
   Batch b;
   ASSERT_TRUE(consumer_->Next(&b).ok());
   const shm::SlotHeader& slot = SlotOf(b);
@@ -177,7 +181,7 @@ TEST_F(TorchViewTest, SlotIsHeldWhileAnyTensorLivesAndReleasedWhenTheyDie) {
 }
 
 TEST_F(TorchViewTest, ConvertedCopiesDoNotHoldTheSlot) {
-  StartLeader(BaseOptions(1, 8), 64);
+  StartLeader(BaseOptions(1, 8), kOneRingOfSamples);
   Batch b;
   ASSERT_TRUE(consumer_->Next(&b).ok());
   const shm::SlotHeader& slot = SlotOf(b);
