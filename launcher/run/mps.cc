@@ -70,6 +70,7 @@ Status MpsDaemon::Stop() {
     return UnavailableError("mps: stopping the daemon with '{}' failed with status {}", cmd, rc);
   std::error_code ec;
   std::filesystem::remove_all(pipe_dir_, ec);
+  std::filesystem::remove_all(log_dir(), ec);  // kept above when quitting failed, for its log
   return Status::Ok();
 }
 

@@ -193,6 +193,8 @@ MPS
   [ "$(wc -l <mps.log)" -eq 2 ] || fail "expected one start and one quit: $(cat mps.log)"
   head -1 mps.log | grep -q "^start $pipe" || fail "MPS was not started first: $(cat mps.log)"
   tail -1 mps.log | grep -q "^quit $pipe" || fail "MPS was not stopped: $(cat mps.log)"
+  local dir; dir=$(awk '{print $2}' mps.log | head -1)
+  [ ! -e "$dir" ] && [ ! -e "$dir-log" ] || fail "the MPS directories $dir(-log) were left behind"
 }
 
 "case_$case_name"
