@@ -32,6 +32,7 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   std::mutex mu;
   const shm::SlotDesc* cur = nullptr;  // producer batch being carved
   shm::CarvePlan plan;
+  uint32_t carve_b = 0;                // this consumer's batch size for `cur` (resize-scaled)
   uint32_t next_carve = 0;
   std::map<uint64_t, int> slot_refs;   // seq -> batches alive (+1 while still carving)
   int outstanding = 0;                 // consumer batches alive
@@ -259,7 +260,7 @@ Status Consumer::Next(Batch* out) {
     if (!start.ok()) return fail(start.status());
     c.admitted = true;
   }
-  const uint32_t b = static_cast<uint32_t>(c.options.batch_size);
+  const uint32_t base_b = static_cast<uint32_t>(c.options.batch_size);
   if (c.cur == nullptr || c.next_carve == c.plan.count) {
     if (c.cur != nullptr) {
       c.UnrefLocked(c.cur->seq);
@@ -283,8 +284,10 @@ Status Consumer::Next(Batch* out) {
       c.epoch_repeats = 0;
     }
     c.cur = d;
-    c.plan = shm::PlanCarves(d->seq, d->num_samples, d->tail, b, c.ring->config().flags,
-                             c.ring->config().order_seed);
+    // Progressive resizing scales this consumer's batch with the batch's image size.
+    c.carve_b = shm::ScaledConsumerBatch(base_b, d->scale_num, d->scale_den, d->scale_cap);
+    c.plan = shm::PlanCarves(d->seq, d->num_samples, d->tail, c.carve_b,
+                             c.ring->config().flags, c.ring->config().order_seed);
     c.next_carve = 0;
     c.stats.wait_ns += waited;
     if (c.collector != nullptr && waited > 0) {
@@ -304,7 +307,9 @@ Status Consumer::Next(Batch* out) {
   const shm::SlotDesc* d = c.cur;
   const uint8_t* data = c.ring->Data(d);
   uint32_t carve = c.plan.order[c.next_carve++];
+  const uint32_t b = c.carve_b;
   FillImages(d, data, c.plan, carve, b, &out->images_, &out->info_);
+  out->info_.lr_factor = shm::ConsumerLrFactor(base_b, b, d->lr_rule, d->lr_factor);
   uint64_t start = c.plan.offset + uint64_t(carve) * b;
   out->labels_.data = const_cast<uint8_t*>(data + d->labels_offset + start * sizeof(int64_t));
   out->labels_.dtype = DType::kInt64;
@@ -329,6 +334,11 @@ Status Consumer::Next(Batch* out) {
     c.collector->Add(telemetry::Counter::kBatchesReceived, 1);
     c.collector->Add(telemetry::Counter::kSamplesReceived, b);
     c.collector->SetGauge(telemetry::Gauge::kBufferOccupancy, c.outstanding);
+    if (d->scale_den != 0) {  // progressive resizing: what this consumer trains with
+      c.collector->SetGauge(telemetry::Gauge::kImageSize, d->image_size);
+      c.collector->SetGauge(telemetry::Gauge::kBatchSize, b);
+      c.collector->SetGauge(telemetry::Gauge::kLrFactor, out->info_.lr_factor);
+    }
   }
   c.stats.batches += 1;
   c.stats.samples += b;

@@ -2,11 +2,14 @@
 #include "node/leader.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "schedule/plan_format.h"
+#include "schedule/resize_spec.h"
 #include "transport/shm/carving.h"
 #include "transport/shm/futex.h"
 #include "telemetry/metrics.h"
@@ -42,15 +45,10 @@ Result<std::unique_ptr<Leader>> Leader::Create(const LeaderConfig& config,
   std::unique_ptr<Leader> leader(new Leader(config, std::move(source), p));
   Leader& l = *leader;
   l.layout_ = l.source_->MaxLayout();
-  uint64_t sample_bytes = l.layout_.bytes();
-  // Room for P distinct samples plus the tail any consumer batch <= max_b can need.
-  l.capacity_samples_ = uint64_t(p) + 2 * uint64_t(max_b) - 2 + 1;
-  uint64_t images = Align(l.capacity_samples_ * sample_bytes, 64);
-  l.labels_offset_ = images;
-  l.ids_offset_ = Align(l.labels_offset_ + l.capacity_samples_ * sizeof(int64_t), 64);
+  if (!o.resize.empty()) BC_RETURN_IF_ERROR(l.InitResize(p, max_b));
   shm::RingConfig rc;
   rc.num_slots = static_cast<uint32_t>(o.ring_slots > 0 ? o.ring_slots : o.buffer_depth + 2);
-  rc.slot_bytes = Align(l.ids_offset_ + l.capacity_samples_ * sizeof(int64_t), 4096);
+  l.SizeSlots(p, max_b, &rc.slot_bytes);
   rc.max_consumer_batch = max_b;
   rc.producer_batch = static_cast<uint32_t>(p);
   rc.epoch_samples = static_cast<uint64_t>(l.plan_.num_samples());
@@ -64,6 +62,117 @@ Result<std::unique_ptr<Leader>> Leader::Create(const LeaderConfig& config,
   BC_LOG(Info, Node, "leader: {} samples/epoch, producer batch {}, {} batches/epoch, slot {} MiB",
          l.plan_.num_samples(), p, l.plan_.BatchesPerEpoch(), rc.slot_bytes >> 20);
   return leader;
+}
+
+Status Leader::InitResize(int64_t p, uint32_t max_b) {
+  const Options& o = config_.options;
+  auto spec = schedule::ParseResizeSpec(o.resize);
+  if (!spec.ok()) return spec.status().WithContext("leader: option 'resize'");
+  schedule::ResizeScheduleParams params;
+  params.spec = *spec;
+  params.seed = o.seed;
+  params.num_samples = plan_.num_samples();
+  params.total_epochs = o.epochs;
+  params.base_batch_size = p;  // the producer batch is the schedule's base; consumers scale theirs
+  auto created = schedule::ResizeSchedule::Create(params);
+  if (!created.ok()) return created.status().WithContext("leader: resize schedule");
+  schedule_ = std::move(created).value();
+  const int full = schedule_->full_size();
+  if (o.image_size > 0 && o.image_size != full)
+    BC_LOG(Warn, Sched, "leader: resize max {} differs from image_size {}; the schedule's full "
+           "size {} is the largest size produced", full, o.image_size, full);
+  layout_ = source_->Layout(full);
+  scale_cap_ = static_cast<uint32_t>(std::min<int64_t>(spec->max_batch, UINT32_MAX));
+  switch (spec->lr) {
+    case schedule::LrRule::kLinear: lr_rule_ = shm::kLrLinear; break;
+    case schedule::LrRule::kSqrt: lr_rule_ = shm::kLrSqrt; break;
+    case schedule::LrRule::kNone: lr_rule_ = shm::kLrNone; break;
+  }
+  auto plan = schedule::FormatPlan(*schedule_);
+  if (!plan.ok()) return plan.status().WithContext("leader: resize plan");
+  std::string head = fmt::format(
+      "progressive resizing {}: {} samples, {} epochs, producer batch {} at full size; "
+      "consumer batches scale by B_S, capped by max_batch",
+      schedule::ResizeSpecToString(*spec), plan_.num_samples(), o.epochs, p);
+  BC_LOG(Info, Sched, "leader: {}\n{}", head, *plan);
+  if (config_.print_plan) {
+    std::fputs(fmt::format("batchcast: {}\n{}\n", head, *plan).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  (void)max_b;
+  return Status::Ok();
+}
+
+// Room for P distinct samples plus the tail any consumer batch <= max_b can need. With a
+// resize schedule, the largest over the buckets: a bucket's producer batch holds
+// floor(P x B_S) smaller samples and its consumers carve scaled batches.
+void Leader::SizeSlots(int64_t p, uint32_t max_b, uint64_t* slot_bytes) {
+  capacity_samples_ = uint64_t(p) + 2 * uint64_t(max_b) - 2 + 1;
+  images_bytes_ = capacity_samples_ * layout_.bytes();
+  if (schedule_ != nullptr) {
+    const uint64_t full = static_cast<uint64_t>(schedule_->full_size());
+    for (int size : schedule_->bucket_sizes()) {
+      const auto num = static_cast<uint32_t>(full * full);
+      const auto den = static_cast<uint32_t>(uint64_t(size) * uint64_t(size));
+      uint64_t n = uint64_t(p) * num / den;  // the schedule's producer batch at this size
+      uint64_t b = shm::ScaledConsumerBatch(max_b, num, den, scale_cap_);
+      uint64_t count = n + 2 * b - 2 + 1;
+      capacity_samples_ = std::max(capacity_samples_, count);
+      images_bytes_ = std::max<uint64_t>(images_bytes_, count * source_->Layout(size).bytes());
+    }
+  }
+  labels_offset_ = Align(images_bytes_, 64);
+  ids_offset_ = Align(labels_offset_ + capacity_samples_ * sizeof(int64_t), 64);
+  *slot_bytes = Align(ids_offset_ + capacity_samples_ * sizeof(int64_t), 4096);
+}
+
+Result<int64_t> Leader::BeginEpoch(uint64_t epoch) {
+  if (schedule_ == nullptr) {
+    epoch_samples_ = static_cast<uint64_t>(plan_.num_samples());
+    return plan_.BatchesPerEpoch();
+  }
+  auto batches = schedule_->ProducerBatches(static_cast<int>(epoch), plan_.producer_batch());
+  if (!batches.ok()) return batches.status().WithContext(fmt::format("leader: epoch {}", epoch));
+  epoch_batches_ = std::move(batches).value();
+  std::vector<int64_t> per_size(schedule_->bucket_sizes().size(), 0);
+  std::vector<int64_t> batches_per_size(per_size.size(), 0);
+  epoch_samples_ = 0;
+  for (const auto& pb : epoch_batches_) {
+    per_size[pb.bucket] += static_cast<int64_t>(pb.samples.size());
+    batches_per_size[pb.bucket] += 1;
+    epoch_samples_ += pb.samples.size();
+  }
+  std::string mix;
+  for (size_t b = 0; b < per_size.size(); ++b) {
+    if (per_size[b] == 0) continue;
+    mix += fmt::format("{}{} @{} ({} batches of <= {}, lr x{:.3g})", mix.empty() ? "" : ", ",
+                       per_size[b], schedule_->bucket_sizes()[b], batches_per_size[b],
+                       schedule_->ScaledBatchSize(plan_.producer_batch(), int(b)),
+                       schedule_->LrFactor(plan_.producer_batch(), int(b)));
+  }
+  BC_LOG(Info, Sched, "leader: epoch {} ({}): {} of {} samples in {} producer batches: {}", epoch,
+         schedule::EpochPhaseName(schedule_->Phase(static_cast<int>(epoch))), epoch_samples_,
+         plan_.num_samples(), epoch_batches_.size(), mix);
+  if (epoch_samples_ < static_cast<uint64_t>(plan_.num_samples()))
+    BC_LOG(Info, Sched, "leader: epoch {} covers {} of {} samples (exhaustive mode trains only "
+           "the smallest non-empty bucket)", epoch, epoch_samples_, plan_.num_samples());
+  return static_cast<int64_t>(epoch_batches_.size());
+}
+
+Leader::BatchPlan Leader::PlanBatch(uint64_t epoch, int64_t k) {
+  BatchPlan bp;
+  if (schedule_ == nullptr) {
+    bp.samples = plan_.Batch(epoch, k);
+    return bp;
+  }
+  const schedule::ProducerBatch& pb = epoch_batches_[static_cast<size_t>(k)];
+  const uint64_t full = static_cast<uint64_t>(schedule_->full_size());
+  bp.samples = pb.samples;
+  bp.image_size = pb.image_size;
+  bp.lr_factor = static_cast<float>(pb.lr_factor);
+  bp.scale_num = static_cast<uint32_t>(full * full);
+  bp.scale_den = static_cast<uint32_t>(uint64_t(pb.image_size) * uint64_t(pb.image_size));
+  return bp;
 }
 
 void Leader::Abort(const std::string& why) {
@@ -84,8 +193,13 @@ Status Leader::Run() {
     tc->SetGauge(telemetry::Gauge::kRingSlots, ring_->config().num_slots);
     tc->SetGauge(telemetry::Gauge::kWorkerThreads, source_->threads());
   }
-  const int64_t bpe = plan_.BatchesPerEpoch();
   for (uint64_t e = 0; e < static_cast<uint64_t>(config_.options.epochs); ++e) {
+    auto epoch_batches = BeginEpoch(e);
+    if (!epoch_batches.ok()) {
+      ring_->Fail(epoch_batches.status().message());
+      return epoch_batches.status();
+    }
+    const int64_t bpe = *epoch_batches;
     for (int64_t k = 0; k < bpe; ++k) {
       if (abort_.load()) return CancelledError("leader: aborted");
       if (k == 0 && e > 0) ring_->AdmitJoining(ring_->next_seq());  // joiners start an epoch
@@ -114,12 +228,15 @@ Status Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe) {
   int64_t t1 = shm::MonotonicNs();
   stats_.slot_wait_ns += t1 - t0;
   if (slot_hook_ != nullptr) BC_RETURN_IF_ERROR(slot_hook_->BeforeFill(w));
-  std::span<const int64_t> samples = plan_.Batch(epoch, k);
+  const BatchPlan bp = PlanBatch(epoch, k);
+  std::span<const int64_t> samples = bp.samples;
+  const pipeline::SampleLayout layout = schedule_ ? source_->Layout(bp.image_size) : layout_;
   auto* labels = reinterpret_cast<int64_t*>(w.data + labels_offset_);
   auto* ids = reinterpret_cast<int64_t*>(w.data + ids_offset_);
   pipeline::BatchRequest req;
   req.epoch = epoch;
   req.samples = samples;
+  req.image_size = bp.image_size;
   req.images = w.data;
   req.labels = labels;
   pipeline::BatchResult result;
@@ -133,12 +250,15 @@ Status Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe) {
   else std::copy(samples.begin(), samples.begin() + n, ids);
 
   uint32_t tail = 0;
-  for (const auto& r : ring_->Receivers(w.seq))
-    tail = std::max(tail, shm::TailNeeded(n, r.batch_size, r.flags));
-  if (n + uint64_t(tail) > capacity_samples_)
-    return InternalError("leader: tail of {} does not fit a slot of {} samples", tail,
-                         capacity_samples_);
-  const uint64_t sb = layout_.bytes();
+  for (const auto& r : ring_->Receivers(w.seq)) {
+    uint32_t b = shm::ScaledConsumerBatch(r.batch_size, bp.scale_num, bp.scale_den, scale_cap_);
+    tail = std::max(tail, shm::TailNeeded(n, b, r.flags));
+  }
+  const uint64_t sb = layout.bytes();
+  if (n + uint64_t(tail) > capacity_samples_ || (n + uint64_t(tail)) * sb > images_bytes_)
+    return InternalError("leader: {} samples and a tail of {} at {} bytes each do not fit a slot "
+                         "of {} samples / {} image bytes", n, tail, sb, capacity_samples_,
+                         images_bytes_);
   for (uint32_t j = 0; j < tail && n > 0; ++j) {  // fill repeats, written once for everyone
     uint32_t src = j % n;
     std::memcpy(w.data + uint64_t(n + j) * sb, w.data + uint64_t(src) * sb, sb);
@@ -149,22 +269,26 @@ Status Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe) {
   d->epoch = epoch;
   d->batch_in_epoch = static_cast<uint64_t>(k);
   d->batches_in_epoch = static_cast<uint64_t>(bpe);
-  d->samples_in_epoch = static_cast<uint64_t>(plan_.num_samples());
+  d->samples_in_epoch = epoch_samples_;
   d->num_samples = n;
   d->tail = tail;
   d->skipped = static_cast<uint32_t>(result.skipped.size());
   d->flags = (k == bpe - 1) ? uint32_t(shm::kLastInEpoch) : 0u;
-  d->dtype = static_cast<uint32_t>(layout_.dtype);
-  d->layout = static_cast<uint32_t>(layout_.layout);
-  d->channels = layout_.channels;
-  d->height = layout_.height;
-  d->width = layout_.width;
+  d->dtype = static_cast<uint32_t>(layout.dtype);
+  d->layout = static_cast<uint32_t>(layout.layout);
+  d->channels = layout.channels;
+  d->height = layout.height;
+  d->width = layout.width;
   d->sample_bytes = sb;
   d->images_offset = 0;
   d->labels_offset = labels_offset_;
   d->ids_offset = ids_offset_;
-  d->lr_factor = 1.0f;
-  d->image_size = layout_.height;
+  d->lr_factor = bp.lr_factor;
+  d->image_size = schedule_ ? bp.image_size : layout.height;
+  d->scale_num = bp.scale_num;
+  d->scale_den = bp.scale_den;
+  d->scale_cap = schedule_ ? scale_cap_ : 0;
+  d->lr_rule = schedule_ ? lr_rule_ : uint32_t(shm::kLrGiven);
   if (slot_hook_ != nullptr) BC_RETURN_IF_ERROR(slot_hook_->BeforePublish(w));
   int64_t t3 = shm::MonotonicNs();
   uint64_t receivers = ring_->Publish(w);
@@ -184,6 +308,11 @@ Status Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe) {
     tc->Span(SpanKind::kPublish, w.seq, t3, t4);
     tc->SetGauge(Gauge::kRingOccupancy, ring_->OccupiedSlots());
     tc->SetGauge(Gauge::kConsumersAttached, __builtin_popcountll(receivers));
+    if (schedule_ != nullptr) {  // progressive resizing: size, batch and LR factor over time
+      tc->SetGauge(Gauge::kImageSize, bp.image_size);
+      tc->SetGauge(Gauge::kBatchSize, n);
+      tc->SetGauge(Gauge::kLrFactor, bp.lr_factor);
+    }
   }
   stats_.producer_batches += 1;
   stats_.samples_produced += n;

@@ -3,17 +3,24 @@
 // The node leader: runs a BatchSource once per producer batch, straight into ring slot
 // memory, and publishes each batch to every attached consumer. Front doors (the MPI
 // Runtime, `batchcast serve`, Python) differ only in how they create it and who joins.
+//
+// With options.resize set the leader executes a progressive-resizing schedule
+// (docs/progressive-resizing.md): each epoch is the schedule's producer batches, each of
+// one image size, decoded at that size, with its LR factor and batch scale in the slot
+// descriptor so that consumers carve batches scaled the same way.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "batchcast/options.h"
 #include "batchcast/status.h"
 #include "node/batch_source.h"
 #include "node/stream.h"
+#include "schedule/resize_schedule.h"
 #include "telemetry/collector.h"
 #include "transport/shm/ring_leader.h"
 
@@ -30,6 +37,8 @@ struct LeaderConfig {
   // End the stream once every admitted consumer has left (MPI jobs). A service keeps going.
   bool end_when_empty = true;
   telemetry::Collector* collector = nullptr;  // optional; not owned
+  // With a resize schedule: also print its plan to stdout (it is always logged at INFO).
+  bool print_plan = true;
 };
 
 struct LeaderStats {
@@ -68,9 +77,23 @@ class Leader {
   int64_t producer_batch() const { return plan_.producer_batch(); }
   // Installs `hook` (not owned; must outlive Run()). Call before Run().
   void SetSlotHook(SlotHook* hook) { slot_hook_ = hook; }
+  // The progressive-resizing schedule being executed; null without options.resize.
+  const schedule::ResizeSchedule* resize_schedule() const { return schedule_.get(); }
 
  private:
   Leader(const LeaderConfig& config, std::unique_ptr<BatchSource> source, int64_t producer_batch);
+  // What producer batch k of the current epoch holds and how it is scaled.
+  struct BatchPlan {
+    std::span<const int64_t> samples;
+    int image_size = 0;          // 0: the source's default size (no schedule)
+    float lr_factor = 1.0f;
+    uint32_t scale_num = 0, scale_den = 0;  // W_full^2, W^2 (0: no scaling)
+  };
+  Status InitResize(int64_t producer_batch, uint32_t max_consumer_batch);
+  void SizeSlots(int64_t producer_batch, uint32_t max_consumer_batch, uint64_t* slot_bytes);
+  // Prepares epoch e; returns its number of producer batches.
+  Result<int64_t> BeginEpoch(uint64_t epoch);
+  BatchPlan PlanBatch(uint64_t epoch, int64_t k);
   Status ProduceOne(uint64_t epoch, int64_t k, int64_t batches_per_epoch);
 
   LeaderConfig config_;
@@ -79,6 +102,12 @@ class Leader {
   std::unique_ptr<shm::RingLeader> ring_;
   pipeline::SampleLayout layout_;
   uint64_t labels_offset_ = 0, ids_offset_ = 0, capacity_samples_ = 0;
+  uint64_t images_bytes_ = 0;      // room for images in a slot
+  std::unique_ptr<schedule::ResizeSchedule> schedule_;
+  std::vector<schedule::ProducerBatch> epoch_batches_;  // the current epoch's (with schedule_)
+  uint64_t epoch_samples_ = 0;     // samples the current epoch covers
+  uint32_t scale_cap_ = 0;         // the spec's max_batch, for consumers' scaled batches
+  uint32_t lr_rule_ = 0;           // shm::LrRuleCode of the spec's lr rule
   std::atomic<bool> abort_{false};
   LeaderStats stats_;
   SlotHook* slot_hook_ = nullptr;

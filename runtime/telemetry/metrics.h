@@ -49,6 +49,11 @@ enum class Gauge : int {
   kRingSlots,            // leader: ring capacity, for occupancy fractions
   kWorkerThreads,        // leader: decode worker threads
   kConsumersAttached,    // leader: consumers currently attached
+  kImageSize,            // progressive resizing: image size of the batches (leader: produced,
+                         // consumer: received); absent (0) without a resize schedule
+  kBatchSize,            // progressive resizing: samples per batch (leader: producer batch,
+                         // consumer: its scaled batch)
+  kLrFactor,             // progressive resizing: LR factor delivered with the batches
   kCount
 };
 

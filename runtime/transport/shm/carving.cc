@@ -2,6 +2,8 @@
 #include "transport/shm/carving.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 
 #include "core/random.h"
 #include "transport/shm/segment.h"
@@ -14,6 +16,24 @@ uint32_t FillRepeats(uint32_t n, uint32_t b) {
   return k * b - n;
 }
 }  // namespace
+
+uint32_t ScaledConsumerBatch(uint32_t b, uint32_t num, uint32_t den, uint32_t cap) {
+  if (den == 0 || b == 0) return b;
+  uint64_t scaled = std::max<uint64_t>(uint64_t(b) * num / den, b);
+  if (cap > 0) scaled = std::min<uint64_t>(scaled, std::max(cap, b));
+  return static_cast<uint32_t>(std::min<uint64_t>(scaled, UINT32_MAX));
+}
+
+float ConsumerLrFactor(uint32_t b, uint32_t scaled, uint32_t rule, float given) {
+  if (b == 0) return given;
+  double r = double(scaled) / double(b);
+  switch (rule) {
+    case kLrLinear: return static_cast<float>(r);
+    case kLrSqrt: return static_cast<float>(std::sqrt(r));
+    case kLrNone: return 1.0f;
+    default: return given;
+  }
+}
 
 uint32_t TailNeeded(uint32_t n, uint32_t b, uint32_t flags) {
   if (n == 0 || b == 0) return 0;

@@ -22,6 +22,18 @@ struct CarvePlan {
   std::vector<uint32_t> order;   // carve indices in the order they are handed out
 };
 
+// Progressive resizing: a consumer's batch size for a producer batch whose images are
+// scaled by num/den in pixel count (W_full^2 / W^2): max(b, floor(b x num / den)), capped
+// at max(cap, b) when cap > 0. den == 0 means no scaling. Same arithmetic as
+// schedule::ResizeSchedule::ScaledBatchSize, so leader and consumers agree.
+uint32_t ScaledConsumerBatch(uint32_t b, uint32_t num, uint32_t den, uint32_t cap);
+
+// How a consumer's LR factor follows its scaled batch (SlotDesc::lr_rule).
+enum LrRuleCode : uint32_t { kLrGiven = 0, kLrLinear = 1, kLrSqrt = 2, kLrNone = 3 };
+// The LR factor for a consumer that carves `scaled` samples where it asked for `b`;
+// kLrGiven returns `given` (the leader's factor for the producer batch).
+float ConsumerLrFactor(uint32_t b, uint32_t scaled, uint32_t rule, float given);
+
 // Tail copies this consumer needs for a producer batch of n samples.
 uint32_t TailNeeded(uint32_t n, uint32_t batch_size, uint32_t flags);
 CarvePlan PlanCarves(uint64_t seq, uint32_t n, uint32_t tail, uint32_t batch_size,

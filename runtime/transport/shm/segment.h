@@ -55,6 +55,15 @@ struct SlotDesc {
   float lr_factor;             // progressive resizing: learning-rate factor for this batch
   int32_t image_size;
   int64_t publish_ns;          // CLOCK_MONOTONIC at publish (hand-off latency)
+  // Progressive resizing (docs/progressive-resizing.md): every consumer carves
+  // ScaledConsumerBatch(own b, ...) samples per batch from this producer batch, i.e.
+  // max(b, floor(b x scale_num / scale_den)) capped at max(scale_cap, b) when scale_cap > 0.
+  // scale_den == 0: no scaling (carve b). lr_rule says how a consumer derives its own LR
+  // factor from its scaled batch (carving.h LrRuleCode); 0 = take lr_factor as is.
+  uint32_t scale_num;          // W_full^2
+  uint32_t scale_den;          // W^2 of this batch's image size
+  uint32_t scale_cap;          // max_batch of the resize spec (0 = no cap)
+  uint32_t lr_rule;
 };
 
 struct alignas(64) ConsumerEntry {

@@ -1,0 +1,334 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Progressive resizing executed by the leader (docs/progressive-resizing.md): a Leader
+// with options.resize and real Consumers over shared memory. The source writes pixels
+// that are a function of (sample, image size), so every byte a consumer sees proves the
+// sample was produced at the size the schedule gave it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "batchcast/consumer.h"
+#include "node/leader.h"
+#include "schedule/resize_schedule.h"
+#include "schedule/resize_spec.h"
+#include "tests/unit/node/synthetic_source.h"
+
+namespace batchcast::node {
+namespace {
+
+uint8_t SizedPixel(int64_t sample, int size, size_t byte) {
+  return SyntheticPixel(sample * 131 + size, byte);
+}
+
+// A source that honours BatchRequest::image_size (like the decode pipeline does).
+class SizedSource : public BatchSource {
+ public:
+  SizedSource(int64_t n, int full, int channels) : n_(n), full_(full), channels_(channels) {}
+  int64_t num_samples() const override { return n_; }
+  pipeline::SampleLayout MaxLayout() const override { return Layout(full_); }
+  pipeline::SampleLayout Layout(int size) const override {
+    pipeline::SampleLayout l;
+    l.channels = channels_;
+    l.height = l.width = size > 0 ? size : full_;
+    return l;
+  }
+  Status Fill(const pipeline::BatchRequest& req, pipeline::BatchResult* result) override {
+    const int size = req.image_size > 0 ? req.image_size : full_;
+    const size_t sb = Layout(size).bytes();
+    auto* out = static_cast<uint8_t*>(req.images);
+    for (size_t i = 0; i < req.samples.size(); ++i) {
+      for (size_t b = 0; b < sb; ++b) out[i * sb + b] = SizedPixel(req.samples[i], size, b);
+      req.labels[i] = req.samples[i] % 10;
+    }
+    result->written = static_cast<int64_t>(req.samples.size());
+    result->kept.assign(req.samples.begin(), req.samples.end());
+    return Status::Ok();
+  }
+
+ private:
+  int64_t n_;
+  int full_, channels_;
+};
+
+std::string UniqueSocket() {
+  static std::atomic<int> n{0};
+  return "batchcast-test-" + std::to_string(getpid()) + "-resize-" + std::to_string(n++);
+}
+
+struct RunningLeader {
+  std::unique_ptr<Leader> leader;
+  std::thread thread;
+  Status status;
+  ~RunningLeader() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+Options ResizeOptions(const std::string& spec, int epochs, int producer_batch) {
+  Options o;
+  o.epochs = epochs;
+  o.seed = 7;
+  o.producer_batch = producer_batch;
+  o.buffer_depth = 2;
+  o.ring_slots = 4;
+  o.heartbeat_ms = 5000;
+  o.resize = spec;
+  return o;
+}
+
+std::unique_ptr<RunningLeader> StartLeader(const Options& o, int consumers, uint32_t max_b,
+                                           int64_t n, int full) {
+  LeaderConfig cfg;
+  cfg.options = o;
+  cfg.expected_consumers = consumers;
+  cfg.max_consumer_batch = max_b;
+  cfg.socket_name = UniqueSocket();
+  cfg.job = "test";
+  cfg.join_timeout_ms = 30000;
+  cfg.print_plan = false;
+  auto r = std::make_unique<RunningLeader>();
+  auto l = Leader::Create(cfg, std::make_unique<SizedSource>(n, full, 3));
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  if (!l.ok()) return nullptr;
+  r->leader = std::move(l).value();
+  r->thread = std::thread([p = r.get()] { p->status = p->leader->Run(); });
+  return r;
+}
+
+// One batch as a consumer saw it.
+struct SeenBatch {
+  uint64_t epoch;
+  int image_size;
+  int64_t size;
+  float lr_factor;
+  int32_t repeats;
+  std::vector<int64_t> ids;
+};
+
+struct Seen {
+  std::vector<SeenBatch> batches;
+  int64_t bad_pixels = 0, bad_shapes = 0, bad_labels = 0;
+  ConsumerStats stats;
+  Status status;
+};
+
+void Consume(Consumer* c, Seen* seen) {
+  Batch batch;
+  for (;;) {
+    Status st = c->Next(&batch);
+    if (!st.ok()) {
+      if (st.code() != StatusCode::kEndOfStream) seen->status = st;
+      break;
+    }
+    const BatchInfo& info = batch.info();
+    const TensorView& img = batch.images();
+    const int s = info.image_size;
+    if (img.shape[0] != batch.size() || img.shape[1] != 3 || img.shape[2] != s ||
+        img.shape[3] != s || img.nbytes != size_t(batch.size()) * 3 * s * s)
+      ++seen->bad_shapes;
+    SeenBatch sb{info.epoch, s, batch.size(), info.lr_factor, info.repeats, {}};
+    const size_t bytes = size_t(3) * s * s;
+    const auto* px = static_cast<const uint8_t*>(img.data);
+    const auto* labels = static_cast<const int64_t*>(batch.labels().data);
+    for (int64_t i = 0; i < batch.size(); ++i) {
+      const int64_t id = batch.sample_ids()[i];
+      sb.ids.push_back(id);
+      for (size_t b = 0; b < bytes; ++b)
+        if (px[size_t(i) * bytes + b] != SizedPixel(id, s, b)) ++seen->bad_pixels;
+      if (labels[i] != id % 10) ++seen->bad_labels;
+    }
+    seen->batches.push_back(std::move(sb));
+  }
+  seen->stats = c->stats();
+}
+
+// Runs a leader and one consumer per batch size to the end of the stream.
+std::vector<Seen> RunStream(const Options& o, const std::vector<int>& sizes, int64_t n, int full,
+                            bool offset, bool shuffle) {
+  uint32_t max_b = 0;
+  for (int b : sizes) max_b = std::max<uint32_t>(max_b, uint32_t(b));
+  auto leader = StartLeader(o, static_cast<int>(sizes.size()), max_b, n, full);
+  std::vector<Seen> seen(sizes.size());
+  if (leader == nullptr) return seen;
+  std::vector<std::unique_ptr<Consumer>> consumers;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    Options co = o;
+    co.batch_size = sizes[i];
+    co.carve_offset = offset;
+    co.carve_shuffle = shuffle;
+    auto c = Consumer::Attach(leader->leader->address(), co, static_cast<int>(i));
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (!c.ok()) return seen;
+    consumers.push_back(std::move(c).value());
+  }
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < sizes.size(); ++i) threads.emplace_back(Consume, consumers[i].get(), &seen[i]);
+  for (auto& t : threads) t.join();
+  leader->thread.join();
+  EXPECT_TRUE(leader->status.ok()) << leader->status.ToString();
+  return seen;
+}
+
+// The schedule the leader executes, rebuilt independently from the same inputs.
+std::unique_ptr<schedule::ResizeSchedule> Expected(const Options& o, int64_t n) {
+  auto spec = schedule::ParseResizeSpec(o.resize);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  schedule::ResizeScheduleParams p;
+  p.spec = *spec;
+  p.seed = o.seed;
+  p.num_samples = n;
+  p.total_epochs = o.epochs;
+  p.base_batch_size = o.producer_batch;
+  auto s = schedule::ResizeSchedule::Create(p);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(s).value();
+}
+
+int BucketOf(const schedule::ResizeSchedule& s, int image_size) {
+  for (int b = 0; b < s.num_buckets(); ++b)
+    if (s.bucket_sizes()[b] == image_size) return b;
+  return -1;
+}
+
+// Every sample trained in `epoch` exactly once (plus the reported fill repeats), at the
+// size the schedule gives it, with the consumer's scaled batch size and LR factor.
+void ExpectFollowsSchedule(const Seen& seen, const schedule::ResizeSchedule& s, int base_b,
+                           int epochs) {
+  ASSERT_TRUE(seen.status.ok()) << seen.status.ToString();
+  EXPECT_EQ(seen.bad_pixels, 0);
+  EXPECT_EQ(seen.bad_shapes, 0);
+  EXPECT_EQ(seen.bad_labels, 0);
+  std::map<uint64_t, std::map<int64_t, int>> counts;
+  std::map<uint64_t, std::map<int64_t, int>> size_of;
+  std::map<uint64_t, int64_t> repeats;
+  for (const SeenBatch& b : seen.batches) {
+    const int bucket = BucketOf(s, b.image_size);
+    ASSERT_GE(bucket, 0) << "image size " << b.image_size << " is not a bucket";
+    EXPECT_EQ(b.size, s.ScaledBatchSize(base_b, bucket)) << "at size " << b.image_size;
+    EXPECT_NEAR(b.lr_factor, s.LrFactor(base_b, bucket), 1e-5) << "at size " << b.image_size;
+    repeats[b.epoch] += b.repeats;
+    for (int64_t id : b.ids) {
+      counts[b.epoch][id] += 1;
+      auto [it, fresh] = size_of[b.epoch].emplace(id, b.image_size);
+      EXPECT_EQ(it->second, b.image_size) << "sample " << id << " seen at two sizes";
+    }
+  }
+  ASSERT_EQ(static_cast<int>(counts.size()), epochs);
+  for (const auto& [epoch, c] : counts) {
+    SCOPED_TRACE("epoch " + std::to_string(epoch));
+    auto plan = s.PlanEpoch(static_cast<int>(epoch));
+    ASSERT_TRUE(plan.ok());
+    std::map<int64_t, int> expected_size;
+    for (int b = 0; b < s.num_buckets(); ++b)
+      for (int64_t id : plan->buckets[b].samples) expected_size[id] = s.bucket_sizes()[b];
+    ASSERT_EQ(c.size(), expected_size.size()) << "samples trained this epoch";
+    int64_t extra = 0;
+    for (const auto& [id, k] : c) {
+      ASSERT_TRUE(expected_size.count(id)) << "sample " << id << " is not in this epoch";
+      EXPECT_EQ(size_of[epoch][id], expected_size[id]) << "sample " << id;
+      extra += k - 1;
+    }
+    EXPECT_EQ(extra, repeats[epoch]) << "repeats must be exactly the reported fill repeats";
+  }
+  EXPECT_EQ(seen.stats.epochs_completed, epochs);
+}
+
+TEST(ResizeLeaderTest, MixedModeTrainsEverySampleOncePerEpochAtItsSize) {
+  const int64_t n = 401;  // prime: short last batches in every bucket
+  const int epochs = 5;
+  Options o = ResizeOptions("resize(sizes=8:12:16,upgrade=0.3,mode=mixed,final_epochs=1)",
+                            epochs, 24);
+  const std::vector<int> sizes = {8, 5, 3};
+  for (bool offset : {false, true}) {
+    SCOPED_TRACE(offset ? "carve offset + shuffle" : "plain carving");
+    std::vector<Seen> seen = RunStream(o, sizes, n, 16, offset, offset);
+    auto s = Expected(o, n);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      SCOPED_TRACE("consumer b=" + std::to_string(sizes[i]));
+      ExpectFollowsSchedule(seen[i], *s, sizes[i], epochs);
+    }
+    // Mixed: every epoch covers all N; the ramp uses more than one size in one epoch.
+    std::set<int> epoch2_sizes;
+    for (const SeenBatch& b : seen[0].batches)
+      if (b.epoch == 2) epoch2_sizes.insert(b.image_size);
+    EXPECT_GE(epoch2_sizes.size(), 2u);
+  }
+}
+
+TEST(ResizeLeaderTest, ExhaustiveModeCoversTheSmallestBucketOnly) {
+  const int64_t n = 200;
+  const int epochs = 6;
+  Options o = ResizeOptions("resize(sizes=8:16,upgrade=0.5,mode=exhaustive,final_epochs=1)",
+                            epochs, 16);
+  std::vector<Seen> seen = RunStream(o, {4, 6}, n, 16, true, true);
+  auto s = Expected(o, n);
+  ExpectFollowsSchedule(seen[0], *s, 4, epochs);
+  ExpectFollowsSchedule(seen[1], *s, 6, epochs);
+  // Epoch 1 trains only the 100 samples still in bucket 0.
+  std::set<int64_t> epoch1;
+  for (const SeenBatch& b : seen[0].batches)
+    if (b.epoch == 1) epoch1.insert(b.ids.begin(), b.ids.end());
+  EXPECT_EQ(epoch1.size(), 100u);
+}
+
+TEST(ResizeLeaderTest, MaxBatchCapsConsumerBatchesAndLrFactors) {
+  const int64_t n = 150;
+  Options o = ResizeOptions("resize(sizes=4:8,upgrade=1,max_batch=10,lr=sqrt,final_epochs=1)",
+                            2, 16);
+  std::vector<Seen> seen = RunStream(o, {4, 16}, n, 8, false, false);
+  auto s = Expected(o, n);
+  ExpectFollowsSchedule(seen[0], *s, 4, 2);
+  ExpectFollowsSchedule(seen[1], *s, 16, 2);
+  for (const SeenBatch& b : seen[0].batches) {
+    if (b.epoch != 0) continue;
+    EXPECT_EQ(b.image_size, 4);
+    EXPECT_EQ(b.size, 10);  // 4 x (8/4)^2 = 16, capped at 10
+    EXPECT_NEAR(b.lr_factor, std::sqrt(10.0 / 4.0), 1e-5);
+  }
+  for (const SeenBatch& b : seen[1].batches) {
+    if (b.epoch == 0) {
+      EXPECT_EQ(b.size, 16);  // the cap never shrinks the full-size batch
+    }
+  }
+}
+
+TEST(ResizeLeaderTest, SameSeedGivesTheSameSizedStream) {
+  const int64_t n = 123;
+  Options o = ResizeOptions("resize(sizes=6:9:12,upgrade=0.4)", 3, 12);
+  auto run = [&]() {
+    std::vector<Seen> seen = RunStream(o, {5}, n, 12, true, true);
+    std::vector<std::tuple<uint64_t, int, int64_t, float, std::vector<int64_t>>> out;
+    for (const SeenBatch& b : seen[0].batches)
+      out.emplace_back(b.epoch, b.image_size, b.size, b.lr_factor, b.ids);
+    return out;
+  };
+  auto a = run();
+  auto b = run();
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+  o.seed = 8;
+  auto c = run();
+  EXPECT_NE(a, c) << "another seed must give another stream";
+}
+
+TEST(ResizeLeaderTest, BadSpecFailsLeaderCreationNamingTheOption) {
+  Options o = ResizeOptions("resize(min=8,max=16,upgarde=0.3)", 2, 16);
+  o.batch_size = 4;
+  LeaderConfig cfg;
+  cfg.options = o;
+  cfg.socket_name = UniqueSocket();
+  cfg.print_plan = false;
+  auto l = Leader::Create(cfg, std::make_unique<SizedSource>(10, 16, 3));
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("resize"), std::string::npos) << l.status().message();
+  EXPECT_NE(l.status().message().find("upgarde"), std::string::npos) << l.status().message();
+}
+
+}  // namespace
+}  // namespace batchcast::node
