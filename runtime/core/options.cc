@@ -69,6 +69,7 @@ const std::vector<Entry>& Registry() {
       BC_OPT(carve_shuffle, kBool, "seeded per-consumer order of the carved batches"),
       BC_OPT(leader_trains, kBool, "the leader rank also trains instead of being an extra rank"),
       BC_OPT(ranks_per_node, kInt, "form virtual nodes of this many consecutive ranks (0 = real nodes)"),
+      BC_ENUM(mode, "replicate|shard", "across nodes: replicate (every trainer sees the whole stream; node leaders split the decode and exchange it over MPI) or shard (data-parallel: each trainer gets a disjoint part of every global batch)"),
       BC_OPT(job_id, kString, "job identity used in segment and socket names (default: Slurm/Open MPI job id or leader pid)"),
       BC_OPT(heartbeat_ms, kDuration, "a consumer that shows no sign of life for this long is detached; accepts ms/s/m suffixes"),
       BC_OPT(resize, kString, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),

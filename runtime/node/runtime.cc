@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "node/consumer_internal.h"
 #include "node/leader.h"
+#include "node/multinode_leader.h"
 #include "telemetry/spec.h"
 #include "transport/mpi/mpi_status.h"
 
@@ -26,10 +27,15 @@ struct RuntimeState {
   MPI_Comm world = MPI_COMM_NULL;
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm trainers = MPI_COMM_NULL;
+  MPI_Comm leaders = MPI_COMM_NULL;   // node leaders only (kept for replicate mode)
+  int num_nodes = 1;
+  node::MultinodeConfig multi;        // across nodes (docs/multinode.md)
+  bool use_multi = false;             // this node runs a MultinodeLeader
   int world_rank = 0, world_size = 0;
   int node_id = 0, local_rank = 0, node_size = 0;
   bool leader = false, trainer = false;
   std::unique_ptr<node::Leader> leader_obj;
+  std::unique_ptr<node::MultinodeLeader> multi_obj;
   std::thread leader_thread;
   Status leader_status;
   bool served = false;
@@ -78,13 +84,60 @@ Status SplitNodes(internal::RuntimeState* s) {
   BC_MPI(MPI_Comm_split(world, s->local_rank == 0 ? 0 : MPI_UNDEFINED, s->world_rank, &leaders),
          "MPI_Comm_split (leaders)");
   if (leaders != MPI_COMM_NULL) {
+    BC_MPI(MPI_Comm_set_errhandler(leaders, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     BC_MPI(MPI_Comm_rank(leaders, &s->node_id), "MPI_Comm_rank (leaders)");
-    BC_MPI(MPI_Comm_free(&leaders), "MPI_Comm_free (leaders)");
+    BC_MPI(MPI_Comm_size(leaders, &s->num_nodes), "MPI_Comm_size (leaders)");
+    s->leaders = leaders;
   }
-  BC_MPI(MPI_Bcast(&s->node_id, 1, MPI_INT, 0, s->node), "MPI_Bcast (node id)");
+  int ids[2] = {s->node_id, s->num_nodes};
+  BC_MPI(MPI_Bcast(ids, 2, MPI_INT, 0, s->node), "MPI_Bcast (node id)");
+  s->node_id = ids[0];
+  s->num_nodes = ids[1];
   s->leader = s->local_rank == 0;
   s->trainer = !s->leader || s->options.leader_trains;
   log::SetRank(s->world_rank, s->local_rank);
+  return Status::Ok();
+}
+
+// Across nodes (docs/multinode.md): whether this node runs a MultinodeLeader and, in shard
+// mode, the job's trainer count and each local trainer's index in the trainers-only
+// communicator (which Create splits in world-rank order). Collective over the world; every
+// rank computes the same verdict from the same gathered table.
+Status PlanMultinode(internal::RuntimeState* s) {
+  const bool shard = s->options.mode == "shard";
+  int mine[3] = {s->trainer ? 1 : 0, s->trainer ? s->options.batch_size : 0, s->node_id};
+  std::vector<int> all(3 * static_cast<size_t>(s->world_size));
+  BC_MPI(MPI_Allgather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, s->world),
+         "MPI_Allgather (trainer table)");
+  node::MultinodeConfig& m = s->multi;
+  m.mode = shard ? node::MultinodeMode::kShard : node::MultinodeMode::kReplicate;
+  m.node_index = s->node_id;
+  m.num_nodes = s->num_nodes;
+  int first_b = -1, first_rank = -1;
+  for (int r = 0; r < s->world_size; ++r) {
+    const int* row = &all[3 * static_cast<size_t>(r)];
+    if (row[0] == 0) continue;
+    if (row[2] == s->node_id) m.trainer_index[r] = m.total_trainers;
+    m.total_trainers += 1;
+    if (first_b < 0) first_b = row[1], first_rank = r;
+    if (shard && row[1] != first_b)
+      return InvalidArgumentError(
+          "shard mode needs the same batch_size on every trainer (a global batch is trainers x "
+          "batch_size): rank {} has {}, rank {} has {}; set one batch_size for the whole job",
+          first_rank, first_b, r, row[1]);
+  }
+  s->use_multi = shard || s->num_nodes > 1;
+  if (!shard && s->num_nodes > 1) {
+    int provided = MPI_THREAD_SINGLE;
+    BC_MPI(MPI_Query_thread(&provided), "MPI_Query_thread");
+    if (provided < MPI_THREAD_MULTIPLE)
+      return FailedPreconditionError(
+          "replicate mode across {} nodes exchanges batches between node leaders from the "
+          "leader's background thread and needs MPI_THREAD_MULTIPLE, but MPI was initialised "
+          "with thread level {}; call MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, "
+          "&provided) (or use mode=shard, which uses no MPI while streaming)",
+          s->num_nodes, provided);
+  }
   return Status::Ok();
 }
 
@@ -100,6 +153,13 @@ Status StartLeader(internal::RuntimeState* s, std::string* socket_name) {
     ++trainers;
     max_b = std::max(max_b, all[2 * r]);
     max_epochs = std::max(max_epochs, all[2 * r + 1]);
+  }
+  if (s->use_multi) {  // every node leader must plan the same stream
+    int local[2] = {max_b, max_epochs}, global[2] = {0, 0};
+    BC_MPI(MPI_Allreduce(local, global, 2, MPI_INT, MPI_MAX, s->leaders),
+           "MPI_Allreduce (node leaders: batch size, epochs)");
+    max_b = global[0];
+    max_epochs = global[1];
   }
   if (trainers == 0)
     return FailedPreconditionError(
@@ -118,10 +178,22 @@ Status StartLeader(internal::RuntimeState* s, std::string* socket_name) {
   cfg.collector = s->collector.get();
   auto source = node::MakePipelineSource(s->options);
   if (!source.ok()) return source.status();
+  *socket_name = cfg.socket_name;
+  if (s->use_multi) {
+    s->multi.leaders = s->leaders;
+    auto multi = node::MultinodeLeader::Create(cfg, std::move(source).value(), s->multi);
+    if (!multi.ok()) return multi.status();
+    s->multi_obj = std::move(multi).value();
+    node::MultinodeLeader* l = s->multi_obj.get();
+    l->ring().SetLossHandler([l](const shm::MemberInfo& m, shm::LossKind kind) {
+      if (kind == shm::LossKind::kDetached) return;
+      l->Abort(fmt::format("{} died or stopped responding; failing the job", m.Describe()));
+    });
+    return Status::Ok();
+  }
   auto leader = node::Leader::Create(cfg, std::move(source).value());
   if (!leader.ok()) return leader.status();
   s->leader_obj = std::move(leader).value();
-  *socket_name = cfg.socket_name;
   // In an MPI job a consumer that vanishes is a dead rank: fail fast, naming it.
   node::Leader* l = s->leader_obj.get();
   l->ring().SetLossHandler([l](const shm::MemberInfo& m, shm::LossKind kind) {
@@ -175,6 +247,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
   s->finalized = true;  // until the job is fully up, destroying the Runtime just frees it
   BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(s->world, ValidateOptions(options)));
   BC_RETURN_IF_ERROR(SplitNodes(s));
+  BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(s->world, PlanMultinode(s)));
 
   Status st = StartTelemetry(s);
   st = mpi::AgreeOnStatus(s->world, st);
@@ -186,7 +259,10 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
     return st;
   }
   BC_RETURN_IF_ERROR(ShareAddress(s, &address));
-  if (s->leader) {
+  if (s->leader && s->multi_obj) {
+    node::MultinodeLeader* l = s->multi_obj.get();
+    s->leader_thread = std::thread([s, l] { s->leader_status = l->Run(); });
+  } else if (s->leader) {
     node::Leader* l = s->leader_obj.get();
     s->leader_thread = std::thread([s, l] { s->leader_status = l->Run(); });
   }
@@ -202,6 +278,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
   if (!st.ok()) {  // every rank fails together; stop our leader without aborting the job
     s->consumer.reset();
     if (s->leader_obj) s->leader_obj->Abort("job start failed: " + st.message());
+    if (s->multi_obj) s->multi_obj->Abort("job start failed: " + st.message());
     if (s->leader_thread.joinable()) s->leader_thread.join();
     s->finalized = true;
     return st;
@@ -243,7 +320,9 @@ Status Runtime::Serve() {
   s->served = true;
   if (s->leader_thread.joinable()) s->leader_thread.join();
   Status st = s->leader_status;
-  if (st.ok()) st = s->leader_obj->WaitUntilEmpty(24LL * 3600 * 1000);
+  if (st.ok())
+    st = s->multi_obj ? s->multi_obj->WaitUntilEmpty(24LL * 3600 * 1000)
+                      : s->leader_obj->WaitUntilEmpty(24LL * 3600 * 1000);
   if (!st.ok()) {
     BC_LOG(Error, Node, "leader of node {} (rank {}): {}", s->node_id, s->world_rank, st.ToString());
     std::fprintf(stderr, "batchcast: leader of node %d (rank %d) failed: %s\n", s->node_id,
@@ -275,9 +354,11 @@ Status Runtime::Finalize() {
   BC_MPI(MPI_Barrier(s->world), "MPI_Barrier (finalize)");
   if (s->trainers != MPI_COMM_NULL) MPI_Comm_free(&s->trainers);
   if (s->node != MPI_COMM_NULL) MPI_Comm_free(&s->node);
+  if (s->leaders != MPI_COMM_NULL) MPI_Comm_free(&s->leaders);
   if (s->world != MPI_COMM_NULL) MPI_Comm_free(&s->world);
   s->consumer.reset();
   s->leader_obj.reset();
+  s->multi_obj.reset();
   return first;
 }
 

@@ -55,6 +55,8 @@ struct BATCHCAST_API Options {
   bool carve_shuffle = false;   // per-consumer seeded order of carved batches
   bool leader_trains = false;   // the leader rank also consumes (no extra rank)
   int ranks_per_node = 0;       // >0 forms virtual nodes of this many ranks (tests)
+  std::string mode = "replicate";  // across nodes: replicate (every trainer sees the whole
+                                   // stream) | shard (data-parallel); docs/multinode.md
   std::string job_id;           // identity in segment names (default: from Slurm/MPI/pid)
   int64_t heartbeat_ms = 10000; // a consumer silent this long is detached
 
