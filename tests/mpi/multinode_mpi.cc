@@ -1,0 +1,293 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// mpi_multinode: both multi-node modes through batchcast::Runtime on virtual nodes
+// (ranks_per_node) or real hosts, run by tests/mpi/run_multinode.sh. Every trainer checks
+// what it receives against the stream definition computed here from (seed, epoch):
+//   shard:     batch g of epoch e holds exactly this trainer's part of global batch g
+//              (node/multinode_plan.h ShardPart of StreamPlan(N, T*b).Batch(e, g)), in
+//              order, then only reported fill repeats; over all trainers (MPI_Reduce of
+//              the per-sample counts) every sample of every epoch arrives exactly once.
+//   replicate: every sample of every epoch arrives at this trainer exactly once (plus the
+//              reported repeats) and each batch's samples belong to producer batch k of
+//              the single-node stream StreamPlan(N, P).
+// Both: each sample's pixels and label equal a reference decode done here (the pipeline is
+// a pure function of (seed, epoch, sample), so a share decoded on another node and
+// exchanged over MPI must match byte for byte). Trainer rank 0 prints PASS/FAIL.
+#include <fmt/format.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "batchcast/runtime.h"
+#include "data/dataset_reader.h"
+#include "node/multinode_plan.h"
+#include "node/stream.h"
+#include "pipeline/pipeline.h"
+
+namespace {
+
+using batchcast::Batch;
+using batchcast::Options;
+using batchcast::Status;
+using batchcast::StatusCode;
+
+uint64_t Fnv1a(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+
+class Checker {
+ public:
+  Checker(const Options& o, int trainer, int trainers, int64_t producer_batch)
+      : o_(o), t_(trainer), T_(trainers), p_(producer_batch) {}
+
+  Status Init() {
+    auto reader = batchcast::data::DatasetReader::Open(o_.dataset);
+    if (!reader.ok()) return reader.status();
+    n_ = reader.value()->info().num_samples;
+    if (o_.limit_samples > 0) n_ = std::min(n_, o_.limit_samples);
+    Options ref = o_;
+    ref.threads = 1;
+    auto p = batchcast::pipeline::Pipeline::Create(ref, std::move(reader).value());
+    if (!p.ok()) return p.status();
+    reference_ = std::move(p).value();
+    counts_.assign(size_t(o_.epochs) * size_t(n_), 0);
+    plan_ = std::make_unique<batchcast::node::StreamPlan>(n_, p_, o_.seed, o_.shuffle);
+    return Status::Ok();
+  }
+
+  void Check(const Batch& batch) {
+    const auto& info = batch.info();
+    const int64_t size = batch.size();
+    const int64_t fresh = size - info.repeats;
+    const int64_t* ids = batch.sample_ids();
+    if (info.epoch >= uint64_t(o_.epochs) || size != o_.batch_size || fresh <= 0) {
+      Fail(fmt::format("batch {} of epoch {}: size {}, repeats {} (b={}, epochs={})", info.index,
+                       info.epoch, size, info.repeats, o_.batch_size, o_.epochs));
+      return;
+    }
+    std::span<const int64_t> pb = plan_->Batch(info.epoch, int64_t(info.producer_batch));
+    if (o_.mode == "shard") {
+      auto part = batchcast::node::ShardPart(int64_t(pb.size()), T_, t_);
+      if (part.count != fresh)
+        Fail(fmt::format("epoch {} global batch {}: got {} fresh samples, my part has {}",
+                         info.epoch, info.producer_batch, fresh, part.count));
+      for (int64_t i = 0; i < std::min(fresh, part.count); ++i)
+        if (ids[i] != pb[size_t(part.begin + i)])
+          Fail(fmt::format("epoch {} global batch {} position {}: sample {}, expected {}",
+                           info.epoch, info.producer_batch, i, ids[i], pb[size_t(part.begin + i)]));
+    } else {
+      std::set<int64_t> members(pb.begin(), pb.end());
+      for (int64_t i = 0; i < size; ++i)
+        if (!members.count(ids[i]))
+          Fail(fmt::format("epoch {} producer batch {}: sample {} is not in it", info.epoch,
+                           info.producer_batch, ids[i]));
+    }
+    for (int64_t i = 0; i < size; ++i) {
+      if (ids[i] < 0 || ids[i] >= n_) {
+        Fail(fmt::format("sample id {} out of range", ids[i]));
+        return;
+      }
+      counts_[size_t(info.epoch) * size_t(n_) + size_t(ids[i])] += 1;
+    }
+    repeats_ += info.repeats;
+    batches_ += 1;
+    Verify(batch);
+  }
+
+  // Counts this trainer saw, minus its reported repeats, must cover the expectation.
+  void Finish(batchcast::Consumer& consumer) {
+    if (!consumer.status().ok()) Fail("consumer ended with: " + consumer.status().message());
+    if (consumer.stats().repeats != repeats_)
+      Fail(fmt::format("stats() reports {} repeats, batches {}", consumer.stats().repeats,
+                       repeats_));
+    if (o_.mode == "shard") return;  // checked over all trainers in Report
+    int64_t extra = 0;
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      if (counts_[i] == 0)
+        Fail(fmt::format("epoch {}: sample {} never arrived", i / size_t(n_), i % size_t(n_)));
+      extra += std::max(0, counts_[i] - 1);
+    }
+    if (extra != repeats_)
+      Fail(fmt::format("{} samples arrived more than once, batches reported {} repeats", extra,
+                       repeats_));
+  }
+
+  void Fail(const std::string& why) {
+    if (error_.empty()) error_ = why;
+  }
+  const std::string& error() const { return error_; }
+  std::vector<int>& counts() { return counts_; }
+  int64_t repeats() const { return repeats_; }
+  int64_t batches() const { return batches_; }
+  int64_t checksummed() const { return checksummed_; }
+
+ private:
+  void Verify(const Batch& batch) {
+    const auto& img = batch.images();
+    const int64_t size = batch.size();
+    const size_t sb = img.nbytes / size_t(size);
+    ref_images_.resize(sb * size_t(size));
+    ref_labels_.resize(size_t(size));
+    batchcast::pipeline::BatchRequest req;
+    req.epoch = batch.info().epoch;
+    req.samples = std::span<const int64_t>(batch.sample_ids(), size_t(size));
+    req.images = ref_images_.data();
+    req.labels = ref_labels_.data();
+    batchcast::pipeline::BatchResult res;
+    Status st = reference_->RunBatch(req, &res);
+    if (!st.ok()) return Fail("reference decode failed: " + st.message());
+    const auto* px = static_cast<const uint8_t*>(img.data);
+    const auto* labels = static_cast<const int64_t*>(batch.labels().data);
+    for (int64_t i = 0; i < size; ++i) {
+      const uint64_t got = Fnv1a(px + size_t(i) * sb, sb);
+      const uint64_t want = Fnv1a(ref_images_.data() + size_t(i) * sb, sb);
+      if (got != want)
+        Fail(fmt::format("sample {} (epoch {}): pixel checksum {:016x}, reference {:016x}",
+                         batch.sample_ids()[i], batch.info().epoch, got, want));
+      if (labels[i] != ref_labels_[size_t(i)])
+        Fail(fmt::format("sample {}: label {}, dataset says {}", batch.sample_ids()[i], labels[i],
+                         ref_labels_[size_t(i)]));
+      checksummed_ += 1;
+    }
+  }
+
+  Options o_;
+  int t_, T_;
+  int64_t p_;
+  int64_t n_ = 0;
+  std::unique_ptr<batchcast::pipeline::Pipeline> reference_;
+  std::unique_ptr<batchcast::node::StreamPlan> plan_;
+  std::vector<int> counts_;
+  std::vector<uint8_t> ref_images_;
+  std::vector<int64_t> ref_labels_;
+  int64_t repeats_ = 0, batches_ = 0, checksummed_ = 0;
+  std::string error_;
+};
+
+// Shard mode: summed over trainers, every (epoch, sample) exactly once beyond the repeats.
+std::string CheckUnion(MPI_Comm trainers, Checker& c, int64_t* total_repeats) {
+  int rank = 0;
+  MPI_Comm_rank(trainers, &rank);
+  std::vector<int> sum(rank == 0 ? c.counts().size() : 0);
+  MPI_Reduce(c.counts().data(), sum.data(), static_cast<int>(c.counts().size()), MPI_INT, MPI_SUM,
+             0, trainers);
+  int64_t mine = c.repeats();
+  MPI_Reduce(&mine, total_repeats, 1, MPI_INT64_T, MPI_SUM, 0, trainers);
+  if (rank != 0) return "";
+  int64_t extra = 0, missing = 0;
+  for (int k : sum) {
+    if (k == 0) ++missing;
+    extra += std::max(0, k - 1);
+  }
+  if (missing > 0) return fmt::format("{} (epoch, sample) pairs never arrived at any trainer", missing);
+  if (extra != *total_repeats)
+    return fmt::format("{} duplicate deliveries over all trainers, {} reported repeats", extra,
+                       *total_repeats);
+  return "";
+}
+
+int RunJob(int argc, char** argv) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  std::vector<std::string> words(argv + 1, argv + argc), rest;
+  auto resolved = batchcast::ResolveOptions(words, &rest);
+  if (!resolved.ok() || !rest.empty()) {
+    std::fprintf(stderr, "mpi_multinode: rank %d: %s\n", world_rank,
+                 resolved.ok() ? ("unknown argument " + rest[0]).c_str()
+                               : resolved.status().message().c_str());
+    return 2;
+  }
+  Options o = resolved.value();
+  auto rt = batchcast::Runtime::Create(o);
+  if (!rt.ok()) {
+    std::fprintf(stderr, "mpi_multinode: rank %d: runtime create failed: %s\n", world_rank,
+                 rt.status().message().c_str());
+    return 1;
+  }
+  batchcast::Runtime& runtime = *rt.value();
+  if (!runtime.is_trainer()) {
+    Status st = runtime.Serve();
+    Status fin = runtime.Finalize();
+    return st.ok() && fin.ok() ? 0 : 1;
+  }
+  MPI_Comm trainers = runtime.trainer_comm();
+  int t = 0, T = 0;
+  MPI_Comm_rank(trainers, &t);
+  MPI_Comm_size(trainers, &T);
+  const int64_t p = o.mode == "shard" ? int64_t(T) * o.batch_size
+                                      : (o.producer_batch > 0 ? o.producer_batch : 2 * o.batch_size);
+  Checker checker(o, t, T, p);
+  Status init = checker.Init();
+  if (!init.ok()) {
+    std::fprintf(stderr, "mpi_multinode: rank %d: %s\n", world_rank, init.message().c_str());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  batchcast::Consumer& consumer = runtime.consumer();
+  Batch batch;
+  for (;;) {
+    Status st = consumer.Next(&batch);
+    if (st.code() == StatusCode::kEndOfStream) break;
+    if (!st.ok()) {
+      std::fprintf(stderr, "mpi_multinode: rank %d: next batch failed: %s\n", world_rank,
+                   st.message().c_str());
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+    checker.Check(batch);
+  }
+  batch.Release();
+  checker.Finish(consumer);
+  consumer.Detach().IgnoreError();
+  int64_t total_repeats = 0;
+  std::string union_error = o.mode == "shard" ? CheckUnion(trainers, checker, &total_repeats) : "";
+  char line[512];
+  std::snprintf(line, sizeof(line), "  rank %d (trainer %d, node %d): batches=%lld repeats=%lld "
+                "checksummed=%lld %s%s", world_rank, t, runtime.node_id(),
+                (long long)checker.batches(), (long long)checker.repeats(),
+                (long long)checker.checksummed(), checker.error().empty() ? "ok" : "FAIL: ",
+                checker.error().c_str());
+  std::vector<char> all(t == 0 ? sizeof(line) * size_t(T) : 0);
+  MPI_Gather(line, sizeof(line), MPI_CHAR, all.data(), sizeof(line), MPI_CHAR, 0, trainers);
+  int bad = checker.error().empty() ? 0 : 1, bad_total = 0;
+  MPI_Allreduce(&bad, &bad_total, 1, MPI_INT, MPI_SUM, trainers);
+  int union_bad = union_error.empty() ? 0 : 1;
+  MPI_Bcast(&union_bad, 1, MPI_INT, 0, trainers);
+  const bool ok = bad_total == 0 && union_bad == 0;
+  if (t == 0) {
+    for (int r = 0; r < T; ++r) std::printf("%s\n", &all[size_t(r) * sizeof(line)]);
+    if (o.mode == "shard")
+      std::printf("  union over %d trainers: %s (%lld reported repeats)\n", T,
+                  union_error.empty() ? "every sample exactly once" : union_error.c_str(),
+                  (long long)total_repeats);
+    std::printf("%s mpi_multinode mode=%s: %d trainers, %d failed\n", ok ? "PASS" : "FAIL",
+                o.mode.c_str(), T, bad_total + union_bad);
+    std::fflush(stdout);
+  }
+  Status fin = runtime.Finalize();
+  return ok && fin.ok() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // MULTINODE_TEST_THREAD_LEVEL=single provokes the thread-level check of replicate mode.
+  const char* level = std::getenv("MULTINODE_TEST_THREAD_LEVEL");
+  const bool single = level != nullptr && std::string(level) == "single";
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, single ? MPI_THREAD_SINGLE : MPI_THREAD_MULTIPLE,
+                      &provided) != MPI_SUCCESS) {
+    std::fprintf(stderr, "mpi_multinode: MPI_Init_thread failed\n");
+    return 1;
+  }
+  int rc = RunJob(argc, argv);
+  MPI_Finalize();
+  return rc;
+}
