@@ -12,8 +12,12 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "core/errors.h"
 #include "data/convert.h"
 #include "data/dataset_writer.h"
+#include "data/image_encode.h"
+#include "pipeline/decode.h"
+#include "pipeline/transform.h"
 
 namespace batchcast::cli {
 namespace {
@@ -51,6 +55,87 @@ data::ProgressFn MakeProgress(const std::string& label) {
   };
 }
 
+// One offline bucket image: decode (DCT-scaled to at least the target), resize so the
+// shorter side is `size` (never upscaled), encode. Thread-safe (a decoder per thread).
+Result<std::vector<uint8_t>> MakeBucketImage(const std::string& encoding, int quality,
+                                             std::span<const uint8_t> sample, int width,
+                                             int height, int channels, int size) {
+  thread_local std::unique_ptr<pipeline::ImageDecoder> decoder;
+  pipeline::DecodedImage decoded;
+  pipeline::PixelView view;
+  if (channels > 0) {  // raw pixels
+    if (channels != 1 && channels != 3)
+      return InvalidArgumentError("raw samples with {} channels cannot be bucketed (1 or 3)",
+                                  channels);
+    view = pipeline::PixelView{sample.data(), size_t(width) * channels, width, height, channels};
+  } else {
+    if (!decoder) {
+      BC_ASSIGN_OR_RETURN(pipeline::ImageDecoder d, pipeline::ImageDecoder::Create());
+      decoder = std::make_unique<pipeline::ImageDecoder>(std::move(d));
+    }
+    BC_ASSIGN_OR_RETURN(pipeline::ImageHeader header,
+                        decoder->ReadHeader(sample, int64_t(1) << 31));
+    width = header.width;
+    height = header.height;
+    const double f = std::min(1.0, double(size) / std::min(width, height));
+    const int tw = std::max(1, int(width * f + 0.5)), th = std::max(1, int(height * f + 0.5));
+    int scale = pipeline::kScaleDenom;
+    if (header.format == pipeline::ImageFormat::kJpeg)
+      scale = pipeline::ChooseScaleNum(width, height, tw, th);
+    BC_RETURN_IF_ERROR(decoder->Decode(sample, header, scale, header.channels == 1 ? 1 : 3,
+                                       &decoded));
+    view = pipeline::PixelView{decoded.data(), decoded.stride(), decoded.width, decoded.height,
+                               decoded.channels};
+  }
+  const double f = std::min(1.0, double(size) / std::min(width, height));
+  const int tw = std::max(1, int(width * f + 0.5)), th = std::max(1, int(height * f + 0.5));
+  std::vector<uint8_t> resized(size_t(tw) * th * view.channels);
+  pipeline::ResizeBox(view, pipeline::FullBox(view.width, view.height), tw, th, resized.data(),
+                      size_t(tw) * view.channels);
+  if (encoding == "png") return data::EncodePng(resized, tw, th, view.channels);
+  return data::EncodeJpeg(resized, tw, th, view.channels, quality);
+}
+
+// --buckets 96,128,160 [--bucket-encoding jpeg|png] [--bucket-quality 90]
+void AddBucketOptions(CLI::App* cmd, data::OfflineBuckets* b) {
+  auto* text = new std::string();
+  auto* quality = new int(90);
+  cmd->add_option("--buckets", *text,
+                  "also store every image pre-resized (shorter side) per size, e.g. "
+                  "96,128,160,224: offline progressive-resizing buckets");
+  cmd->add_option("--bucket-encoding", b->encoding, "how bucket images are stored")
+      ->check(CLI::IsMember({"jpeg", "png"}))
+      ->capture_default_str();
+  cmd->add_option("--bucket-quality", *quality, "JPEG quality of bucket images (1-100)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  cmd->parse_complete_callback([=] {
+    b->sizes.clear();
+    if (text->empty()) return;
+    size_t start = 0;
+    while (start <= text->size()) {
+      size_t end = text->find(',', start);
+      if (end == std::string::npos) end = text->size();
+      std::string item = text->substr(start, end - start);
+      try {
+        size_t used = 0;
+        int v = std::stoi(item, &used);
+        if (used != item.size()) throw std::invalid_argument(item);
+        b->sizes.push_back(v);
+      } catch (const std::exception&) {
+        throw CLI::ValidationError("--buckets", "'" + item + "' is not a size in pixels (e.g. "
+                                   "--buckets 96,128,160)");
+      }
+      start = end + 1;
+    }
+    const std::string enc = b->encoding;
+    const int q = *quality;
+    b->encoder = [enc, q](std::span<const uint8_t> s, int w, int h, int c, int size) {
+      return MakeBucketImage(enc, q, s, w, h, c, size);
+    };
+  });
+}
+
 void Report(const Result<data::ConvertReport>& r, const std::string& out, int* exit_code) {
   if (!r.ok()) {
     std::fprintf(stderr, "batchcast convert: %s\n", r.status().message().c_str());
@@ -62,6 +147,19 @@ void Report(const Result<data::ConvertReport>& r, const std::string& out, int* e
               "%.2f s\n", out.c_str(), static_cast<long long>(r->samples),
               static_cast<long long>(r->stored_bytes), r->skipped.size(),
               static_cast<long long>(r->ignored_files), r->seconds);
+  if (r->bucket_sizes.empty()) return;
+  int64_t total = 0;
+  std::string per;
+  for (size_t i = 0; i < r->bucket_sizes.size(); ++i) {
+    total += r->bucket_bytes[i];
+    per += fmt::format("{}{}: {:.1f} MiB ({:.3f}x)", i ? ", " : "", r->bucket_sizes[i],
+                       r->bucket_bytes[i] / 1048576.0,
+                       r->stored_bytes ? double(r->bucket_bytes[i]) / r->stored_bytes : 0.0);
+  }
+  std::printf("offline buckets: %s; storage %.1f MiB for the images + %.1f MiB for the buckets "
+              "= %.3fx the images alone\n", per.c_str(), r->stored_bytes / 1048576.0,
+              total / 1048576.0,
+              r->stored_bytes ? double(r->stored_bytes + total) / r->stored_bytes : 0.0);
 }
 
 std::vector<std::string> SplitCommas(const std::string& text) {
@@ -99,6 +197,7 @@ void RegisterIdx(CLI::App* convert, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-compress", *no_compress, "raw: store chunks without gzip");
   cmd->add_flag("--force", o->overwrite, "replace OUT if it exists");
+  AddBucketOptions(cmd, &o->buckets);
   cmd->callback([=] {
     if (*fashion) o->class_names = data::FashionMnistClassNames();
     if (!names->empty()) o->class_names = SplitCommas(*names);
@@ -120,6 +219,7 @@ void RegisterImageFolder(CLI::App* convert, int* exit_code) {
   cmd->add_flag("--skip-bad", o->skip_bad,
                 "skip unreadable or corrupt images (each is reported) instead of failing");
   cmd->add_flag("--force", o->overwrite, "replace OUT if it exists");
+  AddBucketOptions(cmd, &o->buckets);
   cmd->callback([=] {
     ArmCleanup(o->out_path);
     Report(data::ConvertImageFolder(*o, MakeProgress("convert")), o->out_path, exit_code);

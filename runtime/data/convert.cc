@@ -35,7 +35,38 @@ struct Encoded {
   Status status;
   std::vector<uint8_t> bytes;
   ImageHeader header;
+  std::vector<std::vector<uint8_t>> buckets;  // one pre-resized image per bucket size
 };
+
+Status CheckBuckets(const OfflineBuckets& b) {
+  if (!b.sizes.empty() && !b.encoder)
+    return InvalidArgumentError("convert: bucket sizes given without a bucket encoder");
+  return Status::Ok();
+}
+
+// Adds the pre-resized bucket images of a sample (in the producing worker thread).
+// `channels` 0: e.bytes is encoded; else raw h x w x channels pixels.
+void EncodeBuckets(const OfflineBuckets& b, int w, int h, int channels, Encoded* e) {
+  if (!e->status.ok() || b.sizes.empty()) return;
+  for (int size : b.sizes) {
+    auto img = b.encoder(e->bytes, w, h, channels, size);
+    if (!img.ok()) {
+      e->status = img.status().WithContext(fmt::format("bucket {}", size));
+      return;
+    }
+    e->buckets.push_back(std::move(img).value());
+  }
+}
+
+void ApplyBuckets(const OfflineBuckets& b, DatasetSpec* spec) {
+  spec->bucket_sizes = b.sizes;
+  spec->bucket_encoding = b.encoding;
+}
+
+void ReportBuckets(const DatasetWriter& w, const OfflineBuckets& b, ConvertReport* r) {
+  r->bucket_sizes = b.sizes;
+  r->bucket_bytes = w.bucket_bytes();
+}
 
 Result<std::vector<std::string>> IdxClassNames(const IdxConvertOptions& o,
                                                const std::vector<uint8_t>& labels) {
@@ -149,17 +180,28 @@ Result<ConvertReport> ConvertIdx(const IdxConvertOptions& o, const ProgressFn& p
   spec.compress = o.compress;
   spec.overwrite = o.overwrite;
   spec.created_by = fmt::format("batchcast convert idx --encode {} from {}", o.encode, o.images_path);
+  BC_RETURN_IF_ERROR(CheckBuckets(o.buckets));
+  ApplyBuckets(o.buckets, &spec);
   BC_ASSIGN_OR_RETURN(auto writer, DatasetWriter::Create(o.out_path, spec));
   ConvertReport report;
   const int threads = ResolveThreads(o.threads);
   auto produce = [&](int64_t i) {
     std::span<const uint8_t> px(images.data.data() + size_t(i) * sample_bytes, sample_bytes);
-    return EncodeIdxSample(o, px, w, h, c);
+    Encoded e = EncodeIdxSample(o, px, w, h, c);
+    if (!o.buckets.sizes.empty()) {  // from the source pixels, not a lossy re-encode
+      Encoded raw;
+      raw.bytes.assign(px.begin(), px.end());
+      EncodeBuckets(o.buckets, w, h, c, &raw);
+      if (!raw.status.ok()) e.status = raw.status;
+      e.buckets = std::move(raw.buckets);
+    }
+    return e;
   };
   auto consume = [&](int64_t i, Encoded&& e) -> Status {
     if (!e.status.ok()) return e.status.WithContext(fmt::format("convert: sample {}", i));
     report.stored_bytes += int64_t(e.bytes.size());
-    BC_RETURN_IF_ERROR(writer->Append(e.bytes, labels.data[size_t(i)], w, h, e.header.encoding));
+    BC_RETURN_IF_ERROR(
+        writer->Append(e.bytes, labels.data[size_t(i)], w, h, e.header.encoding, e.buckets));
     if (progress) progress(i + 1, n);
     return Status::Ok();
   };
@@ -167,6 +209,7 @@ Result<ConvertReport> ConvertIdx(const IdxConvertOptions& o, const ProgressFn& p
                                                  consume));
   BC_RETURN_IF_ERROR(writer->Finish());
   report.samples = writer->num_samples();
+  ReportBuckets(*writer, o.buckets, &report);
   report.seconds = SecondsSince(t0);
   return report;
 }
@@ -180,12 +223,18 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
   spec.class_names = listing.class_names;
   spec.overwrite = o.overwrite;
   spec.created_by = fmt::format("batchcast convert imagefolder {}", o.root);
+  BC_RETURN_IF_ERROR(CheckBuckets(o.buckets));
+  ApplyBuckets(o.buckets, &spec);
   BC_ASSIGN_OR_RETURN(auto writer, DatasetWriter::Create(o.out_path, spec));
   ConvertReport report;
   report.ignored_files = listing.ignored_files;
   const int64_t n = int64_t(listing.files.size());
   const int threads = ResolveThreads(o.threads);
-  auto produce = [&](int64_t i) { return LoadImageFile(listing.files[size_t(i)].path); };
+  auto produce = [&](int64_t i) {
+    Encoded e = LoadImageFile(listing.files[size_t(i)].path);
+    EncodeBuckets(o.buckets, e.header.width, e.header.height, 0, &e);
+    return e;
+  };
   auto consume = [&](int64_t i, Encoded&& e) -> Status {
     const auto& f = listing.files[size_t(i)];
     if (!e.status.ok()) {
@@ -197,7 +246,7 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
     } else {
       report.stored_bytes += int64_t(e.bytes.size());
       BC_RETURN_IF_ERROR(writer->Append(e.bytes, f.label, e.header.width, e.header.height,
-                                        e.header.encoding));
+                                        e.header.encoding, e.buckets));
     }
     if (progress) progress(i + 1, n);
     return Status::Ok();
@@ -208,6 +257,7 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
     return InvalidArgumentError("convert: every image under {} was bad; nothing to write", o.root);
   BC_RETURN_IF_ERROR(writer->Finish());
   report.samples = writer->num_samples();
+  ReportBuckets(*writer, o.buckets, &report);
   report.seconds = SecondsSince(t0);
   return report;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "batchcast/status.h"
+#include "data/dataset_writer.h"
 
 namespace batchcast::data {
 
@@ -23,7 +24,17 @@ struct ConvertReport {
   std::vector<std::string> skipped;   // "path: cause", one per skipped file (--skip-bad)
   int64_t ignored_files = 0;          // ImageFolder files without an image extension
   int64_t stored_bytes = 0;           // sum of stored sample bytes
+  std::vector<int> bucket_sizes;      // offline buckets written (empty: none)
+  std::vector<int64_t> bucket_bytes;  // stored bytes per bucket (bucket_sizes order)
   double seconds = 0;
+};
+
+// Offline progressive-resizing buckets (`--buckets 96,128,160`): each sample is also
+// stored pre-resized per size; `encoder` makes those images (see BucketEncoder).
+struct OfflineBuckets {
+  std::vector<int> sizes;         // strictly ascending; empty = no buckets
+  std::string encoding = "jpeg";  // jpeg | png
+  BucketEncoder encoder;          // required when sizes is not empty
 };
 
 struct IdxConvertOptions {
@@ -34,6 +45,7 @@ struct IdxConvertOptions {
   int threads = 0;             // 0: hardware threads
   bool compress = true;        // raw: gzip chunks
   bool overwrite = false;
+  OfflineBuckets buckets;
 };
 
 struct ImageFolderConvertOptions {
@@ -41,6 +53,7 @@ struct ImageFolderConvertOptions {
   int threads = 0;
   bool skip_bad = false;  // skip (and report) unreadable or corrupt images instead of failing
   bool overwrite = false;
+  OfflineBuckets buckets;
 };
 
 // Fashion-MNIST's ten class names, in label order.

@@ -18,6 +18,11 @@ inline constexpr char kLabels[] = "labels";
 inline constexpr char kClassNames[] = "class_names";
 inline constexpr char kWidths[] = "widths";
 inline constexpr char kHeights[] = "heights";
+// Offline progressive-resizing buckets (optional): buckets/<size>/images, vlen uint8, one
+// encoded image (JPEG or PNG) per sample, shorter side = <size> (never upscaled), same
+// sample order as `images`; `encoding` attribute as on `images`.
+inline constexpr char kBuckets[] = "buckets";
+inline constexpr int kMaxBuckets = 64;
 
 // Raw chunks hold about this many bytes (whole samples, at least one): small enough that a
 // random read decompresses little, large enough that the chunk index stays small.

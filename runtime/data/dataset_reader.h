@@ -32,6 +32,8 @@ struct DatasetInfo {
   int raw_height = 0, raw_width = 0, raw_channels = 0;
   std::vector<std::string> class_names;
   std::string encoding;  // "raw", "jpeg", "png" or "mixed"
+  // Offline progressive-resizing buckets stored in the file (ascending; empty: none).
+  std::vector<int> bucket_sizes;
 };
 
 struct ReaderOptions {
@@ -64,6 +66,10 @@ class DatasetReader {
   // implementation calls ReadSample() for each (for test doubles).
   virtual Status ReadSamples(int64_t first, int64_t count,
                              std::vector<std::vector<uint8_t>>* out) const;
+
+  // Copies the encoded pre-resized image of one sample at a stored bucket size (one of
+  // info().bucket_sizes). The default (no buckets) returns kNotFound.
+  virtual Status ReadBucketSample(int size, int64_t index, std::vector<uint8_t>* out) const;
 };
 
 }  // namespace batchcast::data

@@ -80,7 +80,53 @@ Result<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(const std::string& 
     BC_RETURN_IF_ERROR(
         WriteStringAttribute(w->file_->get(), layout::kCreatedByAttr, spec.created_by));
   BC_RETURN_IF_ERROR(w->CreateImages());
+  BC_RETURN_IF_ERROR(w->CreateBuckets());
   return w;
+}
+
+Status DatasetWriter::CreateBuckets() {
+  const auto& sizes = spec_.bucket_sizes;
+  if (sizes.empty()) return Status::Ok();
+  if (int(sizes.size()) > layout::kMaxBuckets)
+    return InvalidArgumentError("convert: {} buckets given, at most {}", sizes.size(),
+                                layout::kMaxBuckets);
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] < 1 || sizes[i] > 16384 || (i > 0 && sizes[i] <= sizes[i - 1]))
+      return InvalidArgumentError(
+          "convert: bucket sizes must be strictly ascending in [1, 16384], got {} at position {}",
+          sizes[i], i + 1);
+  if (spec_.bucket_encoding != "jpeg" && spec_.bucket_encoding != "png")
+    return InvalidArgumentError("convert: bucket encoding '{}' is not jpeg or png",
+                                spec_.bucket_encoding);
+  H5Id group(H5Gcreate2(file_->get(), layout::kBuckets, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!group.valid())
+    return Hdf5Error(StatusCode::kIoError, fmt::format("cannot create group 'buckets' in {}",
+                                                       partial_path_));
+  for (int size : sizes) {
+    std::string name = std::to_string(size);
+    H5Id sub(H5Gcreate2(group.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED};
+    hsize_t chunk[1] = {hsize_t(layout::kVlenChunkSamples)};
+    H5Id space(H5Screate_simple(1, dims, maxdims));
+    H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(dcpl.get(), 1, chunk);
+    H5Id type(H5Tvlen_create(H5T_STD_U8LE));
+    auto ds = std::make_unique<H5Id>(
+        sub.valid() ? H5Dcreate2(sub.get(), layout::kImages, type.get(), space.get(), H5P_DEFAULT,
+                                 dcpl.get(), H5P_DEFAULT)
+                    : H5I_INVALID_HID);
+    if (!ds->valid())
+      return Hdf5Error(StatusCode::kIoError,
+                       fmt::format("cannot create dataset 'buckets/{}/images' in {}", size,
+                                   partial_path_));
+    BC_RETURN_IF_ERROR(
+        WriteStringAttribute(ds->get(), layout::kEncodingAttr, spec_.bucket_encoding));
+    bucket_images_.push_back(std::move(ds));
+  }
+  bucket_pending_bytes_.resize(sizes.size());
+  bucket_pending_sizes_.resize(sizes.size());
+  bucket_bytes_.assign(sizes.size(), 0);
+  return Status::Ok();
 }
 
 Status DatasetWriter::CreateImages() {
@@ -107,6 +153,7 @@ Status DatasetWriter::CreateImages() {
 DatasetWriter::~DatasetWriter() {
   if (!finished_) Abort();
   std::lock_guard lock(Hdf5Lock());
+  bucket_images_.clear();
   images_.reset();
   file_.reset();
 }
@@ -114,6 +161,7 @@ DatasetWriter::~DatasetWriter() {
 void DatasetWriter::Abort() {
   {
     std::lock_guard lock(Hdf5Lock());
+    bucket_images_.clear();
     images_.reset();
     file_.reset();
   }
@@ -122,7 +170,8 @@ void DatasetWriter::Abort() {
 }
 
 Status DatasetWriter::Append(std::span<const uint8_t> bytes, int64_t label, int width, int height,
-                             ImageEncoding encoding) {
+                             ImageEncoding encoding,
+                             std::span<const std::vector<uint8_t>> buckets) {
   if (finished_) return FailedPreconditionError("convert: append to {} after finish", out_path_);
   if (spec_.kind == SampleKind::kRaw && int64_t(bytes.size()) != sample_bytes_)
     return InvalidArgumentError("convert: sample {} has {} bytes, expected {}x{}x{} = {}",
@@ -133,6 +182,19 @@ Status DatasetWriter::Append(std::span<const uint8_t> bytes, int64_t label, int 
   if (label < 0 || (!spec_.class_names.empty() && label >= int64_t(spec_.class_names.size())))
     return InvalidArgumentError("convert: sample {} has label {}, outside [0, {})", num_samples_,
                                 label, spec_.class_names.size());
+  if (buckets.size() != spec_.bucket_sizes.size())
+    return InvalidArgumentError("convert: sample {} has {} bucket images, expected {}",
+                                num_samples_, buckets.size(), spec_.bucket_sizes.size());
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (buckets[b].empty())
+      return InvalidArgumentError("convert: sample {} has an empty bucket image at size {}",
+                                  num_samples_, spec_.bucket_sizes[b]);
+    bucket_pending_bytes_[b].insert(bucket_pending_bytes_[b].end(), buckets[b].begin(),
+                                    buckets[b].end());
+    bucket_pending_sizes_[b].push_back(buckets[b].size());
+    bucket_bytes_[b] += int64_t(buckets[b].size());
+  }
+  images_bytes_ += int64_t(bytes.size());
   saw_jpeg_ |= encoding == ImageEncoding::kJpeg;
   saw_png_ |= encoding == ImageEncoding::kPng;
   pending_bytes_.insert(pending_bytes_.end(), bytes.begin(), bytes.end());
@@ -143,6 +205,47 @@ Status DatasetWriter::Append(std::span<const uint8_t> bytes, int64_t label, int 
   ++num_samples_;
   if (pending_bytes_.size() >= kFlushBytes || pending_sizes_.size() >= kFlushSamples)
     return Flush();
+  return Status::Ok();
+}
+
+namespace {
+
+// Appends `sizes.size()` vlen rows (concatenated in `bytes`) at `start` of dataset `ds`.
+Status AppendVlenRows(hid_t ds, hsize_t start, const std::vector<size_t>& sizes,
+                      std::vector<uint8_t>& bytes, const std::string& what) {
+  hsize_t n = sizes.size();
+  std::vector<hvl_t> vl;
+  size_t off = 0;
+  for (size_t s : sizes) {
+    vl.push_back({s, bytes.data() + off});
+    off += s;
+  }
+  hsize_t new_dims[1] = {start + n}, first[1] = {start}, count[1] = {n};
+  H5Id mem(H5Screate_simple(1, count, nullptr));
+  H5Id type(H5Tvlen_create(H5T_NATIVE_UINT8));
+  herr_t rc = H5Dset_extent(ds, new_dims);
+  H5Id file_space(H5Dget_space(ds));
+  if (rc >= 0)
+    rc = H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, first, nullptr, count, nullptr);
+  if (rc >= 0) rc = H5Dwrite(ds, type.get(), mem.get(), file_space.get(), H5P_DEFAULT, vl.data());
+  if (rc < 0) return Hdf5Error(StatusCode::kIoError, what);
+  return Status::Ok();
+}
+
+}  // namespace
+
+// Bucket rows go at the same positions as the samples (called with the lock held).
+Status DatasetWriter::FlushBuckets() {
+  for (size_t b = 0; b < bucket_images_.size(); ++b) {
+    BC_RETURN_IF_ERROR(AppendVlenRows(
+        bucket_images_[b]->get(), hsize_t(bucket_flushed_), bucket_pending_sizes_[b],
+        bucket_pending_bytes_[b],
+        fmt::format("cannot write bucket {} of samples {}.. to {}", spec_.bucket_sizes[b],
+                    bucket_flushed_, partial_path_)));
+    bucket_pending_bytes_[b].clear();
+    bucket_pending_sizes_[b].clear();
+  }
+  bucket_flushed_ = flushed_;
   return Status::Ok();
 }
 
@@ -180,7 +283,7 @@ Status DatasetWriter::Flush() {
   flushed_ += int64_t(n);
   pending_bytes_.clear();
   pending_sizes_.clear();
-  return Status::Ok();
+  return FlushBuckets();
 }
 
 Status DatasetWriter::WriteSmallDatasets() {
@@ -209,6 +312,7 @@ Status DatasetWriter::WriteSmallDatasets() {
 Status DatasetWriter::WriteMarkerAndClose() {
   std::lock_guard lock(Hdf5Lock());
   BC_RETURN_IF_ERROR(WriteIntAttribute(file_->get(), layout::kCompleteAttr, 1));
+  bucket_images_.clear();
   images_.reset();
   if (H5Fflush(file_->get(), H5F_SCOPE_GLOBAL) < 0)
     return Hdf5Error(StatusCode::kIoError, fmt::format("cannot flush {}", partial_path_));

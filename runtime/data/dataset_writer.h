@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -30,7 +31,17 @@ struct DatasetSpec {
   bool compress = true;       // kRaw: gzip level 1 per chunk (encoded bytes are never recompressed)
   bool overwrite = false;     // replace an existing <out>
   std::string created_by;     // provenance, stored in the root attribute
+  // Offline progressive-resizing buckets (docs/dataset-format.md): every Append also
+  // stores one pre-resized encoded image per size, under buckets/<size>/images.
+  std::vector<int> bucket_sizes;
+  std::string bucket_encoding = "jpeg";  // jpeg | png (the attribute on each bucket)
 };
+
+// Makes the bucket image of one sample: encoded JPEG/PNG bytes (channels == 0) or raw
+// H x W x channels pixels in, the encoded image with shorter side `size` out. Supplied by
+// the caller (the converter links a decoder and a resampler; the data module does not).
+using BucketEncoder = std::function<Result<std::vector<uint8_t>>(
+    std::span<const uint8_t> sample, int width, int height, int channels, int size)>;
 
 // "<out>.partial-<pid of this process>".
 std::string PartialPath(const std::string& out_path);
@@ -45,19 +56,26 @@ class DatasetWriter {
 
   // Appends one sample: encoded bytes (kEncoded; `encoding` kJpeg or kPng, width/height
   // from the header) or H*W*C pixels (kRaw). Buffered; written in batches.
+  // With spec.bucket_sizes, `buckets` holds one encoded image per bucket size, in order.
   Status Append(std::span<const uint8_t> bytes, int64_t label, int width, int height,
-                ImageEncoding encoding = ImageEncoding::kUnknown);
+                ImageEncoding encoding = ImageEncoding::kUnknown,
+                std::span<const std::vector<uint8_t>> buckets = {});
 
   // Writes labels, sizes, class names and the completeness marker, then renames.
   Status Finish();
 
   int64_t num_samples() const { return num_samples_; }
   const std::string& partial_path() const { return partial_path_; }
+  // Stored bytes of `images` and of each bucket's images (spec.bucket_sizes order).
+  int64_t images_bytes() const { return images_bytes_; }
+  const std::vector<int64_t>& bucket_bytes() const { return bucket_bytes_; }
 
  private:
   DatasetWriter() = default;
   Status CreateImages();
   Status Flush();
+  Status CreateBuckets();
+  Status FlushBuckets();
   Status WriteSmallDatasets();
   Status WriteMarkerAndClose();
   void Abort();
@@ -65,6 +83,11 @@ class DatasetWriter {
   DatasetSpec spec_;
   std::string out_path_, partial_path_;
   std::unique_ptr<H5Id> file_, images_;
+  std::vector<std::unique_ptr<H5Id>> bucket_images_;
+  std::vector<std::vector<uint8_t>> bucket_pending_bytes_;
+  std::vector<std::vector<size_t>> bucket_pending_sizes_;
+  std::vector<int64_t> bucket_bytes_;
+  int64_t images_bytes_ = 0, bucket_flushed_ = 0;
   int64_t num_samples_ = 0, flushed_ = 0;
   int64_t sample_bytes_ = 0;  // raw: H*W*C
   std::vector<uint8_t> pending_bytes_;

@@ -5,6 +5,7 @@
 // holding the process-wide HDF5 lock.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -37,6 +38,7 @@ class Hdf5DatasetReader final : public DatasetReader {
   ~Hdf5DatasetReader() override {
     std::lock_guard lock(Hdf5Lock());
     vlen_type_.Reset();
+    bucket_images_.clear();
     file_space_.Reset();
     images_.Reset();
     file_.Reset();
@@ -52,8 +54,10 @@ class Hdf5DatasetReader final : public DatasetReader {
   Status ReadSample(int64_t index, std::vector<uint8_t>* out) const override;
   Status ReadSamples(int64_t first, int64_t count,
                      std::vector<std::vector<uint8_t>>* out) const override;
+  Status ReadBucketSample(int size, int64_t index, std::vector<uint8_t>* out) const override;
 
  private:
+  Status OpenBuckets();
   bool InRange(int64_t i) const { return i >= 0 && i < info_.num_samples; }
   Status CheckRoot();
   Status OpenImages(const ReaderOptions& options);
@@ -73,6 +77,7 @@ class Hdf5DatasetReader final : public DatasetReader {
   H5Id file_, images_, file_space_, vlen_type_;
   std::vector<int64_t> labels_;
   std::vector<int32_t> widths_, heights_;
+  std::vector<H5Id> bucket_images_;  // buckets/<info_.bucket_sizes[i]>/images
 };
 
 Status Hdf5DatasetReader::Init(const std::string& path, const ReaderOptions& options) {
@@ -95,7 +100,85 @@ Status Hdf5DatasetReader::Init(const std::string& path, const ReaderOptions& opt
   BC_RETURN_IF_ERROR(CheckRoot());
   BC_RETURN_IF_ERROR(OpenImages(options));
   BC_RETURN_IF_ERROR(LoadMetadata());
-  return CheckLabels();
+  BC_RETURN_IF_ERROR(CheckLabels());
+  return OpenBuckets();
+}
+
+// Offline buckets: every member of /buckets is a size with an `images` vlen uint8 dataset
+// of num_samples rows. A malformed bucket fails Open (the file is wrong, not the request).
+// Called from Init, under the caller's Hdf5Lock().
+Status Hdf5DatasetReader::OpenBuckets() {
+  if (H5Lexists(file_.get(), layout::kBuckets, H5P_DEFAULT) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return Status::Ok();
+  }
+  H5Id group(H5Gopen2(file_.get(), layout::kBuckets, H5P_DEFAULT));
+  H5G_info_t gi{};
+  if (!group.valid() || H5Gget_info(group.get(), &gi) < 0)
+    return Hdf5Error(StatusCode::kCorruptData,
+                     fmt::format("'buckets' in {} is not a group; {}", info_.path, kFix));
+  std::vector<std::pair<int, H5Id>> found;
+  for (hsize_t i = 0; i < gi.nlinks && i < hsize_t(layout::kMaxBuckets); ++i) {
+    char name[64] = {};
+    H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name),
+                       H5P_DEFAULT);
+    char* end = nullptr;
+    long size = std::strtol(name, &end, 10);
+    if (end == name || *end != '\0' || size < 1 || size > 16384)
+      return CorruptDataError("hdf5: 'buckets/{}' in {} is not an image size; {}", name,
+                              info_.path, kFix);
+    std::string path = fmt::format("{}/{}/{}", layout::kBuckets, name, layout::kImages);
+    H5Id ds(H5Dopen2(file_.get(), path.c_str(), H5P_DEFAULT));
+    if (!ds.valid())
+      return Hdf5Error(StatusCode::kCorruptData,
+                       fmt::format("cannot open dataset '{}' in {}; {}", path, info_.path, kFix));
+    H5Id type(H5Dget_type(ds.get()));
+    H5Id space(H5Dget_space(ds.get()));
+    hsize_t n = 0;
+    const bool vlen = H5Tget_class(type.get()) == H5T_VLEN;
+    if (!vlen || H5Sget_simple_extent_ndims(space.get()) != 1 ||
+        H5Sget_simple_extent_dims(space.get(), &n, nullptr) < 0 ||
+        int64_t(n) != info_.num_samples)
+      return CorruptDataError("hdf5: dataset '{}' in {} must be vlen uint8 with {} rows, found {} "
+                              "with {} rows; {}", path, info_.path, info_.num_samples,
+                              DescribeType(type.get()), n, kFix);
+    found.emplace_back(int(size), std::move(ds));
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [size, ds] : found) {
+    info_.bucket_sizes.push_back(size);
+    bucket_images_.push_back(std::move(ds));
+  }
+  return Status::Ok();
+}
+
+Status Hdf5DatasetReader::ReadBucketSample(int size, int64_t index,
+                                           std::vector<uint8_t>* out) const {
+  auto it = std::find(info_.bucket_sizes.begin(), info_.bucket_sizes.end(), size);
+  if (it == info_.bucket_sizes.end())
+    return NotFoundError("hdf5: {} has no offline bucket of size {}", info_.path, size);
+  if (!InRange(index))
+    return OutOfRangeError("hdf5: sample {} is outside the {} samples of {}", index,
+                           info_.num_samples, info_.path);
+  const hid_t ds = bucket_images_[size_t(it - info_.bucket_sizes.begin())].get();
+  hvl_t vl{0, nullptr};
+  std::lock_guard lock(Hdf5Lock());
+  H5Id space(H5Dget_space(ds));
+  hsize_t start[1] = {hsize_t(index)}, count[1] = {1};
+  H5Id mem(H5Screate_simple(1, count, nullptr));
+  if (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
+      H5Dread(ds, vlen_type_.get(), mem.get(), space.get(), H5P_DEFAULT, &vl) < 0)
+    return Hdf5Error(StatusCode::kCorruptData,
+                     fmt::format("cannot read bucket {} of sample {} of {}", size, index,
+                                 info_.path));
+  const auto* p = static_cast<const uint8_t*>(vl.p);
+  out->assign(p, p + vl.len);
+  H5Dvlen_reclaim(vlen_type_.get(), mem.get(), H5P_DEFAULT, &vl);
+  if (out->empty())
+    return CorruptDataError("hdf5: bucket {} of sample {} in {} is empty; {}", size, index,
+                            info_.path, kFix);
+  return Status::Ok();
 }
 
 Status Hdf5DatasetReader::CheckRoot() {
@@ -363,6 +446,10 @@ Status DatasetReader::ReadSamples(int64_t first, int64_t count,
   out->resize(size_t(std::max<int64_t>(count, 0)));
   for (int64_t i = 0; i < count; ++i) BC_RETURN_IF_ERROR(ReadSample(first + i, &(*out)[size_t(i)]));
   return Status::Ok();
+}
+
+Status DatasetReader::ReadBucketSample(int size, int64_t, std::vector<uint8_t>*) const {
+  return NotFoundError("dataset {} has no offline bucket of size {}", info().path, size);
 }
 
 Result<std::shared_ptr<DatasetReader>> DatasetReader::Open(const std::string& path) {

@@ -6,6 +6,7 @@
 
 #include <opencv2/core.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -93,6 +94,8 @@ class PipelineImpl final : public Pipeline {
   std::unique_ptr<WorkerPool> pool_;
   std::vector<std::unique_ptr<WorkerContext>> workers_;
   CropMode crop_ = CropMode::kNone;
+  // The current batch's size is an offline bucket of the file: read its pre-resized image.
+  int bucket_size_ = 0;
   OutputSpec spec_;               // layout of the current batch + the value table
   std::vector<Status> statuses_;  // per batch position, reused across batches
   int64_t skipped_total_ = 0;
@@ -177,7 +180,7 @@ Status PipelineImpl::LoadPixels(WorkerContext& ctx, int64_t index, uint64_t epoc
                                 PixelView* view) {
   const data::DatasetInfo& info = reader_->info();
   const int out_c = spec_.layout.channels;
-  if (info.kind == data::SampleKind::kRaw) {
+  if (info.kind == data::SampleKind::kRaw && bucket_size_ == 0) {
     const int w = info.raw_width, h = info.raw_height, c = info.raw_channels;
     const size_t expect = size_t(w) * h * c;
     if (ctx.encoded.size() != expect)
@@ -210,7 +213,8 @@ Status PipelineImpl::LoadPixels(WorkerContext& ctx, int64_t index, uint64_t epoc
 
 Status PipelineImpl::ProcessSample(WorkerContext& ctx, int64_t index, uint64_t epoch, void* dst) {
   const int64_t t0 = NowNs();
-  Status s = reader_->ReadSample(index, &ctx.encoded);
+  Status s = bucket_size_ > 0 ? reader_->ReadBucketSample(bucket_size_, index, &ctx.encoded)
+                              : reader_->ReadSample(index, &ctx.encoded);
   if (!s.ok()) return s.WithContext("read failed");
   const int64_t t1 = NowNs();
   ctx.read_ns += t1 - t0;
@@ -263,6 +267,12 @@ Status PipelineImpl::CheckRequest(const BatchRequest& req) const {
 Status PipelineImpl::RunBatch(const BatchRequest& req, BatchResult* result) {
   BC_RETURN_IF_ERROR(CheckRequest(req));
   spec_.layout = OutputLayout(req.image_size);
+  const auto& buckets = reader_->info().bucket_sizes;  // offline buckets (progressive resizing)
+  bucket_size_ = spec_.layout.width == spec_.layout.height &&
+                         std::find(buckets.begin(), buckets.end(), spec_.layout.width) !=
+                             buckets.end()
+                     ? spec_.layout.width
+                     : 0;
   const size_t bytes = spec_.layout.bytes();
   const int64_t n = static_cast<int64_t>(req.samples.size());
   statuses_.assign(n, Status::Ok());
