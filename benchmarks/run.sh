@@ -30,6 +30,10 @@ case "$name" in
     # The real-photo JPEG set as an ImageFolder, converted (with and without --buckets) by
     # the batchcast CLI of this build; cached in the build directory.
     exec "$bin" --cache "$build/benchmarks/resize_set" --cli "$build/bin/batchcast" "$@" ;;
+  multinode)
+    # Replicate mode over 2 and 3 virtual nodes: the benchmark runs mpirun of itself; the
+    # real-photo JPEG set (500x375, q90) is built once and cached in the build directory.
+    exec "$bin" --cache "$build/benchmarks/multinode_set" --mpirun "$(command -v mpirun)" "$@" ;;
   fanout)
     # The real-photo JPEG set (500x375, q90) as HDF5, built once and cached in the build dir.
     exec "$bin" --cache "$build/benchmarks/fanout_set" "$@" ;;

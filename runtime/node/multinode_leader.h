@@ -9,7 +9,8 @@
 //     no MPI while streaming: every leader derives the same plan from (seed, epoch).
 //   - replicate: every node publishes every producer batch in full; it decodes only its
 //     share straight into slot memory and receives the other shares from the other node
-//     leaders with MPI_Iallgatherv (in place, into the slot), chunk by chunk so that the
+//     leaders with MPI_Iallgatherv (in place, into the slot: images, labels and ids as
+//     three collectives of contiguous data), chunk by chunk so that the
 //     exchange of chunk c overlaps the decode of chunk c+1. Before each producer batch the
 //     leaders agree (one small allreduce) on: go on, end (no consumer left on any node),
 //     or fail (a leader failed; its message is on its own rank).
@@ -67,6 +68,8 @@ class MultinodeLeader {
   static Result<std::unique_ptr<MultinodeLeader>> Create(const LeaderConfig& config,
                                                          std::unique_ptr<BatchSource> source,
                                                          const MultinodeConfig& multi);
+  MultinodeLeader(const MultinodeLeader&) = delete;
+  MultinodeLeader& operator=(const MultinodeLeader&) = delete;
   // Produces the stream (options.epochs epochs) and ends it. Returns the first error.
   Status Run();
   void Abort(const std::string& why);
@@ -105,7 +108,6 @@ class MultinodeLeader {
   uint64_t labels_offset_ = 0, ids_offset_ = 0, capacity_samples_ = 0;
   std::atomic<bool> abort_{false};
   MultinodeStats stats_;
-  Status chunk_status_;  // replicate: the first decode error of the current batch
 };
 
 }  // namespace batchcast::node

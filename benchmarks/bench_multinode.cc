@@ -1,0 +1,333 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// bench_multinode: replicate mode across N virtual nodes on real JPEGs (500x375, q90).
+// Run without MPI it is the driver: it builds the photo set once, then for N = 2 and 3 runs
+// `mpirun -n 2N` of itself (--worker): N virtual nodes, each one leader rank + one consumer
+// rank. Each worker job measures, side by side:
+//   1. replicate: MultinodeLeader (each node decodes ~1/N, MPI_Iallgatherv into the slots);
+//      decode_share = samples decoded per node leader / samples published per node;
+//   2. full: every node's own node::Leader decodes every sample (no exchange);
+//      replicate_speedup = consumer samples/s in 1 over 2;
+//   3. exchange: MultinodeLeader with a source that only writes labels (no decode), so the
+//      run is the exchange + ring; its received bytes/s over a plain MPI_Allgatherv loop
+//      (same counts, same communicator, same process) = exchange_bw_ratio.
+// The virtual nodes share this machine's cores, so the speedup measures the decode work
+// saved, not per-node parallelism (docs/scaling.md). Table, then one JSON line last.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "batchcast/consumer.h"
+#include "harness.h"
+#include "node/leader.h"
+#include "node/multinode_leader.h"
+#include "node/multinode_plan.h"
+#include "tests/mpi/photo_set.h"
+
+namespace {
+
+using batchcast::Options;
+using batchcast::Status;
+namespace node = batchcast::node;
+namespace bench = batchcast::bench;
+
+// Writes only labels: the exchange phase measures MPI + ring, not decoding.
+class LabelsOnlySource : public node::BatchSource {
+ public:
+  LabelsOnlySource(int64_t n, int side) : n_(n) {
+    layout_.channels = 3;
+    layout_.height = layout_.width = side;
+  }
+  int64_t num_samples() const override { return n_; }
+  batchcast::pipeline::SampleLayout MaxLayout() const override { return layout_; }
+  batchcast::pipeline::SampleLayout Layout(int) const override { return layout_; }
+  Status Fill(const batchcast::pipeline::BatchRequest& req,
+              batchcast::pipeline::BatchResult* result) override {
+    for (size_t i = 0; i < req.samples.size(); ++i) req.labels[i] = req.samples[i] % 10;
+    result->written = static_cast<int64_t>(req.samples.size());
+    return Status::Ok();
+  }
+
+ private:
+  int64_t n_;
+  batchcast::pipeline::SampleLayout layout_;
+};
+
+struct Phase {
+  double consumer_rate = 0;   // samples/s seen by this node's consumer
+  double seconds = 0;         // leader Run() wall time
+  node::MultinodeStats stats;
+};
+
+// One phase: leaders build their leader, share the address, run; the consumer drains.
+Phase RunPhase(const std::string& kind, const Options& o, MPI_Comm node_comm, MPI_Comm leaders,
+               int node, int nodes, int world_rank) {
+  int local = 0;
+  MPI_Comm_rank(node_comm, &local);
+  Phase ph;
+  char address[108] = {0};
+  std::unique_ptr<node::MultinodeLeader> multi;
+  std::unique_ptr<node::Leader> single;
+  if (local == 0) {
+    node::LeaderConfig cfg;
+    cfg.options = o;
+    cfg.expected_consumers = 1;
+    cfg.job = "benchmn";
+    cfg.rank = world_rank;
+    cfg.socket_name = fmt::format("batchcast-bench-mn-{}-{}-{}", getpid(), kind, node);
+    std::unique_ptr<node::BatchSource> src;
+    if (kind == "exchange") {
+      src = std::make_unique<LabelsOnlySource>(o.limit_samples, o.image_size);
+    } else {
+      auto s = node::MakePipelineSource(o);
+      if (!s.ok()) { std::fprintf(stderr, "bench: %s\n", s.status().message().c_str()); MPI_Abort(MPI_COMM_WORLD, 1); }
+      src = std::move(s).value();
+    }
+    if (kind == "full") {
+      auto l = node::Leader::Create(cfg, std::move(src));
+      if (!l.ok()) { std::fprintf(stderr, "bench: %s\n", l.status().message().c_str()); MPI_Abort(MPI_COMM_WORLD, 1); }
+      single = std::move(l).value();
+    } else {
+      node::MultinodeConfig m;
+      m.mode = node::MultinodeMode::kReplicate;
+      m.leaders = leaders;
+      m.node_index = node;
+      m.num_nodes = nodes;
+      if (const char* c = std::getenv("BENCH_MULTINODE_CHUNKS")) m.exchange_chunks = std::atoi(c);
+      auto l = node::MultinodeLeader::Create(cfg, std::move(src), m);
+      if (!l.ok()) { std::fprintf(stderr, "bench: %s\n", l.status().message().c_str()); MPI_Abort(MPI_COMM_WORLD, 1); }
+      multi = std::move(l).value();
+    }
+    std::snprintf(address, sizeof(address), "%s", cfg.socket_name.c_str());
+  }
+  MPI_Bcast(address, sizeof(address), MPI_CHAR, 0, node_comm);
+  if (local == 0) {
+    if (kind == "full") MPI_Barrier(leaders);  // start together, as the others do
+    double t0 = bench::NowSeconds();
+    Status st = multi ? multi->Run() : single->Run();
+    ph.seconds = bench::NowSeconds() - t0;
+    if (!st.ok()) { std::fprintf(stderr, "bench: leader: %s\n", st.message().c_str()); MPI_Abort(MPI_COMM_WORLD, 1); }
+    if (multi) {
+      multi->WaitUntilEmpty(60000).IgnoreError();
+      ph.stats = multi->stats();
+    } else {
+      single->WaitUntilEmpty(60000).IgnoreError();
+      ph.stats.samples_published = single->stats().samples_produced;
+      ph.stats.samples_decoded = single->stats().samples_produced;
+    }
+  } else {
+    auto c = batchcast::Consumer::Attach(address, o, world_rank);
+    if (!c.ok()) { std::fprintf(stderr, "bench: attach: %s\n", c.status().message().c_str()); MPI_Abort(MPI_COMM_WORLD, 1); }
+    batchcast::Batch batch;
+    int64_t samples = 0;
+    double t0 = 0;
+    while ((*c)->Next(&batch).ok()) {
+      if (samples == 0) t0 = bench::NowSeconds();  // from the first batch: start-up excluded
+      samples += batch.size();
+    }
+    batch.Release();
+    ph.consumer_rate = double(samples - o.batch_size) / (bench::NowSeconds() - t0);
+    (*c)->Detach().IgnoreError();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return ph;
+}
+
+// Plain MPI_Allgatherv of the same per-batch counts as the exchange phase, into one buffer.
+double PlainAllgathervSeconds(const Options& o, MPI_Comm leaders, int nodes, int batches) {
+  const uint64_t sb = uint64_t(o.image_size) * o.image_size * 3;
+  const int64_t p = o.producer_batch;
+  std::vector<uint8_t> buf(size_t(p) * sb);
+  const auto n_nodes = static_cast<size_t>(nodes);
+  std::vector<int> counts(n_nodes), displs(n_nodes);
+  for (int j = 0; j < nodes; ++j) {
+    auto r = node::ReplicateShare(p, nodes, j);
+    counts[size_t(j)] = static_cast<int>(uint64_t(r.count) * sb);
+    displs[size_t(j)] = static_cast<int>(uint64_t(r.begin) * sb);
+  }
+  MPI_Barrier(leaders);
+  double t0 = bench::NowSeconds();
+  for (int b = 0; b < batches; ++b)
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf.data(), counts.data(), displs.data(),
+                   MPI_BYTE, leaders);
+  return bench::NowSeconds() - t0;
+}
+
+int Worker(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::string dataset = argv[2];
+  const int nodes = size / 2, node = rank / 2;
+  MPI_Comm node_comm, leaders;
+  MPI_Comm_split(MPI_COMM_WORLD, node, rank, &node_comm);
+  MPI_Comm_split(MPI_COMM_WORLD, rank % 2 == 0 ? 0 : MPI_UNDEFINED, rank, &leaders);
+  Options o;
+  o.dataset = dataset;
+  o.image_size = 224;
+  o.crop = "center";
+  o.threads = 1;
+  o.batch_size = 16;
+  o.producer_batch = 48;
+  o.epochs = 3;
+  o.shuffle = true;
+  o.seed = 3;
+  Phase rep = RunPhase("replicate", o, node_comm, leaders, node, nodes, rank);
+  Phase full = RunPhase("full", o, node_comm, leaders, node, nodes, rank);
+  Options x = o;
+  x.limit_samples = 48 * 40;
+  x.producer_batch = 48;
+  x.epochs = 1;  // exactly the 40 batches the plain Allgatherv loop moves
+  Phase ex = RunPhase("exchange", x, node_comm, leaders, node, nodes, rank);
+  double plain_s = 0;
+  if (rank % 2 == 0) plain_s = PlainAllgathervSeconds(x, leaders, nodes, 40);
+  // Gather: leaders' share and exchange numbers, consumers' rates.
+  double mine[8] = {rep.consumer_rate, full.consumer_rate,
+                    rep.stats.samples_published ? double(rep.stats.samples_decoded) /
+                                                      double(rep.stats.samples_published) : 0,
+                    double(ex.stats.exchange_bytes), double(ex.stats.exchange_ns) * 1e-9, plain_s,
+                    double(rep.stats.exchange_wait_ns) * 1e-9, ex.seconds};
+  std::vector<double> all(size_t(size) * 8);
+  MPI_Gather(mine, 8, MPI_DOUBLE, all.data(), 8, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    std::printf("RESULT nodes=%d", nodes);
+    for (int r = 0; r < size; ++r) {
+      const double* v = &all[size_t(r) * 8];
+      if (r % 2 == 1)
+        std::printf(" rate_rep=%g rate_full=%g", v[0], v[1]);
+      else
+        std::printf(" share=%g xbytes=%g xsec=%g plainsec=%g xwait=%g runsec=%g", v[2], v[3],
+                    v[4], v[5], v[6], v[7]);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  if (leaders != MPI_COMM_NULL) MPI_Comm_free(&leaders);
+  MPI_Comm_free(&node_comm);
+  MPI_Finalize();
+  return 0;
+}
+
+std::map<std::string, std::vector<double>> ParseResult(const std::string& line) {
+  std::map<std::string, std::vector<double>> kv;
+  std::istringstream in(line);
+  std::string w;
+  while (in >> w) {
+    size_t eq = w.find('=');
+    if (eq != std::string::npos) kv[w.substr(0, eq)].push_back(std::atof(w.c_str() + eq + 1));
+  }
+  return kv;
+}
+
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / double(v.size());
+}
+
+int Driver(int argc, char** argv) {
+  std::string cache = "multinode_set", mpirun = "mpirun";
+  int reps = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--cache") cache = argv[i + 1];
+    else if (k == "--mpirun") mpirun = argv[i + 1];
+    else if (k == "--reps") reps = std::atoi(argv[i + 1]);
+  }
+  std::filesystem::create_directories(cache);
+  const std::string set = cache + "/photos-500x375-q90-192.h5";
+  if (!std::filesystem::exists(set)) {
+    batchcast::mpitest::PhotoSetSpec spec;
+    spec.out = set;
+    spec.images = 192;
+    spec.width = 500;
+    spec.height = 375;
+    Status st = batchcast::mpitest::MakePhotoDataset(spec);
+    if (!st.ok()) {
+      std::fprintf(stderr, "bench_multinode: %s\n", st.message().c_str());
+      return 1;
+    }
+  }
+  char self[4096] = {0};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
+  std::vector<int> ns = {2, 3};
+  std::string nodes_list;
+  bench::Table table("bench_multinode: replicate mode over N virtual nodes (1 leader + 1 consumer "
+                     "each), real JPEGs 500x375 q90 -> 224, producer batch 48, all on this machine");
+  std::vector<double> shares_all, ratio_all, speed_all;
+  for (int n : ns) {
+    std::vector<double> share, ratio, run_ratio, speedup, rate_rep, rate_full;
+    for (int r = 0; r < reps; ++r) {
+      std::string cmd = fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                    "timeout 300 {} --oversubscribe --bind-to none -n {} {} "
+                                    "--worker {} 2>&1", mpirun, 2 * n, self, set);
+      FILE* p = popen(cmd.c_str(), "r");
+      std::string out, line, result;
+      char buf[4096];
+      while (p && fgets(buf, sizeof(buf), p)) {
+        out += buf;
+        if (std::string(buf).rfind("RESULT", 0) == 0) result = buf;
+      }
+      int rc = p ? pclose(p) : -1;
+      if (rc != 0 || result.empty()) {
+        std::fprintf(stderr, "bench_multinode: worker job failed (rc %d):\n%s", rc, out.c_str());
+        return 1;
+      }
+      auto kv = ParseResult(result);
+      double smax = 0;
+      for (double s : kv["share"]) smax = std::max(smax, s);
+      share.push_back(smax);
+      const double xbw = Mean(kv["xbytes"]) / Mean(kv["xsec"]);
+      const double pbw = Mean(kv["xbytes"]) / Mean(kv["plainsec"]);
+      ratio.push_back(xbw / pbw);
+      run_ratio.push_back(Mean(kv["xbytes"]) / Mean(kv["runsec"]) / pbw);
+      rate_rep.push_back(Mean(kv["rate_rep"]));
+      rate_full.push_back(Mean(kv["rate_full"]));
+      speedup.push_back(rate_rep.back() / rate_full.back());
+    }
+    table.Add(fmt::format("N={} decode_share (target <= {:.3f})", n, 1.1 / n),
+              bench::Summarize(share), "decoded/published");
+    table.Add(fmt::format("N={} exchange_bw_ratio (target >= 0.8)", n), bench::Summarize(ratio),
+              "x plain Allgatherv");
+    table.Add(fmt::format("N={} same, whole run (ring, agree, publish)", n),
+              bench::Summarize(run_ratio), "x plain Allgatherv");
+    table.Add(fmt::format("N={} consumer rate, replicate", n), bench::Summarize(rate_rep),
+              "samples/s");
+    table.Add(fmt::format("N={} consumer rate, every node decodes all", n),
+              bench::Summarize(rate_full), "samples/s");
+    table.Add(fmt::format("N={} replicate_speedup", n), bench::Summarize(speedup), "x");
+    shares_all.push_back(bench::Summarize(share).median);
+    ratio_all.push_back(bench::Summarize(ratio).median);
+    speed_all.push_back(bench::Summarize(speedup).median);
+    nodes_list += (nodes_list.empty() ? "" : ",") + std::to_string(n);
+  }
+  table.Print();
+  // One JSON line last; per-N values are arrays in the order of "nodes" (medians).
+  auto arr = [](const std::vector<double>& v) {
+    std::string s;
+    for (double x : v) s += (s.empty() ? "" : ", ") + fmt::format("{:.4g}", x);
+    return "[" + s + "]";
+  };
+  std::printf("{\"bench\": \"multinode\", \"nodes\": [%s], \"decode_share\": %s, "
+              "\"exchange_bw_ratio\": %s, \"replicate_speedup\": %s, \"reps\": %d}\n",
+              nodes_list.c_str(), arr(shares_all).c_str(), arr(ratio_all).c_str(),
+              arr(speed_all).c_str(), reps);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "--worker") return Worker(argc, argv);
+  return Driver(argc, argv);
+}
