@@ -34,6 +34,6 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "deps: installing ${#missing[@]} missing packages: ${missing[*]}"
 $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" \
   >/tmp/batchcast-apt.log 2>&1 || { tail -n 40 /tmp/batchcast-apt.log; echo "deps: apt-get install failed (full log: /tmp/batchcast-apt.log)"; exit 1; }
 echo "deps: done"
