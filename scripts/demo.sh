@@ -47,8 +47,20 @@ run() {  # mode ranks
 modes=${DEMO_MODES:-on off}
 for m in $modes; do
   rm -f "$out/sharing-$m.json"
-  if [ "$m" = on ]; then run on $((trainers + 1)) "$@"; else run off "$trainers" "$@"; fi
+  if [ "$m" = on ]; then
+    # Rank-level telemetry for the shared run: summary + diagnosis printed at the end, all
+    # ranks' series in one HDF5 file, a Perfetto trace, and the report rendered below.
+    rm -f "$out/telemetry.h5"
+    run on $((trainers + 1)) \
+      --telemetry="telemetry(hdf5=$out/telemetry.h5,csv=$out/telemetry.csv,trace=$out/trace.json,interval=1s)" "$@"
+  else
+    run off "$trainers" "$@"
+  fi
 done
+if [ -s "$out/telemetry.h5" ]; then
+  "$bin/batchcast" report "$out/telemetry.h5" --out "$out/report" &&
+    echo "telemetry report: $out/report/report.html (trace: $out/trace.json, open in Perfetto)"
+fi
 [ -s "$out/sharing-on.json" ] && [ -s "$out/sharing-off.json" ] || exit 0
 
 /usr/bin/python3 - "$out/sharing-on.json" "$out/sharing-off.json" <<'PY'
