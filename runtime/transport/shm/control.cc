@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 
 #include "core/errors.h"
 
@@ -136,6 +137,42 @@ Status RecvMessage(int fd, void* msg, size_t len, int* received_fd, int64_t time
   if (static_cast<size_t>(n) != len)
     return CorruptDataError("control socket: message of {} bytes, expected {}", n, len);
   return Status::Ok();
+}
+
+Status RecvMessageNow(int fd, void* msg, size_t len) {
+  ssize_t n = RetryEintr([&] { return recv(fd, msg, len, MSG_DONTWAIT); });
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return DeadlineExceededError("control socket: no message ready");
+    return ErrnoError(errno, "control socket: receive");
+  }
+  if (n == 0) return UnavailableError("control socket: peer closed the connection");
+  if (static_cast<size_t>(n) != len)
+    return CorruptDataError("control socket: message of {} bytes, expected {}", n, len);
+  return Status::Ok();
+}
+
+Result<StatusReply> QueryStatus(const std::string& name, int64_t timeout_ms) {
+  BC_ASSIGN_OR_RETURN(int fd, ConnectAbstract(name));
+  StatusRequest req{};
+  req.magic = kControlMagic;
+  req.version = kProtocolVersion;
+  req.type = static_cast<uint32_t>(MessageType::kStatus);
+  Status st = SendMessage(fd, &req, sizeof(req));
+  auto reply = std::make_unique<StatusReply>();
+  if (st.ok()) st = RecvMessage(fd, reply.get(), sizeof(StatusReply), nullptr, timeout_ms);
+  close(fd);
+  if (!st.ok()) return st.WithContext("status of " + DisplayAddress(name));
+  if (reply->magic != kControlMagic || reply->type != static_cast<uint32_t>(MessageType::kStatusReply))
+    return CorruptDataError("status of {}: malformed reply", DisplayAddress(name));
+  reply->message[sizeof(reply->message) - 1] = '\0';
+  if (reply->code != 0)
+    return Status(static_cast<StatusCode>(reply->code),
+                  fmt::format("leader at {} refused the status query: {}", DisplayAddress(name),
+                              reply->message));
+  if (reply->count > 64) return CorruptDataError("status of {}: {} members", DisplayAddress(name),
+                                                 reply->count);
+  return *reply;
 }
 
 }  // namespace batchcast::shm

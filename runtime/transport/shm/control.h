@@ -19,7 +19,13 @@ namespace batchcast::shm {
 constexpr uint32_t kControlMagic = 0x42434331;  // "BCC1"
 constexpr uint32_t kProtocolVersion = 1;
 
-enum class MessageType : uint32_t { kJoin = 1, kJoinReply = 2, kLeave = 3 };
+enum class MessageType : uint32_t {
+  kJoin = 1,
+  kJoinReply = 2,
+  kLeave = 3,
+  kStatus = 4,       // a status query (`batchcast status`): a JoinRequest-sized message
+  kStatusReply = 5,
+};
 
 struct JoinRequest {
   uint32_t magic;
@@ -53,6 +59,62 @@ struct LeaveRequest {
   uint32_t reserved;
 };
 
+// --- status query (`batchcast status`, docs/service.md) ---
+// A new connection sends either a JoinRequest or a StatusRequest (same size, so the
+// leader reads one fixed-size message either way); the leader answers a status request
+// from its membership table with one StatusReply and closes the connection.
+struct StatusRequest {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t type;  // kStatus
+  uint8_t pad[sizeof(JoinRequest) - 3 * sizeof(uint32_t)];
+};
+static_assert(sizeof(StatusRequest) == sizeof(JoinRequest));
+
+struct MemberStatus {
+  uint32_t id;
+  uint32_t state;        // MemberState
+  int32_t pid;
+  int32_t rank;
+  uint32_t batch_size;
+  uint32_t buffer_depth;
+  uint64_t start_seq;    // first position it receives (~0: not admitted yet)
+  uint64_t position;     // next position it will acquire
+  uint64_t batches;      // consumer batches taken
+  uint64_t wait_ns;      // time blocked waiting for data
+  int64_t attached_ns;   // time since its join
+  int64_t silent_ns;     // time since its last heartbeat
+  char name[32];
+};
+
+// What the leader's owner (e.g. node::Service) adds to a status reply.
+struct StreamStatus {
+  uint64_t epoch;             // epoch being produced
+  uint64_t batch_in_epoch;    // next producer batch of that epoch
+  uint64_t batches_in_epoch;
+  uint64_t producer_batches;  // produced since start (replays included)
+  uint64_t replayed_batches;  // late-join replays
+  uint32_t idle;              // 1: nobody attached, decoding paused
+  uint32_t reserved;
+};
+
+struct StatusReply {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t type;  // kStatusReply
+  int32_t code;   // StatusCode; 0 = ok
+  int32_t leader_pid;
+  uint32_t count;            // entries used in members[]
+  uint32_t stream_state;     // StreamState
+  uint32_t num_slots;
+  uint64_t published;        // positions [0, published) are out
+  uint32_t occupied_slots;
+  uint32_t heartbeat_ms;
+  StreamStatus stream;
+  char message[256];
+  MemberStatus members[64];  // kMaxConsumers
+};
+
 // Socket address text as shown to users: "@name" for the abstract namespace.
 std::string DisplayAddress(const std::string& name);
 
@@ -72,5 +134,13 @@ Status SendMessage(int fd, const void* msg, size_t len, int pass_fd = -1);
 // Returns kUnavailable on orderly close by the peer.
 Status RecvMessage(int fd, void* msg, size_t len, int* received_fd = nullptr,
                    int64_t timeout_ms = -1);
+// Receives one fixed-size message that must already be complete (the leader's control
+// thread: a short or partial message is rejected at once instead of blocking the thread
+// that serves every consumer). kUnavailable on close, kCorruptData on a short message,
+// kDeadlineExceeded when nothing is readable yet.
+Status RecvMessageNow(int fd, void* msg, size_t len);
+
+// Asks the leader at `name` for its status (`batchcast status`).
+Result<StatusReply> QueryStatus(const std::string& name, int64_t timeout_ms);
 
 }  // namespace batchcast::shm

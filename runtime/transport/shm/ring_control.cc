@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "core/errors.h"
@@ -47,13 +48,17 @@ void RingLeader::ControlLoop() {
     if (rc > 0) {
       if (fds[1].revents & POLLIN) {
         auto conn = AcceptConnection(listen_fd_);
-        if (conn.ok()) conn_member_[*conn] = -1;
+        if (conn.ok()) {
+          conn_member_[*conn] = -1;
+          handshake_since_[*conn] = MonotonicNs();
+        }
         else BC_LOG(Warn, Shm, "ring: {}", conn.status().message());
       }
       for (size_t i = 2; i < fds.size(); ++i)
         if (fds[i].revents != 0) HandleReadable(fds[i].fd);
     }
     CheckHeartbeats();
+    CloseSlowHandshakes();
   }
 }
 
@@ -63,9 +68,26 @@ void RingLeader::HandleReadable(int fd) {
     LeaveRequest leave;
   } msg;
   int id = conn_member_[fd];
-  // A joined consumer may only send a leave; a new connection only a join.
+  // A joined consumer may only send a leave; a new connection only a join or a status query.
   size_t want = id < 0 ? sizeof(JoinRequest) : sizeof(LeaveRequest);
-  Status st = RecvMessage(fd, &msg, want, nullptr, 1000);
+  // Never block here: this thread serves every consumer (a partial message is refused).
+  Status st = RecvMessageNow(fd, &msg, want);
+  if (st.code() == StatusCode::kDeadlineExceeded) return;  // spurious wake-up
+  if (id < 0) handshake_since_.erase(fd);
+  if (st.ok() && id < 0 && msg.join.magic == kControlMagic &&
+      msg.join.version == kProtocolVersion &&
+      msg.join.type == static_cast<uint32_t>(MessageType::kStatus)) {
+    HandleStatus(fd);
+    close(fd);
+    conn_member_.erase(fd);
+    return;
+  }
+  if (!st.ok() && id < 0) {
+    BC_LOG(Warn, Shm, "ring: refused a connection: {}", st.message());
+    close(fd);
+    conn_member_.erase(fd);
+    return;
+  }
   if (st.ok() && id < 0) {
     if (msg.join.magic != kControlMagic || msg.join.version != kProtocolVersion ||
         msg.join.type != static_cast<uint32_t>(MessageType::kJoin)) {
@@ -84,6 +106,8 @@ void RingLeader::HandleReadable(int fd) {
       msg.leave.type == static_cast<uint32_t>(MessageType::kLeave)) {
     Reap(static_cast<uint32_t>(id), LossKind::kDetached);
   } else if (id >= 0) {
+    if (st.ok())  // anything but a leave from a member is a protocol violation
+      BC_LOG(Warn, Shm, "ring: consumer {} sent a malformed control message; detaching it", id);
     Reap(static_cast<uint32_t>(id), LossKind::kDisconnected);
   }
   close(fd);
@@ -147,6 +171,7 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
   }
   if (id < 0)
     return refuse(ResourceExhaustedError("all {} consumer entries are in use", kMaxConsumers));
+  join_ns_[id] = MonotonicNs();
   JoinReply r = MakeReply(Status::Ok());
   r.consumer_id = static_cast<uint32_t>(id);
   r.generation = generation;
@@ -199,6 +224,111 @@ void RingLeader::Reap(uint32_t id, LossKind kind) {
       break;
   }
   if (handler) handler(info, kind);
+}
+
+uint64_t RingLeader::ReceiverMask(uint64_t seq) const {
+  uint64_t mask = 0;
+  for (uint32_t i = 0; i < kMaxConsumers; ++i) {
+    const ConsumerEntry& e = header_->consumers[i];
+    if (e.state.load() == static_cast<uint32_t>(MemberState::kActive) && e.start_seq.load() <= seq)
+      mask |= 1ULL << i;
+  }
+  return mask;
+}
+
+uint64_t RingLeader::AdmitJoiningMask(uint64_t start_seq, uint64_t ids) {
+  uint64_t admitted = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint32_t i = 0; i < kMaxConsumers; ++i) {
+      ConsumerEntry& e = header_->consumers[i];
+      if ((ids & (1ULL << i)) == 0 ||
+          e.state.load() != static_cast<uint32_t>(MemberState::kJoining))
+        continue;
+      e.start_seq.store(start_seq);
+      e.position.store(start_seq);
+      e.state.store(static_cast<uint32_t>(MemberState::kActive));
+      admitted |= 1ULL << i;
+      BC_LOG(Info, Shm, "ring: admitted {} from position {}", InfoLocked(i).Describe(), start_seq);
+    }
+  }
+  if (admitted != 0) {
+    header_->member_futex.fetch_add(1);
+    FutexWake(&header_->member_futex, INT32_MAX);
+  }
+  return admitted;
+}
+
+void RingLeader::SetStatusProvider(StatusProvider provider) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_provider_ = std::move(provider);
+}
+
+// Answers a status query from the membership table (same uid only, like a join).
+void RingLeader::HandleStatus(int fd) {
+  auto r = std::make_unique<StatusReply>();
+  std::memset(r.get(), 0, sizeof(StatusReply));
+  r->magic = kControlMagic;
+  r->version = kProtocolVersion;
+  r->type = static_cast<uint32_t>(MessageType::kStatusReply);
+  auto cred = GetPeerCred(fd);
+  if (!cred.ok() || cred->uid != getuid()) {
+    r->code = static_cast<int32_t>(StatusCode::kPermissionDenied);
+    std::snprintf(r->message, sizeof(r->message), "uid %u may not query this leader (uid %u)",
+                  cred.ok() ? cred->uid : ~0u, getuid());
+    SendMessage(fd, r.get(), sizeof(StatusReply)).IgnoreError();
+    return;
+  }
+  const int64_t now = MonotonicNs();
+  StatusProvider provider;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    provider = status_provider_;
+    for (uint32_t i = 0; i < kMaxConsumers; ++i) {
+      if (header_->consumers[i].state.load() == static_cast<uint32_t>(MemberState::kFree)) continue;
+      MemberInfo m = InfoLocked(i);
+      MemberStatus& s = r->members[r->count++];
+      s.id = m.id;
+      s.state = static_cast<uint32_t>(m.state);
+      s.pid = m.pid;
+      s.rank = m.rank;
+      s.batch_size = m.batch_size;
+      s.buffer_depth = m.buffer_depth;
+      s.start_seq = m.start_seq;
+      s.position = m.position;
+      s.batches = m.batches;
+      s.wait_ns = m.wait_ns;
+      s.attached_ns = now - join_ns_[i];
+      s.silent_ns = now - m.last_seen_ns;
+      std::snprintf(s.name, sizeof(s.name), "%s", m.name.c_str());
+    }
+  }
+  r->leader_pid = getpid();
+  r->stream_state = header_->stream_state.load();
+  r->num_slots = header_->num_slots;
+  r->published = header_->published.load();
+  r->occupied_slots = static_cast<uint32_t>(OccupiedSlots());
+  r->heartbeat_ms = static_cast<uint32_t>(config_.heartbeat_ms);
+  if (provider) provider(&r->stream);
+  Status st = SendMessage(fd, r.get(), sizeof(StatusReply));
+  if (!st.ok()) BC_LOG(Warn, Shm, "ring: status reply failed: {}", st.message());
+}
+
+// Connections that sent nothing useful within the handshake timeout are closed.
+void RingLeader::CloseSlowHandshakes() {
+  const int64_t limit = config_.handshake_timeout_ms * 1000000LL;
+  const int64_t now = MonotonicNs();
+  for (auto it = handshake_since_.begin(); it != handshake_since_.end();) {
+    if (now - it->second > limit) {
+      BC_LOG(Warn, Shm, "ring: closed a connection that sent no join request within {} ms",
+             config_.handshake_timeout_ms);
+      close(it->first);
+      conn_member_.erase(it->first);
+      it = handshake_since_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void RingLeader::CheckHeartbeats() {

@@ -35,6 +35,9 @@ struct RingConfig {
   std::string job;                  // identity shown in names and errors
   int rank = -1;                    // leader's rank, or -1 outside MPI
   int64_t heartbeat_ms = 10000;
+  // A new connection that sends no complete join or status request within this long is
+  // closed (it cannot hold a membership entry or the control thread).
+  int64_t handshake_timeout_ms = 5000;
 };
 
 struct MemberInfo {
@@ -53,6 +56,9 @@ struct MemberInfo {
 
 enum class LossKind { kDetached, kDisconnected, kHeartbeat };
 using LossHandler = std::function<void(const MemberInfo&, LossKind)>;
+struct StreamStatus;  // control.h
+// Fills the stream part of a status reply (called on the control thread).
+using StatusProvider = std::function<void(StreamStatus*)>;
 
 // A slot the leader may fill: data, capacity and the descriptor to complete.
 struct SlotWrite {
@@ -85,6 +91,13 @@ class RingLeader {
   // Active consumers that will receive position `seq` if it is published now.
   std::vector<MemberInfo> Receivers(uint64_t seq) const;
   void SetLossHandler(LossHandler handler);
+  // Installs what a status query reports about the stream (`batchcast status`).
+  void SetStatusProvider(StatusProvider provider);
+  // Bit mask of the active consumers admitted at or before `seq` (who a publish reaches).
+  uint64_t ReceiverMask(uint64_t seq) const;
+  // Admits the joining consumers with the ids in `ids` only (or all when `ids` is ~0):
+  // they receive positions >= start_seq. Returns the admitted consumers' bit mask.
+  uint64_t AdmitJoiningMask(uint64_t start_seq, uint64_t ids = ~0ULL);
 
   // --- stream ---
   uint64_t next_seq() const { return next_seq_; }
@@ -111,6 +124,8 @@ class RingLeader {
   void ControlLoop();
   void HandleReadable(int fd);
   void HandleJoin(int fd, const struct JoinRequest& req);
+  void HandleStatus(int fd);
+  void CloseSlowHandshakes();
   void Reap(uint32_t id, LossKind kind);
   void CheckHeartbeats();
   void WakeConsumers();
@@ -128,6 +143,9 @@ class RingLeader {
   std::condition_variable joined_cv_;
   std::map<int, int> conn_member_;   // control connection fd -> member id (-1: handshake)
   LossHandler loss_handler_;
+  StatusProvider status_provider_;
+  std::map<int, int64_t> handshake_since_;  // control connection fd -> accept time (ns)
+  int64_t join_ns_[64] = {};                // member id -> join time (status: attached for)
   std::atomic<bool> stop_{false};
   std::thread control_thread_;
 };
