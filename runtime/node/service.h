@@ -1,0 +1,97 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The always-on per-node service (`batchcast serve`, docs/service.md): one long-lived
+// leader that runs epochs for whoever is attached. Consumers (trials) attach and leave at
+// any time through the node-local control socket; the service
+//   - decodes only while someone is attached (it blocks, without polling, when nobody is),
+//   - admits newcomers at epoch boundaries, or catches up a consumer that arrives within
+//     the first `late_join_window` of an epoch by replaying the start of the epoch to it
+//     alone (targeted publish; the stream is a pure function of (seed, epoch, position),
+//     so the replay is byte-identical),
+//   - loses a dead or silent consumer within heartbeat_ms (the ring reaps it), and
+//   - fails the stream with "service stopped: ..." when stopped, so attached consumers
+//     get a clear error instead of a hang.
+// It is one process per node; an MPI-spanning service comes with the multi-node work.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "batchcast/options.h"
+#include "batchcast/status.h"
+#include "node/batch_source.h"
+#include "node/stream.h"
+#include "transport/shm/ring_leader.h"
+
+namespace batchcast::node {
+
+struct ServiceConfig {
+  Options options;                   // seed, shuffle, producer_batch, ring_slots, heartbeat_ms
+  std::string socket_name;           // empty: DefaultServiceSocket()
+  int64_t epochs = 0;                // 0: run epochs until stopped
+  double late_join_window = 0.02;    // fraction of an epoch within which a joiner is caught up
+  bool join_mid_epoch = false;       // later joiners start at once (mid-epoch) instead of waiting
+  uint32_t max_consumer_batch = 0;   // largest batch a consumer may ask for (0: options.batch_size)
+  int64_t handshake_timeout_ms = 5000;
+};
+
+struct ServiceStats {
+  int64_t epochs_started = 0;
+  int64_t producer_batches = 0;      // decoded and published (replays included)
+  int64_t replayed_batches = 0;      // late-join replays
+  int64_t skipped_positions = 0;     // positions published to nobody (no decode)
+  int64_t late_joins = 0;            // consumers caught up by a replay
+  int64_t idle_waits = 0;            // times the service paused with nobody attached
+  int64_t max_slot_wait_ns = 0;      // longest wait for a free slot (a stalled consumer)
+};
+
+// "batchcast-<uid>-service": the socket name `batchcast serve` and consumers default to.
+std::string DefaultServiceSocket();
+
+class Service {
+ public:
+  static Result<std::unique_ptr<Service>> Create(const ServiceConfig& config,
+                                                 std::unique_ptr<BatchSource> source);
+  ~Service();
+  // Runs epochs (forever, or config.epochs) until Stop(). Ok when stopped or complete.
+  Status Run();
+  // Stops Run() and fails the stream with "service stopped: <why>" (thread-safe; not
+  // async-signal-safe: call it from a signal-waiting thread).
+  void Stop(const std::string& why);
+
+  std::string address() const;  // "@name"
+  const std::string& socket_name() const { return config_.socket_name; }
+  ServiceStats stats() const;
+  shm::RingLeader& ring() { return *ring_; }
+  int64_t batches_per_epoch() const { return plan_.BatchesPerEpoch(); }
+
+ private:
+  Service(const ServiceConfig& config, std::unique_ptr<BatchSource> source, int64_t p);
+  Status RunEpoch(uint64_t epoch);
+  // Publishes producer batch k of `epoch` to the consumers in `only`; with fill=false an
+  // empty position that nobody receives (skipping the rest of an epoch costs no decode).
+  // With `interrupted` given, gives up (nothing published, *interrupted = true) when a
+  // consumer joins while every slot is held, so that membership is settled again first.
+  Status Produce(uint64_t epoch, int64_t k, uint64_t only, bool fill,
+                 bool* interrupted = nullptr);
+  // Blocks until a consumer is attached or joining, or the service stops.
+  void WaitForMembers();
+  uint64_t MaskOf(shm::MemberState state) const;
+
+  ServiceConfig config_;
+  std::unique_ptr<BatchSource> source_;
+  StreamPlan plan_;
+  std::unique_ptr<shm::RingLeader> ring_;
+  pipeline::SampleLayout layout_;
+  uint64_t capacity_samples_ = 0, labels_offset_ = 0, ids_offset_ = 0;
+  std::atomic<bool> stop_{false};
+  // Shown by `batchcast status` (read on the control thread).
+  std::atomic<uint64_t> epoch_{0}, batch_{0}, produced_{0}, replayed_{0};
+  std::atomic<uint32_t> idle_{0};
+  ServiceStats stats_;
+  mutable std::atomic<int64_t> max_slot_wait_ns_{0};
+};
+
+}  // namespace batchcast::node
