@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
   batchcast::cli::RegisterConvert(app, &exit_code);
   batchcast::cli::RegisterInspect(app, &exit_code);
   batchcast::cli::RegisterReport(app, &exit_code);
+  batchcast::cli::RegisterServe(app, &exit_code);
+  batchcast::cli::RegisterStatus(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -1,0 +1,116 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+// `batchcast serve`: the always-on per-node service (docs/service.md). Prints its address,
+// runs epochs for whoever attaches, and stops cleanly on SIGINT/SIGTERM (attached
+// consumers then fail with "service stopped: ...").
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "batchcast/options.h"
+#include "cli/commands.h"
+#include "node/batch_source.h"
+#include "node/service.h"
+
+namespace batchcast::cli {
+namespace {
+
+bool FromDefault(const Options& o, const std::string& key) {
+  for (const auto& [k, src] : o.sources)
+    if (k == key) return src == "default";
+  return true;
+}
+
+struct ServeArgs {
+  std::vector<std::string> flags;
+  std::string socket;
+  double late_join_window = 0.02;
+  bool join_mid_epoch = false;
+  int max_batch = 0;
+  int64_t handshake_ms = 5000;
+};
+
+int Serve(const ServeArgs& a) {
+  auto opts = ResolveOptions(a.flags);
+  if (!opts.ok()) {
+    std::fprintf(stderr, "batchcast serve: %s\n", opts.status().ToString().c_str());
+    return 2;
+  }
+  node::ServiceConfig cfg;
+  cfg.options = *opts;
+  cfg.socket_name = a.socket;
+  // Without an explicit --epochs (flag, env or file) the service runs until stopped.
+  cfg.epochs = FromDefault(*opts, "epochs") ? 0 : opts->epochs;
+  cfg.late_join_window = a.late_join_window;
+  cfg.join_mid_epoch = a.join_mid_epoch;
+  cfg.max_consumer_batch = static_cast<uint32_t>(a.max_batch);
+  cfg.handshake_timeout_ms = a.handshake_ms;
+  // Block the stop signals before any thread exists; one thread waits for them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);  // internal: the service finished, end the waiter
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  auto source = node::MakePipelineSource(*opts);
+  if (!source.ok()) {
+    std::fprintf(stderr, "batchcast serve: %s\n", source.status().ToString().c_str());
+    return 1;
+  }
+  auto service = node::Service::Create(cfg, std::move(source).value());
+  if (!service.ok()) {
+    std::fprintf(stderr, "batchcast serve: %s\n", service.status().ToString().c_str());
+    return 1;
+  }
+  node::Service& svc = **service;
+  std::printf("batchcast serve: listening on %s (%lld batches/epoch, %s); attach with "
+              "Consumer::Attach(\"%s\", options)\n",
+              svc.address().c_str(), static_cast<long long>(svc.batches_per_epoch()),
+              cfg.epochs == 0 ? "until stopped" : (std::to_string(cfg.epochs) + " epochs").c_str(),
+              svc.socket_name().c_str());
+  std::fflush(stdout);
+  std::thread waiter([&svc, set] {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0 || sig == SIGUSR1) return;
+    svc.Stop(sig == SIGINT ? "SIGINT received" : "SIGTERM received");
+  });
+  Status st = svc.Run();
+  pthread_kill(waiter.native_handle(), SIGUSR1);
+  waiter.join();
+  node::ServiceStats s = svc.stats();
+  std::printf("batchcast serve: stopped: %lld epochs started, %lld producer batches (%lld "
+              "replayed for late joiners), %lld idle pauses\n",
+              static_cast<long long>(s.epochs_started), static_cast<long long>(s.producer_batches),
+              static_cast<long long>(s.replayed_batches), static_cast<long long>(s.idle_waits));
+  if (!st.ok()) {
+    std::fprintf(stderr, "batchcast serve: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("serve", "run the always-on per-node service (docs/service.md)");
+  auto* a = new ServeArgs();  // lives as long as the app
+  cmd->add_option("--socket", a->socket,
+                  "abstract control socket name (default batchcast-<uid>-service)");
+  cmd->add_option("--late-join-window", a->late_join_window,
+                  "fraction of an epoch within which a joiner is caught up by a replay [0.02]")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--join-mid-epoch", a->join_mid_epoch,
+                "later joiners start at once, mid-epoch, instead of at the next epoch");
+  cmd->add_option("--max-batch", a->max_batch,
+                  "largest consumer batch accepted (default: batch_size)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--handshake-timeout-ms", a->handshake_ms,
+                  "close connections that send no join request within this long [5000]")
+      ->check(CLI::Range(int64_t(10), int64_t(600000)));
+  AddRegistryOptions(cmd, &a->flags);
+  cmd->callback([a, exit_code] { *exit_code = Serve(*a); });
+}
+
+}  // namespace batchcast::cli

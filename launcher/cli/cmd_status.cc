@@ -1,0 +1,124 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+// `batchcast status`: asks a running leader (normally `batchcast serve`) for its
+// membership table over the control socket: attached consumers, their positions, rates
+// and waits, and where the stream is (docs/service.md).
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "node/service.h"
+#include "transport/shm/control.h"
+#include "transport/shm/segment.h"
+
+namespace batchcast::cli {
+namespace {
+
+const char* StateName(uint32_t s) {
+  switch (static_cast<shm::MemberState>(s)) {
+    case shm::MemberState::kJoining: return "joining";
+    case shm::MemberState::kActive: return "active";
+    case shm::MemberState::kLeaving: return "leaving";
+    default: return "free";
+  }
+}
+
+const char* StreamName(uint32_t s) {
+  switch (static_cast<shm::StreamState>(s)) {
+    case shm::StreamState::kRunning: return "running";
+    case shm::StreamState::kEnded: return "ended";
+    default: return "failed";
+  }
+}
+
+nlohmann::json ToJson(const std::string& socket, const shm::StatusReply& r) {
+  nlohmann::json j;
+  j["address"] = shm::DisplayAddress(socket);
+  j["leader_pid"] = r.leader_pid;
+  j["stream"] = StreamName(r.stream_state);
+  j["published"] = r.published;
+  j["slots"] = r.num_slots;
+  j["occupied_slots"] = r.occupied_slots;
+  j["heartbeat_ms"] = r.heartbeat_ms;
+  j["epoch"] = r.stream.epoch;
+  j["batch_in_epoch"] = r.stream.batch_in_epoch;
+  j["batches_in_epoch"] = r.stream.batches_in_epoch;
+  j["producer_batches"] = r.stream.producer_batches;
+  j["replayed_batches"] = r.stream.replayed_batches;
+  j["idle"] = r.stream.idle != 0;
+  j["consumers"] = nlohmann::json::array();
+  for (uint32_t i = 0; i < r.count && i < shm::kMaxConsumers; ++i) {
+    const shm::MemberStatus& m = r.members[i];
+    const double secs = m.attached_ns > 0 ? double(m.attached_ns) / 1e9 : 0.0;
+    nlohmann::json c;
+    c["id"] = m.id;
+    c["name"] = std::string(m.name, strnlen(m.name, sizeof(m.name)));
+    c["pid"] = m.pid;
+    c["rank"] = m.rank;
+    c["state"] = StateName(m.state);
+    c["batch_size"] = m.batch_size;
+    c["buffer_depth"] = m.buffer_depth;
+    c["start_position"] = m.start_seq == shm::kNoSeq ? nlohmann::json() : nlohmann::json(m.start_seq);
+    c["position"] = m.position == shm::kNoSeq ? nlohmann::json() : nlohmann::json(m.position);
+    c["batches"] = m.batches;
+    c["batches_per_s"] = secs > 0 ? double(m.batches) / secs : 0.0;
+    c["wait_s"] = double(m.wait_ns) / 1e9;
+    c["wait_fraction"] = secs > 0 ? double(m.wait_ns) / 1e9 / secs : 0.0;
+    c["attached_s"] = secs;
+    c["silent_ms"] = m.silent_ns / 1000000;
+    j["consumers"].push_back(c);
+  }
+  return j;
+}
+
+void PrintTable(const nlohmann::json& j) {
+  std::printf("service %s (pid %d): stream %s, epoch %llu batch %llu/%llu, %llu producer batches "
+              "(%llu replayed), %u/%u slots held%s\n",
+              j["address"].get<std::string>().c_str(), j["leader_pid"].get<int>(),
+              j["stream"].get<std::string>().c_str(), j["epoch"].get<unsigned long long>(),
+              j["batch_in_epoch"].get<unsigned long long>(),
+              j["batches_in_epoch"].get<unsigned long long>(),
+              j["producer_batches"].get<unsigned long long>(),
+              j["replayed_batches"].get<unsigned long long>(), j["occupied_slots"].get<unsigned>(),
+              j["slots"].get<unsigned>(), j["idle"].get<bool>() ? ", idle (nobody attached)" : "");
+  std::printf("%-4s %-20s %-8s %-8s %6s %10s %9s %8s %7s %9s\n", "id", "name", "pid", "state",
+              "batch", "position", "batches", "batch/s", "wait%", "attached");
+  for (const auto& c : j["consumers"]) {
+    std::string pos = c["position"].is_null() ? "-" : std::to_string(c["position"].get<uint64_t>());
+    std::printf("%-4u %-20s %-8d %-8s %6u %10s %9llu %8.1f %6.1f%% %8.1fs\n", c["id"].get<unsigned>(),
+                c["name"].get<std::string>().c_str(), c["pid"].get<int>(),
+                c["state"].get<std::string>().c_str(), c["batch_size"].get<unsigned>(), pos.c_str(),
+                c["batches"].get<unsigned long long>(), c["batches_per_s"].get<double>(),
+                100.0 * c["wait_fraction"].get<double>(), c["attached_s"].get<double>());
+  }
+  if (j["consumers"].empty()) std::printf("(no consumers attached)\n");
+}
+
+}  // namespace
+
+void RegisterStatus(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("status", "show a running service's consumers, positions, "
+                                 "rates and waits (docs/service.md)");
+  auto* socket = new std::string();
+  auto* json = new bool(false);
+  auto* timeout = new int64_t(5000);
+  cmd->add_option("--socket", *socket, "control socket name (default batchcast-<uid>-service)");
+  cmd->add_flag("--json", *json, "print one JSON object");
+  cmd->add_option("--timeout-ms", *timeout, "how long to wait for the answer [5000]");
+  cmd->callback([=] {
+    const std::string name = socket->empty() ? node::DefaultServiceSocket() : *socket;
+    auto reply = shm::QueryStatus(name, *timeout);
+    if (!reply.ok()) {
+      std::fprintf(stderr, "batchcast status: %s\n", reply.status().ToString().c_str());
+      *exit_code = 1;
+      return;
+    }
+    nlohmann::json j = ToJson(name, *reply);
+    if (*json) std::printf("%s\n", j.dump().c_str());
+    else PrintTable(j);
+  });
+}
+
+}  // namespace batchcast::cli
