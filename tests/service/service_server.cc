@@ -1,0 +1,69 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+// A `batchcast serve` over a synthetic source (tests/unit/node/synthetic_source.h), so the
+// service tests need no dataset and can check every byte. Prints "ready <address>" when
+// listening and one "stats {...}" line at the end; SIGTERM/SIGINT stop it like the CLI.
+//   service_server SOCKET SAMPLES PRODUCER_BATCH MAX_BATCH HEARTBEAT_MS WINDOW EPOCHS
+//                  [SLOTS] [HANDSHAKE_MS]
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "node/service.h"
+#include "tests/unit/node/synthetic_source.h"
+
+using namespace batchcast;
+
+int main(int argc, char** argv) {
+  if (argc < 8) {
+    std::fprintf(stderr, "usage: service_server SOCKET SAMPLES P MAX_B HB_MS WINDOW EPOCHS "
+                 "[SLOTS] [HANDSHAKE_MS]\n");
+    return 2;
+  }
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  node::ServiceConfig cfg;
+  cfg.socket_name = argv[1];
+  cfg.options.producer_batch = std::atoll(argv[3]);
+  cfg.options.batch_size = std::atoi(argv[4]);
+  cfg.options.heartbeat_ms = std::atoll(argv[5]);
+  cfg.late_join_window = std::atof(argv[6]);
+  cfg.epochs = std::atoll(argv[7]);
+  cfg.options.ring_slots = argc > 8 ? std::atoi(argv[8]) : 6;
+  cfg.options.seed = 7;
+  cfg.options.shuffle = true;
+  if (argc > 9) cfg.handshake_timeout_ms = std::atoll(argv[9]);
+  auto svc = node::Service::Create(
+      cfg, std::make_unique<node::SyntheticSource>(std::atoll(argv[2]), 8, 3));
+  if (!svc.ok()) {
+    std::fprintf(stderr, "service_server: %s\n", svc.status().ToString().c_str());
+    return 1;
+  }
+  node::Service& s = **svc;
+  std::printf("ready %s\n", s.address().c_str());
+  std::fflush(stdout);
+  std::thread waiter([&s, set] {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0 || sig == SIGUSR1) return;
+    s.Stop(sig == SIGINT ? "SIGINT received" : "SIGTERM received");
+  });
+  Status st = s.Run();
+  pthread_kill(waiter.native_handle(), SIGUSR1);
+  waiter.join();
+  node::ServiceStats x = s.stats();
+  std::printf("stats {\"epochs\":%lld,\"produced\":%lld,\"replayed\":%lld,\"late_joins\":%lld,"
+              "\"skipped\":%lld,\"idle_waits\":%lld,\"max_slot_wait_ms\":%lld}\n",
+              (long long)x.epochs_started, (long long)x.producer_batches,
+              (long long)x.replayed_batches, (long long)x.late_joins,
+              (long long)x.skipped_positions, (long long)x.idle_waits,
+              (long long)(x.max_slot_wait_ns / 1000000));
+  std::fflush(stdout);
+  if (!st.ok()) std::fprintf(stderr, "service_server: %s\n", st.ToString().c_str());
+  return st.ok() ? 0 : 1;
+}

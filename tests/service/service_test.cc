@@ -1,0 +1,410 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+// The per-node service (docs/service.md): late join, stop/kill/restart, hostile control
+// messages, other-uid refusal and `batchcast status`. The service runs as a separate
+// process (service_server); consumers here are in-process unless a test needs a process.
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "batchcast/consumer.h"
+#include "tests/service/service_test_util.h"
+#include "tests/unit/node/synthetic_source.h"
+#include "transport/shm/control.h"
+#include "transport/shm/segment.h"
+
+namespace batchcast {
+namespace {
+
+using service_test::Child;
+using service_test::EpochLine;
+
+Options ConsumerOptions(int b, int epochs) {
+  Options o;
+  o.batch_size = b;
+  o.epochs = epochs;
+  o.buffer_depth = 2;
+  o.heartbeat_ms = 1000;
+  return o;
+}
+
+// Reads until the end of the consumer's epochs; one EpochLine per completed epoch.
+Status ReadEpochs(Consumer& c, int64_t n, std::vector<EpochLine>* out) {
+  std::vector<int> seen(static_cast<size_t>(n), 0);
+  EpochLine cur;
+  Batch b;
+  for (;;) {
+    Status st = c.Next(&b);
+    if (st.code() == StatusCode::kEndOfStream) return Status::Ok();
+    if (!st.ok()) return st;
+    const BatchInfo& info = b.info();
+    if (static_cast<long long>(info.epoch) != cur.epoch) {
+      cur = EpochLine();
+      cur.epoch = static_cast<long long>(info.epoch);
+      cur.first_batch = static_cast<long long>(info.producer_batch);
+      std::fill(seen.begin(), seen.end(), 0);
+    }
+    const auto* img = static_cast<const uint8_t*>(b.images().data);
+    const size_t sb = b.images().nbytes / b.images().shape[0];
+    for (int64_t i = 0; i < b.images().shape[0]; ++i) {
+      const int64_t id = b.sample_ids()[i];
+      if (id < 0 || id >= n) { ++cur.bad; continue; }
+      for (size_t k = 0; k < sb; ++k)
+        if (img[i * sb + k] != node::SyntheticPixel(id, k)) { ++cur.bad; break; }
+      if (i < b.images().shape[0] - info.repeats) seen[static_cast<size_t>(id)] += 1;
+    }
+    if (info.last_in_epoch) {
+      for (int v : seen) {
+        if (v == 0) ++cur.missing;
+        else ++cur.samples;
+        if (v > 1) cur.dups += v - 1;
+      }
+      out->push_back(cur);
+    }
+  }
+}
+
+void ExpectFullEpoch(const EpochLine& e, int64_t n) {
+  EXPECT_EQ(e.first_batch, 0) << "epoch " << e.epoch;
+  EXPECT_EQ(e.samples, n) << "epoch " << e.epoch;
+  EXPECT_EQ(e.dups, 0) << "epoch " << e.epoch;
+  EXPECT_EQ(e.missing, 0) << "epoch " << e.epoch;
+  EXPECT_EQ(e.bad, 0) << "epoch " << e.epoch;
+}
+
+// Polls the status (a condition, with a deadline) until pred holds.
+template <typename Pred>
+bool WaitStatus(const std::string& socket, Pred pred) {
+  for (int i = 0; i < 3000; ++i) {
+    auto r = shm::QueryStatus(socket, 2000);
+    if (r.ok() && pred(*r)) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+void StopServer(Child& server) {
+  kill(server.pid, SIGTERM);
+  service_test::Wait(server);
+}
+
+// A joins; the service fills the ring (4 slots) and blocks; B joins at batch 4 of 10,
+// inside a 0.6 window: B gets the start of the epoch replayed and both see all of it.
+TEST(ServiceTest, LateJoinerWithinWindowGetsFullEpoch) {
+  const std::string sock = service_test::UniqueSocket("late");
+  Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.6, 2, 4);
+  ASSERT_GT(server.pid, 0);
+  auto a = Consumer::Attach(sock, ConsumerOptions(16, 1), -1, "a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.published >= 4; }));
+  auto b = Consumer::Attach(sock, ConsumerOptions(8, 1), -1, "b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  std::vector<EpochLine> ea, eb;
+  Status sa;
+  std::thread ta([&] { sa = ReadEpochs(**a, 320, &ea); });
+  Status sb = ReadEpochs(**b, 320, &eb);
+  ta.join();
+  ASSERT_TRUE(sa.ok()) << sa.ToString();
+  ASSERT_TRUE(sb.ok()) << sb.ToString();
+  ASSERT_EQ(ea.size(), 1u);
+  ASSERT_EQ(eb.size(), 1u);
+  ExpectFullEpoch(ea[0], 320);
+  ExpectFullEpoch(eb[0], 320);
+  EXPECT_EQ(ea[0].epoch, 0);
+  EXPECT_EQ(eb[0].epoch, 0);  // caught up, not deferred to epoch 1
+  auto st = shm::QueryStatus(sock, 2000);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_GT(st->stream.replayed_batches, 0u);
+  StopServer(server);
+}
+
+// The same arrival outside a 0.1 window waits for the next epoch and gets all of it.
+TEST(ServiceTest, LateJoinerOutsideWindowStartsNextEpoch) {
+  const std::string sock = service_test::UniqueSocket("next");
+  Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.1, 3, 4);
+  auto a = Consumer::Attach(sock, ConsumerOptions(16, 2), -1, "a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.published >= 4; }));
+  auto b = Consumer::Attach(sock, ConsumerOptions(16, 1), -1, "b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  std::vector<EpochLine> ea, eb;
+  Status sa;
+  std::thread ta([&] { sa = ReadEpochs(**a, 320, &ea); });
+  Status sb = ReadEpochs(**b, 320, &eb);
+  ta.join();
+  ASSERT_TRUE(sa.ok()) << sa.ToString();
+  ASSERT_TRUE(sb.ok()) << sb.ToString();
+  ASSERT_EQ(eb.size(), 1u);
+  EXPECT_EQ(eb[0].epoch, 1);
+  ExpectFullEpoch(eb[0], 320);
+  for (const auto& e : ea) ExpectFullEpoch(e, 320);
+  auto st = shm::QueryStatus(sock, 2000);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->stream.replayed_batches, 0u);
+  StopServer(server);
+}
+
+// SIGTERM: attached consumers fail with "service stopped"; SIGKILL: with "is gone". Both
+// end (no hang); then a new service binds the same socket name (abstract socket, memfd:
+// nothing to sweep) and serves a full epoch.
+TEST(ServiceTest, StoppedOrKilledServiceErrorsAndRestartWorks) {
+  const auto shm_before = service_test::DevShmEntries();
+  const std::string sock = service_test::UniqueSocket("restart");
+  for (int sig : {SIGTERM, SIGKILL}) {
+    Child server = service_test::StartServer(sock, 640, 32, 16, 1000, 0.02, 0, 4);
+    ASSERT_GT(server.pid, 0);
+    auto c = Consumer::Attach(sock, ConsumerOptions(16, 100), -1, "victim");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    Batch b;
+    ASSERT_TRUE((*c)->Next(&b).ok());
+    kill(server.pid, sig);
+    int status = service_test::Wait(server);
+    if (sig == SIGTERM) {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    Status st;
+    int after = 0;
+    for (; after < 1000; ++after) {
+      st = (*c)->Next(&b);
+      if (!st.ok()) break;
+    }
+    ASSERT_FALSE(st.ok()) << "consumer kept reading after the service went away";
+    EXPECT_LE(after, 4 * 2) << "more batches than the ring held";  // slots x carves per slot
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+    if (sig == SIGTERM) {
+      EXPECT_NE(st.message().find("service stopped: SIGTERM"), std::string::npos) << st.message();
+    } else {
+      EXPECT_NE(st.message().find("gone"), std::string::npos) << st.message();
+    }
+  }
+  Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.02, 0, 4);
+  auto c = Consumer::Attach(sock, ConsumerOptions(16, 1), -1, "after-restart");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::vector<EpochLine> e;
+  ASSERT_TRUE(ReadEpochs(**c, 320, &e).ok());
+  ASSERT_EQ(e.size(), 1u);
+  ExpectFullEpoch(e[0], 320);
+  StopServer(server);
+  EXPECT_EQ(service_test::DevShmEntries(), shm_before);
+}
+
+int Connect(const std::string& sock) {
+  auto fd = shm::ConnectAbstract(sock);
+  return fd.ok() ? *fd : -1;
+}
+
+// Reads until EOF or a reply; returns the reply code, or -1 on EOF/timeout.
+int ReplyCode(int fd, std::string* message = nullptr) {
+  shm::JoinReply r{};
+  Status st = shm::RecvMessage(fd, &r, sizeof(r), nullptr, 10000);
+  close(fd);
+  if (!st.ok()) return -1;
+  if (message) *message = std::string(r.message, strnlen(r.message, sizeof(r.message)));
+  return r.code;
+}
+
+shm::JoinRequest ValidJoin() {
+  shm::JoinRequest j{};
+  j.magic = shm::kControlMagic;
+  j.version = shm::kProtocolVersion;
+  j.type = static_cast<uint32_t>(shm::MessageType::kJoin);
+  j.pid = getpid();
+  j.rank = -1;
+  j.batch_size = 8;
+  j.buffer_depth = 1;
+  return j;
+}
+
+// Hostile control traffic is refused or closed while a real consumer reads 3 full epochs.
+TEST(ServiceTest, HostileControlMessagesAreRejectedWithoutDisturbingOthers) {
+  const std::string sock = service_test::UniqueSocket("hostile");
+  Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.02, 0, 4, 300);
+  auto good = Consumer::Attach(sock, ConsumerOptions(16, 3), -1, "good");
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  std::vector<EpochLine> epochs;
+  Status sg;
+  std::thread reader([&] { sg = ReadEpochs(**good, 320, &epochs); });
+
+  auto send_join = [&](shm::JoinRequest j, std::string* msg = nullptr) {
+    int fd = Connect(sock);
+    EXPECT_GE(fd, 0);
+    EXPECT_TRUE(shm::SendMessage(fd, &j, sizeof(j)).ok());
+    return ReplyCode(fd, msg);
+  };
+  const int kInvalid = static_cast<int>(StatusCode::kInvalidArgument);
+  shm::JoinRequest j = ValidJoin();
+  j.magic = 0xdeadbeef;
+  EXPECT_EQ(send_join(j), kInvalid);
+  j = ValidJoin(), j.version = 99;
+  EXPECT_EQ(send_join(j), kInvalid);
+  j = ValidJoin(), j.type = 77;
+  EXPECT_EQ(send_join(j), kInvalid);
+  std::string msg;
+  j = ValidJoin(), j.batch_size = 0;
+  EXPECT_EQ(send_join(j, &msg), kInvalid);
+  EXPECT_NE(msg.find("batch size 0"), std::string::npos) << msg;
+  j = ValidJoin(), j.batch_size = 1u << 30;
+  EXPECT_EQ(send_join(j), kInvalid);
+  j = ValidJoin(), j.buffer_depth = 0;
+  EXPECT_EQ(send_join(j), kInvalid);
+  j = ValidJoin(), j.buffer_depth = 1000;
+  EXPECT_EQ(send_join(j), kInvalid);
+  j = ValidJoin(), j.flags = 0x80;
+  EXPECT_EQ(send_join(j), kInvalid);
+  {  // garbage bytes
+    int fd = Connect(sock);
+    std::vector<uint8_t> junk(300);
+    for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<uint8_t>(i * 37 + 11);
+    ASSERT_EQ(send(fd, junk.data(), junk.size(), MSG_NOSIGNAL), 300);
+    EXPECT_NE(ReplyCode(fd), 0);
+  }
+  {  // a short message that never completes: closed at once, the control thread not held
+    int fd = Connect(sock);
+    ASSERT_EQ(send(fd, "BCC1", 4, MSG_NOSIGNAL), 4);
+    EXPECT_EQ(ReplyCode(fd), -1);
+  }
+  {  // a connection that never sends a join: closed after the handshake timeout
+    int fd = Connect(sock);
+    EXPECT_EQ(ReplyCode(fd), -1);  // EOF (within the 10 s read limit), not a hang
+  }
+  {  // an unterminated name is bounded: accepted, stored as at most 31 characters
+    j = ValidJoin();
+    std::memset(j.name, 'N', sizeof(j.name));
+    int fd = Connect(sock);
+    ASSERT_TRUE(shm::SendMessage(fd, &j, sizeof(j)).ok());
+    shm::JoinReply r{};
+    int memfd = -1;
+    ASSERT_TRUE(shm::RecvMessage(fd, &r, sizeof(r), &memfd, 10000).ok());
+    EXPECT_EQ(r.code, 0);
+    if (memfd >= 0) close(memfd);
+    auto st = shm::QueryStatus(sock, 2000);
+    ASSERT_TRUE(st.ok());
+    bool found = false;
+    for (uint32_t i = 0; i < st->count; ++i)
+      if (st->members[i].name[0] == 'N') {
+        found = true;
+        EXPECT_EQ(strnlen(st->members[i].name, 32), 31u);
+      }
+    EXPECT_TRUE(found);
+    // A member that sends anything but a leave is detached.
+    ASSERT_EQ(send(fd, "garbage-garbage!", 16, MSG_NOSIGNAL), 16);
+    EXPECT_TRUE(WaitStatus(sock, [](const shm::StatusReply& s) {
+      for (uint32_t i = 0; i < s.count; ++i)
+        if (s.members[i].name[0] == 'N') return false;
+      return true;
+    }));
+    close(fd);
+  }
+  reader.join();
+  ASSERT_TRUE(sg.ok()) << sg.ToString();
+  ASSERT_EQ(epochs.size(), 3u);
+  for (const auto& e : epochs) ExpectFullEpoch(e, 320);
+  StopServer(server);
+}
+
+// A consumer of another uid (a child that setuid()s to nobody) is refused, and so is its
+// status query; the owner's consumers are unaffected.
+TEST(ServiceTest, OtherUidIsRefused) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to setuid() a child to another user";
+  const passwd* nobody = getpwnam("nobody");
+  const uid_t uid = nobody ? nobody->pw_uid : 65534;
+  const gid_t gid = nobody ? nobody->pw_gid : 65534;
+  const std::string sock = service_test::UniqueSocket("uid");
+  Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.02, 0, 4);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(gid) != 0 || setuid(uid) != 0) _exit(10);
+    auto c = Consumer::Attach(sock, ConsumerOptions(16, 1), -1, "intruder");
+    if (c.ok()) _exit(11);
+    if (c.status().code() != StatusCode::kPermissionDenied) _exit(12);
+    if (c.status().message().find("may not attach") == std::string::npos) _exit(13);
+    auto s = shm::QueryStatus(sock, 2000);
+    if (s.ok() || s.status().code() != StatusCode::kPermissionDenied) _exit(14);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10 setuid, 11 attached, 12 wrong code, 13 message, 14 status";
+  auto c = Consumer::Attach(sock, ConsumerOptions(16, 1), -1, "owner");
+  ASSERT_TRUE(c.ok());
+  std::vector<EpochLine> e;
+  ASSERT_TRUE(ReadEpochs(**c, 320, &e).ok());
+  ASSERT_EQ(e.size(), 1u);
+  ExpectFullEpoch(e[0], 320);
+  StopServer(server);
+}
+
+std::string RunCli(const std::string& args) {
+  std::string out;
+  FILE* p = popen((std::string(BATCHCAST_CLI) + " " + args + " 2>&1").c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  pclose(p);
+  return out;
+}
+
+// `batchcast status` lists attached consumers with positions, rates and waits; the idle
+// service reports that it is paused and decodes nothing.
+TEST(ServiceTest, StatusShowsConsumersAndIdle) {
+  const std::string sock = service_test::UniqueSocket("status");
+  Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.02, 0, 4);
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.stream.idle != 0; }));
+  auto idle = nlohmann::json::parse(RunCli("status --json --socket " + sock));
+  EXPECT_TRUE(idle["idle"].get<bool>());
+  EXPECT_EQ(idle["producer_batches"].get<int>(), 0);
+  EXPECT_TRUE(idle["consumers"].empty());
+  // Two trials train (a 2 ms "step" per batch) in threads while the status is taken.
+  std::atomic<bool> done{false};
+  auto train = [&](const char* name, int b) {
+    auto c = Consumer::Attach(sock, ConsumerOptions(b, 1000), -1, name);
+    if (!c.ok()) return c.status();
+    Batch batch;
+    while (!done.load()) {
+      Status st = (*c)->Next(&batch);
+      if (!st.ok()) return st;
+      usleep(2000);
+    }
+    return Status::Ok();
+  };
+  Status sa, sb;
+  std::thread ta([&] { sa = train("trial-a", 16); });
+  std::thread tb([&] { sb = train("trial-b", 8); });
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) {
+    return r.count == 2 && r.members[0].batches > 0 && r.members[1].batches > 0;
+  }));
+  auto j = nlohmann::json::parse(RunCli("status --json --socket " + sock));
+  ASSERT_EQ(j["consumers"].size(), 2u);
+  std::set<std::string> names;
+  for (const auto& c : j["consumers"]) {
+    names.insert(c["name"].get<std::string>());
+    EXPECT_EQ(c["state"], "active");
+    EXPECT_FALSE(c["position"].is_null());
+    EXPECT_GE(c["batches"].get<int>(), 1);
+    EXPECT_TRUE(c.contains("batches_per_s"));
+    EXPECT_TRUE(c.contains("wait_s"));
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"trial-a", "trial-b"}));
+  EXPECT_FALSE(j["idle"].get<bool>());
+  std::string table = RunCli("status --socket " + sock);
+  EXPECT_NE(table.find("trial-a"), std::string::npos) << table;
+  EXPECT_NE(table.find("batch/s"), std::string::npos) << table;
+  std::string none = RunCli("status --socket " + sock + "-absent");
+  EXPECT_NE(none.find("no Batchcast leader listens"), std::string::npos) << none;
+  done.store(true);
+  ta.join();
+  tb.join();
+  EXPECT_TRUE(sa.ok()) << sa.ToString();
+  EXPECT_TRUE(sb.ok()) << sb.ToString();
+  EXPECT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.stream.idle != 0; }));
+  StopServer(server);
+}
+
+}  // namespace
+}  // namespace batchcast
