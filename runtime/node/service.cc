@@ -196,7 +196,8 @@ Status Service::RunEpoch(uint64_t e) {
 }
 
 Status Service::Produce(uint64_t epoch, int64_t k, uint64_t only, bool fill, bool* interrupted) {
-  const int64_t t0 = shm::MonotonicNs();
+  // An interrupted wait for this position continues to count (max_slot_wait_ns).
+  const int64_t t0 = wait_since_ns_ != 0 ? wait_since_ns_ : shm::MonotonicNs();
   Result<shm::SlotWrite> acquired = UnavailableError("service: no slot");
   for (;;) {
     // Wake now and then while consumers hold every slot: a joiner must be admitted even
@@ -205,12 +206,14 @@ Status Service::Produce(uint64_t epoch, int64_t k, uint64_t only, bool fill, boo
     if (acquired.ok() || acquired.status().code() != StatusCode::kDeadlineExceeded) break;
     if (interrupted != nullptr && MaskOf(shm::MemberState::kJoining) != 0) {
       *interrupted = true;  // nothing acquired or published
+      wait_since_ns_ = t0;
       return Status::Ok();
     }
   }
   if (!acquired.ok()) return acquired.status();
   const shm::SlotWrite w = *acquired;
   const int64_t waited = shm::MonotonicNs() - t0;
+  wait_since_ns_ = 0;
   if (waited > max_slot_wait_ns_.load()) max_slot_wait_ns_.store(waited);
   if (!fill) {
     w.desc->epoch = epoch;

@@ -92,6 +92,7 @@ class Service {
   std::atomic<uint32_t> idle_{0};
   ServiceStats stats_;
   mutable std::atomic<int64_t> max_slot_wait_ns_{0};
+  int64_t wait_since_ns_ = 0;  // start of an interrupted slot wait (0: none)
 };
 
 }  // namespace batchcast::node

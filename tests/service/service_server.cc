@@ -3,12 +3,13 @@
 // service tests need no dataset and can check every byte. Prints "ready <address>" when
 // listening and one "stats {...}" line at the end; SIGTERM/SIGINT stop it like the CLI.
 //   service_server SOCKET SAMPLES PRODUCER_BATCH MAX_BATCH HEARTBEAT_MS WINDOW EPOCHS
-//                  [SLOTS] [HANDSHAKE_MS]
+//                  [SLOTS] [HANDSHAKE_MS] [mid]
 #include <pthread.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "node/service.h"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   cfg.options.seed = 7;
   cfg.options.shuffle = true;
   if (argc > 9) cfg.handshake_timeout_ms = std::atoll(argv[9]);
+  cfg.join_mid_epoch = argc > 10 && std::string(argv[10]) == "mid";
   auto svc = node::Service::Create(
       cfg, std::make_unique<node::SyntheticSource>(std::atoll(argv[2]), 8, 3));
   if (!svc.ok()) {

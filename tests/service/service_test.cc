@@ -149,6 +149,35 @@ TEST(ServiceTest, LateJoinerOutsideWindowStartsNextEpoch) {
   StopServer(server);
 }
 
+// With join_mid_epoch a later joiner starts at once: its first (partial) epoch begins at
+// the batch it joined at and holds exactly the rest of that epoch; the next one is full.
+TEST(ServiceTest, JoinMidEpochStartsAtOnceWithTheRestOfTheEpoch) {
+  const std::string sock = service_test::UniqueSocket("mid");
+  Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.1, 3, 4, 5000, true);
+  auto a = Consumer::Attach(sock, ConsumerOptions(16, 3), -1, "a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.published >= 4; }));
+  auto b = Consumer::Attach(sock, ConsumerOptions(16, 2), -1, "b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  std::vector<EpochLine> ea, eb;
+  Status sa;
+  std::thread ta([&] { sa = ReadEpochs(**a, 320, &ea); });
+  Status sb = ReadEpochs(**b, 320, &eb);
+  ta.join();
+  ASSERT_TRUE(sa.ok()) << sa.ToString();
+  ASSERT_TRUE(sb.ok()) << sb.ToString();
+  ASSERT_EQ(eb.size(), 2u);
+  EXPECT_EQ(eb[0].epoch, 0);
+  EXPECT_GE(eb[0].first_batch, 4);  // it joined with positions 0..3 already out
+  EXPECT_EQ(eb[0].samples, 320 - 32 * eb[0].first_batch);
+  EXPECT_EQ(eb[0].dups, 0);
+  EXPECT_EQ(eb[0].bad, 0);
+  EXPECT_EQ(eb[1].epoch, 1);
+  ExpectFullEpoch(eb[1], 320);
+  for (const auto& e : ea) ExpectFullEpoch(e, 320);
+  StopServer(server);
+}
+
 // SIGTERM: attached consumers fail with "service stopped"; SIGKILL: with "is gone". Both
 // end (no hang); then a new service binds the same socket name (abstract socket, memfd:
 // nothing to sweep) and serves a full epoch.

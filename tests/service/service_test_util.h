@@ -74,10 +74,12 @@ inline int Wait(Child& c) {
 }
 
 inline Child StartServer(const std::string& socket, int samples, int p, int max_b, int hb_ms,
-                         double window, int epochs, int slots = 6, int handshake_ms = 5000) {
+                         double window, int epochs, int slots = 6, int handshake_ms = 5000,
+                         bool mid_epoch = false) {
   Child c = Spawn({SERVICE_SERVER, socket, std::to_string(samples), std::to_string(p),
                    std::to_string(max_b), std::to_string(hb_ms), std::to_string(window),
-                   std::to_string(epochs), std::to_string(slots), std::to_string(handshake_ms)},
+                   std::to_string(epochs), std::to_string(slots), std::to_string(handshake_ms),
+                   mid_epoch ? "mid" : "next"},
                   true);
   ReadLineWith(c, "ready");
   return c;
@@ -91,10 +93,16 @@ inline std::vector<std::string> ReadLines(const std::string& path) {
   return lines;
 }
 
+// Batchcast's entries in /dev/shm (there should never be any: segments are memfds). Other
+// users of the machine (e.g. Open MPI's vader segments of concurrent jobs) are ignored.
 inline std::set<std::string> DevShmEntries() {
   std::set<std::string> out;
   if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d)) out.insert(e->d_name);
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.find("batchcast") != std::string::npos || name.find("bc-") != std::string::npos)
+        out.insert(name);
+    }
     closedir(d);
   }
   return out;
