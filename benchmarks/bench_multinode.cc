@@ -265,7 +265,7 @@ int Driver(int argc, char** argv) {
                      "each), real JPEGs 500x375 q90 -> 224, producer batch 48, all on this machine");
   std::vector<double> shares_all, ratio_all, speed_all;
   for (int n : ns) {
-    std::vector<double> share, ratio, run_ratio, speedup, rate_rep, rate_full;
+    std::vector<double> share, ratio, run_ratio, speedup, rate_rep, rate_full, bw_bc, bw_plain;
     for (int r = 0; r < reps; ++r) {
       std::string cmd = fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
                                     "timeout 300 {} --oversubscribe --bind-to none -n {} {} "
@@ -289,6 +289,8 @@ int Driver(int argc, char** argv) {
       const double xbw = Mean(kv["xbytes"]) / Mean(kv["xsec"]);
       const double pbw = Mean(kv["xbytes"]) / Mean(kv["plainsec"]);
       ratio.push_back(xbw / pbw);
+      bw_bc.push_back(xbw / 1e9);
+      bw_plain.push_back(pbw / 1e9);
       run_ratio.push_back(Mean(kv["xbytes"]) / Mean(kv["runsec"]) / pbw);
       rate_rep.push_back(Mean(kv["rate_rep"]));
       rate_full.push_back(Mean(kv["rate_full"]));
@@ -298,6 +300,10 @@ int Driver(int argc, char** argv) {
               bench::Summarize(share), "decoded/published");
     table.Add(fmt::format("N={} exchange_bw_ratio (target >= 0.8)", n), bench::Summarize(ratio),
               "x plain Allgatherv");
+    table.Add(fmt::format("N={} exchange, received per node", n), bench::Summarize(bw_bc),
+              "GB/s");
+    table.Add(fmt::format("N={} plain MPI_Allgatherv, received per node", n),
+              bench::Summarize(bw_plain), "GB/s");
     table.Add(fmt::format("N={} same, whole run (ring, agree, publish)", n),
               bench::Summarize(run_ratio), "x plain Allgatherv");
     table.Add(fmt::format("N={} consumer rate, replicate", n), bench::Summarize(rate_rep),

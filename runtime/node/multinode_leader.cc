@@ -254,6 +254,7 @@ Status MultinodeLeader::Agree(bool failed, bool* go) {
 }
 
 Status MultinodeLeader::RunReplicate() {
+  exchange_ = std::make_unique<mpi::ChunkExchange>(multi_.leaders);
   for (uint64_t e = 0; e < static_cast<uint64_t>(config_.options.epochs); ++e) {
     const int64_t bpe = plan_.BatchesPerEpoch();
     for (int64_t k = 0; k < bpe; ++k) {
@@ -315,12 +316,8 @@ Status MultinodeLeader::ProduceReplicated(uint64_t epoch, int64_t k, int64_t bpe
     return InvalidArgumentError("multinode leader: a producer batch of {} samples x {} bytes "
                                 "exceeds one MPI count (2 GiB); lower producer_batch", n, sb);
   const SampleRange mine = ReplicateShare(n, N, multi_.node_index);
-  const auto nodes = static_cast<size_t>(N);
-  std::vector<int> img_counts(nodes), img_displs(nodes), counts(nodes), displs(nodes);
-  std::vector<MPI_Request> reqs;
-  reqs.reserve(size_t(3 * C));
   Status decode_status;
-  int64_t exchange_start = 0;
+  const int64_t exchange_start = shm::MonotonicNs();
   for (int c = 0; c < C; ++c) {
     const SampleRange chunk = ChunkOf(mine, C, c);
     if (decode_status.ok())
@@ -330,40 +327,32 @@ Status MultinodeLeader::ProduceReplicated(uint64_t epoch, int64_t k, int64_t bpe
       auto* ids = reinterpret_cast<int64_t*>(w.data + ids_offset_);
       std::fill(ids + chunk.begin, ids + chunk.begin + chunk.count, int64_t(-1));
     }
+    // In place: this node's chunk is already at its displacement in the slot; the exchange
+    // thread moves it while this thread decodes the next chunk.
+    std::vector<mpi::GatherPart> parts(3);
+    parts[0].base = w.data;
+    parts[1].base = w.data + labels_offset_;
+    parts[2].base = w.data + ids_offset_;
+    parts[1].type = parts[2].type = MPI_INT64_T;
     for (int j = 0; j < N; ++j) {
       const SampleRange r = ChunkOf(ReplicateShare(n, N, j), C, c);
-      counts[size_t(j)] = static_cast<int>(r.count);
-      displs[size_t(j)] = static_cast<int>(r.begin);
-      img_counts[size_t(j)] = static_cast<int>(uint64_t(r.count) * sb);
-      img_displs[size_t(j)] = static_cast<int>(uint64_t(r.begin) * sb);
+      parts[0].counts.push_back(static_cast<int>(uint64_t(r.count) * sb));
+      parts[0].displs.push_back(static_cast<int>(uint64_t(r.begin) * sb));
+      for (int a = 1; a < 3; ++a) {
+        parts[size_t(a)].counts.push_back(static_cast<int>(r.count));
+        parts[size_t(a)].displs.push_back(static_cast<int>(r.begin));
+      }
       if (j != multi_.node_index) stats_.exchange_bytes += int64_t(r.count) * int64_t(sb + 16);
     }
-    if (c == 0) exchange_start = shm::MonotonicNs();
-    // In place: this node's chunk is already at its displacement in the slot.
-    MPI_Request r3[3];
-    BC_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w.data, img_counts.data(),
-                           img_displs.data(), MPI_BYTE, multi_.leaders, &r3[0]),
-           "MPI_Iallgatherv (images)");
-    BC_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w.data + labels_offset_,
-                           counts.data(), displs.data(), MPI_INT64_T, multi_.leaders, &r3[1]),
-           "MPI_Iallgatherv (labels)");
-    BC_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w.data + ids_offset_,
-                           counts.data(), displs.data(), MPI_INT64_T, multi_.leaders, &r3[2]),
-           "MPI_Iallgatherv (ids)");
-    reqs.insert(reqs.end(), r3, r3 + 3);
-    // Progress what is in flight while the next chunk decodes (Open MPI progresses
-    // nonblocking collectives only inside MPI calls).
-    int done = 0;
-    BC_MPI(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE),
-           "MPI_Testall (exchange)");
+    exchange_->Post(std::move(parts));
   }
-  int64_t t2 = shm::MonotonicNs();
-  BC_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
-         "MPI_Waitall (exchange)");
-  int64_t t3 = shm::MonotonicNs();
+  const int64_t t2 = shm::MonotonicNs();
+  Status exchanged = exchange_->Drain();
+  const int64_t t3 = shm::MonotonicNs();
   stats_.exchange_wait_ns += t3 - t2;
   stats_.exchange_ns += t3 - exchange_start;
   stats_.fill_ns += t2 - t1;
+  if (!exchanged.ok()) return exchanged.WithContext("multinode leader");
   if (!decode_status.ok())
     return decode_status.WithContext(
         fmt::format("multinode leader: epoch {} producer batch {}", epoch, k));

@@ -9,10 +9,11 @@
 //     no MPI while streaming: every leader derives the same plan from (seed, epoch).
 //   - replicate: every node publishes every producer batch in full; it decodes only its
 //     share straight into slot memory and receives the other shares from the other node
-//     leaders with MPI_Iallgatherv (in place, into the slot: images, labels and ids as
-//     three collectives of contiguous data), chunk by chunk so that the
-//     exchange of chunk c overlaps the decode of chunk c+1. Before each producer batch the
-//     leaders agree (one small allreduce) on: go on, end (no consumer left on any node),
+//     leaders with in-place MPI_Allgatherv into the slot (images, labels, ids), chunk by
+//     chunk on an exchange thread (transport/mpi/chunk_exchange.h) so that the exchange
+//     of chunk c overlaps the decode of chunk c+1. Before each producer batch the leaders
+//     agree (one small allreduce, on this thread, with the exchange drained) on: go on,
+//     end (no consumer left on any node),
 //     or fail (a leader failed; its message is on its own rank).
 // It is a separate class rather than a branch inside node::Leader so that the single-node
 // path is untouched; progressive resizing is not supported across nodes (refused).
@@ -31,6 +32,7 @@
 #include "node/batch_source.h"
 #include "node/leader.h"
 #include "node/stream.h"
+#include "transport/mpi/chunk_exchange.h"
 #include "transport/shm/ring_leader.h"
 
 namespace batchcast::node {
@@ -108,6 +110,7 @@ class MultinodeLeader {
   uint64_t labels_offset_ = 0, ids_offset_ = 0, capacity_samples_ = 0;
   std::atomic<bool> abort_{false};
   MultinodeStats stats_;
+  std::unique_ptr<mpi::ChunkExchange> exchange_;  // replicate: the exchange thread
 };
 
 }  // namespace batchcast::node
