@@ -1,0 +1,117 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+// `batchcast serve` end to end: a real HDF5 dataset (converted from generated IDX files by
+// `batchcast convert idx`), the real decode pipeline, a C++ consumer, `batchcast status`,
+// and SIGTERM (clean exit; the attached consumer gets "service stopped").
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "batchcast/consumer.h"
+#include "tests/service/service_test_util.h"
+
+namespace batchcast {
+namespace {
+
+void PutBe32(FILE* f, uint32_t v) {
+  const uint8_t b[4] = {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
+  std::fwrite(b, 1, 4, f);
+}
+
+// n images of 8x8 grey pixels and labels id % 10, in the IDX format.
+void WriteIdx(const std::string& images, const std::string& labels, int n) {
+  FILE* f = std::fopen(images.c_str(), "wb");
+  PutBe32(f, 0x00000803);
+  PutBe32(f, uint32_t(n));
+  PutBe32(f, 8);
+  PutBe32(f, 8);
+  for (int i = 0; i < n; ++i)
+    for (int p = 0; p < 64; ++p) std::fputc((i * 7 + p) & 0xff, f);
+  std::fclose(f);
+  f = std::fopen(labels.c_str(), "wb");
+  PutBe32(f, 0x00000801);
+  PutBe32(f, uint32_t(n));
+  for (int i = 0; i < n; ++i) std::fputc(i % 10, f);
+  std::fclose(f);
+}
+
+std::string RunShell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (p != nullptr && std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  if (p != nullptr) pclose(p);
+  return out;
+}
+
+TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
+  const int n = 200;
+  const std::string dir = ::testing::TempDir() + "/bc_serve_cli_" + std::to_string(getpid());
+  ASSERT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  WriteIdx(dir + "/img.idx", dir + "/lab.idx", n);
+  const std::string h5 = dir + "/set.h5";
+  std::string conv = RunShell(std::string(BATCHCAST_CLI) + " convert idx --images " + dir +
+                         "/img.idx --labels " + dir + "/lab.idx --out " + h5);
+  ASSERT_EQ(access(h5.c_str(), R_OK), 0) << conv;
+
+  const std::string sock = service_test::UniqueSocket("cli");
+  service_test::Child serve = service_test::Spawn(
+      {BATCHCAST_CLI, "serve", "--dataset", h5, "--batch-size", "10", "--socket", sock}, true);
+  std::string ready = service_test::ReadLineWith(serve, "batchcast serve: listening");
+  ASSERT_NE(ready.find("@" + sock), std::string::npos) << ready;
+  ASSERT_NE(ready.find("until stopped"), std::string::npos) << ready;
+
+  Options o;
+  o.batch_size = 10;
+  o.epochs = 2;
+  o.heartbeat_ms = 1000;
+  auto c = Consumer::Attach(sock, o, -1, "cli-trial");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::vector<int> seen(n, 0);
+  int epochs = 0;
+  Batch b;
+  for (;;) {
+    Status st = (*c)->Next(&b);
+    if (st.code() == StatusCode::kEndOfStream) break;
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const auto* labels = static_cast<const int64_t*>(b.labels().data);
+    for (int64_t i = 0; i < b.size() - b.info().repeats; ++i) {
+      const int64_t id = b.sample_ids()[i];
+      ASSERT_TRUE(id >= 0 && id < n);
+      EXPECT_EQ(labels[i], id % 10);
+      seen[static_cast<size_t>(id)] += 1;
+    }
+    if (b.info().last_in_epoch) ++epochs;
+  }
+  EXPECT_EQ(epochs, 2);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(seen[static_cast<size_t>(i)], 2) << "sample " << i;
+  b.Release();
+  c->reset();
+
+  auto victim = Consumer::Attach(sock, o, -1, "victim");
+  ASSERT_TRUE(victim.ok());
+  ASSERT_TRUE((*victim)->Next(&b).ok());
+  auto j = nlohmann::json::parse(
+      RunShell(std::string(BATCHCAST_CLI) + " status --json --socket " + sock));
+  ASSERT_EQ(j["consumers"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["consumers"][0]["name"], "victim");
+  EXPECT_EQ(j["stream"], "running");
+
+  kill(serve.pid, SIGTERM);
+  std::string stopped = service_test::ReadLineWith(serve, "batchcast serve: stopped");
+  EXPECT_FALSE(stopped.empty());
+  int status = service_test::Wait(serve);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  Status st;
+  for (int i = 0; i < 100 && st.ok(); ++i) st = (*victim)->Next(&b);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("service stopped: SIGTERM received"), std::string::npos)
+      << st.message();
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
+}  // namespace
+}  // namespace batchcast
