@@ -30,7 +30,9 @@ Service::Service(const ServiceConfig& config, std::unique_ptr<BatchSource> sourc
             p, config.options.seed, config.options.shuffle) {}
 
 Service::~Service() {
-  if (ring_ != nullptr && !ring_->failed()) ring_->End();
+  if (ring_ == nullptr) return;
+  if (!ring_->failed()) ring_->End();
+  ring_.reset();  // joins the control thread, whose status provider reads this object
 }
 
 Result<std::unique_ptr<Service>> Service::Create(const ServiceConfig& config,
