@@ -16,7 +16,11 @@ set(launcher_env LAUNCHER_RUN_BIN=$<TARGET_FILE:batchcast_run>
     LAUNCHER_CLI_BIN=$<TARGET_FILE:batchcast_cli>
     LAUNCHER_TRAINER=$<TARGET_FILE:launcher_trainer>
     LAUNCHER_SOURCE_DIR=${PROJECT_SOURCE_DIR} MPIEXEC=${MPIEXEC_EXECUTABLE})
-foreach(case mpirun_three mpirun_leader_trains mpirun_trainer_fails torchrun_style torch_ddp signals layouts
+if(TARGET _batchcast)  # the Python module: a Python trainer under the launcher
+  list(APPEND launcher_env LAUNCHER_PYTHONPATH=${BATCHCAST_PYTHON_DIR})
+  set(launcher_python_case python_trainer)
+endif()
+foreach(case mpirun_three ${launcher_python_case} mpirun_leader_trains mpirun_trainer_fails torchrun_style torch_ddp signals layouts
              gpu_placement mps_fake)
   add_test(NAME e2e_launcher_${case}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/launcher_test.sh ${case}

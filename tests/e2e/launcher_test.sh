@@ -48,6 +48,15 @@ case_mpirun_three() {
   expect_lines "^batchcast-run: leader of node 0 .* done: .* $((2 * SAMPLES)) samples to 2 trainer" 1
 }
 
+case_python_trainer() {  # a PyTorch-style Python trainer under the launcher (docs/python.md)
+  [ -n "${LAUNCHER_PYTHONPATH:-}" ] || fail "the Python module was not built (LAUNCHER_PYTHONPATH unset)"
+  make_dataset
+  PYTHONPATH=$LAUNCHER_PYTHONPATH mpirun3 3 -x PYTHONPATH "$run" "${DATA_OPTS[@]}" -- \
+    /usr/bin/python3 "$here/launcher_python_trainer.py" $SAMPLES 2 32 >out.txt 2>&1 || fail "job failed"
+  expect_lines "^python-trainer-result RANK=[01] exactly_once=ok epochs=2" 2
+  expect_lines "done: .* $((2 * SAMPLES)) samples to 2 trainer" 1
+}
+
 case_mpirun_leader_trains() {
   make_dataset
   mpirun3 2 "$run" --leader-trains "${DATA_OPTS[@]}" -- "$trainer" --samples $SAMPLES >out.txt 2>&1 \
