@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "node/batch_source.h"
 #include "node/service.h"
+#include "telemetry/spec.h"
 
 namespace batchcast::cli {
 namespace {
@@ -54,6 +55,14 @@ int Serve(const ServeArgs& a) {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);  // internal: the service finished, end the waiter
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // Telemetry (the `telemetry` option): the service's own series, summary at the end.
+  telemetry::Sinks sinks;
+  auto collector = telemetry::CreateCollector(*opts, 0, 0, telemetry::Role::kLeader, &sinks);
+  if (!collector.ok()) {
+    std::fprintf(stderr, "batchcast serve: %s\n", collector.status().ToString().c_str());
+    return 2;
+  }
+  cfg.collector = collector->get();
   auto source = node::MakePipelineSource(*opts);
   if (!source.ok()) {
     std::fprintf(stderr, "batchcast serve: %s\n", source.status().ToString().c_str());
@@ -79,6 +88,10 @@ int Serve(const ServeArgs& a) {
   Status st = svc.Run();
   pthread_kill(waiter.native_handle(), SIGUSR1);
   waiter.join();
+  if (*collector) {
+    Status tst = (*collector)->Finish(sinks);
+    if (!tst.ok()) std::fprintf(stderr, "batchcast serve: telemetry: %s\n", tst.ToString().c_str());
+  }
   node::ServiceStats s = svc.stats();
   std::printf("batchcast serve: stopped: %lld epochs started, %lld producer batches (%lld "
               "replayed for late joiners), %lld idle pauses\n",

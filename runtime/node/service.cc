@@ -8,6 +8,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "telemetry/metrics.h"
 #include "transport/shm/carving.h"
 #include "transport/shm/control.h"
 #include "transport/shm/futex.h"
@@ -271,7 +272,25 @@ Status Service::Produce(uint64_t epoch, int64_t k, uint64_t only, bool fill, boo
   d->ids_offset = ids_offset_;
   d->lr_factor = 1.0f;
   d->image_size = layout_.height;
-  ring_->Publish(w, only);
+  const int64_t t_pub = shm::MonotonicNs();
+  const uint64_t receivers = ring_->Publish(w, only);
+  if (telemetry::Collector* tc = config_.collector) {  // as node::Leader records
+    using telemetry::Counter, telemetry::Timer, telemetry::Gauge, telemetry::SpanKind;
+    const int64_t now = shm::MonotonicNs();
+    tc->Add(Counter::kBatchesProduced, 1);
+    tc->Add(Counter::kSamplesProduced, n);
+    tc->Add(Counter::kSamplesSkipped, static_cast<int64_t>(result.skipped.size()));
+    tc->Add(Counter::kBytesShm, static_cast<int64_t>((n + uint64_t(tail)) * sb));
+    tc->AddTime(Timer::kRead, result.read_ns);
+    tc->AddTime(Timer::kDecode, result.decode_ns);
+    tc->AddTime(Timer::kTransform, result.transform_ns);
+    tc->AddTime(Timer::kPublish, now - t_pub);
+    tc->Span(SpanKind::kPublish, w.seq, t_pub, now);
+    tc->SetGauge(Gauge::kRingSlots, ring_->config().num_slots);
+    tc->SetGauge(Gauge::kWorkerThreads, source_->threads());
+    tc->SetGauge(Gauge::kRingOccupancy, ring_->OccupiedSlots());
+    tc->SetGauge(Gauge::kConsumersAttached, __builtin_popcountll(receivers));
+  }
   stats_.producer_batches += 1;
   produced_.fetch_add(1);
   for (size_t i = 0; i < result.skipped.size(); ++i)

@@ -23,6 +23,7 @@
 #include "batchcast/status.h"
 #include "node/batch_source.h"
 #include "node/stream.h"
+#include "telemetry/collector.h"
 #include "transport/shm/ring_leader.h"
 
 namespace batchcast::node {
@@ -35,6 +36,7 @@ struct ServiceConfig {
   bool join_mid_epoch = false;       // later joiners start at once (mid-epoch) instead of waiting
   uint32_t max_consumer_batch = 0;   // largest batch a consumer may ask for (0: options.batch_size)
   int64_t handshake_timeout_ms = 5000;
+  telemetry::Collector* collector = nullptr;  // optional (the `telemetry` option); not owned
 };
 
 struct ServiceStats {

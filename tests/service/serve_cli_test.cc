@@ -59,7 +59,9 @@ TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
 
   const std::string sock = service_test::UniqueSocket("cli");
   service_test::Child serve = service_test::Spawn(
-      {BATCHCAST_CLI, "serve", "--dataset", h5, "--batch-size", "10", "--socket", sock}, true);
+      {BATCHCAST_CLI, "serve", "--dataset", h5, "--batch-size", "10", "--socket", sock,
+       "--telemetry", "telemetry(json=" + dir + "/svc.json,summary=off)"},
+      true);
   std::string ready = service_test::ReadLineWith(serve, "batchcast serve: listening");
   ASSERT_NE(ready.find("@" + sock), std::string::npos) << ready;
   ASSERT_NE(ready.find("until stopped"), std::string::npos) << ready;
@@ -110,6 +112,16 @@ TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
   EXPECT_NE(st.message().find("service stopped: SIGTERM received"), std::string::npos)
       << st.message();
+  // The service's telemetry: the batches it produced for the two epochs above (and more).
+  std::FILE* tf = std::fopen((dir + "/svc.json").c_str(), "r");
+  ASSERT_NE(tf, nullptr) << "batchcast serve wrote no telemetry file";
+  nlohmann::json tj = nlohmann::json::parse(tf);
+  std::fclose(tf);
+  ASSERT_EQ(tj["ranks"].size(), 1u);
+  EXPECT_EQ(tj["ranks"][0]["role"], "leader");
+  int64_t produced = 0;
+  for (const auto& v : tj["ranks"][0]["series"]["batches_produced"]) produced += v.get<int64_t>();
+  EXPECT_GE(produced, 2 * (n + 9) / 10 / 2) << tj["ranks"][0]["series"].dump();
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 
