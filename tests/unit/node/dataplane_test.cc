@@ -259,8 +259,11 @@ TEST(DataPlaneTest, KeepAliveHoldsTheSlotAfterTheBatchIsGone) {
   b.Release();
   const shm::SlotHeader& slot = shm::Slots(h->leader->ring().header())[seq % 4];
   EXPECT_NE(slot.pending.load(), 0u) << "slot released while a view still references it";
+  EXPECT_EQ(slot.seq.load(), seq);
   keep.reset();
-  EXPECT_EQ(slot.pending.load(), 0u) << "slot not released after the last reference died";
+  // Released: the slot is free, or the leader has already refilled it with a later batch.
+  EXPECT_TRUE(slot.pending.load() == 0u || slot.seq.load() != seq)
+      << "slot not released after the last reference died";
   for (Batch& x : **c) (void)x;
 }
 
