@@ -12,5 +12,8 @@ rank, world = dist.get_rank(), dist.get_world_size()
 assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
 t = torch.tensor([rank + 1.0])
 dist.all_reduce(t)
-print(f"ddp RANK={rank} WORLD_SIZE={world} sum={int(t.item())} host={socket.gethostname()}", flush=True)
+# One write(2) per line: the launcher forwards several trainers' output into one file, and a
+# line split over two writes can interleave with another trainer's.
+os.write(1, f"ddp RANK={rank} WORLD_SIZE={world} sum={int(t.item())} "
+            f"host={socket.gethostname()}\n".encode())
 dist.destroy_process_group()
