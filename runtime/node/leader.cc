@@ -8,6 +8,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "node/slot_fill.h"
 #include "schedule/plan_format.h"
 #include "schedule/resize_spec.h"
 #include "transport/shm/carving.h"
@@ -249,46 +250,27 @@ Status Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe) {
   if (result.kept.size() == n) std::copy(result.kept.begin(), result.kept.end(), ids);
   else std::copy(samples.begin(), samples.begin() + n, ids);
 
-  uint32_t tail = 0;
-  for (const auto& r : ring_->Receivers(w.seq)) {
-    uint32_t b = shm::ScaledConsumerBatch(r.batch_size, bp.scale_num, bp.scale_den, scale_cap_);
-    tail = std::max(tail, shm::TailNeeded(n, b, r.flags));
-  }
+  SlotContents c;
+  c.epoch = epoch;
+  c.batch = k;
+  c.batches_in_epoch = bpe;
+  c.samples_in_epoch = epoch_samples_;
+  c.num_samples = n;
+  c.skipped = static_cast<uint32_t>(result.skipped.size());
+  c.layout = layout;
+  c.labels_offset = labels_offset_;
+  c.ids_offset = ids_offset_;
+  c.capacity_samples = capacity_samples_;
+  c.images_bytes = images_bytes_;
+  c.lr_factor = bp.lr_factor;
+  c.image_size = schedule_ ? bp.image_size : 0;
+  c.scale_num = bp.scale_num;
+  c.scale_den = bp.scale_den;
+  c.scale_cap = schedule_ ? scale_cap_ : 0;
+  c.lr_rule = schedule_ ? lr_rule_ : uint32_t(shm::kLrGiven);
+  const uint32_t tail = TailForReceivers(*ring_, w.seq, ~0ULL, c);
+  BC_RETURN_IF_ERROR(CompleteSlot(w, tail, c).WithContext("leader"));
   const uint64_t sb = layout.bytes();
-  if (n + uint64_t(tail) > capacity_samples_ || (n + uint64_t(tail)) * sb > images_bytes_)
-    return InternalError("leader: {} samples and a tail of {} at {} bytes each do not fit a slot "
-                         "of {} samples / {} image bytes", n, tail, sb, capacity_samples_,
-                         images_bytes_);
-  for (uint32_t j = 0; j < tail && n > 0; ++j) {  // fill repeats, written once for everyone
-    uint32_t src = j % n;
-    std::memcpy(w.data + uint64_t(n + j) * sb, w.data + uint64_t(src) * sb, sb);
-    labels[n + j] = labels[src];
-    ids[n + j] = ids[src];
-  }
-  shm::SlotDesc* d = w.desc;
-  d->epoch = epoch;
-  d->batch_in_epoch = static_cast<uint64_t>(k);
-  d->batches_in_epoch = static_cast<uint64_t>(bpe);
-  d->samples_in_epoch = epoch_samples_;
-  d->num_samples = n;
-  d->tail = tail;
-  d->skipped = static_cast<uint32_t>(result.skipped.size());
-  d->flags = (k == bpe - 1) ? uint32_t(shm::kLastInEpoch) : 0u;
-  d->dtype = static_cast<uint32_t>(layout.dtype);
-  d->layout = static_cast<uint32_t>(layout.layout);
-  d->channels = layout.channels;
-  d->height = layout.height;
-  d->width = layout.width;
-  d->sample_bytes = sb;
-  d->images_offset = 0;
-  d->labels_offset = labels_offset_;
-  d->ids_offset = ids_offset_;
-  d->lr_factor = bp.lr_factor;
-  d->image_size = schedule_ ? bp.image_size : layout.height;
-  d->scale_num = bp.scale_num;
-  d->scale_den = bp.scale_den;
-  d->scale_cap = schedule_ ? scale_cap_ : 0;
-  d->lr_rule = schedule_ ? lr_rule_ : uint32_t(shm::kLrGiven);
   if (slot_hook_ != nullptr) BC_RETURN_IF_ERROR(slot_hook_->BeforePublish(w));
   int64_t t3 = shm::MonotonicNs();
   uint64_t receivers = ring_->Publish(w);

@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "node/slot_fill.h"
 #include "node/multinode_plan.h"
 #include "transport/mpi/mpi_status.h"
 #include "transport/shm/carving.h"
@@ -190,46 +191,25 @@ Status MultinodeLeader::PublishPart(uint64_t epoch, int64_t g, int64_t batches,
   for (size_t i = 0; i < result.skipped.size(); ++i)
     BC_LOG(Warn, Node, "multinode leader: skipped sample {}: {}", result.skipped[i],
            i < result.skip_reasons.size() ? result.skip_reasons[i] : "bad sample");
-  Finish(w, epoch, g, batches, n, target);
+  BC_RETURN_IF_ERROR(Finish(w, epoch, g, batches, n, target).status());
   return Status::Ok();
 }
 
 // Tail copies for the receivers in `only`, the descriptor, and the publish.
-uint64_t MultinodeLeader::Finish(const shm::SlotWrite& w, uint64_t epoch, int64_t k,
-                                 int64_t batches, uint32_t n, uint64_t only) {
-  auto* labels = reinterpret_cast<int64_t*>(w.data + labels_offset_);
-  auto* ids = reinterpret_cast<int64_t*>(w.data + ids_offset_);
-  const uint64_t sb = layout_.bytes();
-  uint32_t tail = 0;
-  for (const auto& r : ring_->Receivers(w.seq))
-    if (shm::RingLeader::MemberBit(r.id) & only)
-      tail = std::max(tail, shm::TailNeeded(n, r.batch_size, r.flags));
-  tail = static_cast<uint32_t>(std::min<uint64_t>(tail, capacity_samples_ - n));
-  for (uint32_t j = 0; j < tail && n > 0; ++j) {  // fill repeats, written once for everyone
-    const uint32_t src = j % n;
-    std::memcpy(w.data + uint64_t(n + j) * sb, w.data + uint64_t(src) * sb, sb);
-    labels[n + j] = labels[src];
-    ids[n + j] = ids[src];
-  }
-  shm::SlotDesc* d = w.desc;
-  d->epoch = epoch;
-  d->batch_in_epoch = static_cast<uint64_t>(k);
-  d->batches_in_epoch = static_cast<uint64_t>(batches);
-  d->samples_in_epoch = static_cast<uint64_t>(plan_.num_samples());
-  d->num_samples = n;
-  d->tail = tail;
-  d->flags = (k == batches - 1) ? uint32_t(shm::kLastInEpoch) : 0u;
-  d->dtype = static_cast<uint32_t>(layout_.dtype);
-  d->layout = static_cast<uint32_t>(layout_.layout);
-  d->channels = layout_.channels;
-  d->height = layout_.height;
-  d->width = layout_.width;
-  d->sample_bytes = sb;
-  d->images_offset = 0;
-  d->labels_offset = labels_offset_;
-  d->ids_offset = ids_offset_;
-  d->lr_factor = 1.0f;
-  d->image_size = layout_.height;
+Result<uint64_t> MultinodeLeader::Finish(const shm::SlotWrite& w, uint64_t epoch, int64_t k,
+                                         int64_t batches, uint32_t n, uint64_t only) {
+  SlotContents c;
+  c.epoch = epoch;
+  c.batch = k;
+  c.batches_in_epoch = batches;
+  c.samples_in_epoch = static_cast<uint64_t>(plan_.num_samples());
+  c.num_samples = n;
+  c.layout = layout_;
+  c.labels_offset = labels_offset_;
+  c.ids_offset = ids_offset_;
+  c.capacity_samples = capacity_samples_;
+  BC_RETURN_IF_ERROR(
+      CompleteSlot(w, TailForReceivers(*ring_, w.seq, only, c), c).WithContext("leader"));
   const uint64_t receivers = ring_->Publish(w, only);
   stats_.producer_batches += 1;
   stats_.samples_published += n;
@@ -358,7 +338,7 @@ Status MultinodeLeader::ProduceReplicated(uint64_t epoch, int64_t k, int64_t bpe
         fmt::format("multinode leader: epoch {} producer batch {}", epoch, k));
   auto published = static_cast<uint32_t>(n);
   Compact(w.data, &published);
-  Finish(w, epoch, k, bpe, published, ~0ULL);
+  BC_RETURN_IF_ERROR(Finish(w, epoch, k, bpe, published, ~0ULL).status());
   return Status::Ok();
 }
 

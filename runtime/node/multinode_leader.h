@@ -97,7 +97,7 @@ class MultinodeLeader {
   Status DecodeChunk(uint64_t epoch, std::span<const int64_t> samples, int64_t pos,
                      uint8_t* data);
   // Tail copies, descriptor and publish (the same slot layout as node::Leader).
-  uint64_t Finish(const shm::SlotWrite& w, uint64_t epoch, int64_t k, int64_t batches,
+  Result<uint64_t> Finish(const shm::SlotWrite& w, uint64_t epoch, int64_t k, int64_t batches,
                   uint32_t n, uint64_t only);
   void Compact(uint8_t* data, uint32_t* n);
 

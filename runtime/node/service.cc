@@ -8,6 +8,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "node/slot_fill.h"
 #include "telemetry/metrics.h"
 #include "transport/shm/carving.h"
 #include "transport/shm/control.h"
@@ -239,39 +240,20 @@ Status Service::Produce(uint64_t epoch, int64_t k, uint64_t only, bool fill, boo
   const uint32_t n = static_cast<uint32_t>(result.written);
   if (result.kept.size() == n) std::copy(result.kept.begin(), result.kept.end(), ids);
   else std::copy(samples.begin(), samples.begin() + n, ids);
-  uint32_t tail = 0;
-  for (const auto& r : ring_->Receivers(w.seq))
-    if (only & shm::RingLeader::MemberBit(r.id))
-      tail = std::max(tail, shm::TailNeeded(n, r.batch_size, r.flags));
+  SlotContents c;
+  c.epoch = epoch;
+  c.batch = k;
+  c.batches_in_epoch = plan_.BatchesPerEpoch();
+  c.samples_in_epoch = static_cast<uint64_t>(plan_.num_samples());
+  c.num_samples = n;
+  c.skipped = static_cast<uint32_t>(result.skipped.size());
+  c.layout = layout_;
+  c.labels_offset = labels_offset_;
+  c.ids_offset = ids_offset_;
+  c.capacity_samples = capacity_samples_;
+  const uint32_t tail = TailForReceivers(*ring_, w.seq, only, c);
+  BC_RETURN_IF_ERROR(CompleteSlot(w, tail, c).WithContext("service"));
   const uint64_t sb = layout_.bytes();
-  if (n + uint64_t(tail) > capacity_samples_)
-    return InternalError("service: {} samples and a tail of {} do not fit a slot of {} samples",
-                         n, tail, capacity_samples_);
-  for (uint32_t j = 0; j < tail && n > 0; ++j) {
-    const uint32_t src = j % n;
-    std::memcpy(w.data + uint64_t(n + j) * sb, w.data + uint64_t(src) * sb, sb);
-    labels[n + j] = labels[src];
-    ids[n + j] = ids[src];
-  }
-  shm::SlotDesc* d = w.desc;
-  d->epoch = epoch;
-  d->batch_in_epoch = static_cast<uint64_t>(k);
-  d->batches_in_epoch = static_cast<uint64_t>(plan_.BatchesPerEpoch());
-  d->samples_in_epoch = static_cast<uint64_t>(plan_.num_samples());
-  d->num_samples = n;
-  d->tail = tail;
-  d->skipped = static_cast<uint32_t>(result.skipped.size());
-  d->flags = (k == plan_.BatchesPerEpoch() - 1) ? uint32_t(shm::kLastInEpoch) : 0u;
-  d->dtype = static_cast<uint32_t>(layout_.dtype);
-  d->layout = static_cast<uint32_t>(layout_.layout);
-  d->channels = layout_.channels;
-  d->height = layout_.height;
-  d->width = layout_.width;
-  d->sample_bytes = sb;
-  d->labels_offset = labels_offset_;
-  d->ids_offset = ids_offset_;
-  d->lr_factor = 1.0f;
-  d->image_size = layout_.height;
   const int64_t t_pub = shm::MonotonicNs();
   const uint64_t receivers = ring_->Publish(w, only);
   if (telemetry::Collector* tc = config_.collector) {  // as node::Leader records

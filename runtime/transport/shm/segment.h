@@ -18,7 +18,7 @@
 namespace batchcast::shm {
 
 constexpr uint64_t kSegmentMagic = 0x5453414348544142ULL;  // "BATCHAST"
-constexpr uint32_t kSegmentVersion = 1;
+constexpr uint32_t kSegmentVersion = 2;  // 2: SlotDesc gained the resizing fields
 constexpr uint32_t kMaxConsumers = 64;  // one bit each in a slot's pending mask
 constexpr uint64_t kNoSeq = ~0ULL;
 

@@ -1,0 +1,65 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "node/slot_fill.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/errors.h"
+
+namespace batchcast::node {
+
+uint32_t TailForReceivers(const shm::RingLeader& ring, uint64_t seq, uint64_t only,
+                          const SlotContents& c) {
+  uint32_t tail = 0;
+  for (const auto& r : ring.Receivers(seq)) {
+    if ((shm::RingLeader::MemberBit(r.id) & only) == 0) continue;
+    uint32_t b = shm::ScaledConsumerBatch(r.batch_size, c.scale_num, c.scale_den, c.scale_cap);
+    tail = std::max(tail, shm::TailNeeded(c.num_samples, b, r.flags));
+  }
+  return tail;
+}
+
+Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& c) {
+  const uint32_t n = c.num_samples;
+  const uint64_t sb = c.layout.bytes();
+  const uint64_t images_bytes = c.images_bytes ? c.images_bytes : c.capacity_samples * sb;
+  if (n + uint64_t(tail) > c.capacity_samples || (n + uint64_t(tail)) * sb > images_bytes)
+    return InternalError("slot: {} samples and a tail of {} at {} bytes each do not fit a slot "
+                         "of {} samples / {} image bytes", n, tail, sb, c.capacity_samples,
+                         images_bytes);
+  auto* labels = reinterpret_cast<int64_t*>(w.data + c.labels_offset);
+  auto* ids = reinterpret_cast<int64_t*>(w.data + c.ids_offset);
+  for (uint32_t j = 0; j < tail && n > 0; ++j) {  // fill repeats, written once for everyone
+    const uint32_t src = j % n;
+    std::memcpy(w.data + uint64_t(n + j) * sb, w.data + uint64_t(src) * sb, sb);
+    labels[n + j] = labels[src];
+    ids[n + j] = ids[src];
+  }
+  shm::SlotDesc* d = w.desc;
+  d->epoch = c.epoch;
+  d->batch_in_epoch = static_cast<uint64_t>(c.batch);
+  d->batches_in_epoch = static_cast<uint64_t>(c.batches_in_epoch);
+  d->samples_in_epoch = c.samples_in_epoch;
+  d->num_samples = n;
+  d->tail = tail;
+  d->skipped = c.skipped;
+  d->flags = (c.batch == c.batches_in_epoch - 1) ? uint32_t(shm::kLastInEpoch) : 0u;
+  d->dtype = static_cast<uint32_t>(c.layout.dtype);
+  d->layout = static_cast<uint32_t>(c.layout.layout);
+  d->channels = c.layout.channels;
+  d->height = c.layout.height;
+  d->width = c.layout.width;
+  d->sample_bytes = sb;
+  d->images_offset = 0;
+  d->labels_offset = c.labels_offset;
+  d->ids_offset = c.ids_offset;
+  d->lr_factor = c.lr_factor;
+  d->image_size = c.image_size ? c.image_size : c.layout.height;
+  d->scale_num = c.scale_num;
+  d->scale_den = c.scale_den;
+  d->scale_cap = c.scale_cap;
+  d->lr_rule = c.lr_rule;
+  return Status::Ok();
+}
+
+}  // namespace batchcast::node

@@ -1,0 +1,44 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Completing a producer batch in a ring slot, shared by every producer of the node plane
+// (Leader, Service, MultinodeLeader): the fill-repeat tail its receivers need and the
+// descriptor consumers read. One implementation, so the tail and descriptor rules
+// (docs/data-plane.md) cannot drift apart between front doors.
+#pragma once
+
+#include <cstdint>
+
+#include "batchcast/status.h"
+#include "pipeline/pipeline.h"
+#include "transport/shm/carving.h"
+#include "transport/shm/ring_leader.h"
+
+namespace batchcast::node {
+
+struct SlotContents {
+  uint64_t epoch = 0;
+  int64_t batch = 0;               // producer batch index within the epoch
+  int64_t batches_in_epoch = 0;
+  uint64_t samples_in_epoch = 0;
+  uint32_t num_samples = 0;        // n distinct samples already written at [0, n)
+  uint32_t skipped = 0;
+  pipeline::SampleLayout layout;   // of this batch's images
+  uint64_t labels_offset = 0, ids_offset = 0;
+  uint64_t capacity_samples = 0;   // label/id entries a slot holds
+  uint64_t images_bytes = 0;       // image bytes a slot holds (0: capacity × sample bytes)
+  float lr_factor = 1.0f;
+  int32_t image_size = 0;          // 0: the layout's height
+  uint32_t scale_num = 0, scale_den = 0, scale_cap = 0;  // progressive resizing (0: none)
+  uint32_t lr_rule = shm::kLrGiven;
+};
+
+// The largest fill tail needed by the consumers that receive position `seq` and are in
+// `only` (each at its own, possibly scaled, batch size).
+uint32_t TailForReceivers(const shm::RingLeader& ring, uint64_t seq, uint64_t only,
+                          const SlotContents& c);
+
+// Writes the tail (position n + j holds a copy of sample j mod n: image, label, id) and the
+// descriptor of `w`. Fails, writing nothing, when n + tail does not fit the slot.
+Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& c);
+
+}  // namespace batchcast::node
