@@ -6,6 +6,9 @@
 //   rate_1 / rate_T  decode + RandomResizedCrop(224) + flip + normalize, 1 and T threads
 //   cost at 112      the same chain at 112 (DCT-scaled decode + resize), 1 thread
 //   naive            the same chains with DCT scaling off (full-size decode, then resize)
+//   decode only      TurboJPEG alone at scale 1, 1/2 and 1/8, no transform, 1 thread: the
+//                    1/8 decode still Huffman-decodes every coefficient, so its cost over the
+//                    224 chain (entropy_floor_ratio) bounds half_res_cost_ratio from below
 // The image set (about 500x375, quality 90) is made from photos Debian packages ship
 // (python3-skimage), by random crops, scales and mirrors; it is cached in --cache.
 #include <turbojpeg.h>
@@ -195,6 +198,35 @@ class Config {
   int64_t decode_ns_ = 0, transform_ns_ = 0;
 };
 
+// Decode only (no transform): every image of the set at scale_num/8, RGB, 1 thread.
+class DecodeOnly {
+ public:
+  DecodeOnly(int scale_num, const std::vector<std::vector<uint8_t>>* set)
+      : scale_num_(scale_num), set_(set), decoder_(std::move(*pipeline::ImageDecoder::Create())) {}
+  void Epoch() {
+    double t0 = NowSeconds();
+    for (const auto& bytes : *set_) {
+      auto header = decoder_.ReadHeader(bytes, int64_t(1) << 30);
+      Status s = header.ok() ? decoder_.Decode(bytes, *header, scale_num_, 3, &image_) : header.status();
+      if (!s.ok()) {
+        std::fprintf(stderr, "bench_decode: %s\n", s.ToString().c_str());
+        std::exit(1);
+      }
+    }
+    rates_.push_back(double(set_->size()) / (NowSeconds() - t0));
+  }
+  const std::vector<double>& rates() const { return rates_; }
+  void ResetRates() { rates_.clear(); }
+  int scale_num() const { return scale_num_; }
+
+ private:
+  int scale_num_;
+  const std::vector<std::vector<uint8_t>>* set_;
+  pipeline::ImageDecoder decoder_;
+  pipeline::DecodedImage image_;
+  std::vector<double> rates_;
+};
+
 Args ParseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -229,17 +261,24 @@ std::vector<double> Ratios(const std::vector<double>& num, const std::vector<dou
 int Main(int argc, char** argv) {
   Args a = ParseArgs(argc, argv);
   const int T = a.threads > 0 ? a.threads : pipeline::AvailableCores();
-  auto reader = testing::MemoryReader::Encoded(ImageSet(a), "decode_set");
+  const std::vector<std::vector<uint8_t>> set = ImageSet(a);
+  auto reader = testing::MemoryReader::Encoded(set, "decode_set");
   std::vector<Config> configs;
   configs.emplace_back("rrc224 dct 1 thread", 1, 224, true, reader, a.batch);
   configs.emplace_back(fmt::format("rrc224 dct {} threads", T), T, 224, true, reader, a.batch);
   configs.emplace_back("rrc112 dct 1 thread", 1, 112, true, reader, a.batch);
   configs.emplace_back("rrc224 naive 1 thread", 1, 224, false, reader, a.batch);
   configs.emplace_back("rrc112 naive 1 thread", 1, 112, false, reader, a.batch);
+  std::vector<DecodeOnly> decode_only;
+  for (int num : {8, 4, 1}) decode_only.emplace_back(num, &set);
   for (auto& c : configs) c.Epoch(0);  // warm-up: caches, allocations, page faults
+  for (auto& d : decode_only) d.Epoch();
   for (auto& c : configs) c.ResetRates();
-  for (int rep = 0; rep < a.reps; ++rep)
+  for (auto& d : decode_only) d.ResetRates();
+  for (int rep = 0; rep < a.reps; ++rep) {
     for (auto& c : configs) c.Epoch(1 + rep);
+    for (auto& d : decode_only) d.Epoch();
+  }
 
   const auto& r1 = configs[0].rates();
   const auto& rT = configs[1].rates();
@@ -249,6 +288,9 @@ int Main(int argc, char** argv) {
   for (const auto& c : configs) table.Add(c.name() + " rate", Summarize(c.rates()), "samples/s");
   table.Add("scaling_efficiency rate_T/(T*rate_1)", Summarize(Ratios(rT, r1, T)), "target >= 0.9");
   table.Add("half_res_cost_ratio cost112/cost224", Summarize(Ratios(r1, r112, 1)), "target <= 0.4");
+  for (const auto& d : decode_only)
+    table.Add(fmt::format("decode only at {}/8, cost / cost224", d.scale_num()),
+              Summarize(Ratios(r1, d.rates(), 1)), d.scale_num() == 1 ? "entropy floor" : "");
   table.Add("naive half_res_cost_ratio", Summarize(Ratios(configs[3].rates(), configs[4].rates(), 1)), "");
   table.Add("dct speedup at 224 (rate/naive rate)", Summarize(Ratios(r1, configs[3].rates(), 1)), "x");
   table.Add("dct speedup at 112 (rate/naive rate)", Summarize(Ratios(r112, configs[4].rates(), 1)), "x");
@@ -269,6 +311,8 @@ int Main(int argc, char** argv) {
   json.Add("half_res_cost_ratio", rate_1 / rate_112);
   json.Add("naive_rate_1", Summarize(configs[3].rates()).median);
   json.Add("rate_112_1", rate_112);
+  // Lower bound of half_res_cost_ratio for any DCT-scaled decode of these baseline JPEGs.
+  json.Add("entropy_floor_ratio", rate_1 / Summarize(decode_only[2].rates()).median);
   json.Print();
   return 0;
 }
