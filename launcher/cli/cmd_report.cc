@@ -1,6 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 // `batchcast report RUN.h5 [--out DIR]`: renders a telemetry file to PNG/SVG plots and one
 // self-contained HTML page by running batchcast_report.py (matplotlib) with /usr/bin/python3.
+// `batchcast report A.h5 B.h5 [--labels a,b]` compares runs (accuracy over time, ...).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,15 +56,18 @@ int RunProgram(const std::vector<std::string>& args) {
 
 void RegisterReport(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
-      "report", "render a telemetry HDF5 file as PNG/SVG plots and one HTML page");
-  auto* file = new std::string();
+      "report", "render a telemetry HDF5 file as PNG/SVG plots and one HTML page (several "
+                "files: compare the runs)");
+  auto* files = new std::vector<std::string>();
   auto* out = new std::string();
+  auto* labels = new std::string();
   auto* python = new std::string("/usr/bin/python3");
   auto* script = new std::string();
-  cmd->add_option("file", *file, "telemetry file written by telemetry(hdf5=...)")
+  cmd->add_option("file", *files, "telemetry file(s) written by telemetry(hdf5=...)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--out,-o", *out, "output directory (default: <file>_report)");
+  cmd->add_option("--out,-o", *out, "output directory (default: <first file>_report)");
+  cmd->add_option("--labels", *labels, "comma-separated run names when comparing files");
   cmd->add_option("--python", *python, "Python with h5py, numpy and matplotlib")
       ->capture_default_str();
   cmd->add_option("--script", *script, "report script (default: found next to the binary)");
@@ -76,8 +80,10 @@ void RegisterReport(CLI::App& app, int* exit_code) {
       *exit_code = 2;
       return;
     }
-    std::vector<std::string> args = {*python, path, *file};
+    std::vector<std::string> args = {*python, path};
+    args.insert(args.end(), files->begin(), files->end());
     if (!out->empty()) args.insert(args.end(), {"--out", *out});
+    if (!labels->empty()) args.insert(args.end(), {"--labels", *labels});
     *exit_code = RunProgram(args);
   });
 }

@@ -3,16 +3,23 @@
 """Render a Batchcast telemetry file (docs/telemetry-format.md) as plots and one HTML page.
 
     batchcast report RUN.h5 [--out DIR]          (the CLI runs this script)
+    batchcast report A.h5 B.h5 [--labels a,b] [--out DIR]
     /usr/bin/python3 batchcast_report.py RUN.h5 [--out DIR] [--dpi 100]
 
-Writes DIR/<plot>.png and DIR/<plot>.svg for throughput, data_wait, cpu, rss, stages and
-(when any rank had a GPU) gpu, and DIR/report.html with every image inlined (base64 PNG),
-the summary table and the diagnosis. Needs h5py, numpy and matplotlib.
+Writes DIR/<plot>.png and DIR/<plot>.svg for throughput, data_wait, cpu, rss, stages,
+(when any rank had a GPU) gpu, (with a progressive-resizing schedule) resize: image size,
+batch size and LR factor over time, and (when trainers reported evaluations) accuracy, and
+DIR/report.html with every image inlined (base64 PNG), the summary table, the diagnosis and
+the annotations (the resize plan, each epoch's sizes, batch sizes and LR factors).
+With several files it compares the runs: accuracy over training time and over wall time,
+and image size / LR factor over time, one line per run (e.g. with and without a schedule).
+Needs h5py, numpy and matplotlib.
 """
 import argparse
 import base64
 import html
 import os
+import re
 import sys
 
 import h5py
@@ -155,7 +162,93 @@ def plot_all(ranks, out, dpi):
     ax.set_ylabel("seconds")
     ax.grid(True, axis="y", alpha=0.3)
     finish(fig, ax, out, "stages", dpi, images)
+    plot_resize(ranks, out, dpi, images, t0)
+    plot_accuracy([("", None, ranks)], out, dpi, images)
     return images
+
+
+def plot_compare(runs, out, dpi):
+    """Plots comparing several runs (with and without a resize schedule, say)."""
+    images = []
+    plot_accuracy(runs, out, dpi, images)
+    for name, ylabel in RESIZE_GAUGES:
+        scheduled = [(run_label, r) for run_label, _, ranks in runs for r in ranks
+                     if is_consumer(r) and has_gauge(r, name)]
+        if not scheduled:
+            continue
+        fig, ax = new_figure(f"{ylabel} received by the trainers (runs with a resize schedule)",
+                             ylabel)
+        for run_label, r in scheduled:
+            s = r["series"]
+            ax.step(s["time_s"], np.where(s[name] > 0, s[name], np.nan), where="post",
+                    label=f"{run_label}: {label(r)}")
+        finish(fig, ax, out, "compare_" + name, dpi, images)
+    fig, ax = new_figure("throughput of the trainers", "samples / s")
+    for run_label, _, ranks in runs:
+        for r in ranks:
+            if is_consumer(r):
+                t, v = rate(r["series"]["time_s"], r["series"]["samples_received"])
+                ax.plot(t, v, label=f"{run_label}: {label(r)}")
+    finish(fig, ax, out, "compare_throughput", dpi, images)
+    return images
+
+
+RESIZE_GAUGES = [("image_size", "image size (px)"), ("batch_size", "batch size (samples)"),
+                 ("lr_factor", "LR factor")]
+EVAL_LINE = re.compile(r"eval: train_s=([0-9.]+) wall_s=([0-9.]+) epoch=([0-9]+) "
+                       r"samples=([0-9.]+) accuracy=([0-9.]+)")
+
+
+def has_gauge(r, name):
+    v = r["series"].get(name)
+    return v is not None and len(v) > 0 and np.nanmax(np.abs(v)) > 0
+
+
+def evals(r):
+    """Evaluations a trainer annotated: [(train_s, wall_s, epoch, samples, accuracy)]."""
+    return [tuple(float(x) for x in m.groups())
+            for m in EVAL_LINE.finditer(text(r["attrs"].get("annotations", "")))]
+
+
+def plot_resize(ranks, out, dpi, images, t0):
+    """Image size, batch size and LR factor over time (leader: produced; consumers: received)."""
+    resized = [r for r in ranks if has_gauge(r, "image_size")]
+    if not resized:
+        return
+    fig, axes = plt.subplots(3, 1, figsize=(FIG_W_IN, FIG_H_IN * 1.8), sharex=True)
+    fig.suptitle("progressive resizing: interval means of what each rank produced / received")
+    for ax, (name, ylabel) in zip(axes, RESIZE_GAUGES):
+        for r in resized:
+            s = r["series"]
+            v = np.where(s[name] > 0, s[name], np.nan)
+            ax.step(s["time_s"] + offset(r, t0), v, where="post", label=label(r))
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+    axes[-1].set_xlabel("time since start (s)")
+    axes[0].legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    png = os.path.join(out, "resize.png")
+    fig.savefig(png, dpi=dpi)
+    fig.savefig(os.path.join(out, "resize.svg"))
+    plt.close(fig)
+    images.append(("resize", png))
+
+
+def plot_accuracy(runs, out, dpi, images):
+    """Held-out accuracy over training time, one line per (run, trainer rank)."""
+    lines = [(run_label, r, evals(r)) for run_label, _, ranks in runs for r in ranks if evals(r)]
+    if not lines:
+        return
+    for axis, title, xlabel in ((0, "accuracy", "training time (s, evaluation excluded)"),
+                                (1, "accuracy_wall", "wall time since the trainer started (s)")):
+        fig, ax = new_figure("held-out accuracy over time", "accuracy (%)")
+        ax.set_xlabel(xlabel)
+        for run_label, r, pts in lines:
+            xs = [p[axis] for p in pts]
+            ys = [100.0 * p[4] for p in pts]
+            name = f"{run_label}: {label(r)}" if run_label else label(r)
+            ax.plot(xs, ys, marker="o", label=f"{name} (final {ys[-1]:.1f}%)")
+        finish(fig, ax, out, title, dpi, images)
 
 
 def fmt(v, spec=".1f"):
@@ -164,6 +257,63 @@ def fmt(v, spec=".1f"):
     except (TypeError, ValueError):
         return "-"
     return "-" if np.isnan(v) else format(v, spec)
+
+
+def annotations_html(ranks):
+    parts = [f"<h3>rank {r['attrs']['rank']} ({r['attrs']['role']})</h3>"
+             f"<pre>{html.escape(text(r['attrs'].get('annotations', '')))}</pre>"
+             for r in ranks if text(r["attrs"].get("annotations", ""))]
+    if not parts:
+        return ""
+    return ("<h2>Annotations (progressive-resizing plan, sizes / batch sizes / LR factors per "
+            "epoch, evaluations)</h2>" + "".join(parts))
+
+
+def image_html(images):
+    figs = []
+    for name, png in images:
+        with open(png, "rb") as fh:
+            data = base64.b64encode(fh.read()).decode()
+        figs.append(f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
+                    f"<figcaption>{name}</figcaption></figure>")
+    return "".join(figs)
+
+
+def write_compare_html(runs, images, out):
+    rows = []
+    for run_label, root, ranks in runs:
+        for r in ranks:
+            pts = evals(r)
+            if not pts:
+                continue
+            best = max(p[4] for p in pts)
+            rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in [
+                run_label, label(r), len(pts), fmt(pts[-1][0]), fmt(100 * pts[-1][4], ".2f"),
+                fmt(100 * best, ".2f"), fmt(pts[-1][3], ".0f")]) + "</tr>")
+    sections = "".join(
+        f"<h2>{html.escape(run_label)}</h2><p>source: {html.escape(root.get('_source', ''))}</p>"
+        f"<pre>{html.escape(text(root.get('summary', '')))}</pre>" + annotations_html(ranks)
+        for run_label, root, ranks in runs)
+    page = f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>Batchcast telemetry: comparison</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; max-width: 1100px; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
+img {{ max-width: 100%; }} pre {{ background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: small; }}
+</style></head><body>
+<h1>Batchcast telemetry: {len(runs)} runs compared</h1>
+<table><tr><th>run</th><th>trainer</th><th>evaluations</th><th>last at training s</th>
+<th>final accuracy %</th><th>best accuracy %</th><th>samples trained</th></tr>
+{''.join(rows)}</table>
+<h2>Plots</h2>
+{image_html(images)}
+{sections}
+</body></html>
+"""
+    path = os.path.join(out, "report.html")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    return path
 
 
 def write_html(root, ranks, images, out, source):
@@ -176,12 +326,7 @@ def write_html(root, ranks, images, out, source):
                 fmt(a.get("data_wait_pct")), fmt(a.get("step_ms"), ".2f"),
                 fmt(a.get("cpu_cores"), ".2f"), fmt(a.get("peak_rss_bytes", 0) / 2**20, ".0f"),
                 text(a.get("gpu_name", "-")) if a.get("gpu_present", 0) else "absent"]) + "</tr>")
-    figs = []
-    for name, png in images:
-        with open(png, "rb") as fh:
-            data = base64.b64encode(fh.read()).decode()
-        figs.append(f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
-                    f"<figcaption>{name}</figcaption></figure>")
+    figs = [image_html(images)]
     bottleneck = html.escape(text(root.get("bottleneck", "unknown")))
     diagnosis = html.escape(text(root.get("diagnosis", ""))).replace("\n", "<br>")
     page = f"""<!DOCTYPE html>
@@ -206,6 +351,7 @@ run <b>{html.escape(text(root.get('run', '')) or '-')}</b>,
 {''.join(figs)}
 <h2>Summary as printed</h2>
 <pre>{html.escape(text(root.get('summary', '')))}</pre>
+{annotations_html(ranks)}
 </body></html>
 """
     path = os.path.join(out, "report.html")
@@ -216,22 +362,40 @@ run <b>{html.escape(text(root.get('run', '')) or '-')}</b>,
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("h5", help="telemetry HDF5 file (telemetry(hdf5=...))")
-    p.add_argument("--out", help="output directory (default: <file>_report next to the file)")
+    p.add_argument("h5", nargs="+", help="telemetry HDF5 file(s) (telemetry(hdf5=...))")
+    p.add_argument("--out", help="output directory (default: <first file>_report)")
+    p.add_argument("--labels", help="comma-separated run names for several files "
+                                    "(default: the file names)")
     p.add_argument("--dpi", type=int, default=100, help="PNG resolution (default 100: 1000x400)")
     args = p.parse_args(argv)
-    out = args.out or os.path.splitext(args.h5)[0] + "_report"
-    try:
-        root, ranks = load(args.h5)
-    except (OSError, ValueError, KeyError) as e:
-        print(f"batchcast report: cannot read {args.h5}: {e}", file=sys.stderr)
+    out = args.out or os.path.splitext(args.h5[0])[0] + "_report"
+    labels = args.labels.split(",") if args.labels else [
+        os.path.splitext(os.path.basename(h))[0] for h in args.h5]
+    if len(labels) != len(args.h5):
+        print(f"batchcast report: {len(labels)} labels for {len(args.h5)} files; give one "
+              "label per file", file=sys.stderr)
         return 2
-    if not ranks:
-        print(f"batchcast report: {args.h5} holds no rank groups", file=sys.stderr)
-        return 2
+    runs = []
+    for h5, run_label in zip(args.h5, labels):
+        try:
+            root, ranks = load(h5)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"batchcast report: cannot read {h5}: {e}", file=sys.stderr)
+            return 2
+        if not ranks:
+            print(f"batchcast report: {h5} holds no rank groups", file=sys.stderr)
+            return 2
+        root["_source"] = os.path.abspath(h5)
+        runs.append((run_label, root, ranks))
     os.makedirs(out, exist_ok=True)
+    if len(runs) > 1:
+        images = plot_compare(runs, out, args.dpi)
+        page = write_compare_html(runs, images, out)
+        print(f"batchcast report: {len(runs)} runs compared: {len(images)} plots and {page}")
+        return 0
+    root, ranks = runs[0][1], runs[0][2]
     images = plot_all(ranks, out, args.dpi)
-    page = write_html(root, ranks, images, out, os.path.abspath(args.h5))
+    page = write_html(root, ranks, images, out, os.path.abspath(args.h5[0]))
     print(f"batchcast report: {len(images)} plots (PNG + SVG) and {page}")
     return 0
 

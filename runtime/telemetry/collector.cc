@@ -192,9 +192,26 @@ void Collector::StopSampler() {
   if (sampler_.joinable()) sampler_.join();
 }
 
+void Collector::Annotate(std::string_view line) {
+  std::lock_guard lock(notes_mu_);
+  if (annotations_.size() + line.size() + 1 > kMaxAnnotationBytes) {
+    ++annotations_dropped_;
+    return;
+  }
+  annotations_.append(line);
+  if (line.empty() || line.back() != '\n') annotations_.push_back('\n');
+}
+
 RankData Collector::BuildRankData() {
   RankData d;
   d.tags = tags_;
+  {
+    std::lock_guard lock(notes_mu_);
+    d.annotations = annotations_;
+    if (annotations_dropped_ > 0)
+      d.annotations += fmt::format("({} more annotation lines dropped: over {} bytes)\n",
+                                   annotations_dropped_, kMaxAnnotationBytes);
+  }
   d.pid = static_cast<int>(getpid());
   d.start_unix_s = start_unix_s_;
   d.start_mono_ns = start_mono_ns_;

@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -101,6 +102,13 @@ class Collector {
     s.gauge_count[static_cast<int>(g)].fetch_add(1, std::memory_order_relaxed);
     gauge_last_[static_cast<int>(g)].store(v, std::memory_order_relaxed);
   }
+  // Appends one line to this rank's annotations: rare, human-readable facts of the run (the
+  // progressive-resizing plan, what an epoch trained at which size, an evaluation). Every
+  // sink writes them and the summary prints them. Takes a lock: not for hot paths. At most
+  // kMaxAnnotationBytes are kept; later lines are counted and dropped.
+  void Annotate(std::string_view line);
+  static constexpr size_t kMaxAnnotationBytes = 256 * 1024;
+
   // Records one lifecycle span [begin_ns, end_ns] (NowNs() clock) of producer batch `seq`.
   void Span(SpanKind kind, uint64_t seq, int64_t begin_ns, int64_t end_ns);
 
@@ -169,6 +177,9 @@ class Collector {
   double prev_gauge_sum_[kNumGauges] = {};
   int64_t prev_gauge_count_[kNumGauges] = {};
   std::unique_ptr<Nvml> nvml_;
+  std::mutex notes_mu_;
+  std::string annotations_;          // guarded by notes_mu_
+  int64_t annotations_dropped_ = 0;  // guarded by notes_mu_
 };
 
 // Times a scope into a Timer (and optionally a lifecycle span). With a null collector it

@@ -146,6 +146,8 @@ class Writer {
     BC_RETURN_IF_ERROR(NumberAttr(id, "cores_available", d.cores_available));
     BC_RETURN_IF_ERROR(NumberAttr(id, "gpu_present", d.gpu_present ? 1 : 0));
     if (d.gpu_present) BC_RETURN_IF_ERROR(StringAttr(id, "gpu_name", d.gpu_name));
+    if (!d.annotations.empty())
+      BC_RETURN_IF_ERROR(StringAttr(id, "annotations", d.annotations));
     BC_RETURN_IF_ERROR(NumberAttr(id, "samples_per_s", s.samples_per_s));
     BC_RETURN_IF_ERROR(NumberAttr(id, "batches_per_s", s.batches_per_s));
     BC_RETURN_IF_ERROR(NumberAttr(id, "data_wait_pct", s.data_wait_pct));

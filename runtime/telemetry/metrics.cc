@@ -12,7 +12,7 @@ constexpr std::string_view kTimerNames[] = {"data_wait", "step",    "read",    "
                                             "transform", "collate", "publish", "exchange"};
 constexpr std::string_view kGaugeNames[] = {"buffer_occupancy", "ring_occupancy", "ring_slots",
                                             "worker_threads", "consumers_attached", "image_size",
-                                            "batch_size", "lr_factor"};
+                                            "batch_size", "lr_factor", "eval_accuracy"};
 constexpr std::string_view kSpanNames[] = {"produce", "publish", "exchange",
                                            "wait",    "step",    "h2d"};
 constexpr std::string_view kRoleNames[] = {"leader", "consumer", "both"};

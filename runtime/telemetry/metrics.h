@@ -54,6 +54,7 @@ enum class Gauge : int {
   kBatchSize,            // progressive resizing: samples per batch (leader: producer batch,
                          // consumer: its scaled batch)
   kLrFactor,             // progressive resizing: LR factor delivered with the batches
+  kEvalAccuracy,         // trainer: last held-out accuracy it reported (0..1); 0 until then
   kCount
 };
 

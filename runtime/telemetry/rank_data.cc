@@ -45,6 +45,7 @@ std::string SerializeRankData(const RankData& d) {
     spans.insert(spans.end(), {s.kind, s.tid, static_cast<int64_t>(s.seq), s.begin_ns, s.end_ns});
   }
   j["spans"] = std::move(spans);
+  j["notes"] = d.annotations;
   std::vector<uint8_t> cbor = nlohmann::json::to_cbor(j);
   return std::string(cbor.begin(), cbor.end());
 }
@@ -71,6 +72,7 @@ Result<RankData> DeserializeRankData(std::string_view bytes) {
     d.gpu_name = j.at("gpu")[1];
     d.spans_dropped = j.at("dropped");
     d.rows = j.at("rows").get<std::vector<double>>();
+    if (j.contains("notes")) d.annotations = j.at("notes").get<std::string>();
     auto spans = j.at("spans").get<std::vector<int64_t>>();
     for (size_t i = 0; i + 4 < spans.size(); i += 5)
       d.spans.push_back({static_cast<int32_t>(spans[i]), static_cast<int32_t>(spans[i + 1]),

@@ -80,6 +80,7 @@ struct RankData {
   int64_t spans_dropped = 0;    // oldest spans overwritten in the bounded span ring
   std::vector<double> rows;     // row-major, col::kNum values per row
   std::vector<SpanRecord> spans;
+  std::string annotations;      // Collector::Annotate lines, each ending in '\n'
 
   int64_t num_rows() const { return static_cast<int64_t>(rows.size()) / col::kNum; }
   double At(int64_t row, int column) const { return rows[row * col::kNum + column]; }

@@ -334,4 +334,15 @@ std::string FormatSummary(const JobSummary& j, const Diagnosis& d) {
   return out;
 }
 
+std::string FormatAnnotations(const std::vector<RankData>& ranks) {
+  std::string out;
+  for (const RankData& d : ranks) {
+    if (d.annotations.empty()) continue;
+    if (out.empty()) out = "annotations (progressive resizing, evaluations, ...):\n";
+    out += fmt::format("-- rank {} ({})\n", d.tags.rank, RoleName(d.tags.role));
+    out += d.annotations;
+  }
+  return out;
+}
+
 }  // namespace batchcast::telemetry

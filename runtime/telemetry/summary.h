@@ -82,6 +82,8 @@ JobSummary Summarize(const std::vector<RankData>& ranks);
 Diagnosis Diagnose(const JobSummary& summary);
 // The printed table: per role, optionally per rank (up to 16 ranks), then the diagnosis.
 std::string FormatSummary(const JobSummary& summary, const Diagnosis& diagnosis);
+// Every rank's annotations (Collector::Annotate), headed by the rank; "" when none has any.
+std::string FormatAnnotations(const std::vector<RankData>& ranks);
 std::string_view BottleneckName(Bottleneck b);
 
 }  // namespace batchcast::telemetry

@@ -103,8 +103,9 @@ Status WriteJson(const std::string& path, const std::vector<RankData>& ranks,
     out.Print("{}{{\"rank\":{},\"local_rank\":{},\"host\":{},\"role\":\"{}\",\"pid\":{},",
               i ? "," : "", d.tags.rank, d.tags.local_rank, Quote(d.tags.host),
               RoleName(d.tags.role), d.pid);
-    out.Print("\"experiment\":{},\"workload\":{},\"run\":{},", Quote(d.tags.experiment),
-              Quote(d.tags.workload), Quote(d.tags.run));
+    out.Print("\"experiment\":{},\"workload\":{},\"run\":{},\"annotations\":{},",
+              Quote(d.tags.experiment), Quote(d.tags.workload), Quote(d.tags.run),
+              Quote(d.annotations));
     out.Print("\"start_unix_s\":{},\"interval_s\":{},\"wall_s\":{},\"gpu_present\":{},",
               JsonNumber(d.start_unix_s), JsonNumber(d.interval_s), JsonNumber(d.wall_s),
               d.gpu_present ? "true" : "false");

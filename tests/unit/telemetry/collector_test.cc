@@ -200,6 +200,26 @@ TEST(CollectorTest, FinishTwiceIsAnError) {
   EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(CollectorTest, AnnotationsTravelWithTheRankAndAreBounded) {
+  auto c = MakeCollector(Role::kLeader);
+  c->Annotate("progressive resizing plan");
+  c->Annotate("epoch 0 (ramp): 100 of 100 samples\n");
+  RankData d = c->Snapshot();
+  EXPECT_EQ(d.annotations, "progressive resizing plan\nepoch 0 (ramp): 100 of 100 samples\n");
+  Result<RankData> back = DeserializeRankData(SerializeRankData(d));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->annotations, d.annotations);
+  std::string text = FormatAnnotations({*back});
+  EXPECT_NE(text.find("-- rank 0 (leader)"), std::string::npos) << text;
+  EXPECT_NE(text.find("epoch 0 (ramp)"), std::string::npos) << text;
+  EXPECT_EQ(FormatAnnotations({RankData()}), "") << "no annotations, no section";
+  const std::string line(1000, 'x');
+  for (size_t i = 0; i < Collector::kMaxAnnotationBytes / line.size() + 10; ++i) c->Annotate(line);
+  RankData full = c->Snapshot();
+  EXPECT_LE(full.annotations.size(), Collector::kMaxAnnotationBytes + 100);
+  EXPECT_NE(full.annotations.find("more annotation lines dropped"), std::string::npos);
+}
+
 TEST(CollectorTest, SerializeRoundTrips) {
   auto c = MakeCollector(Role::kLeader);
   c->Add(Counter::kBytesShm, 12345);

@@ -4,6 +4,7 @@
 // Chrome JSON; `batchcast_report.py` renders PNG/SVG of the expected size and an HTML page.
 #include "telemetry/sinks.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
@@ -200,6 +201,67 @@ TEST_F(SinksTest, ReportRendersPlotsAndHtml) {
   EXPECT_NE(page.find("data:image/png;base64,"), std::string::npos);
   EXPECT_NE(page.find("Bottleneck"), std::string::npos);
   EXPECT_NE(page.find("<td>consumer</td>"), std::string::npos);
+}
+
+// A consumer under a resize schedule that reported evaluations: the report draws the
+// resize gauges and accuracy over time and shows the annotations; two files are compared.
+TEST_F(SinksTest, ReportDrawsResizeAndAccuracyAndComparesRuns) {
+  if (!PythonHas("h5py, numpy, matplotlib")) GTEST_SKIP() << "/usr/bin/python3 lacks matplotlib";
+  for (const char* run : {"base", "resize"}) {
+    const bool resize = std::string(run) == "resize";
+    Tags tags{"exp", "wl", run, "", 1, 1, Role::kConsumer};
+    CollectorOptions o;
+    o.interval_ms = 60000;
+    o.gpu = false;
+    auto c = std::move(Collector::Create(tags, o)).value();
+    RankData d;
+    for (int step = 0; step < 4; ++step) {
+      c->AddTime(Timer::kStep, 2000000);
+      c->Add(Counter::kBatchesReceived, 1);
+      c->Add(Counter::kSamplesReceived, 64);
+      if (resize) {
+        c->SetGauge(Gauge::kImageSize, 16 + 8 * step);
+        c->SetGauge(Gauge::kBatchSize, 256 / (step + 1));
+        c->SetGauge(Gauge::kLrFactor, 4.0 / (step + 1));
+      }
+      c->SetGauge(Gauge::kEvalAccuracy, 0.5 + 0.1 * step);
+      c->Annotate(fmt::format("eval: train_s={}.50 wall_s={}.75 epoch={} samples={} accuracy=0.{}",
+                              step, step + 1, step, 64 * (step + 1), 5 + step));
+      if (resize) c->Annotate(fmt::format("consumer b=64: epoch {}: 3 batches: @{} 3 x 256 lr x4;",
+                                          step, 16 + 8 * step));
+      d = c->Snapshot();
+    }
+    std::vector<RankData> ranks{d};
+    JobSummary j = Summarize(ranks);
+    Diagnosis diag = Diagnose(j);
+    ASSERT_TRUE(WriteHdf5(Path(std::string(run) + ".h5"), ranks, j, diag,
+                          FormatSummary(j, diag) + FormatAnnotations(ranks)).ok());
+  }
+  const std::string script = "/usr/bin/python3 " BATCHCAST_SOURCE_DIR
+                             "/launcher/report/batchcast_report.py ";
+  std::string cmd = script + Path("resize.h5") + " --out " + Path("one") + " > /dev/null";
+  ASSERT_EQ(RunCommand(cmd), 0) << cmd;
+  for (const char* plot : {"resize", "accuracy", "accuracy_wall"})
+    EXPECT_TRUE(fs::exists(Path("one/") + plot + ".png")) << plot;
+  std::ifstream one(Path("one/report.html"));
+  std::stringstream ss;
+  ss << one.rdbuf();
+  EXPECT_NE(ss.str().find("consumer b=64: epoch 3: 3 batches: @40"), std::string::npos);
+  cmd = script + Path("base.h5") + " " + Path("resize.h5") + " --labels base,resize --out " +
+        Path("both") + " > /dev/null";
+  ASSERT_EQ(RunCommand(cmd), 0) << cmd;
+  for (const char* plot : {"accuracy", "compare_image_size", "compare_lr_factor",
+                           "compare_throughput"})
+    EXPECT_TRUE(fs::exists(Path("both/") + plot + ".png")) << plot;
+  std::ifstream both(Path("both/report.html"));
+  std::stringstream page;
+  page << both.rdbuf();
+  EXPECT_NE(page.str().find("2 runs compared"), std::string::npos);
+  EXPECT_NE(page.str().find("<td>resize</td>"), std::string::npos);
+  EXPECT_NE(page.str().find("<td>80.00</td>"), std::string::npos) << "final accuracy of a run";
+  cmd = script + Path("base.h5") + " " + Path("resize.h5") + " --labels one --out " +
+        Path("bad") + " 2> /dev/null";
+  EXPECT_EQ(RunCommand(cmd), 2) << "one label for two files is refused";
 }
 
 }  // namespace
