@@ -305,10 +305,7 @@ Result<std::vector<ProducerBatch>> ResizeSchedule::ProducerBatches(int epoch,
   std::vector<int> labels;
   std::vector<int64_t> chunk(num_buckets(), 0);
   for (int b = 0; b < num_buckets(); ++b) {
-    const auto full = static_cast<unsigned __int128>(full_size());
-    const auto side = static_cast<unsigned __int128>(sizes_[b]);
-    chunk[b] = static_cast<int64_t>(static_cast<unsigned __int128>(producer_base) * full * full /
-                                    (side * side));
+    chunk[b] = ProducerChunk(producer_base, b);
     int64_t n = static_cast<int64_t>(plan.buckets[b].samples.size());
     labels.insert(labels.end(), static_cast<size_t>((n + chunk[b] - 1) / chunk[b]), b);
   }
@@ -335,6 +332,28 @@ Result<std::vector<ProducerBatch>> ResizeSchedule::ProducerBatches(int epoch,
     out.push_back(std::move(pb));
   }
   return out;
+}
+
+int64_t ResizeSchedule::ProducerChunk(int64_t producer_base, int bucket) const {
+  const auto full = static_cast<unsigned __int128>(full_size());
+  const auto side = static_cast<unsigned __int128>(sizes_[static_cast<size_t>(bucket)]);
+  return static_cast<int64_t>(static_cast<unsigned __int128>(producer_base) * full * full /
+                              (side * side));
+}
+
+int64_t ResizeSchedule::ConsumerBatches(const EpochSummary& summary, int64_t producer_base,
+                                        int64_t consumer_base) const {
+  if (producer_base <= 0) producer_base = params_.base_batch_size;
+  int64_t batches = 0;
+  for (int b = 0; b < num_buckets() && b < static_cast<int>(summary.trained.size()); ++b) {
+    const int64_t n = summary.trained[static_cast<size_t>(b)];
+    if (n == 0) continue;
+    const int64_t chunk = ProducerChunk(producer_base, b);
+    const int64_t scaled = ScaledBatchSize(consumer_base, b);
+    const int64_t full = n / chunk, rest = n % chunk;
+    batches += full * ((chunk + scaled - 1) / scaled) + (rest + scaled - 1) / scaled;
+  }
+  return batches;
 }
 
 Result<std::vector<EpochSummary>> ResizeSchedule::Summaries() const {

@@ -130,6 +130,16 @@ class ResizeSchedule {
   // Counts for every epoch of the run, for the printed plan.
   [[nodiscard]] Result<std::vector<EpochSummary>> Summaries() const;
 
+  // Samples per producer batch of `bucket`: floor(producer_base x B_S), not capped.
+  int64_t ProducerChunk(int64_t producer_base, int bucket) const;
+  // Batches a consumer whose full-size batch is `consumer_base` receives in the epoch of
+  // `summary` when the leader's producer batch is `producer_base`: per bucket, the trained
+  // samples in producer batches of ProducerChunk (the last short), each carved into
+  // ceil(n / ScaledBatchSize(consumer_base, bucket)) consumer batches. Exact for a stream
+  // without skipped samples (Consumer::BatchesPerEpoch).
+  int64_t ConsumerBatches(const EpochSummary& summary, int64_t producer_base,
+                          int64_t consumer_base) const;
+
  private:
   explicit ResizeSchedule(const ResizeScheduleParams& params);
   // State of epoch `epoch` -> state of epoch + 1; *moved is false once nothing can move.

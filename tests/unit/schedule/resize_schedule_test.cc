@@ -402,5 +402,41 @@ TEST(ResizeScheduleTest, ImageNetSizedRun) {
   EXPECT_EQ(kN - occ[0], 3 * s->upgrades_per_epoch() - (occ[2] + 2 * occ[3]));
 }
 
+// ConsumerBatches (what Consumer::BatchesPerEpoch reports) equals carving the epoch's real
+// producer batches: ceil(n / scaled batch) per producer batch, for several consumer bases,
+// both modes, a cap and a producer batch that is not the schedule's base.
+TEST(ResizeScheduleTest, ConsumerBatchesMatchCarvingTheProducerBatches) {
+  for (const char* spec : {"resize(min=8,max=24,step=8,upgrade=0.3,mode=mixed)",
+                           "resize(sizes=8:12:24,upgrade=0.4,mode=exhaustive,max_batch=40)"}) {
+    SCOPED_TRACE(spec);
+    auto s = Make(spec, 397, 7, 3, 16);
+    ASSERT_NE(s, nullptr);
+    auto summaries = s->Summaries();
+    ASSERT_TRUE(summaries.ok());
+    for (int64_t producer : {int64_t{0}, int64_t{20}}) {
+      for (int64_t b : {1, 3, 7, 16}) {
+        int64_t total = 0;
+        for (int e = 0; e < 7; ++e) {
+          auto batches = s->ProducerBatches(e, producer);
+          ASSERT_TRUE(batches.ok());
+          int64_t carved = 0;
+          for (const ProducerBatch& pb : *batches) {
+            const int64_t scaled = s->ScaledBatchSize(b, pb.bucket);
+            carved += (static_cast<int64_t>(pb.samples.size()) + scaled - 1) / scaled;
+          }
+          EXPECT_EQ(s->ConsumerBatches((*summaries)[e], producer, b), carved)
+              << "epoch " << e << " producer " << producer << " b " << b;
+          total += carved;
+        }
+        EXPECT_GT(total, 0);
+      }
+    }
+    // Small sizes give bigger batches, so fewer of them than at full size.
+    const int64_t full_epoch = (397 + 16 - 1) / 16;
+    EXPECT_LT(s->ConsumerBatches((*summaries)[0], 0, 16), full_epoch);
+    EXPECT_EQ(s->ConsumerBatches((*summaries)[6], 0, 16), full_epoch) << "final phase: full size";
+  }
+}
+
 }  // namespace
 }  // namespace batchcast::schedule
