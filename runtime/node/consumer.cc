@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -14,6 +15,8 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/random.h"
+#include "schedule/resize_schedule.h"
+#include "schedule/resize_spec.h"
 #include "transport/shm/carving.h"
 #include "transport/shm/futex.h"
 #include "transport/shm/ring_consumer.h"
@@ -47,6 +50,19 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   ConsumerStats stats;
   telemetry::Collector* collector = nullptr;
   std::function<void(const Status&)> error_handler;
+  // Progressive resizing: this consumer's batches per stream epoch, derived once from the
+  // schedule the segment header names (resize_mu guards them; derived = true once tried).
+  // What this consumer received per image size in the current epoch (progressive
+  // resizing; annotated into telemetry at the epoch's end): size -> batches, samples,
+  // batch size, LR factor.
+  struct SizeMix {
+    int64_t batches = 0, samples = 0, batch = 0;
+    float lr = 1.0f;
+  };
+  std::map<int32_t, SizeMix> epoch_mix;
+  std::mutex resize_mu;
+  bool resize_derived = false;
+  std::vector<int64_t> resize_batches;
 
   // Drops one reference to a producer batch; the last one gives the slot back.
   void UnrefLocked(uint64_t seq) {
@@ -192,8 +208,53 @@ void Consumer::SetErrorHandler(std::function<void(const Status&)> handler) {
   core_->error_handler = std::move(handler);
 }
 
+namespace {
+
+// Batches per epoch of a consumer of base batch `b` under the resize schedule in `h`.
+std::vector<int64_t> ResizeBatchesPerEpoch(const shm::SegmentHeader* h, int64_t b) {
+  auto spec = schedule::ParseResizeSpec(std::string(h->resize_spec, strnlen(h->resize_spec,
+                                                                           sizeof(h->resize_spec))));
+  schedule::ResizeScheduleParams params;
+  if (spec.ok()) params.spec = *spec;
+  params.num_samples = static_cast<int64_t>(h->epoch_samples);
+  params.total_epochs = static_cast<int>(h->stream_epochs);
+  params.base_batch_size = h->producer_batch;
+  auto s = spec.ok() ? schedule::ResizeSchedule::Create(params)
+                     : Result<std::unique_ptr<schedule::ResizeSchedule>>(spec.status());
+  auto summaries = s.ok() ? (*s)->Summaries() : Result<std::vector<schedule::EpochSummary>>(s.status());
+  if (!summaries.ok()) {
+    BC_LOG(Warn, Node, "consumer: cannot derive batches per epoch from the leader's resize spec "
+           "'{}': {}", h->resize_spec, summaries.status().message());
+    return {};
+  }
+  std::vector<int64_t> out;
+  for (const auto& summary : *summaries) out.push_back((*s)->ConsumerBatches(summary, 0, b));
+  return out;
+}
+
+}  // namespace
+
 int64_t Consumer::BatchesPerEpoch() const {
+  uint64_t epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    if (core_->epoch != ~0ULL) epoch = core_->epoch;
+  }
+  return BatchesPerEpoch(epoch);
+}
+
+int64_t Consumer::BatchesPerEpoch(uint64_t epoch) const {
   const shm::SegmentHeader* h = core_->ring->header();
+  if (h->resize_spec[0] != '\0') {
+    auto& c = *core_;
+    std::lock_guard<std::mutex> lock(c.resize_mu);
+    if (!c.resize_derived) {
+      c.resize_batches = ResizeBatchesPerEpoch(h, c.options.batch_size);
+      c.resize_derived = true;
+    }
+    return epoch < c.resize_batches.size() ? c.resize_batches[epoch] : 0;
+  }
+  if (h->stream_epochs > 0 && epoch >= h->stream_epochs) return 0;
   int64_t n = static_cast<int64_t>(h->epoch_samples);
   int64_t p = h->producer_batch;
   int64_t b = core_->options.batch_size;
@@ -282,6 +343,7 @@ Status Consumer::Next(Batch* out) {
       c.epoch = d->epoch;
       c.index_in_epoch = 0;
       c.epoch_repeats = 0;
+      c.epoch_mix.clear();
     }
     c.cur = d;
     // Progressive resizing scales this consumer's batch with the batch's image size.
@@ -338,6 +400,11 @@ Status Consumer::Next(Batch* out) {
       c.collector->SetGauge(telemetry::Gauge::kImageSize, d->image_size);
       c.collector->SetGauge(telemetry::Gauge::kBatchSize, b);
       c.collector->SetGauge(telemetry::Gauge::kLrFactor, out->info_.lr_factor);
+      auto& mix = c.epoch_mix[d->image_size];
+      mix.batches += 1;
+      mix.samples += b;
+      mix.batch = b;
+      mix.lr = out->info_.lr_factor;
     }
   }
   c.stats.batches += 1;
@@ -354,6 +421,13 @@ Status Consumer::Next(Batch* out) {
     c.stats.repeats_per_epoch.push_back(c.epoch_repeats);
     BC_LOG(Info, Node, "consumer: epoch {} complete: {} batches, {} fill repeats", d->epoch,
            c.index_in_epoch, c.epoch_repeats);
+    if (c.collector != nullptr && !c.epoch_mix.empty()) {
+      std::string line = fmt::format("consumer b={}: epoch {}: {} batches, {} fill repeats:",
+                                     base_b, d->epoch, c.index_in_epoch, c.epoch_repeats);
+      for (const auto& [size, m] : c.epoch_mix)
+        line += fmt::format(" @{} {} x {} lr x{:.3g};", size, m.batches, m.batch, m.lr);
+      c.collector->Annotate(line);
+    }
     if (c.stats.epochs_completed >= c.options.epochs) c.finished = true;
   }
   return Status::Ok();

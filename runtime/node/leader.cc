@@ -53,6 +53,8 @@ Result<std::unique_ptr<Leader>> Leader::Create(const LeaderConfig& config,
   rc.max_consumer_batch = max_b;
   rc.producer_batch = static_cast<uint32_t>(p);
   rc.epoch_samples = static_cast<uint64_t>(l.plan_.num_samples());
+  rc.stream_epochs = static_cast<uint32_t>(std::max(o.epochs, 0));
+  if (l.schedule_ != nullptr) rc.resize_spec = schedule::ResizeSpecToString(l.schedule_->spec());
   rc.socket_name = config.socket_name;
   rc.job = config.job;
   rc.rank = config.rank;
@@ -96,6 +98,7 @@ Status Leader::InitResize(int64_t p, uint32_t max_b) {
       "consumer batches scale by B_S, capped by max_batch",
       schedule::ResizeSpecToString(*spec), plan_.num_samples(), o.epochs, p);
   BC_LOG(Info, Sched, "leader: {}\n{}", head, *plan);
+  if (config_.collector != nullptr) config_.collector->Annotate(fmt::format("{}\n{}", head, *plan));
   if (config_.print_plan) {
     std::fputs(fmt::format("batchcast: {}\n{}\n", head, *plan).c_str(), stdout);
     std::fflush(stdout);
@@ -151,9 +154,12 @@ Result<int64_t> Leader::BeginEpoch(uint64_t epoch) {
                        schedule_->ScaledBatchSize(plan_.producer_batch(), int(b)),
                        schedule_->LrFactor(plan_.producer_batch(), int(b)));
   }
-  BC_LOG(Info, Sched, "leader: epoch {} ({}): {} of {} samples in {} producer batches: {}", epoch,
-         schedule::EpochPhaseName(schedule_->Phase(static_cast<int>(epoch))), epoch_samples_,
-         plan_.num_samples(), epoch_batches_.size(), mix);
+  const std::string line = fmt::format(
+      "epoch {} ({}): {} of {} samples in {} producer batches: {}", epoch,
+      schedule::EpochPhaseName(schedule_->Phase(static_cast<int>(epoch))), epoch_samples_,
+      plan_.num_samples(), epoch_batches_.size(), mix);
+  BC_LOG(Info, Sched, "leader: {}", line);
+  if (config_.collector != nullptr) config_.collector->Annotate("leader " + line);
   if (epoch_samples_ < static_cast<uint64_t>(plan_.num_samples()))
     BC_LOG(Info, Sched, "leader: epoch {} covers {} of {} samples (exhaustive mode trains only "
            "the smallest non-empty bucket)", epoch, epoch_samples_, plan_.num_samples());

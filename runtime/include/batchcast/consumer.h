@@ -58,8 +58,13 @@ class BATCHCAST_API Consumer {
   // The status that ended iteration (OK after a normal end).
   Status status() const;
   ConsumerStats stats() const;
-  // Batches this consumer gets per epoch (exact, from the stream definition).
+  // Batches this consumer gets per epoch (exact, from the stream definition; samples
+  // skipped as bad by on_bad_sample=skip are not foreseen). Under a progressive-resizing
+  // schedule the count differs per epoch: this is the count of the epoch of the last batch
+  // returned (epoch 0 before the first), and BatchesPerEpoch(epoch) gives any epoch.
   int64_t BatchesPerEpoch() const;
+  // Batches this consumer gets in stream epoch `epoch` (BatchInfo::epoch); 0 past the end.
+  int64_t BatchesPerEpoch(uint64_t epoch) const;
   // Called when range-for iteration meets an error. Default: log it and fail the job
   // (MPI_Abort inside an MPI job, exit(1) otherwise).
   void SetErrorHandler(std::function<void(const Status&)> handler);

@@ -66,6 +66,12 @@ Status RingLeader::Init() {
   h->max_consumer_batch = config_.max_consumer_batch;
   h->producer_batch = config_.producer_batch;
   h->epoch_samples = config_.epoch_samples;
+  if (config_.resize_spec.size() >= sizeof(h->resize_spec))
+    return InvalidArgumentError("ring: resize spec of {} bytes does not fit the segment header "
+                                "({} bytes); use fewer buckets", config_.resize_spec.size(),
+                                sizeof(h->resize_spec) - 1);
+  std::snprintf(h->resize_spec, sizeof(h->resize_spec), "%s", config_.resize_spec.c_str());
+  h->stream_epochs = config_.stream_epochs;
   std::snprintf(h->job, sizeof(h->job), "%s", config_.job.c_str());
   gethostname(h->host, sizeof(h->host) - 1);
   h->published.store(0);

@@ -31,6 +31,8 @@ struct RingConfig {
   uint32_t max_consumer_batch = 0;  // joins asking for larger batches are refused
   uint32_t producer_batch = 0;      // shown to consumers (batches per epoch)
   uint64_t epoch_samples = 0;
+  std::string resize_spec;          // progressive resizing spec in force ("" = none)
+  uint32_t stream_epochs = 0;       // epochs of the run (the resize schedule depends on them)
   std::string socket_name;          // abstract socket name, unique per node
   std::string job;                  // identity shown in names and errors
   int rank = -1;                    // leader's rank, or -1 outside MPI

@@ -18,7 +18,8 @@
 namespace batchcast::shm {
 
 constexpr uint64_t kSegmentMagic = 0x5453414348544142ULL;  // "BATCHAST"
-constexpr uint32_t kSegmentVersion = 2;  // 2: SlotDesc gained the resizing fields
+constexpr uint32_t kSegmentVersion = 3;  // 2: SlotDesc gained the resizing fields;
+                                         // 3: the header names the resize schedule
 constexpr uint32_t kMaxConsumers = 64;  // one bit each in a slot's pending mask
 constexpr uint64_t kNoSeq = ~0ULL;
 
@@ -98,6 +99,11 @@ struct SegmentHeader {
   uint32_t producer_batch;          // samples per full producer batch
   uint32_t reserved0;
   uint64_t epoch_samples;           // samples per epoch (before skips)
+  // Progressive resizing: the canonical spec the leader executes and the run's epochs, so
+  // consumers derive their exact batches per epoch (Consumer::BatchesPerEpoch). Empty: none.
+  uint32_t stream_epochs;
+  uint32_t reserved1;
+  char resize_spec[1024];
   char job[64];
   char host[64];
 

@@ -113,12 +113,15 @@ struct SeenBatch {
 
 struct Seen {
   std::vector<SeenBatch> batches;
+  std::vector<int64_t> announced;        // BatchesPerEpoch(e) asked before the first batch
+  std::map<uint64_t, int64_t> current;   // BatchesPerEpoch() asked during epoch e
   int64_t bad_pixels = 0, bad_shapes = 0, bad_labels = 0;
   ConsumerStats stats;
   Status status;
 };
 
-void Consume(Consumer* c, Seen* seen) {
+void Consume(Consumer* c, int epochs, Seen* seen) {
+  for (int e = 0; e <= epochs; ++e) seen->announced.push_back(c->BatchesPerEpoch(uint64_t(e)));
   Batch batch;
   for (;;) {
     Status st = c->Next(&batch);
@@ -127,6 +130,7 @@ void Consume(Consumer* c, Seen* seen) {
       break;
     }
     const BatchInfo& info = batch.info();
+    if (info.index == 0) seen->current[info.epoch] = c->BatchesPerEpoch();
     const TensorView& img = batch.images();
     const int s = info.image_size;
     if (img.shape[0] != batch.size() || img.shape[1] != 3 || img.shape[2] != s ||
@@ -168,7 +172,8 @@ std::vector<Seen> RunStream(const Options& o, const std::vector<int>& sizes, int
     consumers.push_back(std::move(c).value());
   }
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < sizes.size(); ++i) threads.emplace_back(Consume, consumers[i].get(), &seen[i]);
+  for (size_t i = 0; i < sizes.size(); ++i)
+    threads.emplace_back(Consume, consumers[i].get(), o.epochs, &seen[i]);
   for (auto& t : threads) t.join();
   leader->thread.join();
   EXPECT_TRUE(leader->status.ok()) << leader->status.ToString();
@@ -237,6 +242,15 @@ void ExpectFollowsSchedule(const Seen& seen, const schedule::ResizeSchedule& s, 
     EXPECT_EQ(extra, repeats[epoch]) << "repeats must be exactly the reported fill repeats";
   }
   EXPECT_EQ(seen.stats.epochs_completed, epochs);
+  // BatchesPerEpoch is exact per epoch, before the stream starts and while it runs.
+  std::map<uint64_t, int64_t> batches_in;
+  for (const SeenBatch& b : seen.batches) batches_in[b.epoch] += 1;
+  ASSERT_EQ(static_cast<int>(seen.announced.size()), epochs + 1);
+  for (int e = 0; e < epochs; ++e) {
+    EXPECT_EQ(seen.announced[e], batches_in[e]) << "BatchesPerEpoch(" << e << ")";
+    EXPECT_EQ(seen.current.at(e), batches_in[e]) << "BatchesPerEpoch() during epoch " << e;
+  }
+  EXPECT_EQ(seen.announced[epochs], 0) << "no batches past the last epoch";
 }
 
 TEST(ResizeLeaderTest, MixedModeTrainsEverySampleOncePerEpochAtItsSize) {
