@@ -219,6 +219,7 @@ std::vector<int64_t> ResizeBatchesPerEpoch(const shm::SegmentHeader* h, int64_t 
   params.num_samples = static_cast<int64_t>(h->epoch_samples);
   params.total_epochs = static_cast<int>(h->stream_epochs);
   params.base_batch_size = h->producer_batch;
+  params.carve_unit = h->max_consumer_batch;  // as the leader cuts its producer batches
   auto s = spec.ok() ? schedule::ResizeSchedule::Create(params)
                      : Result<std::unique_ptr<schedule::ResizeSchedule>>(spec.status());
   auto summaries = s.ok() ? (*s)->Summaries() : Result<std::vector<schedule::EpochSummary>>(s.status());

@@ -77,6 +77,7 @@ Status Leader::InitResize(int64_t p, uint32_t max_b) {
   params.num_samples = plan_.num_samples();
   params.total_epochs = o.epochs;
   params.base_batch_size = p;  // the producer batch is the schedule's base; consumers scale theirs
+  params.carve_unit = max_b;   // producer batches hold whole scaled batches of the largest consumer
   auto created = schedule::ResizeSchedule::Create(params);
   if (!created.ok()) return created.status().WithContext("leader: resize schedule");
   schedule_ = std::move(created).value();
@@ -103,7 +104,6 @@ Status Leader::InitResize(int64_t p, uint32_t max_b) {
     std::fputs(fmt::format("batchcast: {}\n{}\n", head, *plan).c_str(), stdout);
     std::fflush(stdout);
   }
-  (void)max_b;
   return Status::Ok();
 }
 
@@ -151,7 +151,7 @@ Result<int64_t> Leader::BeginEpoch(uint64_t epoch) {
     if (per_size[b] == 0) continue;
     mix += fmt::format("{}{} @{} ({} batches of <= {}, lr x{:.3g})", mix.empty() ? "" : ", ",
                        per_size[b], schedule_->bucket_sizes()[b], batches_per_size[b],
-                       schedule_->ScaledBatchSize(plan_.producer_batch(), int(b)),
+                       schedule_->ProducerChunk(plan_.producer_batch(), int(b)),
                        schedule_->LrFactor(plan_.producer_batch(), int(b)));
   }
   const std::string line = fmt::format(

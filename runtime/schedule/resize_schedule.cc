@@ -69,6 +69,9 @@ Result<std::unique_ptr<ResizeSchedule>> ResizeSchedule::Create(const ResizeSched
   if (params.base_batch_size <= 0)
     return InvalidArgumentError("resize schedule: base batch size must be positive, got {}",
                                 params.base_batch_size);
+  if (params.carve_unit < 0 || params.carve_unit > params.base_batch_size)
+    return InvalidArgumentError("resize schedule: carve unit must be in [0, base batch size {}], "
+                                "got {}", params.base_batch_size, params.carve_unit);
   if (params.spec.final_epochs > params.total_epochs)
     return InvalidArgumentError("resize schedule: final_epochs ({}) exceeds the run's epochs ({})",
                                 params.spec.final_epochs, params.total_epochs);
@@ -337,8 +340,11 @@ Result<std::vector<ProducerBatch>> ResizeSchedule::ProducerBatches(int epoch,
 int64_t ResizeSchedule::ProducerChunk(int64_t producer_base, int bucket) const {
   const auto full = static_cast<unsigned __int128>(full_size());
   const auto side = static_cast<unsigned __int128>(sizes_[static_cast<size_t>(bucket)]);
-  return static_cast<int64_t>(static_cast<unsigned __int128>(producer_base) * full * full /
-                              (side * side));
+  const auto chunk = static_cast<int64_t>(static_cast<unsigned __int128>(producer_base) * full *
+                                          full / (side * side));
+  if (params_.carve_unit <= 0) return chunk;
+  const int64_t unit = ScaledBatchSize(params_.carve_unit, bucket);
+  return chunk >= unit ? chunk - chunk % unit : chunk;
 }
 
 int64_t ResizeSchedule::ConsumerBatches(const EpochSummary& summary, int64_t producer_base,

@@ -82,6 +82,10 @@ struct ResizeScheduleParams {
   int64_t num_samples = 0;
   int total_epochs = 1;          // epochs in the run; the final phase is the last spec.final_epochs
   int64_t base_batch_size = 64;  // a consumer's batch size at full size
+  // The largest consumer batch at full size (0: none). Producer batches are then cut to a
+  // whole number of its scaled batches, so a consumer of that size carves them without fill
+  // repeats (floor(P x B_S) is often 2 floor(b x B_S) + 1, which costs b_S - 1 repeats).
+  int64_t carve_unit = 0;
   // Overrides spec.policy (a custom UpgradePolicy); null = the built-in named in the spec.
   std::shared_ptr<const UpgradePolicy> policy;
 };
@@ -120,9 +124,9 @@ class ResizeSchedule {
   [[nodiscard]] Result<EpochPlan> PlanEpoch(int epoch) const;
 
   // The epoch as producer batches of one size each. A bucket's producer batch holds
-  // floor(producer_base x B_S) samples (not capped: its bytes stay within a full-size
-  // slot; max_batch caps what consumers carve out); the last one of a bucket may be
-  // short. Mixed mode interleaves the buckets' batches in a seeded uniformly random
+  // ProducerChunk samples, about floor(producer_base x B_S) (not capped: its bytes stay
+  // within a full-size slot; max_batch caps what consumers carve out); the last one of a
+  // bucket may be short. Mixed mode interleaves the buckets' batches in a seeded uniformly random
   // order. Every sample of the epoch appears exactly once. producer_base 0 = base.
   [[nodiscard]] Result<std::vector<ProducerBatch>> ProducerBatches(int epoch,
                                                                    int64_t producer_base = 0) const;
@@ -130,7 +134,8 @@ class ResizeSchedule {
   // Counts for every epoch of the run, for the printed plan.
   [[nodiscard]] Result<std::vector<EpochSummary>> Summaries() const;
 
-  // Samples per producer batch of `bucket`: floor(producer_base x B_S), not capped.
+  // Samples per producer batch of `bucket`: floor(producer_base x B_S), not capped, cut
+  // down to a multiple of ScaledBatchSize(carve_unit, bucket) when carve_unit is set.
   int64_t ProducerChunk(int64_t producer_base, int bucket) const;
   // Batches a consumer whose full-size batch is `consumer_base` receives in the epoch of
   // `summary` when the leader's producer batch is `producer_base`: per bucket, the trained

@@ -438,5 +438,54 @@ TEST(ResizeScheduleTest, ConsumerBatchesMatchCarvingTheProducerBatches) {
   }
 }
 
+// With a carve unit (the largest consumer batch) every producer batch but a bucket's last
+// holds a whole number of that consumer's scaled batches: no fill repeats for it. Without
+// one, floor(P x B_S) = 2 floor(b x B_S) + 1 costs b_S - 1 repeats per producer batch.
+TEST(ResizeScheduleTest, CarveUnitCutsProducerBatchesToWholeConsumerBatches) {
+  for (int64_t unit : {int64_t{0}, int64_t{32}}) {
+    ResizeScheduleParams p;
+    p.spec = Spec("resize(sizes=16:22:28,upgrade=0.5,mode=mixed)");
+    p.seed = 5;
+    p.num_samples = 1200;
+    p.total_epochs = 3;
+    p.base_batch_size = 64;
+    p.carve_unit = unit;
+    auto s = ResizeSchedule::Create(p);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    const int bucket22 = 1;
+    EXPECT_EQ((*s)->ScaledBatchSize(32, bucket22), 51);  // floor(32 x 784 / 484)
+    EXPECT_EQ((*s)->ProducerChunk(64, bucket22), unit ? 102 : 103);
+    auto batches = (*s)->ProducerBatches(1, 64);
+    ASSERT_TRUE(batches.ok());
+    int64_t repeats = 0, samples = 0;
+    for (const ProducerBatch& pb : *batches) {
+      const int64_t n = static_cast<int64_t>(pb.samples.size());
+      const int64_t b = (*s)->ScaledBatchSize(32, pb.bucket);
+      repeats += (n + b - 1) / b * b - n;
+      samples += n;
+    }
+    EXPECT_EQ(samples, 1200);
+    if (unit > 0) {
+      EXPECT_LE(repeats, 51 + 98) << "at most one short batch per bucket";
+    } else {
+      EXPECT_GT(repeats, 200) << "the off-by-one chunk at 22 px repeats ~50 per producer batch";
+    }
+    auto summaries = (*s)->Summaries();
+    ASSERT_TRUE(summaries.ok());
+    int64_t carved = 0;
+    for (const ProducerBatch& pb : *batches) {
+      const int64_t b = (*s)->ScaledBatchSize(32, pb.bucket);
+      carved += (static_cast<int64_t>(pb.samples.size()) + b - 1) / b;
+    }
+    EXPECT_EQ((*s)->ConsumerBatches((*summaries)[1], 64, 32), carved);
+  }
+  ResizeScheduleParams bad;
+  bad.spec = Spec("resize(sizes=16:28)");
+  bad.num_samples = 10;
+  bad.base_batch_size = 8;
+  bad.carve_unit = 9;
+  EXPECT_FALSE(ResizeSchedule::Create(bad).ok()) << "a carve unit above the base is refused";
+}
+
 }  // namespace
 }  // namespace batchcast::schedule
