@@ -6,7 +6,12 @@
 # Usage: scripts/demo.sh [BUILD_DIR] [extra sweep_trainer flags / batchcast options...]
 # Knobs (environment): DEMO_TRAINERS=4 DEMO_LRS=0.01,0.03,0.1,0.3 DEMO_EPOCHS=1 DEMO_THREADS=4
 #   DEMO_LIMIT=0 (train samples, 0 = all 60000) DEMO_BATCH=64 DEMO_ENCODING=png|raw
-#   DEMO_DATA=<repo>/data DEMO_OUT=BUILD_DIR/demo DEMO_MODES="on off"
+#   DEMO_DATA=<repo>/data DEMO_OUT=BUILD_DIR/demo DEMO_MODES="on off" DEMO_TEST_LIMIT=0
+#   DEMO_SIZE=28 (training image size)
+# Progressive resizing: RESIZE='resize(...)' (or BATCHCAST_RESIZE; `make demo RESIZE=...`)
+#   runs the same sweep under that schedule (docs/progressive-resizing.md); DEMO_EPOCHS then
+#   defaults to 4 and DEMO_SIZE to the schedule's largest size. The plan, each epoch's sizes,
+#   batch sizes and LR factors are printed in the telemetry summary and the report.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build}; shift || true
@@ -29,11 +34,28 @@ case ${DEMO_ENCODING:-png} in
 esac
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+resize=${RESIZE:-${BATCHCAST_RESIZE:-}}
+unset BATCHCAST_RESIZE  # passed as a flag below, so every rank and mode sees the same spec
+epochs=${DEMO_EPOCHS:-1}
+size=${DEMO_SIZE:-28}
+resize_flags=()
+if [ -n "$resize" ]; then
+  epochs=${DEMO_EPOCHS:-4}
+  # The schedule's largest bucket is the full size (sizes=a:b:c or max=N).
+  full=$(/usr/bin/python3 -c 'import re, sys
+s = sys.argv[1]
+m = re.search(r"sizes\s*=\s*([0-9: ]+)", s) or re.search(r"max\s*=\s*([0-9]+)", s)
+print(m.group(1).split(":")[-1].strip() if m else "")' "$resize")
+  size=${DEMO_SIZE:-${full:-28}}
+  resize_flags=(--resize="$resize")
+  echo "demo.sh: progressive resizing $resize, $epochs epochs, full size $size"
+fi
 flags=(--dataset="$train" --test-dataset="$data/fashion-mnist-test.h5"
-       --lrs="${DEMO_LRS:-0.01,0.03,0.1,0.3}" --epochs="${DEMO_EPOCHS:-1}"
+       --lrs="${DEMO_LRS:-0.01,0.03,0.1,0.3}" --epochs="$epochs"
        --limit-samples="${DEMO_LIMIT:-0}" --batch-size="${DEMO_BATCH:-64}"
-       --threads="${DEMO_THREADS:-4}" --channels=1 --image-size=28
-       --crop=random --crop-scale-min=0.6 --flip=true --seed=1)
+       --threads="${DEMO_THREADS:-4}" --channels=1 --image-size="$size"
+       --crop=random --crop-scale-min=0.6 --flip=true --seed=1
+       --test-limit="${DEMO_TEST_LIMIT:-0}" "${resize_flags[@]}")
 
 run() {  # mode ranks
   local mode=$1 ranks=$2 t0 t1

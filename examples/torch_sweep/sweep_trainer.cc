@@ -12,6 +12,13 @@
 // Every trainer trains with its own learning rate (lrs[trainer rank % count]), evaluates on
 // the test file, and the results are gathered over the trainers-only communicator. The
 // first trainer prints the table and, with --results=FILE, writes one JSON object.
+//
+// Progressive resizing (--resize "resize(...)", docs/progressive-resizing.md): the CNN's
+// head is size-agnostic (adaptive pooling to 7x7, exactly the old head at 28x28), every
+// step scales the learning rate by the batch's lr_factor, and the test set is evaluated at
+// the full size. --budget-s stops training after that many seconds of training time and
+// --eval-every-s evaluates during training; each evaluation is recorded in the telemetry
+// (gauge eval_accuracy and an annotation) so `batchcast report` draws accuracy over time.
 #include <mpi.h>
 #include <sys/resource.h>
 #include <torch/torch.h>
@@ -35,7 +42,10 @@
 #include "batchcast/torch.h"
 #include "data/dataset_reader.h"
 #include "node/batch_source.h"
+#include "node/consumer_internal.h"
 #include "node/leader.h"
+#include "schedule/resize_spec.h"
+#include "telemetry/collector.h"
 
 namespace {
 
@@ -53,6 +63,9 @@ struct DemoFlags {
   bool sharing = true;
   std::string results;
   int64_t test_limit = 0;  // 0: the whole test file
+  double budget_s = 0;     // stop after this much training time (0: run the epochs)
+  double eval_every_s = 0; // evaluate every this much training time (0: only at the end)
+  int eval_size = 0;       // test images resized to this (0: options.image_size or as stored)
 };
 
 Status ParseDemoFlags(const std::vector<std::string>& words, DemoFlags* f) {
@@ -74,11 +87,18 @@ Status ParseDemoFlags(const std::vector<std::string>& words, DemoFlags* f) {
       f->results = value;
     } else if (key == "--test-limit") {
       f->test_limit = std::stoll(value);
+    } else if (key == "--budget-s") {
+      f->budget_s = std::stod(value);
+    } else if (key == "--eval-every-s") {
+      f->eval_every_s = std::stod(value);
+    } else if (key == "--eval-size") {
+      f->eval_size = std::stoi(value);
     } else {
       return Status(StatusCode::kInvalidArgument,
                     "sweep_trainer: unknown argument '" + w +
                         "'; demo flags are --test-dataset=, --lrs=, --sharing=on|off, "
-                        "--results=, --test-limit= (use --key=value), plus every batchcast option");
+                        "--results=, --test-limit=, --budget-s=, --eval-every-s=, --eval-size= "
+                        "(use --key=value), plus every batchcast option");
     }
   }
   if (f->lrs.empty())
@@ -89,7 +109,9 @@ Status ParseDemoFlags(const std::vector<std::string>& words, DemoFlags* f) {
   return Status::Ok();
 }
 
-// A small CNN for 28x28 gray images: two strided convolutions and a linear classifier.
+// A small CNN for gray images of any size: two strided convolutions, adaptive average
+// pooling to a 7x7 grid (the identity at 28x28, so the demo's network is unchanged there)
+// and a linear classifier.
 struct NetImpl : torch::nn::Module {
   NetImpl()
       : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).stride(2).padding(2)))),
@@ -98,6 +120,7 @@ struct NetImpl : torch::nn::Module {
   torch::Tensor forward(torch::Tensor x) {
     x = torch::relu(conv1->forward(x));
     x = torch::relu(conv2->forward(x));
+    x = torch::adaptive_avg_pool2d(x, {7, 7});
     return fc->forward(x.flatten(1));
   }
   torch::nn::Conv2d conv1;
@@ -110,8 +133,10 @@ torch::Tensor Normalize(const torch::Tensor& u8) {
   return u8.to(torch::kFloat32).div(255.0).sub(kMean).div(kStd);  // out of place: the view stays shared
 }
 
-// The test set, read once directly from the file (no stream: fixed order, no augmentation).
-Result<std::pair<torch::Tensor, torch::Tensor>> LoadTestSet(const std::string& path, int64_t limit) {
+// The test set, read once directly from the file (no stream: fixed order, no augmentation),
+// resized (bilinear) to `size` when it is not 0 and not the stored size.
+Result<std::pair<torch::Tensor, torch::Tensor>> LoadTestSet(const std::string& path, int64_t limit,
+                                                            int size) {
   BC_ASSIGN_OR_RETURN(auto reader, batchcast::data::DatasetReader::Open(path));
   const auto& info = reader->info();
   if (info.kind != batchcast::data::SampleKind::kRaw || info.raw_channels != 1)
@@ -128,7 +153,14 @@ Result<std::pair<torch::Tensor, torch::Tensor>> LoadTestSet(const std::string& p
     std::memcpy(images.data_ptr<uint8_t>() + i * per, samples[i].data(), per);
     labels[i] = reader->Label(i);
   }
-  return std::make_pair(Normalize(images), labels);
+  torch::Tensor x = Normalize(images);
+  if (size > 0 && (size != info.raw_height || size != info.raw_width))
+    x = torch::nn::functional::interpolate(
+        x, torch::nn::functional::InterpolateFuncOptions()
+               .size(std::vector<int64_t>{size, size})
+               .mode(torch::kBilinear)
+               .align_corners(false));
+  return std::make_pair(x, labels);
 }
 
 double Evaluate(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
@@ -149,19 +181,73 @@ struct TrainerResult {
   static constexpr int kFields = 7;
 };
 
-Result<TrainerResult> Train(batchcast::Consumer& consumer, double lr, const DemoFlags& flags) {
-  BC_ASSIGN_OR_RETURN(auto test, LoadTestSet(flags.test_dataset, flags.test_limit));
+// The size the test set is evaluated at: --eval-size, else the resize schedule's full size,
+// else options.image_size (0: as stored).
+int EvalSize(const DemoFlags& flags, const Options& o) {
+  if (flags.eval_size > 0) return flags.eval_size;
+  if (!o.resize.empty()) {
+    auto spec = batchcast::schedule::ParseResizeSpec(o.resize);
+    if (spec.ok()) return batchcast::schedule::BucketSizes(*spec).back();
+  }
+  return o.image_size;
+}
+
+// Evaluations during training, on the training-time clock (evaluation time excluded).
+struct EvalPoint {
+  double train_s = 0, wall_s = 0, accuracy = 0, samples = 0;
+  uint64_t epoch = 0;
+};
+
+class Evaluator {
+ public:
+  Evaluator(batchcast::Consumer& consumer, const std::pair<torch::Tensor, torch::Tensor>& test)
+      : collector_(batchcast::internal::ConsumerAccess::GetCollector(consumer)), test_(test) {}
+  double Run(Net& net, double train_s, double wall_s, double samples, uint64_t epoch) {
+    double acc = Evaluate(net, test_.first, test_.second);
+    points_.push_back({train_s, wall_s, acc, samples, epoch});
+    if (collector_ != nullptr) {
+      collector_->SetGauge(batchcast::telemetry::Gauge::kEvalAccuracy, acc);
+      collector_->Annotate(fmt::format("eval: train_s={:.2f} wall_s={:.2f} epoch={} samples={:.0f} "
+                                       "accuracy={:.4f}", train_s, wall_s, epoch, samples, acc));
+    }
+    return acc;
+  }
+  const std::vector<EvalPoint>& points() const { return points_; }
+
+ private:
+  batchcast::telemetry::Collector* collector_;
+  const std::pair<torch::Tensor, torch::Tensor>& test_;
+  std::vector<EvalPoint> points_;
+};
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+Result<TrainerResult> Train(batchcast::Consumer& consumer, double lr, const DemoFlags& flags,
+                            const Options& o, std::vector<EvalPoint>* evals) {
+  BC_ASSIGN_OR_RETURN(auto test, LoadTestSet(flags.test_dataset, flags.test_limit, EvalSize(flags, o)));
   Net net;
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
   TrainerResult r;
   r.lr = lr;
   double loss_sum = 0;
   int64_t loss_n = 0;
-  auto t0 = std::chrono::steady_clock::now();
+  Evaluator evaluator(consumer, test);
+  const auto t0 = Clock::now();
+  Clock::duration paused{};  // evaluation time, not training time
+  double next_eval = flags.eval_every_s;
+  int64_t samples = 0;
+  uint64_t epoch = 0;
+  auto train_s = [&] { return Seconds(Clock::now() - t0 - paused); };
   batchcast::Batch batch;
   Status st;
   while ((st = consumer.Next(&batch)).ok()) {
     BC_ASSIGN_OR_RETURN(batchcast::TorchBatch t, batchcast::ToTorch(batch));
+    const float lr_factor = batch.info().lr_factor;  // 1 without a resize schedule
+    for (auto& group : opt.param_groups())
+      static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr * lr_factor);
+    epoch = batch.info().epoch;
+    samples += batch.size();
     net->train();
     opt.zero_grad();
     auto loss = torch::nn::functional::cross_entropy(net->forward(Normalize(batchcast::AsNCHW(t))), t.labels);
@@ -170,15 +256,26 @@ Result<TrainerResult> Train(batchcast::Consumer& consumer, double lr, const Demo
     loss_sum += loss.item<double>();
     ++loss_n;
     batch.Release();  // the tensors t still hold the slot until they go out of scope
+    if (flags.eval_every_s > 0 && train_s() >= next_eval) {
+      const auto e0 = Clock::now();
+      evaluator.Run(net, train_s(), Seconds(e0 - t0), double(samples), epoch);
+      paused += Clock::now() - e0;
+      next_eval += flags.eval_every_s;
+    }
+    if (flags.budget_s > 0 && train_s() >= flags.budget_s) {
+      st = Status(StatusCode::kEndOfStream, "training-time budget spent");
+      break;
+    }
   }
   if (st.code() != StatusCode::kEndOfStream) return st;
-  r.train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.train_s = train_s();
   batchcast::ConsumerStats s = consumer.stats();
   r.samples = double(s.samples);
   r.batches = double(s.batches);
   r.wait_s = double(s.wait_ns) * 1e-9;
   r.loss = loss_n > 0 ? loss_sum / double(loss_n) : 0;
-  r.test_acc = Evaluate(net, test.first, test.second);
+  r.test_acc = evaluator.Run(net, r.train_s, Seconds(Clock::now() - t0), double(samples), epoch);
+  *evals = evaluator.points();
   return r;
 }
 
@@ -259,7 +356,8 @@ void Fail(const Status& st) {
 }
 
 void PrintAndSave(const DemoFlags& flags, const Options& o, const std::vector<TrainerResult>& rs,
-                  const std::vector<ProcessUsage>& us, int ranks, double wall_s) {
+                  const std::vector<ProcessUsage>& us, int ranks, double wall_s,
+                  const std::vector<EvalPoint>& evals) {
   const char* mode = flags.sharing ? "shared" : "independent";
   std::printf("\n== sweep, sharing %s: %zu trainers%s, %s, %d epoch(s), batch %d, decode threads %d%s\n",
               flags.sharing ? "ON" : "OFF", rs.size(), flags.sharing ? " + 1 leader" : "",
@@ -305,6 +403,12 @@ void PrintAndSave(const DemoFlags& flags, const Options& o, const std::vector<Tr
   j["maxrss_max_mib"] = rss_max;
   j["pss_sum_mib"] = pss;
   j["decode_threads_total"] = flags.sharing ? o.threads : o.threads * int(rs.size());
+  j["resize"] = o.resize;
+  j["budget_s"] = flags.budget_s;
+  for (const EvalPoint& e : evals)  // the first trainer's evaluations during training
+    j["evals_trainer0"].push_back({{"train_s", e.train_s}, {"wall_s", e.wall_s},
+                                   {"epoch", e.epoch}, {"samples", e.samples},
+                                   {"accuracy", e.accuracy}});
   if (!flags.results.empty()) std::ofstream(flags.results) << j.dump() << "\n";
   std::fflush(stdout);
 }
@@ -312,7 +416,7 @@ void PrintAndSave(const DemoFlags& flags, const Options& o, const std::vector<Tr
 // Gathers every trainer's result (trainers-only communicator) and every rank's usage
 // (world, leaders included) on the first trainer, which prints them.
 void Report(const DemoFlags& flags, const Options& o, MPI_Comm trainers, const TrainerResult* mine,
-            double wall_s) {
+            double wall_s, const std::vector<EvalPoint>& evals) {
   int world_rank = 0, world_size = 0, trank = -1, tsize = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
@@ -333,7 +437,7 @@ void Report(const DemoFlags& flags, const Options& o, MPI_Comm trainers, const T
   if (MPI_Gather(&u, ProcessUsage::kFields, MPI_DOUBLE, us.data(), ProcessUsage::kFields, MPI_DOUBLE,
                  printer, MPI_COMM_WORLD) != MPI_SUCCESS)
     Fail(Status(StatusCode::kInternal, "MPI_Gather of process usage failed"));
-  if (world_rank == printer) PrintAndSave(flags, o, rs, us, world_size, wall_s);
+  if (world_rank == printer) PrintAndSave(flags, o, rs, us, world_size, wall_s, evals);
 }
 
 }  // namespace
@@ -352,6 +456,7 @@ int main(int argc, char** argv) {
   DemoFlags flags;
   if (Status st = ParseDemoFlags(rest, &flags); !st.ok()) Fail(st);
   torch::manual_seed(1234);  // same initial weights for every trial: only lr differs
+  std::vector<EvalPoint> evals;
 
   if (flags.sharing) {
     auto rt = batchcast::Runtime::Create(o);
@@ -360,7 +465,8 @@ int main(int argc, char** argv) {
     if ((*rt)->is_trainer()) {
       int trank = 0;
       MPI_Comm_rank((*rt)->trainer_comm(), &trank);
-      auto res = Train((*rt)->consumer(), flags.lrs[size_t(trank) % flags.lrs.size()], flags);
+      auto res = Train((*rt)->consumer(), flags.lrs[size_t(trank) % flags.lrs.size()], flags, o,
+                       &evals);
       if (!res.ok()) Fail(res.status());
       r = *res;
       if (Status st = (*rt)->consumer().Detach(); !st.ok()) Fail(st);
@@ -368,7 +474,7 @@ int main(int argc, char** argv) {
       Fail(st);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    Report(flags, o, (*rt)->trainer_comm(), &r, MPI_Wtime() - t0);
+    Report(flags, o, (*rt)->trainer_comm(), &r, MPI_Wtime() - t0, evals);
     if (Status st = (*rt)->Finalize(); !st.ok()) Fail(st);
   } else {
     int rank = 0, size = 0;
@@ -379,14 +485,15 @@ int main(int argc, char** argv) {
     {
       auto solo = SoloStream::Create(o);
       if (!solo.ok()) Fail(solo.status());
-      auto res = Train((*solo)->consumer(), flags.lrs[size_t(rank) % flags.lrs.size()], flags);
+      auto res = Train((*solo)->consumer(), flags.lrs[size_t(rank) % flags.lrs.size()], flags, o,
+                       &evals);
       if (!res.ok()) Fail(res.status());
       r = *res;
     }
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Comm trainers = MPI_COMM_NULL;  // every rank trains: the trainers are the world
     MPI_Comm_dup(MPI_COMM_WORLD, &trainers);
-    Report(flags, o, trainers, &r, MPI_Wtime() - t0);
+    Report(flags, o, trainers, &r, MPI_Wtime() - t0, evals);
     MPI_Comm_free(&trainers);
   }
   MPI_Finalize();
