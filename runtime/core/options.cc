@@ -72,6 +72,9 @@ const std::vector<Entry>& Registry() {
       BC_ENUM(mode, "replicate|shard", "across nodes: replicate (every trainer sees the whole stream; node leaders split the decode and exchange it over MPI) or shard (data-parallel: each trainer gets a disjoint part of every global batch)"),
       BC_OPT(job_id, kString, "job identity used in segment and socket names (default: Slurm/Open MPI job id or leader pid)"),
       BC_OPT(heartbeat_ms, kDuration, "a consumer that shows no sign of life for this long is detached; accepts ms/s/m suffixes"),
+      BC_ENUM(gpu, "auto|off|on", "GPU data plane (docs/gpu.md): auto = trainers that see a CUDA device get device batches (one H2D copy per GPU, CUDA IPC, NCCL to other GPUs), else the host path with one log line; on = the same but no device is an error; off = host path only"),
+      BC_OPT(trainers_per_gpu, kInt, "trainers sharing one GPU: trainer with local index r uses GPU r / k (0 = spread the node's trainers evenly over the visible GPUs)"),
+      BC_OPT(gpu_finish, kBool, "with the GPU data plane: turn uint8 images into normalised float32 CHW (mean/std options) once per GPU by a CUDA kernel instead of per trainer"),
       BC_OPT(resize, kString, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
       BC_OPT(telemetry, kString, "telemetry sinks, e.g. telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled"),
       BC_OPT(experiment, kString, "telemetry tag: experiment name (e.g. the sweep)"),
@@ -422,6 +425,9 @@ Status ValidateOptions(const Options& o) {
     return InvalidArgumentError("option 'producer_batch' ({}) is smaller than 'batch_size' ({})",
                                 o.producer_batch, o.batch_size);
   if (o.ring_slots == 1) return InvalidArgumentError("option 'ring_slots' must be 0 (auto) or >= 2");
+  if (o.trainers_per_gpu < 0)
+    return InvalidArgumentError("option 'trainers_per_gpu' must be >= 0 (0 = spread), got {}",
+                                o.trainers_per_gpu);
   if (o.heartbeat_ms < 100)
     return InvalidArgumentError("option 'heartbeat_ms' must be at least 100ms, got {}ms",
                                 o.heartbeat_ms);

@@ -6,6 +6,7 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "node/consumer_internal.h"
+#include "node/gpu_runtime.h"
 #include "node/gpu_stager.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
@@ -72,11 +73,14 @@ Status GpuConsumerCore::ToDevice(std::shared_ptr<GpuConsumerCore> self, Batch&& 
   cuda::SlotRange ranges[3];
   const int nr = node::SlotRanges(d, ranges);
   uint8_t* dev = nullptr;
+  uint64_t peer_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
+    const uint64_t peer_before = map->stats().peer_bytes;
     BC_ASSIGN_OR_RETURN(dev, map->Acquire(slot, batch.info().producer_seq,
                                           std::span<const cuda::SlotRange>(ranges, size_t(nr)),
                                           stream));
+    peer_bytes = map->stats().peer_bytes - peer_before;
     batches += 1;
   }
   const int device = map->device();
@@ -92,8 +96,11 @@ Status GpuConsumerCore::ToDevice(std::shared_ptr<GpuConsumerCore> self, Batch&& 
   }
   const auto* lab = static_cast<const uint8_t*>(batch.labels().data);
   DeviceTensorView labels = DeviceView(batch.labels(), dev + (lab - slot_base), device);
-  if (telemetry::Collector* tc = ConsumerAccess::GetCollector(*consumer); tc && !map->peer())
-    tc->Add(telemetry::Counter::kBytesIpc, int64_t(images.nbytes + labels.nbytes));
+  // IPC path bytes: what this batch reads in place on the same GPU, or what the peer path
+  // copied from the holding GPU for it (once per producer batch).
+  if (telemetry::Collector* tc = ConsumerAccess::GetCollector(*consumer); tc != nullptr)
+    tc->Add(telemetry::Counter::kBytesIpc,
+            map->peer() ? int64_t(peer_bytes) : int64_t(images.nbytes + labels.nbytes));
   out->Release();
   out->images_ = images;
   out->labels_ = labels;
@@ -108,6 +115,19 @@ Status GpuConsumerCore::ToDevice(std::shared_ptr<GpuConsumerCore> self, Batch&& 
   return Status::Ok();
 }
 
+Result<std::unique_ptr<GpuConsumer>> GpuConsumerFactory::Make(
+    Consumer& consumer, std::unique_ptr<cuda::DeviceMap> map) {
+  auto core = std::make_shared<GpuConsumerCore>();
+  core->consumer = &consumer;
+  core->segment = ConsumerAccess::Segment(consumer);
+  if (core->segment == nullptr)
+    return FailedPreconditionError("gpu: the consumer has no mapped ring; attach it first");
+  core->map = std::move(map);
+  std::unique_ptr<GpuConsumer> g(new GpuConsumer());
+  g->core_ = std::move(core);
+  return g;
+}
+
 }  // namespace internal
 
 const Batch& DeviceBatch::host() const {
@@ -117,18 +137,12 @@ const Batch& DeviceBatch::host() const {
 
 Result<std::unique_ptr<GpuConsumer>> GpuConsumer::Attach(Consumer& consumer,
                                                          const std::string& address, int device) {
-  auto core = std::make_shared<internal::GpuConsumerCore>();
-  core->consumer = &consumer;
-  core->segment = internal::ConsumerAccess::Segment(consumer);
-  if (core->segment == nullptr)
+  if (internal::ConsumerAccess::Segment(consumer) == nullptr)
     return FailedPreconditionError("gpu: consumer of {} has no mapped ring; attach it first",
                                    address);
   auto map = cuda::DeviceMap::Open(node::GpuHandleSocket(address), device, 60000);
   if (!map.ok()) return map.status().WithContext(fmt::format("gpu consumer of {}", address));
-  core->map = std::move(map).value();
-  std::unique_ptr<GpuConsumer> g(new GpuConsumer());
-  g->core_ = std::move(core);
-  return g;
+  return internal::GpuConsumerFactory::Make(consumer, std::move(map).value());
 }
 
 GpuConsumer::~GpuConsumer() = default;

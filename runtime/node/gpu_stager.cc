@@ -16,9 +16,7 @@ int SlotRanges(const shm::SlotDesc& d, cuda::SlotRange out[3]) {
   return 3;
 }
 
-Result<std::unique_ptr<GpuStager>> GpuStager::Create(Leader& leader,
-                                                     const GpuStagerConfig& config) {
-  std::unique_ptr<GpuStager> s(new GpuStager(leader, config));
+cuda::DeviceRingConfig GpuStager::RingConfigFor(Leader& leader, const GpuStagerConfig& config) {
   shm::SegmentHeader* h = leader.ring().header();
   cuda::DeviceRingConfig rc;
   rc.device = config.device;
@@ -30,9 +28,20 @@ Result<std::unique_ptr<GpuStager>> GpuStager::Create(Leader& leader,
     rc.finished_bytes = h->slot_bytes * sizeof(float);
     rc.finish_channels = 3;
   }
-  auto ring = cuda::DeviceRing::Create(rc);
+  return rc;
+}
+
+Result<std::unique_ptr<GpuStager>> GpuStager::Create(Leader& leader,
+                                                     const GpuStagerConfig& config) {
+  auto ring = cuda::DeviceRing::Create(RingConfigFor(leader, config));
   if (!ring.ok()) return ring.status().WithContext("leader: gpu staging");
-  s->ring_ = std::move(ring).value();
+  return CreateWithRing(leader, config, std::move(ring).value());
+}
+
+Result<std::unique_ptr<GpuStager>> GpuStager::CreateWithRing(
+    Leader& leader, const GpuStagerConfig& config, std::unique_ptr<cuda::DeviceRing> ring) {
+  std::unique_ptr<GpuStager> s(new GpuStager(leader, config));
+  s->ring_ = std::move(ring);
   auto server = cuda::HandleServer::Create(GpuHandleSocket(leader.address()), s->ring_->table());
   if (!server.ok()) return server.status().WithContext("leader: gpu handle socket");
   s->server_ = std::move(server).value();
@@ -51,6 +60,7 @@ Status GpuStager::BeforePublish(const shm::SlotWrite& w) {
   const cuda::FinishSpec* fp = nullptr;
   const shm::SlotDesc& d = *w.desc;
   if (config_.finish && d.dtype == uint32_t(pipeline::DType::kUint8) && d.channels <= 3) {
+    finish.images_offset = d.images_offset;
     finish.samples = d.num_samples + d.tail;
     finish.channels = d.channels;
     finish.height = d.height;
@@ -63,11 +73,37 @@ Status GpuStager::BeforePublish(const shm::SlotWrite& w) {
     fp = &finish;
   }
   const uint64_t before = ring_->stats().h2d_bytes;
-  Status st = ring_->Stage(w.slot, std::span<const cuda::SlotRange>(ranges, size_t(n)), fp);
+  const uint64_t nccl_before = fanout_ ? fanout_->bytes() : 0;
+  const std::span<const cuda::SlotRange> span(ranges, size_t(n));
+  cuda::DeviceRing::StageHook hook;
+  if (fanout_)
+    hook = [&](uint8_t* memory, void* stream) {
+      return fanout_->Send(w.slot, d.seq, span, fp, memory, stream);
+    };
+  Status st = ring_->Stage(w.slot, d.seq, span, fp, hook);
   if (!st.ok()) return st.WithContext(fmt::format("leader: stage producer batch {}", d.seq));
   telemetry::Add(config_.collector, telemetry::Counter::kBytesH2d,
                  static_cast<int64_t>(ring_->stats().h2d_bytes - before));
+  if (fanout_)
+    telemetry::Add(config_.collector, telemetry::Counter::kBytesNccl,
+                   static_cast<int64_t>(fanout_->bytes() - nccl_before));
   return Status::Ok();
+}
+
+Status GpuStager::Finish() {
+  if (finished_) return Status::Ok();
+  finished_ = true;
+  if (fanout_) {
+    Status st = fanout_->SendEnd(ring_->stream());
+    if (!st.ok()) return st.WithContext("leader: tell the GPU relays the stream ended");
+  }
+  return ring_->Synchronize();
+}
+
+Result<std::unique_ptr<cuda::DeviceMap>> GpuStager::OpenLocalMap() {
+  BC_ASSIGN_OR_RETURN(int lane, server_->ReserveLane());
+  cuda::HandleServer* server = server_.get();
+  return cuda::DeviceMap::OpenLocal(*ring_, lane, [server, lane] { server->ReleaseLane(lane); });
 }
 
 }  // namespace batchcast::node

@@ -13,6 +13,7 @@
 #include "transport/cuda/device_map.h"
 #include "transport/cuda/device_ring.h"
 #include "transport/cuda/handle_server.h"
+#include "transport/cuda/nccl_fanout.h"
 
 namespace batchcast::node {
 
@@ -38,10 +39,25 @@ class GpuStager final : public SlotHook {
   // Creates the device ring mirroring `leader`'s host ring and installs itself as the
   // leader's slot hook. The stager must outlive leader.Run().
   static Result<std::unique_ptr<GpuStager>> Create(Leader& leader, const GpuStagerConfig& config);
+  // The same over a given device ring (tests drive the stager with a host-memory ring).
+  static Result<std::unique_ptr<GpuStager>> CreateWithRing(Leader& leader,
+                                                           const GpuStagerConfig& config,
+                                                           std::unique_ptr<cuda::DeviceRing> ring);
+  // The device ring `Create` would make for `leader` (slots, sizes, finishing area).
+  static cuda::DeviceRingConfig RingConfigFor(Leader& leader, const GpuStagerConfig& config);
   ~GpuStager() override;
 
   Status BeforeFill(const shm::SlotWrite& slot) override;
   Status BeforePublish(const shm::SlotWrite& slot) override;
+
+  // MPI jobs with trainers on other GPUs: after each copy, the slot also goes to the
+  // relays by NCCL (node/gpu_relay.h). Call before Run().
+  void SetFanout(std::unique_ptr<cuda::NcclFanout> fanout) { fanout_ = std::move(fanout); }
+  // After Run() returned: tells the relays the stream ended and waits for the staging
+  // stream. Idempotent.
+  Status Finish();
+  // A device map for a trainer in the leader's own process (leader_trains).
+  Result<std::unique_ptr<cuda::DeviceMap>> OpenLocalMap();
 
   cuda::DeviceRing& ring() { return *ring_; }
   const std::string& handle_socket() const { return server_->name(); }
@@ -53,6 +69,8 @@ class GpuStager final : public SlotHook {
   GpuStagerConfig config_;
   std::unique_ptr<cuda::DeviceRing> ring_;
   std::unique_ptr<cuda::HandleServer> server_;
+  std::unique_ptr<cuda::NcclFanout> fanout_;
+  bool finished_ = false;
 };
 
 }  // namespace batchcast::node

@@ -14,6 +14,7 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "node/consumer_internal.h"
+#include "node/gpu_runtime.h"
 #include "node/leader.h"
 #include "node/multinode_leader.h"
 #include "telemetry/spec.h"
@@ -40,6 +41,7 @@ struct RuntimeState {
   Status leader_status;
   bool served = false;
   std::unique_ptr<Consumer> consumer;
+  std::unique_ptr<node::GpuRuntime> gpu;            // the GPU data plane (docs/gpu.md)
   std::unique_ptr<telemetry::Collector> collector;  // null when telemetry is off
   telemetry::Sinks sinks;
   bool finalized = false;
@@ -222,6 +224,27 @@ Status StartTelemetry(internal::RuntimeState* s) {
   return Status::Ok();
 }
 
+// The GPU data plane (node/gpu_runtime.h): collective over the node, after the leader
+// exists and before it runs.
+Status SetupGpu(internal::RuntimeState* s, const std::string& address) {
+  node::GpuRuntimeInput in;
+  in.options = s->options;
+  in.node = s->node;
+  in.world = s->world;
+  in.local_rank = s->local_rank;
+  in.node_size = s->node_size;
+  in.node_id = s->node_id;
+  in.trainer = s->trainer;
+  in.multinode_leader = s->use_multi;
+  in.leader = s->leader_obj.get();
+  in.address = address;
+  in.collector = s->collector.get();
+  auto gpu = node::GpuRuntime::Setup(in);
+  if (!gpu.ok()) return gpu.status();
+  s->gpu = std::move(gpu).value();
+  return Status::Ok();
+}
+
 Status ShareAddress(internal::RuntimeState* s, std::string* name) {
   char buf[108] = {0};
   if (s->leader) std::snprintf(buf, sizeof(buf), "%s", name->c_str());
@@ -259,12 +282,21 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
     return st;
   }
   BC_RETURN_IF_ERROR(ShareAddress(s, &address));
+  st = mpi::AgreeOnStatus(s->world, SetupGpu(s, address));
+  if (!st.ok()) {
+    s->finalized = true;
+    return st;
+  }
   if (s->leader && s->multi_obj) {
     node::MultinodeLeader* l = s->multi_obj.get();
     s->leader_thread = std::thread([s, l] { s->leader_status = l->Run(); });
   } else if (s->leader) {
     node::Leader* l = s->leader_obj.get();
-    s->leader_thread = std::thread([s, l] { s->leader_status = l->Run(); });
+    s->leader_thread = std::thread([s, l] {
+      s->leader_status = l->Run();
+      Status gpu = s->gpu->FinishLeader();  // the NCCL relays stop with the stream
+      if (!gpu.ok() && s->leader_status.ok()) s->leader_status = gpu;
+    });
   }
   if (s->trainer) {
     auto c = Consumer::Attach(address, options, s->world_rank);
@@ -272,10 +304,12 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
     if (c.ok()) {
       s->consumer = std::move(c).value();
       internal::ConsumerAccess::SetCollector(*s->consumer, s->collector.get());
+      st = s->gpu->AttachConsumer(*s->consumer);
     }
   }
   st = mpi::AgreeOnStatus(s->world, st);
   if (!st.ok()) {  // every rank fails together; stop our leader without aborting the job
+    if (s->gpu) s->gpu->ReleaseConsumer();
     s->consumer.reset();
     if (s->leader_obj) s->leader_obj->Abort("job start failed: " + st.message());
     if (s->multi_obj) s->multi_obj->Abort("job start failed: " + st.message());
@@ -305,6 +339,10 @@ int Runtime::node_id() const { return state_->node_id; }
 int Runtime::local_rank() const { return state_->local_rank; }
 int Runtime::node_size() const { return state_->node_size; }
 MPI_Comm Runtime::trainer_comm() const { return state_->trainers; }
+
+GpuConsumer* Runtime::gpu_consumer() {
+  return state_->gpu ? state_->gpu->gpu_consumer() : nullptr;
+}
 
 Consumer& Runtime::consumer() {
   if (!state_->consumer) {
@@ -337,6 +375,7 @@ Status Runtime::Finalize() {
   if (s->finalized) return Status::Ok();
   s->finalized = true;
   Status first;
+  if (s->gpu) s->gpu->ReleaseConsumer();  // device mappings go before the host slots
   if (s->consumer) {
     first = s->consumer->status();
     s->consumer->Detach().IgnoreError();
@@ -352,6 +391,11 @@ Status Runtime::Finalize() {
     if (first.ok()) first = st;
   }
   BC_MPI(MPI_Barrier(s->world), "MPI_Barrier (finalize)");
+  if (s->gpu) {  // every rank has unmapped the device slots: free them, join the relay
+    Status st = s->gpu->Shutdown();
+    if (first.ok()) first = st;
+    s->gpu.reset();
+  }
   if (s->trainers != MPI_COMM_NULL) MPI_Comm_free(&s->trainers);
   if (s->node != MPI_COMM_NULL) MPI_Comm_free(&s->node);
   if (s->leaders != MPI_COMM_NULL) MPI_Comm_free(&s->leaders);

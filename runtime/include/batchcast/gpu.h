@@ -39,6 +39,7 @@ struct DeviceTensorView {
 namespace internal {
 struct DeviceBatchRef;
 class GpuConsumerCore;
+struct GpuConsumerFactory;
 }
 
 class BATCHCAST_API DeviceBatch {
@@ -94,6 +95,7 @@ class BATCHCAST_API GpuConsumer {
   GpuConsumerStats stats() const;
 
  private:
+  friend struct internal::GpuConsumerFactory;
   GpuConsumer() = default;
   std::shared_ptr<internal::GpuConsumerCore> core_;
 };

@@ -60,6 +60,11 @@ struct BATCHCAST_API Options {
   std::string job_id;           // identity in segment names (default: from Slurm/MPI/pid)
   int64_t heartbeat_ms = 10000; // a consumer silent this long is detached
 
+  // --- GPU data plane (docs/gpu.md) ---
+  std::string gpu = "auto";     // auto | off | on: stage batches on the trainers' GPUs
+  int trainers_per_gpu = 0;     // k trainers share a GPU (0 = spread over the visible GPUs)
+  bool gpu_finish = false;      // uint8 -> normalised float32 CHW once per GPU (a kernel)
+
   // --- telemetry (docs/telemetry.md) ---
   std::string telemetry;        // sink spec, e.g. "telemetry(hdf5=run.h5,interval=1s)"; "" = off
   std::string experiment;       // telemetry tag: the experiment (e.g. a sweep)

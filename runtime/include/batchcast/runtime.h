@@ -20,6 +20,7 @@
 
 #include "batchcast/consumer.h"
 #include "batchcast/export.h"
+#include "batchcast/gpu.h"
 #include "batchcast/options.h"
 #include "batchcast/status.h"
 
@@ -44,6 +45,10 @@ class BATCHCAST_API Runtime {
   MPI_Comm trainer_comm() const;
   // Trainers only.
   Consumer& consumer();
+  // Trainers on the GPU data plane (option gpu=auto|on and a visible device, docs/gpu.md):
+  // the same stream as device tensors, already on this rank's GPU; null on the host path.
+  // Take batches from one of consumer() and gpu_consumer()->Next(), not both.
+  GpuConsumer* gpu_consumer();
   // Leader ranks: blocks until the stream is complete and every consumer has detached.
   Status Serve();
   // Collective: ends this rank's part (detaches, or serves to the end) and frees the

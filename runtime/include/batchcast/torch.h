@@ -1,6 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// Zero-copy torch::Tensor views of a Batch (target Batchcast::torch).
+// Zero-copy torch::Tensor views of a Batch, and CUDA tensors of a DeviceBatch (target
+// Batchcast::torch).
 //
 //   for (batchcast::Batch& batch : consumer) {
 //     batchcast::TorchBatch t = batchcast::ToTorch(batch).value();
@@ -22,6 +23,7 @@
 // a CUDA build), and libbatchcast never depends on one LibTorch ABI.
 #pragma once
 
+#include <ATen/Context.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -30,6 +32,7 @@
 #include <utility>
 
 #include "batchcast/batch.h"
+#include "batchcast/gpu.h"
 #include "batchcast/status.h"
 
 namespace batchcast {
@@ -58,10 +61,28 @@ inline Result<torch::ScalarType> TorchScalarType(DType dtype) {
 
 // A tensor over `data` whose storage keeps `keep_alive` until the storage dies.
 inline torch::Tensor AliasTensor(void* data, std::vector<int64_t> sizes, torch::ScalarType type,
-                                 std::shared_ptr<void> keep_alive) {
+                                 std::shared_ptr<void> keep_alive,
+                                 torch::Device device = torch::kCPU) {
   return torch::from_blob(
       data, sizes, [keep = std::move(keep_alive)](void*) mutable { keep.reset(); },
-      torch::TensorOptions().dtype(type).device(torch::kCPU));
+      torch::TensorOptions().dtype(type).device(device));
+}
+
+// Shape and size check shared by the host and device views.
+inline Result<std::vector<int64_t>> CheckedSizes(const void* data, int ndim, const int64_t* shape,
+                                                 size_t nbytes, torch::ScalarType type) {
+  if (data == nullptr || ndim < 1 || ndim > 4)
+    return Status(StatusCode::kInvalidArgument,
+                  "torch: tensor view has ndim " + std::to_string(ndim) +
+                      " or no data; expected a view of this batch with 1 to 4 dimensions");
+  std::vector<int64_t> sizes(shape, shape + ndim);
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  if (static_cast<size_t>(numel) * torch::elementSize(type) != nbytes)
+    return Status(StatusCode::kInvalidArgument,
+                  "torch: tensor view of " + std::to_string(nbytes) +
+                      " bytes does not match its shape; the batch descriptor is corrupt");
+  return sizes;
 }
 
 }  // namespace internal
@@ -77,13 +98,8 @@ inline Result<torch::Tensor> ToTensor(const Batch& batch, const TensorView& view
                   "torch: tensor view has ndim " + std::to_string(view.ndim) +
                       " or no data; expected a view of this batch with 1 to 4 dimensions");
   BC_ASSIGN_OR_RETURN(torch::ScalarType type, internal::TorchScalarType(view.dtype));
-  std::vector<int64_t> sizes(view.shape, view.shape + view.ndim);
-  int64_t numel = 1;
-  for (int64_t s : sizes) numel *= s;
-  if (static_cast<size_t>(numel) * torch::elementSize(type) != view.nbytes)
-    return Status(StatusCode::kInvalidArgument,
-                  "torch: tensor view of " + std::to_string(view.nbytes) +
-                      " bytes does not match its shape; the batch descriptor is corrupt");
+  BC_ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
+                      internal::CheckedSizes(view.data, view.ndim, view.shape, view.nbytes, type));
   return internal::AliasTensor(view.data, std::move(sizes), type, batch.KeepAlive());
 }
 
@@ -94,6 +110,55 @@ inline Result<TorchBatch> ToTorch(const Batch& batch) {
   BC_ASSIGN_OR_RETURN(out.labels, ToTensor(batch, batch.labels()));
   out.sample_ids = internal::AliasTensor(const_cast<int64_t*>(batch.sample_ids()), {batch.size()},
                                          torch::kInt64, batch.KeepAlive());
+  out.info = batch.info();
+  return out;
+}
+
+// --- device tensors (the GPU data plane, batchcast/gpu.h) -------------------------------
+//
+//   batchcast::DeviceBatch batch;
+//   while (gpu->Next(stream, &batch).ok()) {
+//     auto t = batchcast::ToTorch(batch).value();   // CUDA tensors on the batch's device
+//     ...                                            // use them on `stream` (or sync first)
+//   }
+//
+// The tensors alias the device slot (the leader's allocation, mapped by CUDA IPC) and hold
+// DeviceBatch::KeepAlive(): the slot's release is recorded on the batch's stream when the
+// last tensor dies. Needs a LibTorch built with CUDA (Debian's libtorch is CPU-only; a pip
+// torch's is not): with a CPU-only LibTorch the calls return kUnavailable, never crash.
+
+struct TorchDeviceBatch {
+  torch::Tensor images;  // on cuda:<device>; float32 N,C,H,W with gpu_finish
+  torch::Tensor labels;  // int64 [N] on the same device
+  BatchInfo info;
+};
+
+// A zero-copy CUDA tensor over one device view of `batch`.
+inline Result<torch::Tensor> ToTensor(const DeviceBatch& batch, const DeviceTensorView& view) {
+  if (!at::hasCUDA())
+    return Status(StatusCode::kUnavailable,
+                  "torch: this LibTorch has no CUDA (a CPU-only build such as Debian's "
+                  "libtorch, or no visible device), so device batches cannot become tensors; "
+                  "build the trainer against a CUDA LibTorch (python3 -c 'import torch; "
+                  "print(torch.utils.cmake_prefix_path)') or use ToTorch(batch.host())");
+  if (!batch.valid())
+    return Status(StatusCode::kFailedPrecondition,
+                  "torch: the device batch is empty or released; call GpuConsumer::Next() "
+                  "first and convert before Release()");
+  if (view.device < 0)
+    return Status(StatusCode::kInvalidArgument, "torch: device view has no device ordinal");
+  BC_ASSIGN_OR_RETURN(torch::ScalarType type, internal::TorchScalarType(view.dtype));
+  BC_ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
+                      internal::CheckedSizes(view.data, view.ndim, view.shape, view.nbytes, type));
+  return internal::AliasTensor(view.data, std::move(sizes), type, batch.KeepAlive(),
+                               torch::Device(torch::kCUDA, static_cast<int16_t>(view.device)));
+}
+
+// images and labels of a device batch as zero-copy CUDA tensors.
+inline Result<TorchDeviceBatch> ToTorch(const DeviceBatch& batch) {
+  TorchDeviceBatch out;
+  BC_ASSIGN_OR_RETURN(out.images, ToTensor(batch, batch.images()));
+  BC_ASSIGN_OR_RETURN(out.labels, ToTensor(batch, batch.labels()));
   out.info = batch.info();
   return out;
 }

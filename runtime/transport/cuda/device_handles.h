@@ -14,7 +14,7 @@
 namespace batchcast::cuda {
 
 constexpr uint64_t kDeviceTableMagic = 0x5442474342415442ULL;  // "BTABCGBT"
-constexpr uint32_t kDeviceTableVersion = 1;
+constexpr uint32_t kDeviceTableVersion = 2;
 constexpr uint32_t kMaxDeviceSlots = 16;  // mirrors the host ring (ring_slots <= 16 on GPU)
 constexpr uint32_t kMaxGpuLanes = 8;      // consumers per GPU that map slots by IPC
 constexpr uint32_t kIpcHandleBytes = 64;  // CUDA_IPC_HANDLE_SIZE
@@ -30,6 +30,9 @@ struct DeviceSlotTable {
   uint64_t slot_bytes;       // bytes of each device slot allocation
   uint64_t host_slot_bytes;  // the host ring's slot size (offsets inside a slot match)
   uint64_t finished_offset;  // 0: no device finishing; else float32 CHW images start here
+  uint64_t seq_offset;       // 0: none; else a uint64 at this offset of every slot holds
+                             // 1 + the stream position the slot was last filled with
+                             // (relay rings, which fill slots asynchronously to the publish)
   int32_t leader_pid;
   int32_t finish_channels;   // channels of the finished images (0 when none)
   char pci_bus_id[32];       // the GPU that holds the slots ("0000:1b:00.0")

@@ -9,6 +9,7 @@
 #include "transport/cuda/cuda_status.h"
 #include "transport/cuda/device_probe.h"
 #include "transport/cuda/handle_server.h"
+#include "transport/cuda/stream_value.h"
 
 namespace batchcast::cuda {
 
@@ -131,13 +132,18 @@ Result<uint8_t*> CudaDeviceMap::Acquire(uint32_t slot, uint64_t seq,
   BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "gpu: select the consumer's device");
   MappedSlot& s = slots_[slot];
   if (s.remote == nullptr) BC_RETURN_IF_ERROR(OpenSlot(slot));
+  const uint64_t seq_offset = lease_.table.seq_offset;
   if (!peer_) {
+    if (seq_offset != 0)  // a relay's slot: wait until it holds this position (and later)
+      BC_RETURN_IF_ERROR(StreamWaitValue(user, s.remote + seq_offset, seq + 1));
     BC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(user, s.ready, 0),
                             "gpu: wait for the leader's copy");
     for (const SlotRange& r : ranges) stats_.ipc_bytes += r.bytes;
     return s.remote;
   }
   if (s.seq != seq) {  // first consumer batch carved from this producer batch: copy it over
+    if (seq_offset != 0)
+      BC_RETURN_IF_ERROR(StreamWaitValue(lane_stream_, s.remote + seq_offset, seq + 1));
     BC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(lane_stream_, s.ready, 0),
                             "gpu: wait for the leader's copy");
     for (const SlotRange& r : ranges) {
@@ -168,7 +174,79 @@ Status CudaDeviceMap::Release(uint32_t slot, void* stream) {
   return Status::Ok();
 }
 
+// In the ring's own process: the ring's pointers and events, no IPC, same GPU.
+class LocalDeviceMap final : public DeviceMap {
+ public:
+  LocalDeviceMap(DeviceRing& ring, int lane, std::function<void()> on_close)
+      : ring_(ring), lane_(lane), on_close_(std::move(on_close)) {}
+  ~LocalDeviceMap() override {
+    if (lane_stream_ != nullptr) {
+      if (cudaStreamSynchronize(lane_stream_) != cudaSuccess)
+        BC_LOG(Warn, Cuda, "gpu: local lane shutdown: {}", cudaGetErrorString(cudaGetLastError()));
+      (void)cudaStreamDestroy(lane_stream_);
+    }
+    if (on_close_) on_close_();
+  }
+  Status Init() {
+    BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(ring_.device()), "gpu: select the ring's device");
+    BC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&lane_stream_, cudaStreamNonBlocking),
+                            "gpu: create the local consumer's lane stream");
+    return Status::Ok();
+  }
+  Result<uint8_t*> Acquire(uint32_t slot, uint64_t seq, std::span<const SlotRange> ranges,
+                           void* stream) override {
+    if (slot >= ring_.table().num_slots)
+      return InternalError("gpu: slot {} beyond the device ring's {} slots", slot,
+                           ring_.table().num_slots);
+    BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(ring_.device()), "gpu: select the ring's device");
+    auto* memory = static_cast<uint8_t*>(ring_.device_slot(slot));
+    if (ring_.table().seq_offset != 0)
+      BC_RETURN_IF_ERROR(StreamWaitValue(stream, memory + ring_.table().seq_offset, seq + 1));
+    BC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                                                static_cast<cudaEvent_t>(ring_.ready_event(slot)), 0),
+                            "gpu: wait for the ring's copy");
+    for (const SlotRange& r : ranges) stats_.ipc_bytes += r.bytes;
+    return memory;
+  }
+  Status Release(uint32_t slot, void* stream) override {
+    BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(ring_.device()), "gpu: select the ring's device");
+    cudaEvent_t ev;
+    BC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                            "gpu: create an ordering event");
+    cudaError_t err = cudaEventRecord(ev, static_cast<cudaStream_t>(stream));
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(lane_stream_, ev, 0);
+    (void)cudaEventDestroy(ev);
+    BC_CUDA_RETURN_IF_ERROR(err, "gpu: order two streams");
+    BC_CUDA_RETURN_IF_ERROR(
+        cudaEventRecord(static_cast<cudaEvent_t>(ring_.release_event(slot, lane_)), lane_stream_),
+        "gpu: record the release event");
+    return Status::Ok();
+  }
+  const DeviceSlotTable& table() const override { return ring_.table(); }
+  int lane() const override { return lane_; }
+  int device() const override { return ring_.device(); }
+  bool peer() const override { return false; }
+  DeviceMapStats stats() const override { return stats_; }
+
+ private:
+  DeviceRing& ring_;
+  int lane_;
+  std::function<void()> on_close_;
+  cudaStream_t lane_stream_ = nullptr;
+  DeviceMapStats stats_;
+};
+
 }  // namespace
+
+Result<std::unique_ptr<DeviceMap>> DeviceMap::OpenLocal(DeviceRing& ring, int lane,
+                                                        std::function<void()> on_close) {
+  if (lane < 0 || lane >= int(kMaxGpuLanes))
+    return InvalidArgumentError("gpu: local consumer lane {} outside 0..{}", lane,
+                                kMaxGpuLanes - 1);
+  auto map = std::make_unique<LocalDeviceMap>(ring, lane, std::move(on_close));
+  BC_RETURN_IF_ERROR(map->Init());
+  return std::unique_ptr<DeviceMap>(std::move(map));
+}
 
 Result<std::unique_ptr<DeviceMap>> DeviceMap::Open(const std::string& name, int device,
                                                    int64_t timeout_ms) {
@@ -182,6 +260,9 @@ Result<std::unique_ptr<DeviceMap>> DeviceMap::Open(const std::string& name, int 
 #else  // CPU-only build
 
 Result<std::unique_ptr<DeviceMap>> DeviceMap::Open(const std::string&, int, int64_t) {
+  return VisibleDeviceCount().status();
+}
+Result<std::unique_ptr<DeviceMap>> DeviceMap::OpenLocal(DeviceRing&, int, std::function<void()>) {
   return VisibleDeviceCount().status();
 }
 

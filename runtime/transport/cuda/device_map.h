@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -38,6 +39,12 @@ class DeviceMap {
   // ordinal of this process). The map holds a lane until it is destroyed.
   static Result<std::unique_ptr<DeviceMap>> Open(const std::string& name, int device,
                                                  int64_t timeout_ms);
+  // A consumer in the ring's own process (the leader that also trains, an NCCL relay's
+  // own trainer): CUDA cannot open a process's own IPC handles, so it uses the ring's
+  // pointers and events directly, on release lane `lane` (HandleServer::ReserveLane).
+  // `on_close` runs when the map is destroyed (gives the lane back).
+  static Result<std::unique_ptr<DeviceMap>> OpenLocal(DeviceRing& ring, int lane,
+                                                      std::function<void()> on_close);
   virtual ~DeviceMap() = default;
 
   // Device address of `slot` as published at stream position `seq`, usable on `stream`

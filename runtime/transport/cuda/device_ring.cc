@@ -11,6 +11,7 @@
 #include "transport/cuda/cuda_status.h"
 #include "transport/cuda/device_probe.h"
 #include "transport/cuda/finish_kernel.h"
+#include "transport/cuda/stream_value.h"
 
 namespace batchcast::cuda {
 
@@ -24,11 +25,18 @@ class CudaDeviceRing final : public DeviceRing {
   Status Init();
 
   Status WaitHostSlotFree(uint32_t slot) override;
-  Status Stage(uint32_t slot, std::span<const SlotRange> ranges, const FinishSpec* finish) override;
+  Status Stage(uint32_t slot, uint64_t seq, std::span<const SlotRange> ranges,
+               const FinishSpec* finish, const StageHook& hook) override;
   Status Synchronize() override;
   const DeviceSlotTable& table() const override { return table_; }
   void* device_slot(uint32_t slot) const override { return slots_[slot]; }
   DeviceRingStats stats() const override { return stats_; }
+  int device() const override { return config_.device; }
+  void* stream() const override { return stream_; }
+  void* ready_event(uint32_t slot) const override { return ready_[slot]; }
+  void* release_event(uint32_t slot, int lane) const override {
+    return release_[slot * kMaxGpuLanes + uint32_t(lane)];
+  }
 
  private:
   Status CreateEvent(cudaEvent_t* ev, IpcBytes* handle, const char* what);
@@ -65,11 +73,13 @@ Status CudaDeviceRing::Init() {
                           "gpu: create the staging stream");
   // Pin the host slots so copies are true async DMA. A memlock limit can refuse it: the
   // copies still work (staged by the driver, synchronous to the host), so warn and go on.
-  cudaError_t reg = cudaHostRegister(c.host_slots, uint64_t(c.num_slots) * c.host_slot_bytes,
-                                     cudaHostRegisterDefault);
-  registered_ = reg == cudaSuccess;
+  cudaError_t reg = cudaSuccess;
+  if (c.host_slots != nullptr)
+    reg = cudaHostRegister(c.host_slots, uint64_t(c.num_slots) * c.host_slot_bytes,
+                           cudaHostRegisterDefault);
+  registered_ = c.host_slots != nullptr && reg == cudaSuccess;
   stats_.pinned = registered_;
-  if (!registered_) {
+  if (c.host_slots != nullptr && !registered_) {
     (void)cudaGetLastError();
     BC_LOG(Warn, Cuda, "gpu: cannot pin the host ring ({} MiB): {}; copies will not overlap "
            "decoding (raise ulimit -l)", (uint64_t(c.num_slots) * c.host_slot_bytes) >> 20,
@@ -82,6 +92,10 @@ Status CudaDeviceRing::Init() {
   table_.finished_offset = c.finished_bytes ? (c.host_slot_bytes + 255) / 256 * 256 : 0;
   table_.slot_bytes = table_.finished_offset ? table_.finished_offset + c.finished_bytes
                                              : c.host_slot_bytes;
+  if (c.seq_words) {
+    table_.seq_offset = (table_.slot_bytes + 255) / 256 * 256;
+    table_.slot_bytes = table_.seq_offset + 256;
+  }
   table_.leader_pid = static_cast<int32_t>(getpid());
   table_.finish_channels = c.finish_channels;
   BC_ASSIGN_OR_RETURN(std::string bus, DevicePciBusId(c.device));
@@ -96,6 +110,9 @@ Status CudaDeviceRing::Init() {
                             fmt::format("gpu: allocate device slot {} ({} MiB) on device {}", i,
                                         table_.slot_bytes >> 20, c.device));
     slots_[i] = static_cast<uint8_t*>(p);
+    if (table_.seq_offset != 0)
+      BC_CUDA_RETURN_IF_ERROR(cudaMemset(slots_[i] + table_.seq_offset, 0, sizeof(uint64_t)),
+                              "gpu: clear a slot's sequence word");
     cudaIpcMemHandle_t mh;
     BC_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mh, p), "gpu: export a device slot by IPC");
     std::memcpy(table_.slot_memory[i].bytes, &mh, sizeof mh);
@@ -106,7 +123,7 @@ Status CudaDeviceRing::Init() {
   }
   BC_LOG(Info, Cuda, "gpu: device ring of {} slots x {} MiB on device {} ({}), host ring {}",
          c.num_slots, table_.slot_bytes >> 20, c.device, table_.pci_bus_id,
-         registered_ ? "pinned" : "NOT pinned");
+         c.host_slots == nullptr ? "none (receive-only)" : registered_ ? "pinned" : "NOT pinned");
   return Status::Ok();
 }
 
@@ -127,30 +144,41 @@ Status CudaDeviceRing::WaitHostSlotFree(uint32_t slot) {
   return Status::Ok();
 }
 
-Status CudaDeviceRing::Stage(uint32_t slot, std::span<const SlotRange> ranges,
-                             const FinishSpec* finish) {
+Status CudaDeviceRing::Stage(uint32_t slot, uint64_t seq, std::span<const SlotRange> ranges,
+                             const FinishSpec* finish, const StageHook& hook) {
+  if (slot >= config_.num_slots)
+    return InternalError("gpu: stage of slot {} beyond the device ring's {} slots", slot,
+                         config_.num_slots);
   BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(config_.device), "gpu: select the ring's device");
   // A never-recorded event is complete, so waiting on every lane is always correct.
   for (uint32_t l = 0; l < kMaxGpuLanes; ++l)
     BC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, release_[slot * kMaxGpuLanes + l], 0),
                             "gpu: order the copy after the consumers' release");
-  const uint8_t* host = config_.host_slots + uint64_t(slot) * config_.host_slot_bytes;
   for (const SlotRange& r : ranges) {
     if (r.offset + r.bytes > config_.host_slot_bytes)
       return InternalError("gpu: range [{}, +{}) leaves host slot of {} bytes", r.offset, r.bytes,
                            config_.host_slot_bytes);
+    if (config_.host_slots == nullptr) continue;  // receive-only: the hook fills the slot
+    const uint8_t* host = config_.host_slots + uint64_t(slot) * config_.host_slot_bytes;
     BC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slots_[slot] + r.offset, host + r.offset, r.bytes,
                                             cudaMemcpyHostToDevice, stream_),
                             fmt::format("gpu: copy host slot {} to the device", slot));
     stats_.h2d_bytes += r.bytes;
   }
-  if (finish != nullptr && table_.finished_offset != 0)
-    BC_RETURN_IF_ERROR(LaunchFinish(slots_[slot],
+  if (hook) BC_RETURN_IF_ERROR(hook(slots_[slot], stream_));
+  if (finish != nullptr && table_.finished_offset != 0) {
+    if (finish->images_offset >= config_.host_slot_bytes)
+      return InternalError("gpu: images offset {} leaves the slot of {} bytes",
+                           finish->images_offset, config_.host_slot_bytes);
+    BC_RETURN_IF_ERROR(LaunchFinish(slots_[slot] + finish->images_offset,
                                     reinterpret_cast<float*>(slots_[slot] + table_.finished_offset),
                                     *finish, stream_));
+  }
+  if (table_.seq_offset != 0)
+    BC_RETURN_IF_ERROR(StreamWriteValue(stream_, slots_[slot] + table_.seq_offset, seq + 1));
   BC_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_[slot], stream_), "gpu: record the ready event");
   staged_[slot] = true;
-  stats_.h2d_copies += 1;
+  if (config_.host_slots != nullptr) stats_.h2d_copies += 1;
   return Status::Ok();
 }
 

@@ -60,6 +60,23 @@ uint32_t HandleServer::LanesInUse() const {
   return lanes_;
 }
 
+Result<int> HandleServer::ReserveLane() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint32_t i = 0; i < kMaxGpuLanes; ++i) {
+    if (lanes_ & (1u << i)) continue;
+    lanes_ |= 1u << i;
+    return static_cast<int>(i);
+  }
+  return ResourceExhaustedError(
+      "gpu handle server {}: all {} IPC lanes of this GPU are taken; place fewer trainers per "
+      "GPU", name_, kMaxGpuLanes);
+}
+
+void HandleServer::ReleaseLane(int lane) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (lane >= 0 && lane < int(kMaxGpuLanes)) lanes_ &= ~(1u << lane);
+}
+
 void HandleServer::Accept() {
   auto fd = shm::AcceptConnection(listen_fd_);
   if (!fd.ok()) return;

@@ -30,6 +30,10 @@ class HandleServer {
   const std::string& name() const { return name_; }
   // Lanes currently held by a connected consumer (bit i = lane i).
   uint32_t LanesInUse() const;
+  // A lane for a consumer in the server's own process (it maps the ring directly, see
+  // DeviceMap::OpenLocal); held until ReleaseLane. kResourceExhausted when all are taken.
+  Result<int> ReserveLane();
+  void ReleaseLane(int lane);
 
  private:
   HandleServer(const std::string& name, const DeviceSlotTable& table) : name_(name), table_(table) {}

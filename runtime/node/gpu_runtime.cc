@@ -1,0 +1,222 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "node/gpu_runtime.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "core/errors.h"
+#include "core/log.h"
+#include "node/gpu_relay.h"
+#include "node/gpu_stager.h"
+#include "node/leader.h"
+#include "transport/cuda/device_probe.h"
+#include "transport/cuda/nccl_broadcast.h"
+#include "transport/cuda/nccl_fanout.h"
+#include "transport/mpi/mpi_status.h"
+
+namespace batchcast::node {
+namespace {
+
+constexpr size_t kBusBytes = 32;
+
+// What the leader tells its node after trying to start the device path.
+struct LeaderVerdict {
+  int32_t code = 0;       // StatusCode of the leader's attempt
+  int32_t fallback = 0;   // gpu=auto: the node takes the host path instead of failing
+  uint32_t num_slots = 0;
+  uint32_t reserved = 0;
+  uint64_t slot_bytes = 0;
+  char nccl_id[cuda::kNcclIdBytes] = {};
+  char message[512] = {};
+};
+
+GpuProbe Probe() {
+  GpuProbe p;
+  p.built_with_cuda = cuda::BuiltWithCuda();
+  auto n = cuda::VisibleDeviceCount();
+  if (n.ok()) p.visible_devices = n.value();
+  else p.cause = n.status().message();
+  return p;
+}
+
+}  // namespace
+
+GpuRuntime::~GpuRuntime() {
+  Status st = Shutdown();
+  if (!st.ok()) BC_LOG(Error, Cuda, "gpu: shutdown: {}", st.message());
+}
+
+Status GpuRuntime::DecideTrainer(const GpuRuntimeInput& in, GpuMode mode, std::string* bus,
+                                 std::string* reason) {
+  if (!in.trainer) return Status::Ok();
+  BC_ASSIGN_OR_RETURN(GpuDecision d, DecideGpuPath(mode, mode == GpuMode::kOff ? GpuProbe{}
+                                                                               : Probe()));
+  *reason = d.reason;
+  if (!d.use_gpu) return Status::Ok();
+  if (in.multinode_leader) {
+    const char* why =
+        "the multi-node leader (mode=shard, or several nodes) does not stage device slots yet";
+    if (mode == GpuMode::kOn)
+      return FailedPreconditionError("gpu=on, but {}; set gpu=auto or gpu=off", why);
+    *reason = fmt::format("gpu=auto: host path ({})", why);
+    return Status::Ok();
+  }
+  const int trainers = in.node_size - (in.options.leader_trains ? 0 : 1);
+  const int index = in.local_rank - (in.options.leader_trains ? 0 : 1);
+  BC_ASSIGN_OR_RETURN(int visible, cuda::VisibleDeviceCount());
+  BC_ASSIGN_OR_RETURN(device_,
+                      GpuForTrainer(index, trainers, in.options.trainers_per_gpu, visible));
+  BC_ASSIGN_OR_RETURN(*bus, cuda::DevicePciBusId(device_));
+  return Status::Ok();
+}
+
+Status GpuRuntime::StartLeaderSide(const GpuRuntimeInput& in, std::string* nccl_id) {
+  BC_ASSIGN_OR_RETURN(int device, cuda::DeviceByPciBusId(plan_.stager_bus));
+  GpuStagerConfig cfg;
+  cfg.device = device;
+  cfg.finish = in.options.gpu_finish;
+  cfg.collector = in.collector;
+  auto stager = GpuStager::Create(*in.leader, cfg);
+  if (!stager.ok()) return stager.status();
+  stager_ = std::move(stager).value();
+  if (device_ < 0) device_ = device;  // the leader only leads: its NCCL rank uses this GPU
+  if (plan_.nccl_ranks() > 0) {
+    BC_ASSIGN_OR_RETURN(*nccl_id, cuda::NcclBroadcast::NewUniqueId());
+  }
+  return Status::Ok();
+}
+
+Status GpuRuntime::StartNccl(const GpuRuntimeInput& in, const std::string& nccl_id,
+                             uint32_t num_slots, uint64_t slot_bytes) {
+  const int rank = plan_.NcclRank(in.local_rank);
+  if (rank < 0) return Status::Ok();
+  const int device = rank == 0 ? stager_->ring().device() : device_;
+  BC_ASSIGN_OR_RETURN(auto comm,
+                      cuda::NcclBroadcast::Create(nccl_id, plan_.nccl_ranks(), rank, device));
+  if (rank == 0) {
+    BC_ASSIGN_OR_RETURN(auto fanout, cuda::NcclFanout::CreateRoot(std::move(comm), device));
+    stager_->SetFanout(std::move(fanout));
+    return Status::Ok();
+  }
+  relay_index_ = rank - 1;
+  BC_ASSIGN_OR_RETURN(auto fanout, cuda::NcclFanout::CreateRelay(std::move(comm), device));
+  GpuRelayConfig rc;
+  rc.device = device;
+  rc.num_slots = num_slots;
+  rc.host_slot_bytes = slot_bytes;
+  rc.finish = in.options.gpu_finish;
+  rc.handle_socket = GpuRelaySocket(in.address, relay_index_);
+  rc.collector = in.collector;
+  BC_ASSIGN_OR_RETURN(relay_, GpuRelay::Create(rc, std::move(fanout)));
+  MPI_Comm world = in.world;
+  const int node_id = in.node_id;
+  relay_->Start([world, node_id](const Status& st) {
+    std::fprintf(stderr, "batchcast: gpu relay of node %d failed: %s\n", node_id,
+                 st.message().c_str());
+    MPI_Abort(world, 1);  // its trainers would wait on the device forever
+  });
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<GpuRuntime>> GpuRuntime::Setup(const GpuRuntimeInput& in) {
+  std::unique_ptr<GpuRuntime> g(new GpuRuntime());
+  g->local_rank_ = in.local_rank;
+  g->address_ = in.address;
+  BC_ASSIGN_OR_RETURN(GpuMode mode, ParseGpuMode(in.options.gpu));
+  std::string bus, reason;
+  Status st = g->DecideTrainer(in, mode, &bus, &reason);
+  BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(in.node, st));
+  if (bus.empty()) g->device_ = -1;
+
+  char mine[kBusBytes] = {};
+  std::snprintf(mine, sizeof mine, "%s", bus.c_str());
+  std::vector<char> all(kBusBytes * static_cast<size_t>(in.node_size));
+  BC_MPI(MPI_Allgather(mine, kBusBytes, MPI_CHAR, all.data(), kBusBytes, MPI_CHAR, in.node),
+         "MPI_Allgather (gpu placement)");
+  std::vector<std::string> buses(static_cast<size_t>(in.node_size));
+  for (int r = 0; r < in.node_size; ++r)
+    buses[r] = std::string(&all[kBusBytes * r], strnlen(&all[kBusBytes * r], kBusBytes));
+  g->plan_ = PlanNodeGpus(buses);
+
+  LeaderVerdict v;
+  if (in.local_rank == 0 && g->plan_.any()) {
+    std::string id;
+    Status ls = g->StartLeaderSide(in, &id);
+    if (!ls.ok()) {
+      v.code = static_cast<int32_t>(ls.code());
+      v.fallback = mode == GpuMode::kAuto;
+      std::snprintf(v.message, sizeof v.message, "%s", ls.message().c_str());
+      g->stager_.reset();
+    } else {
+      shm::SegmentHeader* h = in.leader->ring().header();
+      v.num_slots = h->num_slots;
+      v.slot_bytes = h->slot_bytes;
+      std::memcpy(v.nccl_id, id.data(), std::min(id.size(), sizeof v.nccl_id));
+    }
+  }
+  BC_MPI(MPI_Bcast(&v, sizeof v, MPI_BYTE, 0, in.node), "MPI_Bcast (gpu leader verdict)");
+  if (v.code != 0) {
+    const std::string why = strnlen(v.message, sizeof v.message) < sizeof v.message
+                                ? std::string(v.message) : std::string("unknown");
+    if (!v.fallback)
+      return FailedPreconditionError("gpu=on, but the leader of node {} cannot stage batches on "
+                                     "its trainers' GPU: {}", in.node_id, why);
+    if (in.local_rank == 0)
+      BC_LOG(Warn, Cuda, "gpu: node {}: gpu=auto, host path: the leader cannot stage batches on "
+             "its trainers' GPU ({})", in.node_id, why);
+    g->plan_ = NodeGpuPlan{};
+    g->device_ = -1;
+    return g;
+  }
+  if (g->plan_.nccl_ranks() > 0) {
+    st = g->StartNccl(in, std::string(v.nccl_id, sizeof v.nccl_id), v.num_slots, v.slot_bytes);
+    BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(in.node, st));
+  }
+  if (in.local_rank == 0) {
+    if (g->plan_.any())
+      BC_LOG(Info, Cuda, "gpu: node {}: device path: stager on GPU {}, {} NCCL relay(s)",
+             in.node_id, g->plan_.stager_bus, g->plan_.relay_bus.size());
+    else
+      BC_LOG(Info, Cuda, "gpu: node {}: host path for every trainer{}{}", in.node_id,
+             reason.empty() ? "" : ": ", reason);
+  } else if (in.trainer && !g->plan_.any() && mode != GpuMode::kOff) {
+    BC_LOG(Debug, Cuda, "gpu: {}", reason);
+  }
+  return g;
+}
+
+Status GpuRuntime::AttachConsumer(Consumer& consumer) {
+  if (local_rank_ >= static_cast<int>(plan_.source.size())) return Status::Ok();
+  const int source = plan_.source[local_rank_];
+  if (source < 0) return Status::Ok();
+  Result<std::unique_ptr<cuda::DeviceMap>> map = InternalError("gpu: no device map");
+  if (source == 0 && stager_) {
+    map = stager_->OpenLocalMap();                       // the leader also trains
+  } else if (source > 0 && relay_ && relay_index_ == source - 1) {
+    map = relay_->OpenLocalMap();                        // this rank is the relay
+  } else {
+    const std::string socket =
+        source == 0 ? GpuHandleSocket(address_) : GpuRelaySocket(address_, source - 1);
+    map = cuda::DeviceMap::Open(socket, device_, 60000);
+  }
+  if (!map.ok()) return map.status().WithContext("gpu consumer");
+  BC_ASSIGN_OR_RETURN(gpu_consumer_,
+                      internal::GpuConsumerFactory::Make(consumer, std::move(map).value()));
+  return Status::Ok();
+}
+
+Status GpuRuntime::FinishLeader() {
+  if (!stager_) return Status::Ok();
+  return stager_->Finish();
+}
+
+Status GpuRuntime::Shutdown() {
+  gpu_consumer_.reset();
+  Status st;
+  if (relay_) st = relay_->Join();
+  relay_.reset();
+  stager_.reset();
+  return st;
+}
+
+}  // namespace batchcast::node

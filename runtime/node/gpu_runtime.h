@@ -1,0 +1,92 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The GPU data plane inside the MPI Runtime (docs/gpu.md "Automatic use"): every rank of
+// a node calls Setup() once the leader exists and before it runs. Trainers probe their
+// devices and pick a GPU (gpu, trainers_per_gpu options); the node's table decides the
+// stager GPU and one NCCL relay per other GPU (node/gpu_plan.h); the leader installs the
+// stager, the relays join the node's NCCL communicator (unique id over MPI), and each
+// trainer on a GPU gets a GpuConsumer. With gpu=auto and no device, nothing is created
+// and the node keeps the host path (one log line).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "batchcast/consumer.h"
+#include "batchcast/gpu.h"
+#include "batchcast/options.h"
+#include "batchcast/status.h"
+#include "node/gpu_plan.h"
+#include "transport/cuda/device_map.h"
+
+namespace batchcast::telemetry {
+class Collector;
+}
+
+namespace batchcast::internal {
+// Builds a GpuConsumer over any device map: IPC, or local to the ring's own process
+// (node/gpu_consumer.cc).
+struct GpuConsumerFactory {
+  static Result<std::unique_ptr<GpuConsumer>> Make(Consumer& consumer,
+                                                   std::unique_ptr<cuda::DeviceMap> map);
+};
+}  // namespace batchcast::internal
+
+namespace batchcast::node {
+
+class Leader;
+class GpuStager;
+class GpuRelay;
+
+struct GpuRuntimeInput {
+  Options options;
+  MPI_Comm node = MPI_COMM_NULL;   // the node communicator (local rank 0 leads)
+  MPI_Comm world = MPI_COMM_NULL;  // for MPI_Abort when a relay fails
+  int local_rank = 0, node_size = 0, node_id = 0;
+  bool trainer = false;
+  bool multinode_leader = false;   // the node runs a MultinodeLeader (no slot hook yet)
+  Leader* leader = nullptr;        // local rank 0 only
+  std::string address;             // the leader's socket name
+  telemetry::Collector* collector = nullptr;
+};
+
+class GpuRuntime {
+ public:
+  // Collective over input.node. Errors are this rank's; the caller agrees on them.
+  static Result<std::unique_ptr<GpuRuntime>> Setup(const GpuRuntimeInput& input);
+  ~GpuRuntime();
+
+  // Trainers: after Consumer::Attach. Leaves gpu_consumer() null on the host path.
+  Status AttachConsumer(Consumer& consumer);
+  GpuConsumer* gpu_consumer() { return gpu_consumer_.get(); }
+  // Leader thread, after Leader::Run returned: ends the relays' stream.
+  Status FinishLeader();
+  // Before the host consumer detaches: drops this trainer's device mappings.
+  void ReleaseConsumer() { gpu_consumer_.reset(); }
+  // After the job's final barrier: joins the relay; returns its status.
+  Status Shutdown();
+
+  const NodeGpuPlan& plan() const { return plan_; }
+  int device() const { return device_; }
+
+ private:
+  GpuRuntime() = default;
+  Status DecideTrainer(const GpuRuntimeInput& in, GpuMode mode, std::string* bus,
+                       std::string* reason);
+  Status StartLeaderSide(const GpuRuntimeInput& in, std::string* nccl_id);
+  Status StartNccl(const GpuRuntimeInput& in, const std::string& nccl_id, uint32_t num_slots,
+                   uint64_t slot_bytes);
+
+  NodeGpuPlan plan_;
+  int local_rank_ = 0;
+  int device_ = -1;            // this rank's visible ordinal on the device path
+  std::string address_;
+  std::unique_ptr<GpuStager> stager_;
+  std::unique_ptr<GpuRelay> relay_;
+  int relay_index_ = -1;
+  std::unique_ptr<GpuConsumer> gpu_consumer_;
+};
+
+}  // namespace batchcast::node

@@ -1,0 +1,310 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The GPU data plane's host-side logic with the device replaced by host memory, so it runs
+// on any machine: a real Leader with the real GpuStager over a DeviceRing whose "device
+// slots" are host buffers, and real Consumers turned into GpuConsumers over a DeviceMap
+// that reads those buffers. What it proves without a GPU: the byte ranges the stager
+// copies, that consumers find every sample at the offsets the device views give (exactly
+// once, byte-exact), that a slot is restaged only after every consumer released it on the
+// "device", that the local-lane bookkeeping holds, and the H2D / IPC byte counters.
+// What it cannot prove: anything CUDA does (copies, events, IPC) — see gpu_dataplane_test.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "batchcast/consumer.h"
+#include "batchcast/gpu.h"
+#include "core/errors.h"
+#include "node/consumer_internal.h"
+#include "node/gpu_runtime.h"
+#include "node/gpu_stager.h"
+#include "node/leader.h"
+#include "telemetry/collector.h"
+#include "tests/unit/node/synthetic_source.h"
+
+namespace batchcast::node {
+namespace {
+
+// "Device" slots in host memory; copies are synchronous memcpy.
+class HostRing final : public cuda::DeviceRing {
+ public:
+  explicit HostRing(const cuda::DeviceRingConfig& c) : config_(c) {
+    table_.magic = cuda::kDeviceTableMagic;
+    table_.version = cuda::kDeviceTableVersion;
+    table_.num_slots = c.num_slots;
+    table_.host_slot_bytes = c.host_slot_bytes;
+    table_.slot_bytes = c.host_slot_bytes;
+    slots_.assign(c.num_slots, std::vector<uint8_t>(c.host_slot_bytes, 0xEE));
+    held_.assign(c.num_slots, 0);
+  }
+  Status WaitHostSlotFree(uint32_t) override { return Status::Ok(); }
+  Status Stage(uint32_t slot, uint64_t seq, std::span<const cuda::SlotRange> ranges,
+               const cuda::FinishSpec* finish, const StageHook& hook) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (held_[slot] != 0) restaged_while_held_ += 1;  // a consumer still reads it
+    const uint8_t* host = config_.host_slots + uint64_t(slot) * config_.host_slot_bytes;
+    for (const cuda::SlotRange& r : ranges) {
+      if (r.offset + r.bytes > config_.host_slot_bytes) return InternalError("range leaves slot");
+      std::memcpy(slots_[slot].data() + r.offset, host + r.offset, r.bytes);
+      stats_.h2d_bytes += r.bytes;
+    }
+    if (hook) BC_RETURN_IF_ERROR(hook(slots_[slot].data(), nullptr));
+    if (finish != nullptr) finishes_ += 1;
+    stats_.h2d_copies += 1;
+    last_seq_[slot] = seq;
+    return Status::Ok();
+  }
+  Status Synchronize() override { return Status::Ok(); }
+  const cuda::DeviceSlotTable& table() const override { return table_; }
+  void* device_slot(uint32_t slot) const override {
+    return const_cast<uint8_t*>(slots_[slot].data());
+  }
+  cuda::DeviceRingStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  int device() const override { return 0; }
+  void* stream() const override { return nullptr; }
+  void* ready_event(uint32_t) const override { return nullptr; }
+  void* release_event(uint32_t, int) const override { return nullptr; }
+
+  void Hold(uint32_t slot, int delta) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_[slot] += delta;
+  }
+  int restaged_while_held() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return restaged_while_held_;
+  }
+  int finishes() const { return finishes_; }
+
+ private:
+  cuda::DeviceRingConfig config_;
+  cuda::DeviceSlotTable table_{};
+  std::vector<std::vector<uint8_t>> slots_;
+  mutable std::mutex mu_;
+  std::vector<int> held_;
+  std::map<uint32_t, uint64_t> last_seq_;
+  int restaged_while_held_ = 0;
+  int finishes_ = 0;
+  cuda::DeviceRingStats stats_;
+};
+
+// A consumer's map of the HostRing: Acquire/Release bracket a "device" read.
+class HostMap final : public cuda::DeviceMap {
+ public:
+  explicit HostMap(HostRing& ring) : ring_(ring) {}
+  Result<uint8_t*> Acquire(uint32_t slot, uint64_t, std::span<const cuda::SlotRange> ranges,
+                           void*) override {
+    ring_.Hold(slot, +1);
+    for (const cuda::SlotRange& r : ranges) stats_.ipc_bytes += r.bytes;
+    return static_cast<uint8_t*>(ring_.device_slot(slot));
+  }
+  Status Release(uint32_t slot, void*) override {
+    ring_.Hold(slot, -1);
+    releases_ += 1;
+    return Status::Ok();
+  }
+  const cuda::DeviceSlotTable& table() const override { return ring_.table(); }
+  int lane() const override { return 0; }
+  int device() const override { return 0; }
+  bool peer() const override { return false; }
+  cuda::DeviceMapStats stats() const override { return stats_; }
+
+ private:
+  HostRing& ring_;
+  cuda::DeviceMapStats stats_;
+  std::atomic<int> releases_{0};
+};
+
+std::unique_ptr<telemetry::Collector> MakeCollector() {
+  telemetry::Tags tags;
+  tags.run = "gpu-host-ring";
+  telemetry::CollectorOptions o;
+  o.gpu = false;
+  auto c = telemetry::Collector::Create(tags, o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return std::move(c).value();
+}
+
+int64_t Total(telemetry::Collector& c, telemetry::Counter k) {
+  return static_cast<int64_t>(c.Snapshot().Total(telemetry::col::Counter(k)));
+}
+
+struct ConsumerResult {
+  Status status;
+  std::map<uint64_t, std::multiset<int64_t>> seen;  // epoch -> sample ids
+  int64_t bad_pixels = 0, bad_labels = 0, batches = 0;
+  uint64_t view_bytes = 0;  // images + labels bytes of the device views
+};
+
+// One consumer thread: every batch through GpuConsumer::Next, checked from the "device".
+void Consume(const std::string& address, int batch_size, int epochs, int depth, int rank,
+             HostRing& ring, telemetry::Collector* collector, ConsumerResult* out) {
+  Options o;
+  o.batch_size = batch_size;
+  o.epochs = epochs;
+  o.buffer_depth = depth;
+  auto c = Consumer::Attach(address, o, rank);
+  if (!c.ok()) {
+    out->status = c.status();
+    return;
+  }
+  internal::ConsumerAccess::SetCollector(**c, collector);
+  auto gpu = internal::GpuConsumerFactory::Make(**c, std::make_unique<HostMap>(ring));
+  if (!gpu.ok()) {
+    out->status = gpu.status();
+    return;
+  }
+  DeviceBatch b;
+  for (;;) {
+    Status st = (*gpu)->Next(nullptr, &b);
+    if (st.code() == StatusCode::kEndOfStream) break;
+    if (!st.ok()) {
+      out->status = st;
+      break;
+    }
+    const int64_t n = b.size();
+    const size_t sb = b.images().nbytes / size_t(n);
+    const auto* pixels = static_cast<const uint8_t*>(b.images().data);
+    const auto* labels = static_cast<const int64_t*>(b.labels().data);
+    const int64_t* ids = b.host().sample_ids();
+    EXPECT_NE(b.images().data, b.host().images().data);  // views point into the "device"
+    for (int64_t i = 0; i < n; ++i) {
+      for (size_t k = 0; k < sb; ++k)
+        out->bad_pixels += pixels[size_t(i) * sb + k] != SyntheticPixel(ids[i], k);
+      out->bad_labels += labels[i] != ids[i] % 10;
+      out->seen[b.info().epoch].insert(ids[i]);
+    }
+    out->view_bytes += b.images().nbytes + b.labels().nbytes;
+    out->batches += 1;
+    b.Release();
+  }
+  internal::ConsumerAccess::SetCollector(**c, nullptr);
+}
+
+struct HostRingJob {
+  std::vector<int> batch_sizes;
+  int epochs = 2;
+  int64_t samples = 96;
+  int ring_slots = 3;
+  int buffer_depth = 1;
+};
+
+void RunAndCheck(const HostRingJob& job) {
+  Options o;
+  o.batch_size = 8;
+  o.producer_batch = 16;
+  o.epochs = job.epochs;
+  o.ring_slots = job.ring_slots;
+  o.shuffle = true;
+  o.seed = 11;
+  LeaderConfig cfg;
+  cfg.options = o;
+  cfg.expected_consumers = static_cast<int>(job.batch_sizes.size());
+  cfg.max_consumer_batch = 8;
+  cfg.socket_name = "batchcast-test-" + std::to_string(getpid()) + "-gpuhost-" +
+                    std::to_string(job.batch_sizes.size()) + "-" + std::to_string(job.ring_slots);
+  cfg.job = "test";
+  cfg.join_timeout_ms = 30000;
+  auto leader = Leader::Create(cfg, std::make_unique<SyntheticSource>(job.samples, 8));
+  ASSERT_TRUE(leader.ok()) << leader.status().ToString();
+  auto leader_telemetry = MakeCollector();
+  GpuStagerConfig sc;
+  sc.collector = leader_telemetry.get();
+  auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor(**leader, sc));
+  HostRing* host_ring = ring.get();
+  auto stager = GpuStager::CreateWithRing(**leader, sc, std::move(ring));
+  ASSERT_TRUE(stager.ok()) << stager.status().ToString();
+
+  std::vector<ConsumerResult> results(job.batch_sizes.size());
+  std::vector<std::unique_ptr<telemetry::Collector>> collectors;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < job.batch_sizes.size(); ++i) {
+    collectors.push_back(MakeCollector());
+    threads.emplace_back(Consume, (*leader)->address(), job.batch_sizes[i], job.epochs,
+                         job.buffer_depth, int(i),
+                         std::ref(*host_ring), collectors.back().get(), &results[i]);
+  }
+  Status run = (*leader)->Run();
+  ASSERT_TRUE((*stager)->Finish().ok());
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+
+  const int64_t producer_batches = job.epochs * ((job.samples + 15) / 16);
+  const cuda::DeviceRingStats rs = host_ring->stats();
+  EXPECT_EQ(int64_t(rs.h2d_copies), producer_batches);  // one copy per producer batch, any K
+  EXPECT_EQ(Total(*leader_telemetry, telemetry::Counter::kBytesH2d), int64_t(rs.h2d_bytes));
+  // Only the used positions of each slot: 16 samples plus at most max(b)-1 fill repeats,
+  // each 192 image bytes + label + id; never the unused capacity.
+  const int64_t per_position = 8 * 8 * 3 + 8 + 8;
+  const int max_b = *std::max_element(job.batch_sizes.begin(), job.batch_sizes.end());
+  EXPECT_EQ(int64_t(rs.h2d_bytes) % per_position, 0);
+  EXPECT_GE(int64_t(rs.h2d_bytes), producer_batches * 16 * per_position);
+  EXPECT_LE(int64_t(rs.h2d_bytes), producer_batches * (16 + max_b - 1) * per_position);
+  EXPECT_EQ(host_ring->restaged_while_held(), 0);
+  for (size_t i = 0; i < results.size(); ++i) {
+    SCOPED_TRACE("consumer " + std::to_string(i));
+    const ConsumerResult& r = results[i];
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    EXPECT_EQ(r.bad_pixels, 0);
+    EXPECT_EQ(r.bad_labels, 0);
+    ASSERT_EQ(int(r.seen.size()), job.epochs);
+    for (const auto& [epoch, ids] : r.seen) {
+      std::set<int64_t> distinct(ids.begin(), ids.end());
+      EXPECT_EQ(int64_t(distinct.size()), job.samples) << "epoch " << epoch;
+    }
+    EXPECT_EQ(Total(*collectors[i], telemetry::Counter::kBytesIpc), int64_t(r.view_bytes));
+  }
+}
+
+TEST(GpuHostRingTest, OneConsumerExactlyOnceFromDeviceViews) {
+  RunAndCheck({{8}, 2, 96, 4, 2});
+}
+
+TEST(GpuHostRingTest, FourConsumersOneCopyPerProducerBatch) {
+  RunAndCheck({{8, 5, 7, 8}, 3, 96, 4, 2});
+}
+
+TEST(GpuHostRingTest, TwoSlotRingNeverRestagesAHeldSlot) { RunAndCheck({{8, 3}, 4, 64, 2, 1}); }
+
+TEST(GpuHostRingTest, FinishSpecOnlyForUint8WithFinishOn) {
+  Options o;
+  o.batch_size = 8;
+  o.producer_batch = 16;
+  LeaderConfig cfg;
+  cfg.options = o;
+  cfg.expected_consumers = 1;
+  cfg.max_consumer_batch = 8;
+  cfg.socket_name = "batchcast-test-" + std::to_string(getpid()) + "-gpuhost-finish";
+  cfg.job = "test";
+  cfg.join_timeout_ms = 30000;
+  auto leader = Leader::Create(cfg, std::make_unique<SyntheticSource>(32, 8));
+  ASSERT_TRUE(leader.ok()) << leader.status().ToString();
+  GpuStagerConfig sc;
+  sc.finish = true;
+  cuda::DeviceRingConfig rc = GpuStager::RingConfigFor(**leader, sc);
+  EXPECT_EQ(rc.finished_bytes, rc.host_slot_bytes * sizeof(float));  // room for float32
+  EXPECT_EQ(rc.finish_channels, 3);
+  auto ring = std::make_unique<HostRing>(rc);
+  HostRing* host_ring = ring.get();
+  auto stager = GpuStager::CreateWithRing(**leader, sc, std::move(ring));
+  ASSERT_TRUE(stager.ok());
+  ConsumerResult r;
+  std::thread t(Consume, (*leader)->address(), 8, 1, 2, 0, std::ref(*host_ring), nullptr, &r);
+  ASSERT_TRUE((*leader)->Run().ok());
+  t.join();
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(host_ring->finishes(), 2);  // 32 samples / 16 per producer batch
+}
+
+}  // namespace
+}  // namespace batchcast::node
