@@ -7,8 +7,9 @@
 
 #include "core/errors.h"
 #include "core/log.h"
-#include "node/slot_fill.h"
 #include "node/multinode_plan.h"
+#include "node/slot_fill.h"
+#include "telemetry/collector.h"
 #include "transport/mpi/mpi_status.h"
 #include "transport/shm/carving.h"
 #include "transport/shm/futex.h"
@@ -84,8 +85,9 @@ Result<std::unique_ptr<MultinodeLeader>> MultinodeLeader::Create(
            multi.trainer_index.size(), slots, rc.slot_bytes >> 20);
   else
     BC_LOG(Info, Node, "multinode leader (replicate): node {} of {}, {} samples/epoch, producer "
-           "batch {}, share ~{}, {} chunks, slot {} MiB", multi.node_index, multi.num_nodes, n,
-           p, p / multi.num_nodes, multi.exchange_chunks, rc.slot_bytes >> 20);
+           "batch {}, share ~{}, up to {} batches' exchanges in flight, {} slots of {} MiB",
+           multi.node_index, multi.num_nodes, n, p, p / multi.num_nodes,
+           std::max(1, std::min(multi.exchange_depth, slots - 1)), slots, rc.slot_bytes >> 20);
   return l;
 }
 
@@ -107,6 +109,10 @@ Status MultinodeLeader::Run() {
     }
   }
   ring_->AdmitJoining(0);
+  if (telemetry::Collector* tc = config_.collector) {
+    tc->SetGauge(telemetry::Gauge::kRingSlots, ring_->config().num_slots);
+    tc->SetGauge(telemetry::Gauge::kWorkerThreads, source_->threads());
+  }
   Status st = multi_.mode == MultinodeMode::kShard ? RunShard() : RunReplicate();
   if (!st.ok()) {
     ring_->Fail(st.message());
@@ -114,7 +120,7 @@ Status MultinodeLeader::Run() {
   }
   ring_->End();
   BC_LOG(Info, Node, "multinode leader: stream complete: {} slots, {} samples published, {} "
-         "decoded here, {} skipped, {} MiB received", stats_.producer_batches,
+         "decoded here, {} skipped here, {} MiB received", stats_.producer_batches,
          stats_.samples_published, stats_.samples_decoded, stats_.samples_skipped,
          stats_.exchange_bytes >> 20);
   return Status::Ok();
@@ -188,86 +194,226 @@ Status MultinodeLeader::PublishPart(uint64_t epoch, int64_t g, int64_t batches,
   else std::copy(part.begin(), part.begin() + n, ids);
   stats_.samples_decoded += static_cast<int64_t>(part.size());
   stats_.samples_skipped += static_cast<int64_t>(result.skipped.size());
+  if (config_.collector != nullptr)
+    config_.collector->Add(telemetry::Counter::kSamplesSkipped,
+                           static_cast<int64_t>(result.skipped.size()));
   for (size_t i = 0; i < result.skipped.size(); ++i)
     BC_LOG(Warn, Node, "multinode leader: skipped sample {}: {}", result.skipped[i],
            i < result.skip_reasons.size() ? result.skip_reasons[i] : "bad sample");
-  BC_RETURN_IF_ERROR(Finish(w, epoch, g, batches, n, target).status());
+  BC_RETURN_IF_ERROR(Finish(w, epoch, g, batches, n,
+                            static_cast<uint32_t>(result.skipped.size()), target, result, t1)
+                         .status());
   return Status::Ok();
 }
 
-// Tail copies for the receivers in `only`, the descriptor, and the publish.
+// Tail copies for the receivers in `only`, the descriptor, the publish and its telemetry.
 Result<uint64_t> MultinodeLeader::Finish(const shm::SlotWrite& w, uint64_t epoch, int64_t k,
-                                         int64_t batches, uint32_t n, uint64_t only) {
+                                         int64_t batches, uint32_t n, uint32_t skipped,
+                                         uint64_t only, const pipeline::BatchResult& timing,
+                                         int64_t produce_start_ns) {
   SlotContents c;
   c.epoch = epoch;
   c.batch = k;
   c.batches_in_epoch = batches;
   c.samples_in_epoch = static_cast<uint64_t>(plan_.num_samples());
   c.num_samples = n;
+  c.skipped = skipped;
   c.layout = layout_;
   c.labels_offset = labels_offset_;
   c.ids_offset = ids_offset_;
   c.capacity_samples = capacity_samples_;
-  BC_RETURN_IF_ERROR(
-      CompleteSlot(w, TailForReceivers(*ring_, w.seq, only, c), c).WithContext("leader"));
+  const uint32_t tail = TailForReceivers(*ring_, w.seq, only, c);
+  BC_RETURN_IF_ERROR(CompleteSlot(w, tail, c).WithContext("leader"));
+  const int64_t t0 = shm::MonotonicNs();
   const uint64_t receivers = ring_->Publish(w, only);
+  const int64_t t1 = shm::MonotonicNs();
   stats_.producer_batches += 1;
   stats_.samples_published += n;
+  if (telemetry::Collector* tc = config_.collector) {
+    using telemetry::Counter, telemetry::Timer, telemetry::Gauge, telemetry::SpanKind;
+    tc->Add(Counter::kBatchesProduced, 1);
+    tc->Add(Counter::kSamplesProduced, n);
+    tc->Add(Counter::kBytesShm, static_cast<int64_t>((n + uint64_t(tail)) * layout_.bytes()));
+    tc->AddTime(Timer::kRead, timing.read_ns);
+    tc->AddTime(Timer::kDecode, timing.decode_ns);
+    tc->AddTime(Timer::kTransform, timing.transform_ns);
+    tc->AddTime(Timer::kPublish, t1 - t0);
+    tc->Span(SpanKind::kProduce, w.seq, produce_start_ns, t0);
+    tc->Span(SpanKind::kPublish, w.seq, t0, t1);
+    tc->SetGauge(Gauge::kRingOccupancy, ring_->OccupiedSlots());
+    tc->SetGauge(Gauge::kConsumersAttached, __builtin_popcountll(receivers));
+  }
   return receivers;
 }
 
 // -------------------------------------------------------------------------- replicate
 
-// One allreduce per producer batch: {failed, consumers here} under MPI_MAX.
+namespace {
+
+// Per node and producer batch, the metadata block that travels with its share:
+// {failed, has consumers, world rank, samples in the share}, labels[count], ids[count].
+constexpr int64_t kMetaHeader = 4;
+constexpr int kTagBase = 4100;  // images: kTagBase, metadata: kTagBase + 1
+
+int64_t MaxShare(int64_t n, int nodes) { return (n + nodes - 1) / nodes; }
+
+}  // namespace
+
+// Once, before the stream: {failed, has consumers, -depth} under MPI_MAX, so that every
+// leader learns whether to start and uses the same window (the smallest proposed).
 Status MultinodeLeader::Agree(bool failed, bool* go) {
-  int mine[2] = {failed ? 1 : 0,
+  const int slots = static_cast<int>(ring_->config().num_slots);
+  const int local_depth = std::max(1, std::min(multi_.exchange_depth, slots - 1));
+  int mine[3] = {failed ? 1 : 0,
                  ring_->CountMembers(shm::MemberState::kActive) +
-                             ring_->CountMembers(shm::MemberState::kJoining) > 0 ? 1 : 0};
-  int all[2] = {0, 0};
-  BC_MPI(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, multi_.leaders),
-         "MPI_Allreduce (node leaders: go/end/fail)");
+                             ring_->CountMembers(shm::MemberState::kJoining) > 0 ? 1 : 0,
+                 -local_depth};
+  int all[3] = {0, 0, 0};
+  BC_MPI(MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MAX, multi_.leaders),
+         "MPI_Allreduce (node leaders: start, exchange depth)");
+  depth_ = -all[2];
   if (all[0] != 0 && !failed)
-    return UnavailableError("multinode leader: another node leader failed (its rank printed the "
-                        "cause); stopping node {}", multi_.node_index);
+    return UnavailableError("multinode leader: another node leader failed before the stream "
+                            "started (its rank printed the cause); stopping node {}",
+                            multi_.node_index);
   *go = all[0] == 0 && all[1] != 0;
   return Status::Ok();
 }
 
 Status MultinodeLeader::RunReplicate() {
-  exchange_ = std::make_unique<mpi::ChunkExchange>(multi_.leaders);
+  bool go = false;
+  BC_RETURN_IF_ERROR(Agree(abort_.load(), &go));
+  if (abort_.load()) return CancelledError("multinode leader: aborted before the stream started");
+  if (!go) {
+    BC_LOG(Info, Node, "multinode leader: no consumer on any node; ending");
+    return Status::Ok();
+  }
+  stats_.exchange_depth = depth_;
+  uint64_t index = 0;
   for (uint64_t e = 0; e < static_cast<uint64_t>(config_.options.epochs); ++e) {
     const int64_t bpe = plan_.BatchesPerEpoch();
     for (int64_t k = 0; k < bpe; ++k) {
-      if (k == 0 && e > 0) ring_->AdmitJoining(ring_->next_seq());
-      const bool aborted = abort_.load();
-      bool go = false;
-      BC_RETURN_IF_ERROR(Agree(aborted, &go));
-      if (aborted) return CancelledError("multinode leader: aborted");
-      if (!go) {
-        BC_LOG(Info, Node, "multinode leader: no consumer left on any node at epoch {} batch "
-               "{}; ending", e, k);
-        return Status::Ok();
-      }
-      Status st = ProduceReplicated(e, k, bpe);
-      if (!st.ok()) {
-        Agree(true, &go).IgnoreError();  // the others learn it at their next agreement
-        return st;
-      }
+      // Batch index - depth must be finished (its flags read) before batch index starts;
+      // then every leader decides from the same flags whether it starts at all.
+      while (!in_flight_.empty() && in_flight_.front()->index + uint64_t(depth_) <= index)
+        BC_RETURN_IF_ERROR(FinishOldest());
+      if (stop_at_ != UINT64_MAX && index >= stop_at_ + uint64_t(depth_)) goto drain;
+      if (k == 0 && e > 0) ring_->AdmitJoining(ring_->next_seq() + in_flight_.size());
+      BC_RETURN_IF_ERROR(StartReplicated(e, k, bpe, index));
+      ++index;
     }
   }
+drain:
+  while (!in_flight_.empty()) BC_RETURN_IF_ERROR(FinishOldest());
+  if (!local_error_.ok()) return local_error_;
+  if (stop_failed_)
+    return UnavailableError("multinode leader: node leader {} (rank {}) failed (its rank printed "
+                            "the cause); stopping node {}", failed_node_, failed_rank_,
+                            multi_.node_index);
+  if (stop_at_ != UINT64_MAX)
+    BC_LOG(Info, Node, "multinode leader: no consumer left on any node after producer batch "
+           "{}; ending", stop_at_);
   return Status::Ok();
 }
 
+// Acquires the slot of batch `index` (progressing the exchanges in flight while it waits),
+// decodes this node's share into it slice by slice (progressing between slices), and posts
+// its exchange. After a local failure it still takes part, from scratch memory, with its
+// failed flag set, so that the other leaders' messages find their matches.
+Status MultinodeLeader::StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, uint64_t index) {
+  auto f = std::make_unique<InFlight>();
+  f->epoch = epoch;
+  f->k = k;
+  f->bpe = bpe;
+  f->index = index;
+  const int64_t t0 = shm::MonotonicNs();
+  if (local_error_.ok() && abort_.load()) local_error_ = CancelledError("multinode leader: aborted");
+  if (local_error_.ok()) {
+    const uint64_t seq = ring_->next_seq() + in_flight_.size();
+    for (;;) {
+      const bool pending = std::any_of(in_flight_.begin(), in_flight_.end(),
+                                       [](const auto& x) { return !x->done; });
+      auto w = ring_->AcquireSlotAt(seq, pending ? 1 : -1);
+      if (w.ok()) {
+        f->w = w.value();
+        f->data = f->w.data;
+        break;
+      }
+      if (w.status().code() != StatusCode::kDeadlineExceeded) {
+        local_error_ = w.status().WithContext("multinode leader");
+        break;
+      }
+      BC_RETURN_IF_ERROR(Progress());
+    }
+  }
+  if (!local_error_.ok()) {
+    f->scratch.resize(ring_->config().slot_bytes);
+    f->data = f->scratch.data();
+  }
+  f->start_ns = shm::MonotonicNs();
+  stats_.slot_wait_ns += f->start_ns - t0;
+  std::span<const int64_t> samples = plan_.Batch(epoch, k);
+  f->n = static_cast<int64_t>(samples.size());
+  const int N = multi_.num_nodes, me = multi_.node_index;
+  const uint64_t sb = layout_.bytes();
+  const SampleRange mine = ReplicateShare(f->n, N, me);
+  auto* ids = reinterpret_cast<int64_t*>(f->data + ids_offset_);
+  auto* labels = reinterpret_cast<int64_t*>(f->data + labels_offset_);
+  // Slices of at least 2 samples per decode thread, so a slice keeps the workers busy.
+  const int64_t min_slice = std::max(2, 2 * source_->threads());
+  const int slices = static_cast<int>(std::clamp<int64_t>(mine.count / min_slice, 1,
+                                                          std::max(1, multi_.decode_slices)));
+  for (int c = 0; c < slices; ++c) {
+    const SampleRange r = ChunkOf(mine, slices, c);
+    if (local_error_.ok()) {
+      Status st = DecodeSlice(f.get(), samples.subspan(size_t(r.begin), size_t(r.count)), r.begin);
+      if (!st.ok())
+        local_error_ = st.WithContext(
+            fmt::format("multinode leader: epoch {} producer batch {}", epoch, k));
+    } else {
+      std::fill(ids + r.begin, ids + r.begin + r.count, int64_t(-1));
+    }
+    if (c + 1 < slices) BC_RETURN_IF_ERROR(Progress());
+  }
+  stats_.fill_ns += shm::MonotonicNs() - f->start_ns;
+  // This node's metadata block; the others' blocks are received at their offsets.
+  const int64_t stride = kMetaHeader + 2 * MaxShare(f->n, N);
+  f->meta.assign(size_t(stride) * size_t(N), 0);
+  int64_t* block = f->meta.data() + size_t(stride) * size_t(me);
+  block[0] = (!local_error_.ok() || abort_.load()) ? 1 : 0;
+  block[1] = ring_->CountMembers(shm::MemberState::kActive) +
+                     ring_->CountMembers(shm::MemberState::kJoining) > 0 ? 1 : 0;
+  block[2] = config_.rank;
+  block[3] = mine.count;
+  std::copy(labels + mine.begin, labels + mine.begin + mine.count, block + kMetaHeader);
+  std::copy(ids + mine.begin, ids + mine.begin + mine.count, block + kMetaHeader + mine.count);
+  mpi::ExchangeArray arrays[2];
+  arrays[0].base = f->data;
+  arrays[1].base = reinterpret_cast<uint8_t*>(f->meta.data());
+  for (int j = 0; j < N; ++j) {
+    const SampleRange r = ReplicateShare(f->n, N, j);
+    arrays[0].counts.push_back(uint64_t(r.count) * sb);
+    arrays[0].displs.push_back(uint64_t(r.begin) * sb);
+    arrays[1].counts.push_back(uint64_t(kMetaHeader + 2 * r.count) * sizeof(int64_t));
+    arrays[1].displs.push_back(uint64_t(stride) * uint64_t(j) * sizeof(int64_t));
+  }
+  BC_RETURN_IF_ERROR(f->exchange.Start(multi_.leaders, arrays, kTagBase)
+                         .WithContext("multinode leader"));
+  f->posted_ns = shm::MonotonicNs();
+  if (in_flight_.empty()) busy_since_ = f->posted_ns;
+  in_flight_.push_back(std::move(f));
+  return Progress();
+}
+
 // Decodes samples into positions [pos, pos + samples.size()); ids of skipped ones are -1.
-Status MultinodeLeader::DecodeChunk(uint64_t epoch, std::span<const int64_t> samples,
-                                    int64_t pos, uint8_t* data) {
+Status MultinodeLeader::DecodeSlice(InFlight* f, std::span<const int64_t> samples, int64_t pos) {
   if (samples.empty()) return Status::Ok();
-  auto* labels = reinterpret_cast<int64_t*>(data + labels_offset_) + pos;
-  auto* ids = reinterpret_cast<int64_t*>(data + ids_offset_) + pos;
+  auto* labels = reinterpret_cast<int64_t*>(f->data + labels_offset_) + pos;
+  auto* ids = reinterpret_cast<int64_t*>(f->data + ids_offset_) + pos;
   pipeline::BatchRequest req;
-  req.epoch = epoch;
+  req.epoch = f->epoch;
   req.samples = samples;
-  req.images = data + uint64_t(pos) * layout_.bytes();
+  req.images = f->data + uint64_t(pos) * layout_.bytes();
   req.labels = labels;
   pipeline::BatchResult result;
   Status st = source_->Fill(req, &result);
@@ -275,81 +421,104 @@ Status MultinodeLeader::DecodeChunk(uint64_t epoch, std::span<const int64_t> sam
   if (result.kept.size() == n) std::copy(result.kept.begin(), result.kept.begin() + n, ids);
   else std::copy(samples.begin(), samples.begin() + n, ids);
   std::fill(ids + n, ids + samples.size(), int64_t(-1));
+  f->timing.read_ns += result.read_ns;
+  f->timing.decode_ns += result.decode_ns;
+  f->timing.transform_ns += result.transform_ns;
+  f->skipped_here += static_cast<int64_t>(result.skipped.size());
   stats_.samples_decoded += static_cast<int64_t>(samples.size());
   stats_.samples_skipped += static_cast<int64_t>(result.skipped.size());
+  if (config_.collector != nullptr)
+    config_.collector->Add(telemetry::Counter::kSamplesSkipped,
+                           static_cast<int64_t>(result.skipped.size()));
   for (size_t i = 0; i < result.skipped.size(); ++i)
     BC_LOG(Warn, Node, "multinode leader: skipped sample {}: {}", result.skipped[i],
            i < result.skip_reasons.size() ? result.skip_reasons[i] : "bad sample");
   return st;
 }
 
-Status MultinodeLeader::ProduceReplicated(uint64_t epoch, int64_t k, int64_t bpe) {
-  int64_t t0 = shm::MonotonicNs();
-  BC_ASSIGN_OR_RETURN(shm::SlotWrite w, ring_->AcquireSlot());
-  int64_t t1 = shm::MonotonicNs();
-  stats_.slot_wait_ns += t1 - t0;
-  std::span<const int64_t> samples = plan_.Batch(epoch, k);
-  const int64_t n = static_cast<int64_t>(samples.size());
-  const int N = multi_.num_nodes, C = std::max(1, multi_.exchange_chunks);
-  const uint64_t sb = layout_.bytes();
-  if (uint64_t(n) * sb > uint64_t(INT_MAX))
-    return InvalidArgumentError("multinode leader: a producer batch of {} samples x {} bytes "
-                                "exceeds one MPI count (2 GiB); lower producer_batch", n, sb);
-  const SampleRange mine = ReplicateShare(n, N, multi_.node_index);
-  Status decode_status;
-  const int64_t exchange_start = shm::MonotonicNs();
-  for (int c = 0; c < C; ++c) {
-    const SampleRange chunk = ChunkOf(mine, C, c);
-    if (decode_status.ok())
-      decode_status = DecodeChunk(epoch, samples.subspan(size_t(chunk.begin), size_t(chunk.count)),
-                                  chunk.begin, w.data);
-    if (!decode_status.ok()) {  // keep exchanging so the other leaders do not hang
-      auto* ids = reinterpret_cast<int64_t*>(w.data + ids_offset_);
-      std::fill(ids + chunk.begin, ids + chunk.begin + chunk.count, int64_t(-1));
-    }
-    // In place: this node's chunk is already at its displacement in the slot; the exchange
-    // thread moves it while this thread decodes the next chunk.
-    std::vector<mpi::GatherPart> parts(3);
-    parts[0].base = w.data;
-    parts[1].base = w.data + labels_offset_;
-    parts[2].base = w.data + ids_offset_;
-    parts[1].type = parts[2].type = MPI_INT64_T;
-    for (int j = 0; j < N; ++j) {
-      const SampleRange r = ChunkOf(ReplicateShare(n, N, j), C, c);
-      parts[0].counts.push_back(static_cast<int>(uint64_t(r.count) * sb));
-      parts[0].displs.push_back(static_cast<int>(uint64_t(r.begin) * sb));
-      for (int a = 1; a < 3; ++a) {
-        parts[size_t(a)].counts.push_back(static_cast<int>(r.count));
-        parts[size_t(a)].displs.push_back(static_cast<int>(r.begin));
-      }
-      if (j != multi_.node_index) stats_.exchange_bytes += int64_t(r.count) * int64_t(sb + 16);
-    }
-    exchange_->Post(std::move(parts));
+Status MultinodeLeader::Progress() {
+  for (auto& f : in_flight_)
+    if (!f->done) BC_RETURN_IF_ERROR(f->exchange.Test(&f->done).WithContext("multinode leader"));
+  while (!in_flight_.empty() && in_flight_.front()->done) {
+    BC_RETURN_IF_ERROR(FinishReplicated(in_flight_.front().get()));
+    in_flight_.pop_front();
   }
-  const int64_t t2 = shm::MonotonicNs();
-  Status exchanged = exchange_->Drain();
-  const int64_t t3 = shm::MonotonicNs();
-  stats_.exchange_wait_ns += t3 - t2;
-  stats_.exchange_ns += t3 - exchange_start;
-  stats_.fill_ns += t2 - t1;
-  if (!exchanged.ok()) return exchanged.WithContext("multinode leader");
-  if (!decode_status.ok())
-    return decode_status.WithContext(
-        fmt::format("multinode leader: epoch {} producer batch {}", epoch, k));
-  auto published = static_cast<uint32_t>(n);
-  Compact(w.data, &published);
-  BC_RETURN_IF_ERROR(Finish(w, epoch, k, bpe, published, ~0ULL).status());
+  if (in_flight_.empty()) NoteExchangeIdle();
+  return Status::Ok();
+}
+
+Status MultinodeLeader::FinishOldest() {
+  InFlight* f = in_flight_.front().get();
+  if (!f->done) {
+    const int64_t t0 = shm::MonotonicNs();
+    BC_RETURN_IF_ERROR(f->exchange.Wait().WithContext("multinode leader"));
+    stats_.exchange_wait_ns += shm::MonotonicNs() - t0;
+    f->done = true;
+  }
+  BC_RETURN_IF_ERROR(FinishReplicated(f));
+  in_flight_.pop_front();
+  if (in_flight_.empty()) NoteExchangeIdle();
+  return Status::Ok();
+}
+
+void MultinodeLeader::NoteExchangeIdle() {
+  if (busy_since_ < 0) return;
+  stats_.exchange_ns += shm::MonotonicNs() - busy_since_;
+  busy_since_ = -1;
+}
+
+// Reads every node's flags for the batch (the agreement), then, unless the stream stops at
+// or before it, copies the other nodes' labels and ids into the slot, compacts skipped
+// samples away (the same on every node) and publishes.
+Status MultinodeLeader::FinishReplicated(InFlight* f) {
+  const int64_t done_ns = shm::MonotonicNs();
+  const int N = multi_.num_nodes;
+  const int64_t stride = kMetaHeader + 2 * MaxShare(f->n, N);
+  stats_.exchange_bytes += f->exchange.bytes_received();
+  if (telemetry::Collector* tc = config_.collector) {
+    tc->Add(telemetry::Counter::kBytesMpi, f->exchange.bytes_received());
+    tc->AddTime(telemetry::Timer::kExchange, done_ns - f->posted_ns);
+    tc->Span(telemetry::SpanKind::kExchange, f->w.seq, f->posted_ns, done_ns);
+  }
+  bool any_failed = false, any_consumers = false;
+  for (int j = 0; j < N; ++j) {
+    const int64_t* block = f->meta.data() + size_t(stride) * size_t(j);
+    if (block[0] != 0 && !any_failed) {
+      any_failed = true;
+      if (stop_at_ == UINT64_MAX || !stop_failed_) failed_rank_ = int(block[2]), failed_node_ = j;
+    }
+    any_consumers = any_consumers || block[1] != 0;
+  }
+  if ((any_failed || !any_consumers) && stop_at_ == UINT64_MAX) {
+    stop_at_ = f->index;
+    stop_failed_ = any_failed;
+  }
+  if (stop_at_ <= f->index || !local_error_.ok()) return Status::Ok();  // not published
+  auto* labels = reinterpret_cast<int64_t*>(f->data + labels_offset_);
+  auto* ids = reinterpret_cast<int64_t*>(f->data + ids_offset_);
+  for (int j = 0; j < N; ++j) {
+    if (j == multi_.node_index) continue;
+    const SampleRange r = ReplicateShare(f->n, N, j);
+    const int64_t* block = f->meta.data() + size_t(stride) * size_t(j);
+    std::copy(block + kMetaHeader, block + kMetaHeader + r.count, labels + r.begin);
+    std::copy(block + kMetaHeader + r.count, block + kMetaHeader + 2 * r.count, ids + r.begin);
+  }
+  const uint32_t published = Compact(f->data, static_cast<uint32_t>(f->n));
+  BC_RETURN_IF_ERROR(Finish(f->w, f->epoch, f->k, f->bpe, published,
+                            static_cast<uint32_t>(f->n) - published, ~0ULL, f->timing,
+                            f->start_ns).status());
+  if (f->k + 1 == f->bpe) stats_.epoch_end_ns.push_back(shm::MonotonicNs());
   return Status::Ok();
 }
 
 // Removes positions whose id is -1 (samples skipped on some node), keeping the order.
 // Every node does the same on the same data, so all nodes publish the same batch.
-void MultinodeLeader::Compact(uint8_t* data, uint32_t* n) {
+uint32_t MultinodeLeader::Compact(uint8_t* data, uint32_t n) {
   auto* labels = reinterpret_cast<int64_t*>(data + labels_offset_);
   auto* ids = reinterpret_cast<int64_t*>(data + ids_offset_);
   const uint64_t sb = layout_.bytes();
   uint32_t out = 0;
-  for (uint32_t i = 0; i < *n; ++i) {
+  for (uint32_t i = 0; i < n; ++i) {
     if (ids[i] < 0) continue;
     if (out != i) {
       std::memmove(data + uint64_t(out) * sb, data + uint64_t(i) * sb, sb);
@@ -358,7 +527,7 @@ void MultinodeLeader::Compact(uint8_t* data, uint32_t* n) {
     }
     ++out;
   }
-  *n = out;
+  return out;
 }
 
 Status MultinodeLeader::WaitUntilEmpty(int64_t timeout_ms) {

@@ -9,12 +9,14 @@
 //     no MPI while streaming: every leader derives the same plan from (seed, epoch).
 //   - replicate: every node publishes every producer batch in full; it decodes only its
 //     share straight into slot memory and receives the other shares from the other node
-//     leaders with in-place MPI_Allgatherv into the slot (images, labels, ids), chunk by
-//     chunk on an exchange thread (transport/mpi/chunk_exchange.h) so that the exchange
-//     of chunk c overlaps the decode of chunk c+1. Before each producer batch the leaders
-//     agree (one small allreduce, on this thread, with the exchange drained) on: go on,
-//     end (no consumer left on any node),
-//     or fail (a leader failed; its message is on its own rank).
+//     leaders with nonblocking point-to-point messages straight into the slot
+//     (transport/mpi/batch_exchange.h: per peer one contiguous image transfer plus one
+//     small block with labels, ids and the sender's go/fail flags). Up to `exchange_depth`
+//     producer batches are in flight at once (each in its own ring slot, acquired ahead and
+//     published in order), so the exchange of batch b overlaps the decode of b+1..b+depth-1;
+//     it is progressed between decode slices. The agreement rides on the exchange: batch
+//     b's flags decide, on every node alike, whether batch b+depth is started (go on; end
+//     when no node has a consumer; fail when a leader failed, naming its rank).
 // It is a separate class rather than a branch inside node::Leader so that the single-node
 // path is untouched; progressive resizing is not supported across nodes (refused).
 #pragma once
@@ -23,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,7 +35,7 @@
 #include "node/batch_source.h"
 #include "node/leader.h"
 #include "node/stream.h"
-#include "transport/mpi/chunk_exchange.h"
+#include "transport/mpi/batch_exchange.h"
 #include "transport/shm/ring_leader.h"
 
 namespace batchcast::node {
@@ -50,7 +53,11 @@ struct MultinodeConfig {
   MPI_Comm leaders = MPI_COMM_NULL;
   int node_index = 0;
   int num_nodes = 1;
-  int exchange_chunks = 4;  // decode/exchange pipelining depth inside a producer batch
+  // Replicate: producer batches whose exchange may be in flight at once (capped at
+  // ring slots - 1; agreed as the minimum over the leaders), and the decode slices of a
+  // share between which the in-flight exchanges are progressed.
+  int exchange_depth = 3;
+  int decode_slices = 4;
 };
 
 struct MultinodeStats {
@@ -59,10 +66,12 @@ struct MultinodeStats {
   int64_t samples_decoded = 0;    // samples this node's source decoded
   int64_t samples_skipped = 0;
   int64_t exchange_bytes = 0;     // replicate: bytes received from other node leaders
-  int64_t exchange_ns = 0;        // replicate: first exchange start to completion, per batch
+  int64_t exchange_ns = 0;        // replicate: wall time with at least one exchange in flight
   int64_t exchange_wait_ns = 0;   // replicate: time blocked waiting for exchanges
   int64_t fill_ns = 0;
   int64_t slot_wait_ns = 0;
+  int exchange_depth = 0;         // replicate: the agreed number of batches in flight
+  std::vector<int64_t> epoch_end_ns;  // monotonic time the last batch of each epoch was done
 };
 
 class MultinodeLeader {
@@ -91,15 +100,38 @@ class MultinodeLeader {
   // Shard: trainer part `part` of global batch g, to the member with bit `target`.
   Status PublishPart(uint64_t epoch, int64_t g, int64_t batches, std::span<const int64_t> part,
                      uint64_t target);
-  // Replicate: agree with the other leaders; *go false ends the stream.
+  // Replicate: one producer batch whose exchange is in flight (or done, not yet published).
+  struct InFlight {
+    shm::SlotWrite w;
+    uint64_t epoch = 0;
+    int64_t k = 0, bpe = 0, n = 0;
+    uint64_t index = 0;              // producer batches started before it in this run
+    std::vector<int64_t> meta;       // one block per node: flags, labels, ids of its share
+    mpi::BatchExchange exchange;
+    bool done = false;
+    int64_t skipped_here = 0;        // samples this node skipped in its share
+    int64_t start_ns = 0, posted_ns = 0;
+    pipeline::BatchResult timing;    // read/decode/transform time of this node's share
+    std::vector<uint8_t> scratch;    // after a local failure: stands in for the slot
+    uint8_t* data = nullptr;         // the slot's memory (or scratch)
+  };
+  // Replicate: tells the others that this leader failed (used before the stream starts).
   Status Agree(bool failed, bool* go);
-  Status ProduceReplicated(uint64_t epoch, int64_t k, int64_t batches);
-  Status DecodeChunk(uint64_t epoch, std::span<const int64_t> samples, int64_t pos,
-                     uint8_t* data);
+  Status StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, uint64_t index);
+  Status DecodeSlice(InFlight* f, std::span<const int64_t> samples, int64_t pos);
+  // Tests every in-flight exchange and finishes the completed ones at the front, in order.
+  Status Progress();
+  // Waits for the oldest exchange and finishes it (reads the flags, publishes unless stopped).
+  Status FinishOldest();
+  Status FinishReplicated(InFlight* f);
+  void NoteExchangeIdle();
   // Tail copies, descriptor and publish (the same slot layout as node::Leader).
+  // Also records the batch in the telemetry collector (decode timings from `timing`, the
+  // produce span from produce_start_ns).
   Result<uint64_t> Finish(const shm::SlotWrite& w, uint64_t epoch, int64_t k, int64_t batches,
-                  uint32_t n, uint64_t only);
-  void Compact(uint8_t* data, uint32_t* n);
+                          uint32_t n, uint32_t skipped, uint64_t only,
+                          const pipeline::BatchResult& timing, int64_t produce_start_ns);
+  uint32_t Compact(uint8_t* data, uint32_t n);
 
   LeaderConfig config_;
   MultinodeConfig multi_;
@@ -110,7 +142,14 @@ class MultinodeLeader {
   uint64_t labels_offset_ = 0, ids_offset_ = 0, capacity_samples_ = 0;
   std::atomic<bool> abort_{false};
   MultinodeStats stats_;
-  std::unique_ptr<mpi::ChunkExchange> exchange_;  // replicate: the exchange thread
+  // Replicate.
+  std::deque<std::unique_ptr<InFlight>> in_flight_;
+  int depth_ = 1;
+  Status local_error_;               // this node's first failure (decode, abort)
+  uint64_t stop_at_ = UINT64_MAX;    // first batch index whose flags say stop
+  bool stop_failed_ = false;         // ... because a leader failed (else: no consumers left)
+  int failed_rank_ = -1, failed_node_ = -1;
+  int64_t busy_since_ = -1;          // an exchange has been in flight since (ns)
 };
 
 }  // namespace batchcast::node

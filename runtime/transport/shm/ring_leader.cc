@@ -205,8 +205,16 @@ bool RingLeader::failed() const {
 }
 
 Result<SlotWrite> RingLeader::AcquireSlot(int64_t timeout_ms) {
+  return AcquireSlotAt(next_seq_, timeout_ms);
+}
+
+Result<SlotWrite> RingLeader::AcquireSlotAt(uint64_t seq, int64_t timeout_ms) {
   SegmentHeader* h = header_;
-  uint32_t slot = static_cast<uint32_t>(next_seq_ % h->num_slots);
+  if (seq < next_seq_ || seq - next_seq_ >= h->num_slots)
+    return InvalidArgumentError("ring: cannot acquire position {}: the next to publish is {} and "
+                                "the ring has {} slots; acquire positions in order within the "
+                                "ring", seq, next_seq_, h->num_slots);
+  uint32_t slot = static_cast<uint32_t>(seq % h->num_slots);
   SlotHeader& s = Slots(h)[slot];
   int64_t deadline = timeout_ms < 0 ? -1 : MonotonicNs() + timeout_ms * 1000000LL;
   for (;;) {
@@ -232,13 +240,13 @@ Result<SlotWrite> RingLeader::AcquireSlot(int64_t timeout_ms) {
     h->leader_waiting.store(0);
   }
   SlotWrite w;
-  w.seq = next_seq_;
+  w.seq = seq;
   w.slot = slot;
   w.data = SlotData(h, slot);
   w.capacity = h->slot_bytes;
   w.desc = &s.desc;
   std::memset(w.desc, 0, sizeof(SlotDesc));
-  w.desc->seq = next_seq_;
+  w.desc->seq = seq;
   return w;
 }
 

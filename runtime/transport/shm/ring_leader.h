@@ -106,6 +106,10 @@ class RingLeader {
   // Waits until the slot for next_seq() has been released by every consumer that got
   // it. Fails when the ring is failed/stopped or the wait exceeds timeout_ms (< 0: none).
   Result<SlotWrite> AcquireSlot(int64_t timeout_ms = -1);
+  // Like AcquireSlot, for a position ahead: seq in [next_seq(), next_seq() + num_slots).
+  // Lets a producer fill several slots before publishing them, which it must still do in
+  // order (the multi-node leader keeps several producer batches' MPI exchanges in flight).
+  Result<SlotWrite> AcquireSlotAt(uint64_t seq, int64_t timeout_ms = -1);
   // Publishes the slot to the active consumers admitted at or before its position, and
   // of those only to the ones in `only` (a targeted publish: a consumer skips positions
   // not addressed to it). Returns the receiver mask (0: nobody; the slot is free again).
