@@ -10,16 +10,31 @@
 //   replicate: every sample of every epoch arrives at this trainer exactly once (plus the
 //              reported repeats) and each batch's samples belong to producer batch k of
 //              the single-node stream StreamPlan(N, P).
+//              Every trainer also sums a signature of each producer batch's fresh ids; all
+//              trainers must agree on it (every node published the same, possibly
+//              compacted, batch).
 // Both: each sample's pixels and label equal a reference decode done here (the pipeline is
 // a pure function of (seed, epoch, sample), so a share decoded on another node and
 // exchanged over MPI must match byte for byte). Trainer rank 0 prints PASS/FAIL.
+// Test-only knobs (environment, pass with mpirun -x):
+//   MULTINODE_TEST_BAD_SAMPLE=i     sample i is corrupt and skipped: it must never arrive,
+//                                   every other sample exactly once;
+//   MULTINODE_TEST_STEP_US=u, MULTINODE_TEST_SLOW_RANK=r (10x slower steps) and
+//   MULTINODE_TEST_MAX_LEAD=m       no trainer runs more than m producer batches ahead of
+//                                   the slowest one on any node (shared window; virtual
+//                                   nodes only) and no leader's RSS grows after batch 8;
+//   MULTINODE_TEST_KILL_RANK=r, MULTINODE_TEST_KILL_AFTER=k  the trainer right after world
+//                                   rank r SIGKILLs rank r after its k-th batch.
 #include <fmt/format.h>
 #include <mpi.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,6 +51,61 @@ using batchcast::Batch;
 using batchcast::Options;
 using batchcast::Status;
 using batchcast::StatusCode;
+
+int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoll(v) : fallback;
+}
+
+int64_t RssKiB(int pid) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  return -1;
+}
+
+// Each trainer's latest producer-batch position, in an MPI shared window (one host only).
+class Positions {
+ public:
+  bool Create(MPI_Comm trainers) {
+    MPI_Comm_size(trainers, &size_);
+    int64_t* mine = nullptr;
+    if (MPI_Win_allocate_shared(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, trainers, &mine,
+                                &win_) != MPI_SUCCESS)
+      return false;
+    MPI_Aint bytes = 0;
+    int unit = 0;
+    if (MPI_Win_shared_query(win_, 0, &bytes, &unit, &base_) != MPI_SUCCESS) return false;
+    mine_ = mine;
+    __atomic_store_n(mine_, -1, __ATOMIC_SEQ_CST);
+    return MPI_Barrier(trainers) == MPI_SUCCESS;
+  }
+  void Publish(int64_t seq) {
+    if (seq > __atomic_load_n(mine_, __ATOMIC_SEQ_CST)) __atomic_store_n(mine_, seq, __ATOMIC_SEQ_CST);
+  }
+  int64_t Slowest() const {
+    int64_t lo = INT64_MAX;
+    for (int i = 0; i < size_; ++i) lo = std::min(lo, __atomic_load_n(base_ + i, __ATOMIC_SEQ_CST));
+    return lo;
+  }
+  void Free() {
+    if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+  }
+
+ private:
+  MPI_Win win_ = MPI_WIN_NULL;
+  int size_ = 0;
+  int64_t* base_ = nullptr;
+  int64_t* mine_ = nullptr;
+};
+
+uint64_t Mix(uint64_t x) {  // splitmix64 finaliser: a signature term per sample id
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
 
 uint64_t Fnv1a(const uint8_t* p, size_t n) {
   uint64_t h = 1469598103934665603ULL;
@@ -60,6 +130,8 @@ class Checker {
     reference_ = std::move(p).value();
     counts_.assign(size_t(o_.epochs) * size_t(n_), 0);
     plan_ = std::make_unique<batchcast::node::StreamPlan>(n_, p_, o_.seed, o_.shuffle);
+    signatures_.assign(size_t(o_.epochs) * size_t(plan_->BatchesPerEpoch()), 0);
+    bad_ = EnvInt("MULTINODE_TEST_BAD_SAMPLE", -1);
     return Status::Ok();
   }
 
@@ -89,7 +161,12 @@ class Checker {
         if (!members.count(ids[i]))
           Fail(fmt::format("epoch {} producer batch {}: sample {} is not in it", info.epoch,
                            info.producer_batch, ids[i]));
+      for (int64_t i = 0; i < fresh; ++i)
+        signatures_[size_t(info.epoch) * size_t(plan_->BatchesPerEpoch()) +
+                    size_t(info.producer_batch)] += Mix(uint64_t(ids[i]));
     }
+    for (int64_t i = 0; i < size; ++i)
+      if (ids[i] == bad_) Fail(fmt::format("the skipped sample {} arrived", bad_));
     for (int64_t i = 0; i < size; ++i) {
       if (ids[i] < 0 || ids[i] >= n_) {
         Fail(fmt::format("sample id {} out of range", ids[i]));
@@ -111,7 +188,7 @@ class Checker {
     if (o_.mode == "shard") return;  // checked over all trainers in Report
     int64_t extra = 0;
     for (size_t i = 0; i < counts_.size(); ++i) {
-      if (counts_[i] == 0)
+      if (counts_[i] == 0 && int64_t(i % size_t(n_)) != bad_)
         Fail(fmt::format("epoch {}: sample {} never arrived", i / size_t(n_), i % size_t(n_)));
       extra += std::max(0, counts_[i] - 1);
     }
@@ -125,9 +202,11 @@ class Checker {
   }
   const std::string& error() const { return error_; }
   std::vector<int>& counts() { return counts_; }
+  std::vector<uint64_t>& signatures() { return signatures_; }
   int64_t repeats() const { return repeats_; }
   int64_t batches() const { return batches_; }
   int64_t checksummed() const { return checksummed_; }
+  int epochs() const { return o_.epochs; }
 
  private:
   void Verify(const Batch& batch) {
@@ -166,6 +245,8 @@ class Checker {
   std::unique_ptr<batchcast::pipeline::Pipeline> reference_;
   std::unique_ptr<batchcast::node::StreamPlan> plan_;
   std::vector<int> counts_;
+  std::vector<uint64_t> signatures_;  // replicate: per (epoch, producer batch)
+  int64_t bad_ = -1;
   std::vector<uint8_t> ref_images_;
   std::vector<int64_t> ref_labels_;
   int64_t repeats_ = 0, batches_ = 0, checksummed_ = 0;
@@ -183,9 +264,11 @@ std::string CheckUnion(MPI_Comm trainers, Checker& c, int64_t* total_repeats) {
   MPI_Reduce(&mine, total_repeats, 1, MPI_INT64_T, MPI_SUM, 0, trainers);
   if (rank != 0) return "";
   int64_t extra = 0, missing = 0;
-  for (int k : sum) {
-    if (k == 0) ++missing;
-    extra += std::max(0, k - 1);
+  const int64_t bad = EnvInt("MULTINODE_TEST_BAD_SAMPLE", -1);
+  const size_t n = sum.size() / size_t(std::max(1, c.epochs()));
+  for (size_t i = 0; i < sum.size(); ++i) {
+    if (sum[i] == 0 && int64_t(i % n) != bad) ++missing;
+    extra += std::max(0, sum[i] - 1);
   }
   if (missing > 0) return fmt::format("{} (epoch, sample) pairs never arrived at any trainer", missing);
   if (extra != *total_repeats)
@@ -206,6 +289,11 @@ int RunJob(int argc, char** argv) {
     return 2;
   }
   Options o = resolved.value();
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  std::vector<int> pids(size_t(world_size), 0);  // to kill a rank, or read a leader's RSS
+  int my_pid = static_cast<int>(getpid());
+  MPI_Allgather(&my_pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
   auto rt = batchcast::Runtime::Create(o);
   if (!rt.ok()) {
     std::fprintf(stderr, "mpi_multinode: rank %d: runtime create failed: %s\n", world_rank,
@@ -230,9 +318,23 @@ int RunJob(int argc, char** argv) {
     std::fprintf(stderr, "mpi_multinode: rank %d: %s\n", world_rank, init.message().c_str());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  const int64_t step_us = EnvInt("MULTINODE_TEST_STEP_US", 0);
+  const int64_t slow_rank = EnvInt("MULTINODE_TEST_SLOW_RANK", -1);
+  const int64_t max_lead = EnvInt("MULTINODE_TEST_MAX_LEAD", -1);
+  const int64_t kill_rank = EnvInt("MULTINODE_TEST_KILL_RANK", -1);
+  const int64_t kill_after = EnvInt("MULTINODE_TEST_KILL_AFTER", 3);
+  // This node's leader (local rank 0; virtual nodes are consecutive world ranks), whose RSS
+  // the lead check also watches.
+  const int leader_rank = o.ranks_per_node > 0 ? world_rank - runtime.local_rank() : -1;
+  Positions positions;
+  if (max_lead >= 0 && !positions.Create(trainers)) {
+    std::fprintf(stderr, "mpi_multinode: rank %d: shared window failed\n", world_rank);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  int64_t lead = 0, rss_warm = -1, rss_max = -1;
   batchcast::Consumer& consumer = runtime.consumer();
   Batch batch;
-  for (;;) {
+  for (int64_t got = 0;; ++got) {
     Status st = consumer.Next(&batch);
     if (st.code() == StatusCode::kEndOfStream) break;
     if (!st.ok()) {
@@ -241,18 +343,63 @@ int RunJob(int argc, char** argv) {
       std::fflush(stderr);
       std::_Exit(3);
     }
+    if (kill_rank >= 0 && world_rank == kill_rank + 1 && got == kill_after) {
+      std::printf("mpi_multinode: rank %d kills rank %lld (pid %d) after %lld batches\n",
+                  world_rank, (long long)kill_rank, pids[size_t(kill_rank)], (long long)got);
+      std::fflush(stdout);
+      kill(pids[size_t(kill_rank)], SIGKILL);
+    }
+    if (max_lead >= 0) {
+      const auto seq = static_cast<int64_t>(batch.info().producer_seq);
+      positions.Publish(seq);  // before this trainer can release anything of seq
+      lead = std::max(lead, seq - positions.Slowest());
+      if (lead > max_lead)
+        checker.Fail(fmt::format("ran {} producer batches ahead of the slowest trainer (bound {})",
+                                 lead, max_lead));
+      if (leader_rank >= 0) {
+        const int64_t rss = RssKiB(pids[size_t(leader_rank)]);
+        if (got == 8) rss_warm = rss;
+        if (got > 8) rss_max = std::max(rss_max, rss);
+      }
+    }
     checker.Check(batch);
+    if (step_us > 0)  // the training step (not synchronisation): slow_rank's is 10x longer
+      usleep(static_cast<useconds_t>(step_us * (world_rank == slow_rank ? 10 : 1)));
   }
   batch.Release();
   checker.Finish(consumer);
+  if (rss_warm > 0 && rss_max > rss_warm + 16 * 1024)
+    checker.Fail(fmt::format("leader rank {} RSS grew from {} KiB (batch 8) to {} KiB",
+                             leader_rank, rss_warm, rss_max));
+  if (max_lead >= 0) {
+    positions.Publish(INT64_MAX);  // finished: never the slowest any more
+    MPI_Barrier(trainers);
+    positions.Free();
+  }
+  if (o.mode != "shard") {  // every node published the same batches
+    std::vector<uint64_t>& sig = checker.signatures();
+    std::vector<uint64_t> lo(sig.size()), hi(sig.size());
+    MPI_Allreduce(sig.data(), lo.data(), static_cast<int>(sig.size()), MPI_UINT64_T, MPI_MIN,
+                  trainers);
+    MPI_Allreduce(sig.data(), hi.data(), static_cast<int>(sig.size()), MPI_UINT64_T, MPI_MAX,
+                  trainers);
+    for (size_t i = 0; i < sig.size(); ++i)
+      if (lo[i] != hi[i]) {
+        checker.Fail(fmt::format("trainers disagree on the samples of producer batch {} of epoch "
+                                 "{}: the nodes published different batches", i % (sig.size() /
+                                 size_t(o.epochs)), i / (sig.size() / size_t(o.epochs))));
+        break;
+      }
+  }
   consumer.Detach().IgnoreError();
   int64_t total_repeats = 0;
   std::string union_error = o.mode == "shard" ? CheckUnion(trainers, checker, &total_repeats) : "";
   char line[512];
   std::snprintf(line, sizeof(line), "  rank %d (trainer %d, node %d): batches=%lld repeats=%lld "
-                "checksummed=%lld %s%s", world_rank, t, runtime.node_id(),
-                (long long)checker.batches(), (long long)checker.repeats(),
-                (long long)checker.checksummed(), checker.error().empty() ? "ok" : "FAIL: ",
+                "checksummed=%lld lead=%lld leader_rss_kib=%lld..%lld %s%s", world_rank, t,
+                runtime.node_id(), (long long)checker.batches(), (long long)checker.repeats(),
+                (long long)checker.checksummed(), (long long)lead, (long long)rss_warm,
+                (long long)rss_max, checker.error().empty() ? "ok" : "FAIL: ",
                 checker.error().c_str());
   std::vector<char> all(t == 0 ? sizeof(line) * size_t(T) : 0);
   MPI_Gather(line, sizeof(line), MPI_CHAR, all.data(), sizeof(line), MPI_CHAR, 0, trainers);

@@ -3,6 +3,8 @@
 # `mpirun --oversubscribe` (label mpi). Usage:
 #   run_multinode.sh MPIEXEC MPI_MULTINODE MAKE_PHOTO_DATASET DATA_DIR CASE
 # CASE: shard_2 shard_3 replicate_2 replicate_3 shard_unequal_b thread_single
+#       replicate_skip_2 replicate_skip_3 shard_short_last replicate_slow_node
+#       replicate_leader_killed
 # Layouts (leader = first rank of each virtual node; the others train):
 #   2 nodes: -n 7, ranks_per_node=4 -> 3 + 2 trainers;  3 nodes: -n 8, ranks_per_node=3 -> 2+2+1.
 set -uo pipefail
@@ -12,6 +14,11 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 mkdir -p "$data"
 good=$data/photos-240.h5
 [ -f "$good" ] || "$makeset" "$good" --images 240 --width 64 --height 48 || exit 1
+bad=$data/photos-240-corrupt37.h5  # sample 37 is a truncated JPEG
+case "$5" in replicate_skip_*)
+  [ -f "$bad" ] || "$makeset" "$bad" --images 240 --width 64 --height 48 --corrupt-index 37 \
+    || exit 1 ;;
+esac
 log=$(mktemp /tmp/bc_mpi_multinode_XXXXXX)
 trap 'rm -f "$log"' EXIT
 job="mpimulti-$case-$$"
@@ -52,6 +59,38 @@ case "$case" in
   replicate_3)
     run 150 -n 8 "$prog" "${common[@]}" --mode=replicate --producer_batch=24 --ranks_per_node=3 \
       && expect_pass ;;
+  replicate_skip_2 | replicate_skip_3)
+    # Sample 37 is corrupt and on_bad_sample=skip: the node whose share holds it skips it
+    # (once per epoch, on one node only), every node publishes the same compacted batch
+    # (trainers compare per-batch signatures), every other sample arrives exactly once.
+    if [ "$case" = replicate_skip_2 ]; then layout=(-n 7); rpn=4; else layout=(-n 8); rpn=3; fi
+    MULTINODE_TEST_BAD_SAMPLE=37 run 150 -x MULTINODE_TEST_BAD_SAMPLE "${layout[@]}" "$prog" \
+      "${common[@]}" --dataset="$bad" --on_bad_sample=skip --mode=replicate --producer_batch=24 \
+      --ranks_per_node=$rpn && expect_pass
+    skips=$(grep -c "multinode leader: skipped sample 37" "$log")
+    [ "$skips" -eq 2 ] || fail "sample 37 was skipped $skips times over 2 epochs (expected 2: \
+decoded by one node per epoch)" ;;
+  shard_short_last)
+    # 203 samples over 5 trainers x b=8: the last global batch has 3 samples, fewer than
+    # trainers; trainers 3 and 4 get no batch for it, the union is still exactly once.
+    run 150 -n 7 "$prog" "${common[@]}" --limit_samples=203 --mode=shard --ranks_per_node=4 \
+      && expect_pass ;;
+  replicate_slow_node)
+    # Rank 5 (node 1) trains 10x slower: through the bounded rings and the exchange window
+    # the other node runs at its pace, never more than ring_slots (4) producer batches ahead
+    # of it, and no leader's RSS grows.
+    MULTINODE_TEST_STEP_US=2000 MULTINODE_TEST_SLOW_RANK=5 MULTINODE_TEST_MAX_LEAD=4 \
+      run 150 -x MULTINODE_TEST_STEP_US -x MULTINODE_TEST_SLOW_RANK -x MULTINODE_TEST_MAX_LEAD \
+      -n 7 "$prog" "${common[@]}" --epochs=3 --mode=replicate --producer_batch=24 \
+      --buffer_depth=2 --ranks_per_node=4 && expect_pass ;;
+  replicate_leader_killed)
+    # Node 1's leader (rank 4) is SIGKILLed mid-stream by its trainer: the job must end
+    # with an error naming rank 4, not hang.
+    MULTINODE_TEST_KILL_RANK=4 MULTINODE_TEST_KILL_AFTER=3 run 60 -x MULTINODE_TEST_KILL_RANK \
+      -x MULTINODE_TEST_KILL_AFTER -n 7 "$prog" "${common[@]}" --mode=replicate \
+      --producer_batch=24 --ranks_per_node=4
+    grep -q "kills rank 4" "$log" || fail "the leader was not killed"
+    expect_fail "rank 4 .*(exited on signal 9|died)" ;;
   shard_unequal_b)
     run 60 -n 4 "$prog" "${common[@]}" --mode=shard --ranks_per_node=2 : \
       -n 3 "$prog" "${common[@]}" --mode=shard --ranks_per_node=2 --batch_size=6
