@@ -87,6 +87,17 @@ Result<std::unique_ptr<Service>> Service::Create(const ServiceConfig& config,
     st->replayed_batches = self->replayed_.load();
     st->idle = self->idle_.load();
   });
+  // A trial that dies or goes silent is normal for a service (the ring logs it and frees
+  // its slots); count it so the stats and the telemetry summary show churn.
+  s->ring_->SetLossHandler([self](const shm::MemberInfo&, shm::LossKind kind) {
+    if (kind == shm::LossKind::kDetached) {
+      self->detached_.fetch_add(1);
+      return;
+    }
+    self->lost_.fetch_add(1);
+    if (telemetry::Collector* tc = self->config_.collector)
+      tc->Add(telemetry::Counter::kConsumersDetached, 1);
+  });
   BC_LOG(Info, Node, "service: {} samples/epoch, producer batch {}, {} batches/epoch, consumer "
          "batches up to {}, late-join window {}, at {}", s->plan_.num_samples(), p,
          s->plan_.BatchesPerEpoch(), max_b, c.late_join_window, s->address());
@@ -98,6 +109,8 @@ std::string Service::address() const { return shm::DisplayAddress(config_.socket
 ServiceStats Service::stats() const {
   ServiceStats s = stats_;
   s.max_slot_wait_ns = max_slot_wait_ns_.load();
+  s.consumers_detached = detached_.load();
+  s.consumers_lost = lost_.load();
   return s;
 }
 

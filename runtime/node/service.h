@@ -47,6 +47,8 @@ struct ServiceStats {
   int64_t late_joins = 0;            // consumers caught up by a replay
   int64_t idle_waits = 0;            // times the service paused with nobody attached
   int64_t max_slot_wait_ns = 0;      // longest wait for a free slot (a stalled consumer)
+  int64_t consumers_detached = 0;    // consumers that detached normally
+  int64_t consumers_lost = 0;        // consumers reaped: died (socket closed) or silent
 };
 
 // "batchcast-<uid>-service": the socket name `batchcast serve` and consumers default to.
@@ -94,6 +96,7 @@ class Service {
   std::atomic<uint32_t> idle_{0};
   ServiceStats stats_;
   mutable std::atomic<int64_t> max_slot_wait_ns_{0};
+  std::atomic<int64_t> detached_{0}, lost_{0};  // written by the ring's control thread
   int64_t wait_since_ns_ = 0;  // start of an interrupted slot wait (0: none)
 };
 

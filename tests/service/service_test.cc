@@ -435,5 +435,37 @@ TEST(ServiceTest, StatusShowsConsumersAndIdle) {
   StopServer(server);
 }
 
+// A trial killed while attached is counted as lost (stats and the kConsumersDetached
+// telemetry counter); one that finishes and detaches is counted as detached.
+TEST(ServiceTest, KilledTrialIsCountedAsLostAndFinishedOneAsDetached) {
+  const std::string sock = service_test::UniqueSocket("lost");
+  Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.02, 0, 4);
+  const std::string log = ::testing::TempDir() + "/lost_trial_" + std::to_string(getpid()) + ".log";
+  Child victim = service_test::Spawn({SERVICE_CONSUMER, sock, "16", "1000", "320", log, "2000",
+                                      "1000"},
+                                     false);
+  ASSERT_GT(victim.pid, 0);
+  const pid_t vpid = victim.pid;
+  ASSERT_TRUE(WaitStatus(sock, [vpid](const shm::StatusReply& r) {
+    return r.count == 1 && r.members[0].pid == vpid && r.members[0].batches > 0;
+  }));
+  kill(victim.pid, SIGKILL);
+  service_test::Wait(victim);
+  auto c = Consumer::Attach(sock, ConsumerOptions(16, 1), -1, "finisher");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::vector<EpochLine> e;
+  ASSERT_TRUE(ReadEpochs(**c, 320, &e).ok());
+  ASSERT_EQ(e.size(), 1u);
+  ExpectFullEpoch(e[0], 320);
+  c->reset();  // detaches
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.count == 0; }));
+  kill(server.pid, SIGTERM);
+  const std::string stats = service_test::ReadLineWith(server, "stats");
+  service_test::Wait(server);
+  EXPECT_NE(stats.find("\"lost\":1}"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"detached\":1,"), std::string::npos) << stats;
+  std::remove(log.c_str());
+}
+
 }  // namespace
 }  // namespace batchcast
