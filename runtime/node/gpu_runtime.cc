@@ -18,6 +18,8 @@ namespace batchcast::node {
 namespace {
 
 constexpr size_t kBusBytes = 32;
+constexpr size_t kReasonBytes = 224;
+constexpr size_t kRowBytes = kBusBytes + kReasonBytes;  // bus id, then the host-path reason
 
 // What the leader tells its node after trying to start the device path.
 struct LeaderVerdict {
@@ -128,14 +130,20 @@ Result<std::unique_ptr<GpuRuntime>> GpuRuntime::Setup(const GpuRuntimeInput& in)
   BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(in.node, st));
   if (bus.empty()) g->device_ = -1;
 
-  char mine[kBusBytes] = {};
-  std::snprintf(mine, sizeof mine, "%s", bus.c_str());
-  std::vector<char> all(kBusBytes * static_cast<size_t>(in.node_size));
-  BC_MPI(MPI_Allgather(mine, kBusBytes, MPI_CHAR, all.data(), kBusBytes, MPI_CHAR, in.node),
+  char mine[kRowBytes] = {};
+  std::snprintf(mine, kBusBytes, "%s", bus.c_str());
+  if (bus.empty()) std::snprintf(mine + kBusBytes, kReasonBytes, "%s", reason.c_str());
+  std::vector<char> all(kRowBytes * static_cast<size_t>(in.node_size));
+  BC_MPI(MPI_Allgather(mine, kRowBytes, MPI_CHAR, all.data(), kRowBytes, MPI_CHAR, in.node),
          "MPI_Allgather (gpu placement)");
   std::vector<std::string> buses(static_cast<size_t>(in.node_size));
-  for (int r = 0; r < in.node_size; ++r)
-    buses[r] = std::string(&all[kBusBytes * r], strnlen(&all[kBusBytes * r], kBusBytes));
+  std::string host_reason;  // the first trainer's reason for the host path
+  for (int r = 0; r < in.node_size; ++r) {
+    const char* row = &all[kRowBytes * size_t(r)];
+    buses[r] = std::string(row, strnlen(row, kBusBytes));
+    if (host_reason.empty())
+      host_reason = std::string(row + kBusBytes, strnlen(row + kBusBytes, kReasonBytes));
+  }
   g->plan_ = PlanNodeGpus(buses);
 
   LeaderVerdict v;
@@ -176,9 +184,12 @@ Result<std::unique_ptr<GpuRuntime>> GpuRuntime::Setup(const GpuRuntimeInput& in)
     if (g->plan_.any())
       BC_LOG(Info, Cuda, "gpu: node {}: device path: stager on GPU {}, {} NCCL relay(s)",
              in.node_id, g->plan_.stager_bus, g->plan_.relay_bus.size());
+    else if (host_reason.find("multi-node") != std::string::npos)  // a GPU was there
+      BC_LOG(Warn, Cuda, "gpu: node {}: host path for every trainer: {}", in.node_id,
+             host_reason);
     else
       BC_LOG(Info, Cuda, "gpu: node {}: host path for every trainer{}{}", in.node_id,
-             reason.empty() ? "" : ": ", reason);
+             host_reason.empty() ? "" : ": ", host_reason);
   } else if (in.trainer && !g->plan_.any() && mode != GpuMode::kOff) {
     BC_LOG(Debug, Cuda, "gpu: {}", reason);
   }
