@@ -4,18 +4,25 @@
 // Run without MPI it is the driver: it builds the photo set once, then for N = 2 and 3 runs
 // `mpirun -n 2N` of itself (--worker): N virtual nodes, each one leader rank + one consumer
 // rank. Each worker job measures, side by side:
-//   1. replicate: MultinodeLeader (each node decodes ~1/N, MPI_Iallgatherv into the slots);
-//      decode_share = samples decoded per node leader / samples published per node;
+//   1. replicate: MultinodeLeader (each node decodes ~1/N; the shares travel between the
+//      slots, several producer batches in flight); decode_share = samples decoded per node
+//      leader / samples published per node;
 //   2. full: every node's own node::Leader decodes every sample (no exchange);
 //      replicate_speedup = consumer samples/s in 1 over 2;
-//   3. exchange: MultinodeLeader with a source that only writes labels (no decode), so the
-//      run is the exchange + ring; its received bytes/s over a plain MPI_Allgatherv loop
-//      (same counts, same communicator, same process) = exchange_bw_ratio.
+//   3. exchange: MultinodeLeader with a source that only writes labels (decode excluded),
+//      so the run is exchange + ring + publish + consumers. Its steady bandwidth (bytes
+//      received per node over epochs 1-2; epoch 0 is the warm-up that first touches the
+//      slots) over a plain in-place MPI_Allgatherv loop of the same counts on the same
+//      communicator, cycling through as many buffers as the ring has slots =
+//      exchange_bw_ratio. Rounds alternate plain / exchange / plain / ...; each round's
+//      exchange is compared with the mean of the plain loops around it (cancels load
+//      drift from other work on the machine), and the median round is reported.
 // The virtual nodes share this machine's cores, so the speedup measures the decode work
 // saved, not per-node parallelism (docs/scaling.md). Table, then one JSON line last.
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -60,6 +67,19 @@ class LabelsOnlySource : public node::BatchSource {
   batchcast::pipeline::SampleLayout layout_;
 };
 
+// A barrier that sleeps instead of polling: consumer ranks wait in it while the leaders
+// time their plain MPI loops, so that they do not steal the cores (a blocking MPI wait
+// spins, with or without yield) — during the exchange phase they sleep on the ring's futex.
+void SleepyBarrier(MPI_Comm comm) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_Ibarrier(comm, &r);
+  for (int done = 0;;) {
+    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    usleep(500);
+  }
+}
+
 struct Phase {
   double consumer_rate = 0;   // samples/s seen by this node's consumer
   double seconds = 0;         // leader Run() wall time
@@ -100,7 +120,8 @@ Phase RunPhase(const std::string& kind, const Options& o, MPI_Comm node_comm, MP
       m.leaders = leaders;
       m.node_index = node;
       m.num_nodes = nodes;
-      if (const char* c = std::getenv("BENCH_MULTINODE_CHUNKS")) m.exchange_chunks = std::atoi(c);
+      if (const char* d = std::getenv("BENCH_MULTINODE_DEPTH")) m.exchange_depth = std::atoi(d);
+      if (const char* c = std::getenv("BENCH_MULTINODE_SLICES")) m.decode_slices = std::atoi(c);
       auto l = node::MultinodeLeader::Create(cfg, std::move(src), m);
       if (!l.ok()) { std::fprintf(stderr, "bench: %s\n", l.status().message().c_str()); MPI_Abort(MPI_COMM_WORLD, 1); }
       multi = std::move(l).value();
@@ -136,15 +157,18 @@ Phase RunPhase(const std::string& kind, const Options& o, MPI_Comm node_comm, MP
     ph.consumer_rate = double(samples - o.batch_size) / (bench::NowSeconds() - t0);
     (*c)->Detach().IgnoreError();
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  SleepyBarrier(MPI_COMM_WORLD);
   return ph;
 }
 
-// Plain MPI_Allgatherv of the same per-batch counts as the exchange phase, into one buffer.
-double PlainAllgathervSeconds(const Options& o, MPI_Comm leaders, int nodes, int batches) {
+// Plain MPI_Allgatherv of the same per-batch counts as the exchange phase, in place, cycling
+// through `buffers` buffers of a slot's size (as the ring cycles through its slots), all
+// touched by one untimed pass first (the exchange is timed after its warm-up epoch too).
+double PlainAllgathervSeconds(const Options& o, MPI_Comm leaders, int nodes, int batches,
+                              int buffers) {
   const uint64_t sb = uint64_t(o.image_size) * o.image_size * 3;
   const int64_t p = o.producer_batch;
-  std::vector<uint8_t> buf(size_t(p) * sb);
+  std::vector<std::vector<uint8_t>> bufs(size_t(buffers), std::vector<uint8_t>(size_t(p) * sb, 1));
   const auto n_nodes = static_cast<size_t>(nodes);
   std::vector<int> counts(n_nodes), displs(n_nodes);
   for (int j = 0; j < nodes; ++j) {
@@ -152,11 +176,14 @@ double PlainAllgathervSeconds(const Options& o, MPI_Comm leaders, int nodes, int
     counts[size_t(j)] = static_cast<int>(uint64_t(r.count) * sb);
     displs[size_t(j)] = static_cast<int>(uint64_t(r.begin) * sb);
   }
+  auto one = [&](int b) {
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bufs[size_t(b % buffers)].data(),
+                   counts.data(), displs.data(), MPI_BYTE, leaders);
+  };
+  for (int b = 0; b < buffers; ++b) one(b);
   MPI_Barrier(leaders);
   double t0 = bench::NowSeconds();
-  for (int b = 0; b < batches; ++b)
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf.data(), counts.data(), displs.data(),
-                   MPI_BYTE, leaders);
+  for (int b = 0; b < batches; ++b) one(b);
   return bench::NowSeconds() - t0;
 }
 
@@ -184,29 +211,68 @@ int Worker(int argc, char** argv) {
   Phase rep = RunPhase("replicate", o, node_comm, leaders, node, nodes, rank);
   Phase full = RunPhase("full", o, node_comm, leaders, node, nodes, rank);
   Options x = o;
-  x.limit_samples = 48 * 40;
+  // Exchange: 3 epochs of kExBatches producer batches with a source that decodes nothing;
+  // epoch 0 is the warm-up (first touch of the slots' pages), epochs 1-2 are timed and
+  // compared with the same number of plain MPI_Allgatherv calls of the same counts, with
+  // as many buffers as the ring has slots (the same memory footprint: 4 x 7 MiB per node
+  // does not stay in a 32 MiB L3 across 2-3 nodes); a run on one cache-hot buffer is shown
+  // for reference.
+  constexpr int kExBatches = 100, kRounds = 3;
+  x.limit_samples = 48 * kExBatches;
   x.producer_batch = 48;
-  x.epochs = 1;  // exactly the 40 batches the plain Allgatherv loop moves
-  Phase ex = RunPhase("exchange", x, node_comm, leaders, node, nodes, rank);
-  double plain_s = 0;
-  if (rank % 2 == 0) plain_s = PlainAllgathervSeconds(x, leaders, nodes, 40);
+  x.epochs = 3;
+  const int ring_slots = x.buffer_depth + 2;
+  const bool leader = rank % 2 == 0;
+  std::vector<double> plain_s(kRounds + 1, 0), ratios, xbws, pbws, runbws;
+  if (leader) plain_s[0] = PlainAllgathervSeconds(x, leaders, nodes, 2 * kExBatches, ring_slots);
+  SleepyBarrier(MPI_COMM_WORLD);
+  double steady_bytes = 0;
+  for (int r = 0; r < kRounds; ++r) {
+    Phase ex = RunPhase("exchange", x, node_comm, leaders, node, nodes, rank);
+    if (leader)
+      plain_s[size_t(r) + 1] = PlainAllgathervSeconds(x, leaders, nodes, 2 * kExBatches,
+                                                      ring_slots);
+    SleepyBarrier(MPI_COMM_WORLD);
+    if (!leader) continue;
+    const auto& ends = ex.stats.epoch_end_ns;
+    if (ends.size() != 3) {
+      std::fprintf(stderr, "bench: exchange phase ended after %zu epochs\n", ends.size());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    steady_bytes = double(ex.stats.exchange_bytes) * 2.0 / 3.0;
+    const double xbw = steady_bytes / (double(ends[2] - ends[0]) * 1e-9);
+    const double pbw = steady_bytes / (0.5 * (plain_s[size_t(r)] + plain_s[size_t(r) + 1]));
+    xbws.push_back(xbw);
+    pbws.push_back(pbw);
+    ratios.push_back(xbw / pbw);
+    runbws.push_back(double(ex.stats.exchange_bytes) / ex.seconds / pbw);
+  }
+  double hot_bw = 0;
+  if (leader)
+    hot_bw = steady_bytes / PlainAllgathervSeconds(x, leaders, nodes, 2 * kExBatches, 1);
+  SleepyBarrier(MPI_COMM_WORLD);
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   // Gather: leaders' share and exchange numbers, consumers' rates.
-  double mine[8] = {rep.consumer_rate, full.consumer_rate,
-                    rep.stats.samples_published ? double(rep.stats.samples_decoded) /
-                                                      double(rep.stats.samples_published) : 0,
-                    double(ex.stats.exchange_bytes), double(ex.stats.exchange_ns) * 1e-9, plain_s,
-                    double(rep.stats.exchange_wait_ns) * 1e-9, ex.seconds};
-  std::vector<double> all(size_t(size) * 8);
-  MPI_Gather(mine, 8, MPI_DOUBLE, all.data(), 8, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  constexpr int kVals = 8;
+  double mine[kVals] = {rep.consumer_rate, full.consumer_rate,
+                        rep.stats.samples_published ? double(rep.stats.samples_decoded) /
+                                                          double(rep.stats.samples_published) : 0,
+                        median(ratios), median(xbws), median(pbws), median(runbws), hot_bw};
+  std::vector<double> all(size_t(size) * kVals);
+  MPI_Gather(mine, kVals, MPI_DOUBLE, all.data(), kVals, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     std::printf("RESULT nodes=%d", nodes);
     for (int r = 0; r < size; ++r) {
-      const double* v = &all[size_t(r) * 8];
+      const double* v = &all[size_t(r) * kVals];
       if (r % 2 == 1)
         std::printf(" rate_rep=%g rate_full=%g", v[0], v[1]);
       else
-        std::printf(" share=%g xbytes=%g xsec=%g plainsec=%g xwait=%g runsec=%g", v[2], v[3],
-                    v[4], v[5], v[6], v[7]);
+        std::printf(" share=%g ratio=%g xbw=%g pbw=%g runratio=%g hotbw=%g", v[2], v[3], v[4],
+                    v[5], v[6], v[7]);
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -263,9 +329,10 @@ int Driver(int argc, char** argv) {
   std::string nodes_list;
   bench::Table table("bench_multinode: replicate mode over N virtual nodes (1 leader + 1 consumer "
                      "each), real JPEGs 500x375 q90 -> 224, producer batch 48, all on this machine");
-  std::vector<double> shares_all, ratio_all, speed_all;
+  std::vector<double> shares_all, ratio_all, speed_all, hot_all;
   for (int n : ns) {
-    std::vector<double> share, ratio, run_ratio, speedup, rate_rep, rate_full, bw_bc, bw_plain;
+    std::vector<double> share, ratio, run_ratio, speedup, rate_rep, rate_full, bw_bc, bw_plain,
+        bw_hot, hot_ratio;
     for (int r = 0; r < reps; ++r) {
       std::string cmd = fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
                                     "timeout 300 {} --oversubscribe --bind-to none -n {} {} "
@@ -286,12 +353,13 @@ int Driver(int argc, char** argv) {
       double smax = 0;
       for (double s : kv["share"]) smax = std::max(smax, s);
       share.push_back(smax);
-      const double xbw = Mean(kv["xbytes"]) / Mean(kv["xsec"]);
-      const double pbw = Mean(kv["xbytes"]) / Mean(kv["plainsec"]);
-      ratio.push_back(xbw / pbw);
+      const double xbw = Mean(kv["xbw"]), pbw = Mean(kv["pbw"]), hbw = Mean(kv["hotbw"]);
+      ratio.push_back(Mean(kv["ratio"]));
       bw_bc.push_back(xbw / 1e9);
       bw_plain.push_back(pbw / 1e9);
-      run_ratio.push_back(Mean(kv["xbytes"]) / Mean(kv["runsec"]) / pbw);
+      run_ratio.push_back(Mean(kv["runratio"]));
+      bw_hot.push_back(hbw / 1e9);
+      hot_ratio.push_back(xbw / hbw);
       rate_rep.push_back(Mean(kv["rate_rep"]));
       rate_full.push_back(Mean(kv["rate_full"]));
       speedup.push_back(rate_rep.back() / rate_full.back());
@@ -304,8 +372,12 @@ int Driver(int argc, char** argv) {
               "GB/s");
     table.Add(fmt::format("N={} plain MPI_Allgatherv, received per node", n),
               bench::Summarize(bw_plain), "GB/s");
-    table.Add(fmt::format("N={} same, whole run (ring, agree, publish)", n),
+    table.Add(fmt::format("N={} exchange, whole run incl. warm-up epoch", n),
               bench::Summarize(run_ratio), "x plain Allgatherv");
+    table.Add(fmt::format("N={} plain, one cache-hot buffer (reference)", n),
+              bench::Summarize(bw_hot), "GB/s");
+    table.Add(fmt::format("N={} exchange over the cache-hot plain loop", n),
+              bench::Summarize(hot_ratio), "x");
     table.Add(fmt::format("N={} consumer rate, replicate", n), bench::Summarize(rate_rep),
               "samples/s");
     table.Add(fmt::format("N={} consumer rate, every node decodes all", n),
@@ -314,6 +386,7 @@ int Driver(int argc, char** argv) {
     shares_all.push_back(bench::Summarize(share).median);
     ratio_all.push_back(bench::Summarize(ratio).median);
     speed_all.push_back(bench::Summarize(speedup).median);
+    hot_all.push_back(bench::Summarize(hot_ratio).median);
     nodes_list += (nodes_list.empty() ? "" : ",") + std::to_string(n);
   }
   table.Print();
@@ -324,9 +397,10 @@ int Driver(int argc, char** argv) {
     return "[" + s + "]";
   };
   std::printf("{\"bench\": \"multinode\", \"nodes\": [%s], \"decode_share\": %s, "
-              "\"exchange_bw_ratio\": %s, \"replicate_speedup\": %s, \"reps\": %d}\n",
+              "\"exchange_bw_ratio\": %s, \"replicate_speedup\": %s, "
+              "\"exchange_bw_ratio_cache_hot\": %s, \"reps\": %d}\n",
               nodes_list.c_str(), arr(shares_all).c_str(), arr(ratio_all).c_str(),
-              arr(speed_all).c_str(), reps);
+              arr(speed_all).c_str(), arr(hot_all).c_str(), reps);
   std::fflush(stdout);
   return 0;
 }
