@@ -111,6 +111,7 @@ class MultinodeLeader {
     bool done = false;
     int64_t skipped_here = 0;        // samples this node skipped in its share
     int64_t start_ns = 0, posted_ns = 0;
+    int64_t wait_ns = 0;             // the leader blocked waiting for this exchange
     pipeline::BatchResult timing;    // read/decode/transform time of this node's share
     std::vector<uint8_t> scratch;    // after a local failure: stands in for the slot
     uint8_t* data = nullptr;         // the slot's memory (or scratch)
