@@ -4,7 +4,7 @@
 #   run_multinode.sh MPIEXEC MPI_MULTINODE MAKE_PHOTO_DATASET DATA_DIR CASE
 # CASE: shard_2 shard_3 replicate_2 replicate_3 shard_unequal_b thread_single
 #       replicate_skip_2 replicate_skip_3 shard_short_last replicate_slow_node
-#       replicate_leader_killed
+#       replicate_leader_killed replicate_ucx_2
 # Layouts (leader = first rank of each virtual node; the others train):
 #   2 nodes: -n 7, ranks_per_node=4 -> 3 + 2 trainers;  3 nodes: -n 8, ranks_per_node=3 -> 2+2+1.
 set -uo pipefail
@@ -70,6 +70,11 @@ case "$case" in
     skips=$(grep -c "multinode leader: skipped sample 37" "$log")
     [ "$skips" -eq 2 ] || fail "sample 37 was skipped $skips times over 2 epochs (expected 2: \
 decoded by one node per epoch)" ;;
+  replicate_ucx_2)
+    # The same as replicate_2 with Open MPI's UCX pml selected (no RDMA device here: the
+    # two 'any' settings let UCX use shared memory / TCP).
+    run 150 --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -n 7 "$prog" \
+      "${common[@]}" --mode=replicate --producer_batch=24 --ranks_per_node=4 && expect_pass ;;
   shard_short_last)
     # 203 samples over 5 trainers x b=8: the last global batch has 3 samples, fewer than
     # trainers; trainers 3 and 4 get no batch for it, the union is still exactly once.
