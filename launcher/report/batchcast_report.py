@@ -196,7 +196,7 @@ def plot_compare(runs, out, dpi):
 RESIZE_GAUGES = [("image_size", "image size (px)"), ("batch_size", "batch size (samples)"),
                  ("lr_factor", "LR factor")]
 EVAL_LINE = re.compile(r"eval: train_s=([0-9.]+) wall_s=([0-9.]+) epoch=([0-9]+) "
-                       r"samples=([0-9.]+) accuracy=([0-9.]+)")
+                       r"samples=([0-9.]+) accuracy=([0-9.]+)(?: cpu_s=([0-9.]+))?")
 
 
 def has_gauge(r, name):
@@ -205,8 +205,9 @@ def has_gauge(r, name):
 
 
 def evals(r):
-    """Evaluations a trainer annotated: [(train_s, wall_s, epoch, samples, accuracy)]."""
-    return [tuple(float(x) for x in m.groups())
+    """Evaluations a trainer annotated: [(train_s, wall_s, epoch, samples, accuracy, cpu_s)]
+    (cpu_s: the training thread's CPU seconds; NaN when not recorded)."""
+    return [tuple(float(x) if x is not None else float("nan") for x in m.groups())
             for m in EVAL_LINE.finditer(text(r["attrs"].get("annotations", "")))]
 
 
@@ -239,8 +240,11 @@ def plot_accuracy(runs, out, dpi, images):
     lines = [(run_label, r, evals(r)) for run_label, _, ranks in runs for r in ranks if evals(r)]
     if not lines:
         return
-    for axis, title, xlabel in ((0, "accuracy", "training time (s, evaluation excluded)"),
-                                (1, "accuracy_wall", "wall time since the trainer started (s)")):
+    axes = [(0, "accuracy", "training time (s, evaluation excluded)"),
+            (1, "accuracy_wall", "wall time since the trainer started (s)")]
+    if any(not np.isnan(p[5]) for _, _, pts in lines for p in pts):
+        axes.append((5, "accuracy_cpu", "CPU time of the training thread (s, evaluation excluded)"))
+    for axis, title, xlabel in axes:
         fig, ax = new_figure("held-out accuracy over time", "accuracy (%)")
         ax.set_xlabel(xlabel)
         for run_label, r, pts in lines:

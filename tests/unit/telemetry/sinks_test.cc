@@ -225,8 +225,9 @@ TEST_F(SinksTest, ReportDrawsResizeAndAccuracyAndComparesRuns) {
         c->SetGauge(Gauge::kLrFactor, 4.0 / (step + 1));
       }
       c->SetGauge(Gauge::kEvalAccuracy, 0.5 + 0.1 * step);
-      c->Annotate(fmt::format("eval: train_s={}.50 wall_s={}.75 epoch={} samples={} accuracy=0.{}",
-                              step, step + 1, step, 64 * (step + 1), 5 + step));
+      c->Annotate(fmt::format("eval: train_s={}.50 wall_s={}.75 epoch={} samples={} accuracy=0.{}{}",
+                              step, step + 1, step, 64 * (step + 1), 5 + step,
+                              resize ? fmt::format(" cpu_s={}.25", step) : ""));
       if (resize) c->Annotate(fmt::format("consumer b=64: epoch {}: 3 batches: @{} 3 x 256 lr x4;",
                                           step, 16 + 8 * step));
       d = c->Snapshot();
@@ -250,7 +251,7 @@ TEST_F(SinksTest, ReportDrawsResizeAndAccuracyAndComparesRuns) {
   cmd = script + Path("base.h5") + " " + Path("resize.h5") + " --labels base,resize --out " +
         Path("both") + " > /dev/null";
   ASSERT_EQ(RunCommand(cmd), 0) << cmd;
-  for (const char* plot : {"accuracy", "compare_image_size", "compare_lr_factor",
+  for (const char* plot : {"accuracy", "accuracy_cpu", "compare_image_size", "compare_lr_factor",
                            "compare_throughput"})
     EXPECT_TRUE(fs::exists(Path("both/") + plot + ".png")) << plot;
   std::ifstream both(Path("both/report.html"));
