@@ -328,7 +328,9 @@ Status MultinodeLeader::StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, 
   f->index = index;
   const int64_t t0 = shm::MonotonicNs();
   if (local_error_.ok() && abort_.load()) local_error_ = CancelledError("multinode leader: aborted");
-  if (local_error_.ok()) {
+  // After a stop is known (the batches still started then are drained, never published) or a
+  // local failure, the batch goes through scratch memory: its slot position may be taken.
+  if (local_error_.ok() && stop_at_ == UINT64_MAX) {
     const uint64_t seq = ring_->next_seq() + in_flight_.size();
     for (;;) {
       const bool pending = std::any_of(in_flight_.begin(), in_flight_.end(),
@@ -346,7 +348,7 @@ Status MultinodeLeader::StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, 
       BC_RETURN_IF_ERROR(Progress());
     }
   }
-  if (!local_error_.ok()) {
+  if (f->data == nullptr) {
     f->scratch.resize(ring_->config().slot_bytes);
     f->data = f->scratch.data();
   }
@@ -365,7 +367,7 @@ Status MultinodeLeader::StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, 
                                                           std::max(1, multi_.decode_slices)));
   for (int c = 0; c < slices; ++c) {
     const SampleRange r = ChunkOf(mine, slices, c);
-    if (local_error_.ok()) {
+    if (local_error_.ok() && stop_at_ == UINT64_MAX) {
       Status st = DecodeSlice(f.get(), samples.subspan(size_t(r.begin), size_t(r.count)), r.begin);
       if (!st.ok())
         local_error_ = st.WithContext(

@@ -24,7 +24,10 @@
 //                                   the slowest one on any node (shared window; virtual
 //                                   nodes only) and no leader's RSS grows after batch 8;
 //   MULTINODE_TEST_KILL_RANK=r, MULTINODE_TEST_KILL_AFTER=k  the trainer right after world
-//                                   rank r SIGKILLs rank r after its k-th batch.
+//                                   rank r SIGKILLs rank r after its k-th batch;
+//   MULTINODE_TEST_STOP_AFTER=k     every trainer leaves after k batches: the leaders must
+//                                   agree to end and the job must finish cleanly (only the
+//                                   batches received are checked).
 #include <fmt/format.h>
 #include <mpi.h>
 #include <signal.h>
@@ -323,6 +326,7 @@ int RunJob(int argc, char** argv) {
   const int64_t max_lead = EnvInt("MULTINODE_TEST_MAX_LEAD", -1);
   const int64_t kill_rank = EnvInt("MULTINODE_TEST_KILL_RANK", -1);
   const int64_t kill_after = EnvInt("MULTINODE_TEST_KILL_AFTER", 3);
+  const int64_t stop_after = EnvInt("MULTINODE_TEST_STOP_AFTER", -1);
   // This node's leader (local rank 0; virtual nodes are consecutive world ranks), whose RSS
   // the lead check also watches.
   const int leader_rank = o.ranks_per_node > 0 ? world_rank - runtime.local_rank() : -1;
@@ -335,6 +339,7 @@ int RunJob(int argc, char** argv) {
   batchcast::Consumer& consumer = runtime.consumer();
   Batch batch;
   for (int64_t got = 0;; ++got) {
+    if (got == stop_after) break;
     Status st = consumer.Next(&batch);
     if (st.code() == StatusCode::kEndOfStream) break;
     if (!st.ok()) {
@@ -367,7 +372,7 @@ int RunJob(int argc, char** argv) {
       usleep(static_cast<useconds_t>(step_us * (world_rank == slow_rank ? 10 : 1)));
   }
   batch.Release();
-  checker.Finish(consumer);
+  if (stop_after < 0) checker.Finish(consumer);
   if (rss_warm > 0 && rss_max > rss_warm + 16 * 1024)
     checker.Fail(fmt::format("leader rank {} RSS grew from {} KiB (batch 8) to {} KiB",
                              leader_rank, rss_warm, rss_max));
@@ -376,7 +381,7 @@ int RunJob(int argc, char** argv) {
     MPI_Barrier(trainers);
     positions.Free();
   }
-  if (o.mode != "shard") {  // every node published the same batches
+  if (o.mode != "shard" && stop_after < 0) {  // every node published the same batches
     std::vector<uint64_t>& sig = checker.signatures();
     std::vector<uint64_t> lo(sig.size()), hi(sig.size());
     MPI_Allreduce(sig.data(), lo.data(), static_cast<int>(sig.size()), MPI_UINT64_T, MPI_MIN,
@@ -393,7 +398,8 @@ int RunJob(int argc, char** argv) {
   }
   consumer.Detach().IgnoreError();
   int64_t total_repeats = 0;
-  std::string union_error = o.mode == "shard" ? CheckUnion(trainers, checker, &total_repeats) : "";
+  std::string union_error =
+      o.mode == "shard" && stop_after < 0 ? CheckUnion(trainers, checker, &total_repeats) : "";
   char line[512];
   std::snprintf(line, sizeof(line), "  rank %d (trainer %d, node %d): batches=%lld repeats=%lld "
                 "checksummed=%lld lead=%lld leader_rss_kib=%lld..%lld %s%s", world_rank, t,

@@ -4,7 +4,7 @@
 #   run_multinode.sh MPIEXEC MPI_MULTINODE MAKE_PHOTO_DATASET DATA_DIR CASE
 # CASE: shard_2 shard_3 replicate_2 replicate_3 shard_unequal_b thread_single
 #       replicate_skip_2 replicate_skip_3 shard_short_last replicate_slow_node
-#       replicate_leader_killed replicate_ucx_2
+#       replicate_leader_killed replicate_ucx_2 replicate_early_end replicate_decode_error
 # Layouts (leader = first rank of each virtual node; the others train):
 #   2 nodes: -n 7, ranks_per_node=4 -> 3 + 2 trainers;  3 nodes: -n 8, ranks_per_node=3 -> 2+2+1.
 set -uo pipefail
@@ -15,7 +15,7 @@ mkdir -p "$data"
 good=$data/photos-240.h5
 [ -f "$good" ] || "$makeset" "$good" --images 240 --width 64 --height 48 || exit 1
 bad=$data/photos-240-corrupt37.h5  # sample 37 is a truncated JPEG
-case "$5" in replicate_skip_*)
+case "$5" in replicate_skip_* | replicate_decode_error)
   [ -f "$bad" ] || "$makeset" "$bad" --images 240 --width 64 --height 48 --corrupt-index 37 \
     || exit 1 ;;
 esac
@@ -70,6 +70,22 @@ case "$case" in
     skips=$(grep -c "multinode leader: skipped sample 37" "$log")
     [ "$skips" -eq 2 ] || fail "sample 37 was skipped $skips times over 2 epochs (expected 2: \
 decoded by one node per epoch)" ;;
+  replicate_early_end)
+    # Every trainer leaves after 5 batches of 2 x 29: the leaders see no consumer left on
+    # any node through the flags of the exchange, agree to end, and the job ends cleanly.
+    MULTINODE_TEST_STOP_AFTER=5 BATCHCAST_DEBUG=info run 150 -x MULTINODE_TEST_STOP_AFTER \
+      -x BATCHCAST_DEBUG -n 7 "$prog" "${common[@]}" --mode=replicate --producer_batch=24 \
+      --ranks_per_node=4 && expect_pass
+    ended=$(grep -c "no consumer left on any node after producer batch" "$log")
+    [ "$ended" -eq 2 ] || fail "$ended of 2 node leaders ended early by agreement" ;;
+  replicate_decode_error)
+    # Sample 37 is corrupt and on_bad_sample=error: the node that decodes it fails with the
+    # decode error; the other node fails too, naming the failing leader's node and rank,
+    # after both drained their exchanges (no hang).
+    run 150 -n 7 "$prog" "${common[@]}" --dataset="$bad" --on_bad_sample=error \
+      --mode=replicate --producer_batch=24 --ranks_per_node=4
+    expect_fail "sample 37 .*jpeg decode failed"
+    expect_fail "multinode leader: node leader [01] \(rank [04]\) failed" ;;
   replicate_ucx_2)
     # The same as replicate_2 with Open MPI's UCX pml selected (no RDMA device here: the
     # two 'any' settings let UCX use shared memory / TCP).
