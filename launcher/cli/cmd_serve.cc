@@ -11,7 +11,10 @@
 
 #include "batchcast/options.h"
 #include "cli/commands.h"
+#include "core/log.h"
 #include "node/batch_source.h"
+#include "node/gpu_runtime.h"
+#include "node/gpu_stager.h"
 #include "node/service.h"
 #include "telemetry/spec.h"
 
@@ -74,6 +77,15 @@ int Serve(const ServeArgs& a) {
     return 1;
   }
   node::Service& svc = **service;
+  // The GPU data plane (option gpu, docs/gpu.md): stage on this process's GPU 0 if any.
+  std::string gpu_note;
+  auto stager = node::StageServiceOnGpu(svc, *opts, collector->get(), &gpu_note);
+  if (!stager.ok()) {
+    std::fprintf(stderr, "batchcast serve: %s\n", stager.status().ToString().c_str());
+    return 1;
+  }
+  if (*stager) std::printf("batchcast serve: gpu: %s\n", gpu_note.c_str());
+  else BC_LOG(Info, Cuda, "serve: {}", gpu_note);
   std::printf("batchcast serve: listening on %s (%lld batches/epoch, %s); attach with "
               "Consumer::Attach(\"%s\", options)\n",
               svc.address().c_str(), static_cast<long long>(svc.batches_per_epoch()),
@@ -86,6 +98,10 @@ int Serve(const ServeArgs& a) {
     svc.Stop(sig == SIGINT ? "SIGINT received" : "SIGTERM received");
   });
   Status st = svc.Run();
+  if (*stager) {
+    Status gst = (*stager)->Finish();
+    if (!gst.ok() && st.ok()) st = gst;
+  }
   pthread_kill(waiter.native_handle(), SIGUSR1);
   waiter.join();
   if (*collector) {

@@ -2,6 +2,7 @@
 #include "node/gpu_runtime.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/errors.h"
@@ -41,7 +42,62 @@ GpuProbe Probe() {
   return p;
 }
 
+Status ParseTriple(const std::string& text, const char* key, float out[3]) {
+  size_t start = 0;
+  for (int k = 0; k < 3; ++k) {
+    size_t end = text.find(',', start);
+    const std::string item = text.substr(start, end == std::string::npos ? end : end - start);
+    char* stop = nullptr;
+    const float v = std::strtof(item.c_str(), &stop);
+    if (item.empty() || stop == item.c_str() || *stop != '\0')
+      return InvalidArgumentError("option '{}' = '{}' is not three comma-separated numbers",
+                                  key, text);
+    out[k] = v;
+    if (end == std::string::npos) {
+      for (int j = k + 1; j < 3; ++j) out[j] = v;  // one value for every channel
+      return Status::Ok();
+    }
+    start = end + 1;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status StagerConfigFromOptions(const Options& options, GpuStagerConfig* config) {
+  config->finish = options.gpu_finish;
+  BC_RETURN_IF_ERROR(ParseTriple(options.mean, "mean", config->mean));
+  BC_RETURN_IF_ERROR(ParseTriple(options.std, "std", config->stddev));
+  for (float s : config->stddev)
+    if (!(s > 0)) return InvalidArgumentError("option 'std' = '{}' must be positive", options.std);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<GpuStager>> StageServiceOnGpu(Service& service, const Options& options,
+                                                     telemetry::Collector* collector,
+                                                     std::string* note) {
+  BC_ASSIGN_OR_RETURN(GpuMode mode, ParseGpuMode(options.gpu));
+  BC_ASSIGN_OR_RETURN(GpuDecision d, DecideGpuPath(mode, mode == GpuMode::kOff ? GpuProbe{}
+                                                                               : Probe()));
+  *note = d.reason;
+  if (!d.use_gpu) return std::unique_ptr<GpuStager>();
+  GpuStagerConfig cfg;
+  BC_RETURN_IF_ERROR(StagerConfigFromOptions(options, &cfg));
+  cfg.device = 0;
+  cfg.collector = collector;
+  auto stager = GpuStager::Create(StagingTarget::Of(service), cfg);
+  if (!stager.ok()) {
+    if (mode == GpuMode::kOn)
+      return stager.status().WithContext("gpu=on, but the service cannot stage on GPU 0");
+    *note = "gpu=auto: host path (the service cannot stage on GPU 0: " +
+            stager.status().message() + ")";
+    return std::unique_ptr<GpuStager>();
+  }
+  BC_ASSIGN_OR_RETURN(std::string bus, cuda::DevicePciBusId(0));
+  *note = fmt::format("device path: batches staged on GPU 0 ({}); trials map them with "
+                      "GpuConsumer::Attach (peer copy from other GPUs)", bus);
+  return stager;
+}
 
 GpuRuntime::~GpuRuntime() {
   Status st = Shutdown();
@@ -75,8 +131,8 @@ Status GpuRuntime::DecideTrainer(const GpuRuntimeInput& in, GpuMode mode, std::s
 Status GpuRuntime::StartLeaderSide(const GpuRuntimeInput& in, std::string* nccl_id) {
   BC_ASSIGN_OR_RETURN(int device, cuda::DeviceByPciBusId(plan_.stager_bus));
   GpuStagerConfig cfg;
+  BC_RETURN_IF_ERROR(StagerConfigFromOptions(in.options, &cfg));
   cfg.device = device;
-  cfg.finish = in.options.gpu_finish;
   cfg.collector = in.collector;
   auto stager = GpuStager::Create(*in.leader, cfg);
   if (!stager.ok()) return stager.status();

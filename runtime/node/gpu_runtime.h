@@ -37,8 +37,22 @@ struct GpuConsumerFactory {
 namespace batchcast::node {
 
 class Leader;
+class Service;
 class GpuStager;
 class GpuRelay;
+struct GpuStagerConfig;
+
+// The stager settings an Options asks for: gpu_finish with its mean / std.
+Status StagerConfigFromOptions(const Options& options, GpuStagerConfig* config);
+
+// `batchcast serve` (dynamic membership): with gpu=auto|on and a visible device, stages
+// the service's batches on visible device 0 of the service process (CUDA_VISIBLE_DEVICES
+// picks it). Trials on that GPU map the slots in place; trials on other GPUs take the
+// peer-copy path (no NCCL: members come and go). Null with an ok status on the host path
+// (`note` says why); gpu=on without a device is an error.
+Result<std::unique_ptr<GpuStager>> StageServiceOnGpu(Service& service, const Options& options,
+                                                     telemetry::Collector* collector,
+                                                     std::string* note);
 
 struct GpuRuntimeInput {
   Options options;

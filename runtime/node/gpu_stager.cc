@@ -16,8 +16,18 @@ int SlotRanges(const shm::SlotDesc& d, cuda::SlotRange out[3]) {
   return 3;
 }
 
-cuda::DeviceRingConfig GpuStager::RingConfigFor(Leader& leader, const GpuStagerConfig& config) {
-  shm::SegmentHeader* h = leader.ring().header();
+StagingTarget StagingTarget::Of(Leader& leader) {
+  return {&leader.ring(), leader.address(), [&leader](SlotHook* h) { leader.SetSlotHook(h); }};
+}
+
+StagingTarget StagingTarget::Of(Service& service) {
+  return {&service.ring(), service.socket_name(),
+          [&service](SlotHook* h) { service.SetSlotHook(h); }};
+}
+
+cuda::DeviceRingConfig GpuStager::RingConfigFor(shm::RingLeader& ring,
+                                                const GpuStagerConfig& config) {
+  shm::SegmentHeader* h = ring.header();
   cuda::DeviceRingConfig rc;
   rc.device = config.device;
   rc.num_slots = h->num_slots;
@@ -31,25 +41,28 @@ cuda::DeviceRingConfig GpuStager::RingConfigFor(Leader& leader, const GpuStagerC
   return rc;
 }
 
-Result<std::unique_ptr<GpuStager>> GpuStager::Create(Leader& leader,
+Result<std::unique_ptr<GpuStager>> GpuStager::Create(const StagingTarget& target,
                                                      const GpuStagerConfig& config) {
-  auto ring = cuda::DeviceRing::Create(RingConfigFor(leader, config));
+  auto ring = cuda::DeviceRing::Create(RingConfigFor(*target.ring, config));
   if (!ring.ok()) return ring.status().WithContext("leader: gpu staging");
-  return CreateWithRing(leader, config, std::move(ring).value());
+  return CreateWithRing(target, config, std::move(ring).value());
 }
 
 Result<std::unique_ptr<GpuStager>> GpuStager::CreateWithRing(
-    Leader& leader, const GpuStagerConfig& config, std::unique_ptr<cuda::DeviceRing> ring) {
-  std::unique_ptr<GpuStager> s(new GpuStager(leader, config));
+    const StagingTarget& target, const GpuStagerConfig& config,
+    std::unique_ptr<cuda::DeviceRing> ring) {
+  std::unique_ptr<GpuStager> s(new GpuStager(target, config));
   s->ring_ = std::move(ring);
-  auto server = cuda::HandleServer::Create(GpuHandleSocket(leader.address()), s->ring_->table());
+  auto server = cuda::HandleServer::Create(GpuHandleSocket(target.address), s->ring_->table());
   if (!server.ok()) return server.status().WithContext("leader: gpu handle socket");
   s->server_ = std::move(server).value();
-  leader.SetSlotHook(s.get());
+  target.set_hook(s.get());
   return s;
 }
 
-GpuStager::~GpuStager() { leader_.SetSlotHook(nullptr); }
+GpuStager::~GpuStager() {
+  if (target_.set_hook) target_.set_hook(nullptr);
+}
 
 Status GpuStager::BeforeFill(const shm::SlotWrite& w) { return ring_->WaitHostSlotFree(w.slot); }
 

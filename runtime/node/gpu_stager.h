@@ -6,10 +6,12 @@
 // and serves the device slots' IPC handles on "<leader address>.gpu".
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "node/leader.h"
+#include "node/service.h"
 #include "transport/cuda/device_map.h"
 #include "transport/cuda/device_ring.h"
 #include "transport/cuda/handle_server.h"
@@ -34,17 +36,31 @@ inline std::string GpuHandleSocket(const std::string& leader_address) {
 // the n + tail positions (never the unused capacity). Returns how many ranges (3).
 int SlotRanges(const shm::SlotDesc& desc, cuda::SlotRange out[3]);
 
+// What a stager stages from: a host ring, the address its consumers attached to, and how
+// to install the slot hook (a Leader for the MPI Runtime, a Service for `batchcast serve`).
+struct StagingTarget {
+  shm::RingLeader* ring = nullptr;
+  std::string address;  // socket name; the handle socket is GpuHandleSocket(address)
+  std::function<void(SlotHook*)> set_hook;
+  static StagingTarget Of(Leader& leader);
+  static StagingTarget Of(Service& service);
+};
+
 class GpuStager final : public SlotHook {
  public:
   // Creates the device ring mirroring `leader`'s host ring and installs itself as the
   // leader's slot hook. The stager must outlive leader.Run().
-  static Result<std::unique_ptr<GpuStager>> Create(Leader& leader, const GpuStagerConfig& config);
+  static Result<std::unique_ptr<GpuStager>> Create(Leader& leader, const GpuStagerConfig& config) {
+    return Create(StagingTarget::Of(leader), config);
+  }
+  static Result<std::unique_ptr<GpuStager>> Create(const StagingTarget& target,
+                                                   const GpuStagerConfig& config);
   // The same over a given device ring (tests drive the stager with a host-memory ring).
-  static Result<std::unique_ptr<GpuStager>> CreateWithRing(Leader& leader,
+  static Result<std::unique_ptr<GpuStager>> CreateWithRing(const StagingTarget& target,
                                                            const GpuStagerConfig& config,
                                                            std::unique_ptr<cuda::DeviceRing> ring);
-  // The device ring `Create` would make for `leader` (slots, sizes, finishing area).
-  static cuda::DeviceRingConfig RingConfigFor(Leader& leader, const GpuStagerConfig& config);
+  // The device ring `Create` would make for `ring` (slots, sizes, finishing area).
+  static cuda::DeviceRingConfig RingConfigFor(shm::RingLeader& ring, const GpuStagerConfig& config);
   ~GpuStager() override;
 
   Status BeforeFill(const shm::SlotWrite& slot) override;
@@ -63,9 +79,10 @@ class GpuStager final : public SlotHook {
   const std::string& handle_socket() const { return server_->name(); }
 
  private:
-  GpuStager(Leader& leader, const GpuStagerConfig& config) : leader_(leader), config_(config) {}
+  GpuStager(const StagingTarget& target, const GpuStagerConfig& config)
+      : target_(target), config_(config) {}
 
-  Leader& leader_;
+  StagingTarget target_;
   GpuStagerConfig config_;
   std::unique_ptr<cuda::DeviceRing> ring_;
   std::unique_ptr<cuda::HandleServer> server_;

@@ -8,6 +8,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "node/leader.h"  // SlotHook
 #include "node/slot_fill.h"
 #include "telemetry/metrics.h"
 #include "transport/shm/carving.h"
@@ -239,6 +240,7 @@ Status Service::Produce(uint64_t epoch, int64_t k, uint64_t only, bool fill, boo
     stats_.skipped_positions += 1;
     return Status::Ok();
   }
+  if (slot_hook_ != nullptr) BC_RETURN_IF_ERROR(slot_hook_->BeforeFill(w));
   std::span<const int64_t> samples = plan_.Batch(epoch, k);
   auto* labels = reinterpret_cast<int64_t*>(w.data + labels_offset_);
   auto* ids = reinterpret_cast<int64_t*>(w.data + ids_offset_);
@@ -266,6 +268,7 @@ Status Service::Produce(uint64_t epoch, int64_t k, uint64_t only, bool fill, boo
   c.capacity_samples = capacity_samples_;
   const uint32_t tail = TailForReceivers(*ring_, w.seq, only, c);
   BC_RETURN_IF_ERROR(CompleteSlot(w, tail, c).WithContext("service"));
+  if (slot_hook_ != nullptr) BC_RETURN_IF_ERROR(slot_hook_->BeforePublish(w));
   const uint64_t sb = layout_.bytes();
   const int64_t t_pub = shm::MonotonicNs();
   const uint64_t receivers = ring_->Publish(w, only);

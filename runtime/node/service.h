@@ -53,6 +53,7 @@ struct ServiceStats {
 
 // "batchcast-<uid>-service": the socket name `batchcast serve` and consumers default to.
 std::string DefaultServiceSocket();
+class SlotHook;  // node/leader.h (GPU staging, node/gpu_stager.h)
 
 class Service {
  public:
@@ -70,6 +71,9 @@ class Service {
   ServiceStats stats() const;
   shm::RingLeader& ring() { return *ring_; }
   int64_t batches_per_epoch() const { return plan_.BatchesPerEpoch(); }
+  // Installs `hook` around every filled slot, as Leader::SetSlotHook (not owned; must
+  // outlive Run()). Call before Run().
+  void SetSlotHook(SlotHook* hook) { slot_hook_ = hook; }
 
  private:
   Service(const ServiceConfig& config, std::unique_ptr<BatchSource> source, int64_t p);
@@ -98,6 +102,7 @@ class Service {
   mutable std::atomic<int64_t> max_slot_wait_ns_{0};
   std::atomic<int64_t> detached_{0}, lost_{0};  // written by the ring's control thread
   int64_t wait_since_ns_ = 0;  // start of an interrupted slot wait (0: none)
+  SlotHook* slot_hook_ = nullptr;
 };
 
 }  // namespace batchcast::node

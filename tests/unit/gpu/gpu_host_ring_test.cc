@@ -27,6 +27,7 @@
 #include "node/gpu_runtime.h"
 #include "node/gpu_stager.h"
 #include "node/leader.h"
+#include "node/service.h"
 #include "telemetry/collector.h"
 #include "tests/unit/node/synthetic_source.h"
 
@@ -220,9 +221,9 @@ void RunAndCheck(const HostRingJob& job) {
   auto leader_telemetry = MakeCollector();
   GpuStagerConfig sc;
   sc.collector = leader_telemetry.get();
-  auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor(**leader, sc));
+  auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor((*leader)->ring(), sc));
   HostRing* host_ring = ring.get();
-  auto stager = GpuStager::CreateWithRing(**leader, sc, std::move(ring));
+  auto stager = GpuStager::CreateWithRing(StagingTarget::Of(**leader), sc, std::move(ring));
   ASSERT_TRUE(stager.ok()) << stager.status().ToString();
 
   std::vector<ConsumerResult> results(job.batch_sizes.size());
@@ -291,12 +292,12 @@ TEST(GpuHostRingTest, FinishSpecOnlyForUint8WithFinishOn) {
   ASSERT_TRUE(leader.ok()) << leader.status().ToString();
   GpuStagerConfig sc;
   sc.finish = true;
-  cuda::DeviceRingConfig rc = GpuStager::RingConfigFor(**leader, sc);
+  cuda::DeviceRingConfig rc = GpuStager::RingConfigFor((*leader)->ring(), sc);
   EXPECT_EQ(rc.finished_bytes, rc.host_slot_bytes * sizeof(float));  // room for float32
   EXPECT_EQ(rc.finish_channels, 3);
   auto ring = std::make_unique<HostRing>(rc);
   HostRing* host_ring = ring.get();
-  auto stager = GpuStager::CreateWithRing(**leader, sc, std::move(ring));
+  auto stager = GpuStager::CreateWithRing(StagingTarget::Of(**leader), sc, std::move(ring));
   ASSERT_TRUE(stager.ok());
   ConsumerResult r;
   std::thread t(Consume, (*leader)->address(), 8, 1, 2, 0, std::ref(*host_ring), nullptr, &r);
@@ -304,6 +305,38 @@ TEST(GpuHostRingTest, FinishSpecOnlyForUint8WithFinishOn) {
   t.join();
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_EQ(host_ring->finishes(), 2);  // 32 samples / 16 per producer batch
+}
+
+// `batchcast serve` stages through the same hook (dynamic membership: trials on other
+// GPUs take the peer-copy path, which needs a second GPU and is not exercised here).
+TEST(GpuHostRingTest, ServiceStagesEveryFilledSlot) {
+  ServiceConfig cfg;
+  cfg.socket_name = "batchcast-test-" + std::to_string(getpid()) + "-gpuhost-service";
+  cfg.options.producer_batch = 16;
+  cfg.options.batch_size = 8;
+  cfg.options.ring_slots = 3;
+  cfg.options.seed = 5;
+  cfg.epochs = 2;
+  auto service = Service::Create(cfg, std::make_unique<SyntheticSource>(64, 8));
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  GpuStagerConfig sc;
+  auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor((*service)->ring(), sc));
+  HostRing* host_ring = ring.get();
+  auto stager = GpuStager::CreateWithRing(StagingTarget::Of(**service), sc, std::move(ring));
+  ASSERT_TRUE(stager.ok()) << stager.status().ToString();
+  ConsumerResult r;
+  std::thread t(Consume, cfg.socket_name, 8, 2, 1, 0, std::ref(*host_ring), nullptr, &r);
+  Status run = (*service)->Run();
+  t.join();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.bad_pixels, 0);
+  EXPECT_EQ(r.bad_labels, 0);
+  ASSERT_EQ(r.seen.size(), 2u);
+  for (const auto& [epoch, ids] : r.seen)
+    EXPECT_EQ(std::set<int64_t>(ids.begin(), ids.end()).size(), 64u) << "epoch " << epoch;
+  EXPECT_EQ(int64_t(host_ring->stats().h2d_copies), (*service)->stats().producer_batches);
+  EXPECT_EQ(host_ring->restaged_while_held(), 0);
 }
 
 }  // namespace
