@@ -6,6 +6,10 @@
 //   online dct    decode at the DCT scale nearest above the target, then resize
 //   online naive  full-size decode, then resize (dct_scaling=false)
 //   offline       the file's pre-resized bucket image (`batchcast convert --buckets`)
+//   decode only   TurboJPEG alone at scale 1/8 and 1/1, no transform: the 1/8 decode still
+//                 Huffman-decodes every coefficient of the image, so its cost over the
+//                 full-size online chain (entropy_floor_ratio) bounds any online DCT-scaled
+//                 ratio from below, whatever the target size
 // and the encoded bytes read per sample. Each configuration runs RandomResizedCrop +
 // flip + normalize to float32 (the training chain of bench_decode). The two HDF5 files
 // are made by the real CLI (`batchcast convert imagefolder [--buckets ...]`) and cached.
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "pipeline/decode.h"
 #include "pipeline/pipeline.h"
 #include "tests/mpi/photo_set.h"
 
@@ -135,6 +140,41 @@ class Config {
   std::vector<double> us_;
 };
 
+// TurboJPEG alone, at scale_num/8, RGB, no transform, over the encoded set (read once).
+class DecodeOnly {
+ public:
+  DecodeOnly(int scale_num, const data::DatasetReader& reader) : scale_num_(scale_num) {
+    auto d = pipeline::ImageDecoder::Create();
+    if (!d.ok()) Die(d.status().ToString());
+    decoder_ = std::make_unique<pipeline::ImageDecoder>(std::move(*d));
+    for (int64_t i = 0; i < reader.info().num_samples; ++i) {
+      set_.emplace_back();
+      Status s = reader.ReadSample(i, &set_.back());
+      if (!s.ok()) Die(s.ToString());
+    }
+  }
+  void Epoch() {
+    const double c0 = CpuSeconds();
+    for (const auto& bytes : set_) {
+      auto header = decoder_->ReadHeader(bytes, int64_t(1) << 30);
+      Status s = header.ok() ? decoder_->Decode(bytes, *header, scale_num_, 3, &image_)
+                             : header.status();
+      if (!s.ok()) Die(s.ToString());
+    }
+    us_.push_back(1e6 * (CpuSeconds() - c0) / double(set_.size()));
+  }
+  int scale_num() const { return scale_num_; }
+  const std::vector<double>& us() const { return us_; }
+  void Reset() { us_.clear(); }
+
+ private:
+  int scale_num_;
+  std::unique_ptr<pipeline::ImageDecoder> decoder_;
+  std::vector<std::vector<uint8_t>> set_;
+  pipeline::DecodedImage image_;
+  std::vector<double> us_;
+};
+
 // Mean encoded bytes read per sample at `size` (0: the original images).
 double BytesPerSample(const data::DatasetReader& r, int size) {
   std::vector<uint8_t> buf;
@@ -194,10 +234,16 @@ int Main(int argc, char** argv) {
     configs.emplace_back("online naive", s, full, false, *plain, a.batch);
     configs.emplace_back("offline", s, full, true, *bucketed, a.batch);
   }
+  std::vector<DecodeOnly> decode_only;  // 1/8 (the entropy floor) and 1/1
+  for (int num : {1, 8}) decode_only.emplace_back(num, **plain);
   for (auto& c : configs) c.Epoch(0);  // warm-up
+  for (auto& d : decode_only) d.Epoch();
   for (auto& c : configs) c.Reset();
-  for (int rep = 0; rep < a.reps; ++rep)
+  for (auto& d : decode_only) d.Reset();
+  for (int rep = 0; rep < a.reps; ++rep) {
     for (auto& c : configs) c.Epoch(uint64_t(1 + rep));
+    for (auto& d : decode_only) d.Epoch();
+  }
 
   const double online_bytes = BytesPerSample(**plain, 0);
   const size_t nb = a.sizes.size();
@@ -228,6 +274,16 @@ int Main(int argc, char** argv) {
     table.Add(fmt::format("bytes read @{} offline (online: all sizes)", a.sizes[b]),
               Stats{off, off, off}, fmt::format("B/sample (online {:.0f})", online_bytes));
   }
+  std::vector<double> decode_only_ratio;  // per repetition over online dct at full size
+  for (const DecodeOnly& d : decode_only) {
+    std::vector<double> r;
+    for (size_t i = 0; i < d.us().size(); ++i) r.push_back(d.us()[i] / configs[(nb - 1) * 3].us()[i]);
+    table.Add(fmt::format("decode only at {}/8 cpu/sample", d.scale_num()), Summarize(d.us()), "us");
+    table.Add(fmt::format("decode only at {}/8 / online dct @{}", d.scale_num(), full),
+              Summarize(r), d.scale_num() == 1 ? "x (entropy floor)" : "x");
+    decode_only_ratio.push_back(Summarize(d.us()).median / full_dct);
+  }
+  const double entropy_floor = decode_only_ratio[0];
   double bucket_bytes = 0;
   for (double v : bytes_off) bucket_bytes += v;
   const double storage_ratio = (online_bytes + bucket_bytes) / online_bytes;
@@ -246,11 +302,13 @@ int Main(int argc, char** argv) {
       "\"cpu_us_per_sample_dct\": %s, \"cpu_us_per_sample_naive\": %s, "
       "\"cpu_us_per_sample_offline\": %s, \"bytes_read_per_sample_online\": %.6g, "
       "\"bytes_read_per_sample_offline\": %s, \"half_size_cpu_ratio\": %.4g, "
+      "\"entropy_floor_ratio\": %.4g, \"full_decode_only_ratio\": %.4g, "
       "\"offline_storage_ratio\": %.4g}\n",
       a.images, a.reps, JsonArray(sizes).c_str(), JsonArray(ratio_dct).c_str(),
       JsonArray(ratio_naive).c_str(), JsonArray(ratio_offline).c_str(), JsonArray(us_dct).c_str(),
       JsonArray(us_naive).c_str(), JsonArray(us_off).c_str(), online_bytes,
-      JsonArray(bytes_off).c_str(), half_ratio, storage_ratio);
+      JsonArray(bytes_off).c_str(), half_ratio, entropy_floor, decode_only_ratio[1],
+      storage_ratio);
   return 0;
 }
 
