@@ -5,6 +5,7 @@
 # CASE: shard_2 shard_3 replicate_2 replicate_3 shard_unequal_b thread_single
 #       replicate_skip_2 replicate_skip_3 shard_short_last replicate_slow_node
 #       replicate_leader_killed replicate_ucx_2 replicate_early_end replicate_decode_error
+#       resize_refused
 # Layouts (leader = first rank of each virtual node; the others train):
 #   2 nodes: -n 7, ranks_per_node=4 -> 3 + 2 trainers;  3 nodes: -n 8, ranks_per_node=3 -> 2+2+1.
 set -uo pipefail
@@ -86,6 +87,12 @@ decoded by one node per epoch)" ;;
       --mode=replicate --producer_batch=24 --ranks_per_node=4
     expect_fail "sample 37 .*jpeg decode failed"
     expect_fail "multinode leader: node leader [01] \(rank [04]\) failed" ;;
+  resize_refused)
+    # Progressive resizing is not supported across nodes: every rank fails at start-up
+    # with the leader's clear refusal.
+    run 60 -n 6 "$prog" "${common[@]}" --image_size=32 --resize="resize(min=16,max=32,step=16)" \
+      --mode=replicate --producer_batch=24 --ranks_per_node=3
+    expect_fail "progressive resizing \('resize'\) is not supported across nodes yet" ;;
   replicate_ucx_2)
     # The same as replicate_2 with Open MPI's UCX pml selected (no RDMA device here: the
     # two 'any' settings let UCX use shared memory / TCP).
