@@ -6,6 +6,8 @@
 
 #include "batchcast/options.h"
 #include "node/gpu_plan.h"
+#include "node/gpu_runtime.h"
+#include "node/gpu_stager.h"
 #include "transport/cuda/device_probe.h"
 #include "transport/cuda/nccl_broadcast.h"
 #include "transport/cuda/nccl_fanout.h"
@@ -140,6 +142,29 @@ TEST(NodeGpuPlanTest, LeaderThatTrainsHoldsTheStagerGpu) {
   EXPECT_EQ(p.relay_bus, (std::vector<std::string>{"A"}));
   EXPECT_EQ(p.source, (std::vector<int>{0, 1, 0}));
   EXPECT_EQ(p.NcclRank(1), 1);
+}
+
+TEST(GpuStagerOptionsTest, FinishingTakesMeanAndStdFromTheOptions) {
+  Options o;
+  GpuStagerConfig c;
+  ASSERT_TRUE(StagerConfigFromOptions(o, &c).ok());
+  EXPECT_FALSE(c.finish);
+  EXPECT_FLOAT_EQ(c.mean[1], 0.456f);
+  EXPECT_FLOAT_EQ(c.stddev[2], 0.225f);
+  o.gpu_finish = true;
+  o.mean = "0.5";  // one value for every channel
+  o.std = "0.25,0.5,1";
+  ASSERT_TRUE(StagerConfigFromOptions(o, &c).ok());
+  EXPECT_TRUE(c.finish);
+  EXPECT_FLOAT_EQ(c.mean[0], 0.5f);
+  EXPECT_FLOAT_EQ(c.mean[2], 0.5f);
+  EXPECT_FLOAT_EQ(c.stddev[1], 0.5f);
+  o.std = "0.2,0,0.2";
+  Status zero = StagerConfigFromOptions(o, &c);
+  EXPECT_NE(zero.message().find("must be positive"), std::string::npos) << zero.message();
+  o.std = "0.2,x,0.2";
+  Status bad = StagerConfigFromOptions(o, &c);
+  EXPECT_NE(bad.message().find("option 'std'"), std::string::npos) << bad.message();
 }
 
 TEST(NcclFanoutHeaderTest, RejectsWhatWouldCorruptARelay) {
