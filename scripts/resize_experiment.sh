@@ -20,6 +20,7 @@
 #   about the budget at the rates measured on an idle core: 1,600 samples/s at 64 px,
 #   3,700 at 32)
 #   EXP_LR=0.02 EXP_BATCH=64 EXP_EVAL_EVERY=10 EXP_TEST_LIMIT=5000 EXP_THREADS=1 EXP_WIDTH=32
+#   EXP_SEED=1 (the stream's seed: order, augmentation, which samples upgrade)
 #   EXP_OUT=BUILD_DIR/resize-experiment EXP_DATA=<repo>/data
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,7 +42,7 @@ unset BATCHCAST_RESIZE
 common=(--dataset="$data/fashion-mnist-train-png.h5" --test-dataset="$data/fashion-mnist-test.h5"
         --lrs="${EXP_LR:-0.02}" --batch-size="${EXP_BATCH:-64}" --threads="${EXP_THREADS:-1}"
         --limit-samples="${EXP_LIMIT:-0}" --channels=1 --image-size="$size" --width="${EXP_WIDTH:-32}"
-        --crop=random --crop-scale-min=0.6 --flip=true --seed=1 --shuffle=true
+        --crop=random --crop-scale-min=0.6 --flip=true --seed="${EXP_SEED:-1}" --shuffle=true
         --budget-s="$budget" --eval-every-s="${EXP_EVAL_EVERY:-10}"
         --budget-clock="${EXP_CLOCK:-wall}"
         --test-limit="${EXP_TEST_LIMIT:-5000}" --eval-size="$size")
