@@ -331,6 +331,49 @@ TEST(ResizeLeaderTest, SameSeedGivesTheSameSizedStream) {
   EXPECT_NE(a, c) << "another seed must give another stream";
 }
 
+// A consumer that joins during epoch 0 is admitted at epoch 1 (the next epoch boundary):
+// BatchesPerEpoch(e) of the stream epochs it gets still equals what it receives, and its
+// batches carry the stream's epoch numbers.
+TEST(ResizeLeaderTest, LateJoinerGetsExactBatchesPerStreamEpoch) {
+  const int64_t n = 401;
+  const int epochs = 4;
+  // Epoch 0 is all at 8 px: 5 producer batches of 96, more than the 4 ring slots, so the
+  // leader cannot leave epoch 0 while the first consumer holds its first batch.
+  Options o = ResizeOptions("resize(sizes=8:12:16,upgrade=0.3,mode=mixed,final_epochs=1)",
+                            epochs, 24);
+  auto leader = StartLeader(o, 1, 8, n, 16);
+  ASSERT_NE(leader, nullptr);
+  Options first = o;
+  first.batch_size = 8;
+  auto a = Consumer::Attach(leader->leader->address(), first, 0);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  Batch held;
+  ASSERT_TRUE((*a)->Next(&held).ok());
+  ASSERT_EQ(held.info().epoch, 0u);
+  Options late = o;
+  late.batch_size = 5;
+  auto b = Consumer::Attach(leader->leader->address(), late, 1);  // joins during epoch 0
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  held.Release();
+  Seen seen_a, seen_b;
+  std::thread ta(Consume, a->get(), epochs, &seen_a);
+  std::thread tb(Consume, b->get(), epochs, &seen_b);
+  ta.join();
+  tb.join();
+  leader->thread.join();
+  ASSERT_TRUE(leader->status.ok()) << leader->status.ToString();
+  ASSERT_TRUE(seen_b.status.ok()) << seen_b.status.ToString();
+  std::map<uint64_t, int64_t> got;
+  for (const SeenBatch& sb : seen_b.batches) got[sb.epoch] += 1;
+  ASSERT_EQ(got.count(0), 0u) << "the late consumer starts at the next epoch";
+  ASSERT_EQ(got.size(), size_t(epochs - 1));
+  for (const auto& [epoch, count] : got) {
+    EXPECT_EQ(seen_b.announced[epoch], count) << "BatchesPerEpoch(" << epoch << ")";
+    EXPECT_EQ(seen_b.current.at(epoch), count) << "BatchesPerEpoch() during epoch " << epoch;
+  }
+  EXPECT_NE(seen_b.announced[1], seen_a.announced[1]) << "batch sizes 5 and 8 differ in count";
+}
+
 TEST(ResizeLeaderTest, BadSpecFailsLeaderCreationNamingTheOption) {
   Options o = ResizeOptions("resize(min=8,max=16,upgarde=0.3)", 2, 16);
   o.batch_size = 4;
