@@ -17,6 +17,8 @@
 
 #include "core/log.h"
 #include "node/batch_source.h"
+#include "node/gpu_runtime.h"
+#include "node/gpu_stager.h"
 #include "node/leader.h"
 #include "run/mps.h"
 
@@ -163,12 +165,30 @@ int RunLeaderTask(const TaskContext& t) {
                             kind == shm::LossKind::kHeartbeat ? "stopped heart-beating"
                                                               : "died (its connection closed)"));
   });
+  // The GPU data plane (option gpu, docs/gpu.md): with trainers placed on GPUs, stage the
+  // batches on this task's GPU 0; trainers map them with AttachGpuFromEnvironment.
+  std::unique_ptr<node::GpuStager> stager;
+  if (!t.plan.node_gpus.empty()) {
+    std::string note;
+    auto s = node::StageOnGpu(node::StagingTarget::Of(*l), t.options, nullptr, &note);
+    if (!s.ok()) {
+      std::fprintf(stderr, "batchcast-run: leader %s: %s\n", TaskName(t).c_str(),
+                   s.status().message().c_str());
+      return 1;
+    }
+    stager = std::move(s).value();
+    BC_LOG(Info, Cuda, "batchcast-run: leader of node {}: {}", t.plan.node_id, note);
+  }
   BC_LOG(Info, Init, "batchcast-run: leader of node {} on @{}: waiting for {} trainer(s)",
          t.plan.node_id, t.plan.socket_name, t.plan.trainers_on_node);
   Status run_status;
   std::thread producer([&] { run_status = l->Run(); });
   int own = t.plan.trains() ? RunOwnTrainer(t, state.get()) : 0;
   producer.join();
+  if (stager) {
+    Status st = stager->Finish();
+    if (run_status.ok()) run_status = st;
+  }
   if (run_status.ok() && state->Failure().empty())
     run_status = l->WaitUntilEmpty(24LL * 3600 * 1000);
   node::LeaderStats stats = l->stats();

@@ -76,6 +76,11 @@ Status StagerConfigFromOptions(const Options& options, GpuStagerConfig* config) 
 Result<std::unique_ptr<GpuStager>> StageServiceOnGpu(Service& service, const Options& options,
                                                      telemetry::Collector* collector,
                                                      std::string* note) {
+  return StageOnGpu(StagingTarget::Of(service), options, collector, note);
+}
+
+Result<std::unique_ptr<GpuStager>> StageOnGpu(const StagingTarget& target, const Options& options,
+                                              telemetry::Collector* collector, std::string* note) {
   BC_ASSIGN_OR_RETURN(GpuMode mode, ParseGpuMode(options.gpu));
   BC_ASSIGN_OR_RETURN(GpuDecision d, DecideGpuPath(mode, mode == GpuMode::kOff ? GpuProbe{}
                                                                                : Probe()));
@@ -85,16 +90,16 @@ Result<std::unique_ptr<GpuStager>> StageServiceOnGpu(Service& service, const Opt
   BC_RETURN_IF_ERROR(StagerConfigFromOptions(options, &cfg));
   cfg.device = 0;
   cfg.collector = collector;
-  auto stager = GpuStager::Create(StagingTarget::Of(service), cfg);
+  auto stager = GpuStager::Create(target, cfg);
   if (!stager.ok()) {
     if (mode == GpuMode::kOn)
-      return stager.status().WithContext("gpu=on, but the service cannot stage on GPU 0");
-    *note = "gpu=auto: host path (the service cannot stage on GPU 0: " +
+      return stager.status().WithContext("gpu=on, but the leader cannot stage on GPU 0");
+    *note = "gpu=auto: host path (the leader cannot stage on GPU 0: " +
             stager.status().message() + ")";
     return std::unique_ptr<GpuStager>();
   }
   BC_ASSIGN_OR_RETURN(std::string bus, cuda::DevicePciBusId(0));
-  *note = fmt::format("device path: batches staged on GPU 0 ({}); trials map them with "
+  *note = fmt::format("device path: batches staged on GPU 0 ({}); trainers map them with "
                       "GpuConsumer::Attach (peer copy from other GPUs)", bus);
   return stager;
 }

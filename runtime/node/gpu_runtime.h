@@ -45,11 +45,15 @@ struct GpuStagerConfig;
 // The stager settings an Options asks for: gpu_finish with its mean / std.
 Status StagerConfigFromOptions(const Options& options, GpuStagerConfig* config);
 
-// `batchcast serve` (dynamic membership): with gpu=auto|on and a visible device, stages
-// the service's batches on visible device 0 of the service process (CUDA_VISIBLE_DEVICES
-// picks it). Trials on that GPU map the slots in place; trials on other GPUs take the
-// peer-copy path (no NCCL: members come and go). Null with an ok status on the host path
-// (`note` says why); gpu=on without a device is an error.
+struct StagingTarget;
+
+// Leaders without MPI membership (`batchcast serve`, the `batchcast-run` leader task): with
+// gpu=auto|on and a visible device, stages the batches on visible device 0 of this process
+// (CUDA_VISIBLE_DEVICES picks it). Trainers on that GPU map the slots in place; trainers
+// on other GPUs take the peer-copy path (no NCCL: no communicator to build). Null with an
+// ok status on the host path (`note` says why); gpu=on without a device is an error.
+Result<std::unique_ptr<GpuStager>> StageOnGpu(const StagingTarget& target, const Options& options,
+                                              telemetry::Collector* collector, std::string* note);
 Result<std::unique_ptr<GpuStager>> StageServiceOnGpu(Service& service, const Options& options,
                                                      telemetry::Collector* collector,
                                                      std::string* note);

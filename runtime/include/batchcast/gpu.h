@@ -21,6 +21,7 @@
 #include "batchcast/batch.h"
 #include "batchcast/consumer.h"
 #include "batchcast/export.h"
+#include "batchcast/options.h"
 #include "batchcast/status.h"
 
 namespace batchcast {
@@ -113,5 +114,14 @@ BATCHCAST_API Result<int> GpuForLocalRank(int local_rank, int trainers_per_gpu, 
 // GpuForLocalRank with the placement (or the launcher's environment) and this process's
 // visible devices (CUDA_VISIBLE_DEVICES applies). "no CUDA device visible: ..." without one.
 BATCHCAST_API Result<int> SelectGpu(const GpuPlacement& placement);
+
+// The device side of AttachFromEnvironment, for a trainer started by batchcast-run: maps the
+// slots of the node leader at BATCHCAST_ADDRESS on this process's GPU (SelectGpu with
+// options.trainers_per_gpu; the launcher pins one GPU per trainer). kFailedPrecondition
+// with gpu=off or without BATCHCAST_ADDRESS; kUnavailable "no CUDA device visible: ..."
+// without a device; "gpu: the leader publishes no device slots ..." when the leader
+// stages none (its gpu=off, or no GPU on its side): fall back to the host Batch then.
+BATCHCAST_API Result<std::unique_ptr<GpuConsumer>> AttachGpuFromEnvironment(
+    Consumer& consumer, const Options& options);
 
 }  // namespace batchcast
