@@ -58,6 +58,17 @@ Status CudaDeviceMap::Init() {
   BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), fmt::format("gpu: select device {}", device_));
   BC_ASSIGN_OR_RETURN(std::string mine, DevicePciBusId(device_));
   peer_ = mine != lease_.table.pci_bus_id;
+  if (peer_) {
+    // Opening another GPU's allocation by IPC needs that GPU visible here; fail at attach,
+    // naming it, rather than at the first batch.
+    auto holder = DeviceByPciBusId(lease_.table.pci_bus_id);
+    if (!holder.ok())
+      return FailedPreconditionError(
+          "gpu: the leader's device slots are on GPU {}, which this process does not see, so "
+          "the peer-copy path cannot open them ({}); make that GPU visible too (e.g. list both "
+          "in CUDA_VISIBLE_DEVICES) or use the host batches",
+          lease_.table.pci_bus_id, holder.status().message());
+  }
   BC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&lane_stream_, cudaStreamNonBlocking),
                           "gpu: create the consumer's lane stream");
   slots_.resize(lease_.table.num_slots);
