@@ -3,7 +3,7 @@
 // NCCL broadcast of a staged device slot from the GPU that holds it to one rank on each
 // other GPU of the node (MPI jobs, where the set of GPUs is fixed at start). The
 // communicator's unique id is plain bytes: the root creates it and the job's node
-// communicator broadcasts it with MPI before Create() (node/gpu_nccl.h does that).
+// communicator broadcasts it with MPI before Create() (node/gpu_runtime.cc does that).
 // NCCL picks NVLink/NVSwitch or PCIe itself; Debian's Open MPI is not CUDA-aware, so
 // device buffers never go through MPI.
 #pragma once
