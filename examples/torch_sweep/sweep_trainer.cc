@@ -473,7 +473,8 @@ void Report(const DemoFlags& flags, const Options& o, MPI_Comm trainers, const T
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;  // replicate mode across nodes exchanges from the leader thread
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   torch::set_num_threads(1);
   torch::set_num_interop_threads(1);

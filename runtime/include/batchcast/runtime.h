@@ -5,7 +5,7 @@
 // rank 0 of each node its leader, and hands every other rank a Consumer and a
 // trainers-only communicator for its own allreduce/DDP.
 //
-//   MPI_Init(&argc, &argv);
+//   int provided; MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
 //   auto rt = batchcast::Runtime::Create(options).value();
 //   if (!rt->is_trainer()) return rt->Serve().ok() ? 0 : 1;   // leader ranks
 //   for (auto& batch : rt->consumer()) { ... }                // trainer ranks
