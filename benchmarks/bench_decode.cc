@@ -198,11 +198,20 @@ class Config {
   int64_t decode_ns_ = 0, transform_ns_ = 0;
 };
 
+pipeline::ImageDecoder CreateDecoder() {
+  auto d = pipeline::ImageDecoder::Create();
+  if (!d.ok()) {
+    std::fprintf(stderr, "bench_decode: %s\n", d.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(d).value();
+}
+
 // Decode only (no transform): every image of the set at scale_num/8, RGB, 1 thread.
 class DecodeOnly {
  public:
   DecodeOnly(int scale_num, const std::vector<std::vector<uint8_t>>* set)
-      : scale_num_(scale_num), set_(set), decoder_(std::move(*pipeline::ImageDecoder::Create())) {}
+      : scale_num_(scale_num), set_(set), decoder_(CreateDecoder()) {}
   void Epoch() {
     double t0 = NowSeconds();
     for (const auto& bytes : *set_) {
