@@ -154,9 +154,8 @@ KResult RunK(int k, const char* self, double pinned_bw) {
   r.h2d_mb_per_delivered = delivered ? double(rs.h2d_bytes) / delivered / 1e6 : 0;
   r.wait_frac = wall ? double(wait) / double(wall) : 0;
   // The ring's own pinned memory (the registered memfd mapping) into its device slot.
-  const auto* h = leader->ring().header();
-  r.bw_ratio = CopyBandwidth(shm::SlotData(const_cast<shm::SegmentHeader*>(h), 0),
-                             stager->ring().device_slot(0), h->slot_bytes) / pinned_bw;
+  r.bw_ratio = CopyBandwidth(leader->ring().data_base(), stager->ring().device_slot(0),
+                             leader->ring().config().slot_bytes) / pinned_bw;
   return r;
 }
 #endif

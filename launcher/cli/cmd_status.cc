@@ -21,6 +21,8 @@ const char* StateName(uint32_t s) {
     case shm::MemberState::kJoining: return "joining";
     case shm::MemberState::kActive: return "active";
     case shm::MemberState::kLeaving: return "leaving";
+    case shm::MemberState::kDraining: return "draining";  // done; still holds batches
+    case shm::MemberState::kEvicted: return "evicted";    // no heartbeat; holds its batches
     default: return "free";
   }
 }

@@ -72,6 +72,7 @@ const std::vector<Entry>& Registry() {
       BC_ENUM(mode, "replicate|shard", "across nodes: replicate (every trainer sees the whole stream; node leaders split the decode and exchange it over MPI) or shard (data-parallel: each trainer gets a disjoint part of every global batch)"),
       BC_OPT(job_id, kString, "job identity used in segment and socket names (default: Slurm/Open MPI job id or leader pid)"),
       BC_OPT(heartbeat_ms, kDuration, "a consumer that shows no sign of life for this long is detached; accepts ms/s/m suffixes"),
+      BC_OPT(allowed_leader_uid, kInt, "consumers attach only to a leader of their own uid, or of this one (-1 = own uid only): an abstract socket can be taken by any local user"),
       BC_ENUM(gpu, "auto|off|on", "GPU data plane (docs/gpu.md): auto = trainers that see a CUDA device get device batches (one H2D copy per GPU, CUDA IPC, NCCL to other GPUs), else the host path with one log line; on = the same but no device is an error; off = host path only"),
       BC_OPT(trainers_per_gpu, kInt, "trainers sharing one GPU: trainer with local index r uses GPU r / k (0 = spread the node's trainers evenly over the visible GPUs)"),
       BC_OPT(gpu_finish, kBool, "with the GPU data plane: turn uint8 images into normalised float32 CHW (mean/std options) once per GPU by a CUDA kernel instead of per trainer"),

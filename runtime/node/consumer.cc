@@ -18,6 +18,7 @@
 #include "schedule/resize_schedule.h"
 #include "schedule/resize_spec.h"
 #include "transport/shm/carving.h"
+#include "transport/shm/control.h"
 #include "transport/shm/futex.h"
 #include "transport/shm/ring_consumer.h"
 #include "node/consumer_internal.h"
@@ -33,15 +34,26 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   int rank = -1;
 
   std::mutex mu;
-  const shm::SlotDesc* cur = nullptr;  // producer batch being carved
+  shm::AcquiredBatch cur;              // producer batch being carved (cur.desc == null: none)
   shm::CarvePlan plan;
   uint32_t carve_b = 0;                // this consumer's batch size for `cur` (resize-scaled)
   uint32_t next_carve = 0;
-  std::map<uint64_t, int> slot_refs;   // seq -> batches alive (+1 while still carving)
+  struct SlotRef {
+    shm::AcquiredBatch batch;
+    int refs = 0;                      // batches alive (+1 while still carving)
+  };
+  std::map<uint64_t, SlotRef> slot_refs;  // seq -> producer batch held
+  struct Held {
+    uint64_t epoch = 0, index = 0, seq = 0;
+  };
+  std::map<uint64_t, Held> held;       // serial -> consumer batch alive (error messages)
+  uint64_t next_serial = 0;
   int outstanding = 0;                 // consumer batches alive
+  bool in_next = false;                // a Next() is blocked without the lock
   bool admitted = false;
-  bool finished = false;
-  bool detached = false;
+  bool finished = false;               // no more batches for this consumer
+  bool drained = false;                // the leader was told (it no longer addresses us)
+  bool detached = false;               // left the stream: nothing may be released any more
   uint64_t first_epoch = ~0ULL;
   uint64_t epoch = ~0ULL;
   uint64_t index_in_epoch = 0;
@@ -50,8 +62,6 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   ConsumerStats stats;
   telemetry::Collector* collector = nullptr;
   std::function<void(const Status&)> error_handler;
-  // Progressive resizing: this consumer's batches per stream epoch, derived once from the
-  // schedule the segment header names (resize_mu guards them; derived = true once tried).
   // What this consumer received per image size in the current epoch (progressive
   // resizing; annotated into telemetry at the epoch's end): size -> batches, samples,
   // batch size, LR factor.
@@ -60,6 +70,8 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
     float lr = 1.0f;
   };
   std::map<int32_t, SizeMix> epoch_mix;
+  // Progressive resizing: this consumer's batches per stream epoch, derived once from the
+  // schedule the segment header names (resize_mu guards them; derived = true once tried).
   std::mutex resize_mu;
   bool resize_derived = false;
   std::vector<int64_t> resize_batches;
@@ -68,25 +80,49 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   void UnrefLocked(uint64_t seq) {
     auto it = slot_refs.find(seq);
     if (it == slot_refs.end()) return;
-    if (--it->second == 0) {
+    if (--it->second.refs == 0) {
+      if (!detached) ring->Release(it->second.batch);
       slot_refs.erase(it);
-      if (!detached) ring->Release(seq);
     }
   }
-  void DetachLocked() {
-    if (detached) return;
+  // Lifecycle (docs/data-plane.md): a consumer that is done drains at once (the leader
+  // stops addressing it, so it never holds the others back) and leaves only when its last
+  // batch view is gone (the leader never reuses a slot it may still read).
+  void DrainLocked() {
+    if (drained || detached) return;
+    drained = true;
+    Status st = ring->Drain();
+    if (!st.ok()) BC_LOG(Warn, Node, "consumer: drain: {}", st.message());
+  }
+  void MaybeDetachLocked() {
+    if (!finished || detached) return;
+    DrainLocked();
+    if (outstanding > 0 || !slot_refs.empty() || in_next) return;
     detached = true;
     Status st = ring->Detach();
     if (!st.ok()) BC_LOG(Warn, Node, "consumer: detach: {}", st.message());
   }
-  void MaybeDetachLocked() {
-    if (finished && outstanding == 0) DetachLocked();
+  void FinishLocked() {
+    finished = true;
+    if (cur.desc != nullptr) {  // the rest of the producer batch is not needed any more
+      UnrefLocked(cur.seq);
+      cur = shm::AcquiredBatch();
+    }
+    MaybeDetachLocked();
+  }
+  std::string HeldList() const {
+    std::string out;
+    for (const auto& [serial, h] : held)
+      out += fmt::format("{}epoch {} batch {} (producer batch {})", out.empty() ? "" : ", ",
+                         h.epoch, h.index, h.seq);
+    return out;
   }
 };
 
 struct BatchRef {
   std::shared_ptr<ConsumerCore> core;
   uint64_t seq = 0;
+  uint64_t serial = 0;
   int64_t acquired_ns = 0;
   ~BatchRef() {
     if (telemetry::Collector* tc = core->collector) {
@@ -96,6 +132,7 @@ struct BatchRef {
     }
     std::lock_guard<std::mutex> lock(core->mu);
     --core->outstanding;
+    core->held.erase(serial);
     core->UnrefLocked(seq);
     core->MaybeDetachLocked();
   }
@@ -107,8 +144,8 @@ telemetry::Collector* ConsumerAccess::GetCollector(const Consumer& c) {
   return c.core_->collector;
 }
 
-const shm::SegmentHeader* ConsumerAccess::Segment(const Consumer& c) {
-  return c.core_->ring ? c.core_->ring->header() : nullptr;
+const shm::SegmentView* ConsumerAccess::Segment(const Consumer& c) {
+  return c.core_->ring ? &c.core_->ring->view() : nullptr;
 }
 
 void ConsumerAccess::SetCollector(Consumer& c, telemetry::Collector* collector) {
@@ -167,8 +204,16 @@ Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
   cfg.rank = rank;
   cfg.name = name;
   cfg.heartbeat_ms = options.heartbeat_ms;
+  cfg.allowed_leader_uid = options.allowed_leader_uid;
   auto ring = shm::RingConsumer::Attach(address, cfg);
   if (!ring.ok()) return ring.status();
+  const shm::StreamHeader* h = (*ring)->header();
+  if (h->stream_epochs > 0 && static_cast<uint64_t>(options.epochs) > h->stream_epochs)
+    return FailedPreconditionError(
+        "this consumer asks for {} epochs but the leader at {} produces {}: it would end early "
+        "with a silently shorter run. Ask for at most {} epochs, or start the leader with "
+        "epochs >= {}", options.epochs, shm::DisplayAddress(address), h->stream_epochs,
+        h->stream_epochs, options.epochs);
   std::unique_ptr<Consumer> c(new Consumer());
   c->core_ = std::make_shared<internal::ConsumerCore>();
   c->core_->ring = std::move(ring).value();
@@ -181,15 +226,14 @@ Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
 Consumer::~Consumer() {
   if (!core_) return;
   std::lock_guard<std::mutex> lock(core_->mu);
-  core_->finished = true;
-  // Batches still alive keep the mapping; the leader reclaims their slots at detach.
-  core_->DetachLocked();
+  // Batches still alive keep the mapping and their slots: the leader stops addressing
+  // this consumer now and reuses its slots only after the last view is released.
+  core_->FinishLocked();
 }
 
 Status Consumer::Detach() {
   std::lock_guard<std::mutex> lock(core_->mu);
-  core_->finished = true;
-  core_->DetachLocked();
+  core_->FinishLocked();
   return Status::Ok();
 }
 
@@ -211,7 +255,7 @@ void Consumer::SetErrorHandler(std::function<void(const Status&)> handler) {
 namespace {
 
 // Batches per epoch of a consumer of base batch `b` under the resize schedule in `h`.
-std::vector<int64_t> ResizeBatchesPerEpoch(const shm::SegmentHeader* h, int64_t b) {
+std::vector<int64_t> ResizeBatchesPerEpoch(const shm::StreamHeader* h, int64_t b) {
   auto spec = schedule::ParseResizeSpec(std::string(h->resize_spec, strnlen(h->resize_spec,
                                                                            sizeof(h->resize_spec))));
   schedule::ResizeScheduleParams params;
@@ -245,7 +289,7 @@ int64_t Consumer::BatchesPerEpoch() const {
 }
 
 int64_t Consumer::BatchesPerEpoch(uint64_t epoch) const {
-  const shm::SegmentHeader* h = core_->ring->header();
+  const shm::StreamHeader* h = core_->ring->header();
   if (h->resize_spec[0] != '\0') {
     auto& c = *core_;
     std::lock_guard<std::mutex> lock(c.resize_mu);
@@ -298,6 +342,9 @@ Status Consumer::Next(Batch* out) {
   auto& c = *core_;
   out->Release();  // before locking: releasing takes the lock itself
   std::unique_lock<std::mutex> lock(c.mu);
+  if (c.in_next)
+    return FailedPreconditionError("consumer: Next() is already running in another thread; "
+                                   "call it from one thread at a time");
   if (c.finished) {
     c.MaybeDetachLocked();
     return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
@@ -305,39 +352,56 @@ Status Consumer::Next(Batch* out) {
   if (!c.status.ok()) return c.status;
   if (c.outstanding >= c.options.buffer_depth)
     return FailedPreconditionError(
-        "consumer holds {} unreleased batches (buffer_depth={}); release one (destroy the Batch "
-        "or its tensors) before asking for the next",
-        c.outstanding, c.options.buffer_depth);
+        "consumer holds {} unreleased batches (buffer_depth={}): {}. Release one (destroy the "
+        "Batch or its tensors; keep a copy, e.g. tensor.clone(), of what you need longer) "
+        "before asking for the next, or attach with a larger buffer_depth",
+        c.outstanding, c.options.buffer_depth, c.HeldList());
   auto fail = [&](Status st) {
-    if (st.code() == StatusCode::kEndOfStream) {
-      c.finished = true;
+    if (c.finished) {  // Detach() or the destructor from another thread while we waited
       c.MaybeDetachLocked();
+      return Status(StatusCode::kEndOfStream, "this consumer was detached");
+    }
+    if (st.code() == StatusCode::kEndOfStream) {
+      c.FinishLocked();
     } else {
       c.status = st;
     }
     return st;
   };
+  // Blocking calls run without the lock, so releases (a tensor deleter, another thread)
+  // never wait behind a Next() that waits for data.
+  auto unlocked = [&](auto&& fn) {
+    c.in_next = true;
+    lock.unlock();
+    auto r = fn();
+    lock.lock();
+    c.in_next = false;
+    return r;
+  };
   if (!c.admitted) {
-    auto start = c.ring->WaitAdmitted(c.options.heartbeat_ms * 6);
+    // No deadline: a late joiner may wait for the next epoch however long it is; the wait
+    // fails only if the leader fails, ends, dies or stops beating.
+    auto start = unlocked([&] { return c.ring->WaitAdmitted(-1); });
     if (!start.ok()) return fail(start.status());
+    if (c.finished) return fail(Status::Ok());
     c.admitted = true;
   }
   const uint32_t base_b = static_cast<uint32_t>(c.options.batch_size);
-  if (c.cur == nullptr || c.next_carve == c.plan.count) {
-    if (c.cur != nullptr) {
-      c.UnrefLocked(c.cur->seq);
-      c.cur = nullptr;
-    }
+  while (c.cur.desc == nullptr) {
     int64_t waited = 0;
-    auto desc = c.ring->Acquire(&waited);
-    if (!desc.ok()) return fail(desc.status());
-    const shm::SlotDesc* d = *desc;
-    c.slot_refs[d->seq] = 1;
+    auto acquired = unlocked([&] { return c.ring->Acquire(&waited); });
+    if (!acquired.ok()) return fail(acquired.status());
+    const shm::AcquiredBatch a = *acquired;
+    const shm::SlotDesc* d = a.desc;
+    c.slot_refs[a.seq] = internal::ConsumerCore::SlotRef{a, 1};
+    if (c.finished) {  // detached while we waited: give it back unread
+      c.UnrefLocked(a.seq);
+      return fail(Status::Ok());
+    }
     if (c.first_epoch == ~0ULL) c.first_epoch = d->epoch;
     if (d->epoch >= c.first_epoch + static_cast<uint64_t>(c.options.epochs)) {
-      c.UnrefLocked(d->seq);
-      c.finished = true;
-      c.MaybeDetachLocked();
+      c.UnrefLocked(a.seq);
+      c.FinishLocked();
       return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
     }
     if (d->epoch != c.epoch) {
@@ -346,7 +410,6 @@ Status Consumer::Next(Batch* out) {
       c.epoch_repeats = 0;
       c.epoch_mix.clear();
     }
-    c.cur = d;
     // Progressive resizing scales this consumer's batch with the batch's image size.
     c.carve_b = shm::ScaledConsumerBatch(base_b, d->scale_num, d->scale_den, d->scale_cap);
     c.plan = shm::PlanCarves(d->seq, d->num_samples, d->tail, c.carve_b,
@@ -361,14 +424,13 @@ Status Consumer::Next(Batch* out) {
     out->info_.wait_ns = waited;
     out->info_.handoff_ns = waited > 0 ? shm::MonotonicNs() - d->publish_ns : 0;
     if (c.plan.count == 0) {  // every sample of this producer batch was skipped
-      c.UnrefLocked(d->seq);
-      c.cur = nullptr;
-      lock.unlock();
-      return Next(out);
+      c.UnrefLocked(a.seq);
+      continue;
     }
+    c.cur = a;
   }
-  const shm::SlotDesc* d = c.cur;
-  const uint8_t* data = c.ring->Data(d);
+  const shm::SlotDesc* d = c.cur.desc;
+  const uint8_t* data = c.cur.data;
   uint32_t carve = c.plan.order[c.next_carve++];
   const uint32_t b = c.carve_b;
   FillImages(d, data, c.plan, carve, b, &out->images_, &out->info_);
@@ -386,11 +448,13 @@ Status Consumer::Next(Batch* out) {
   out->info_.index = c.index_in_epoch++;
   bool last_carve = c.next_carve == c.plan.count;
   out->info_.last_in_epoch = last_carve && (d->flags & shm::kLastInEpoch);
-  c.slot_refs[d->seq] += 1;
+  c.slot_refs[d->seq].refs += 1;
   ++c.outstanding;
   auto ref = std::make_shared<internal::BatchRef>();
   ref->core = core_;
   ref->seq = d->seq;
+  ref->serial = c.next_serial++;
+  c.held[ref->serial] = internal::ConsumerCore::Held{d->epoch, out->info_.index, d->seq};
   ref->acquired_ns = shm::MonotonicNs();
   out->ref_ = std::move(ref);
   if (c.collector != nullptr) {
@@ -415,7 +479,7 @@ Status Consumer::Next(Batch* out) {
   c.ring->RecordBatch();
   if (last_carve) {
     c.UnrefLocked(d->seq);  // the carving reference
-    c.cur = nullptr;
+    c.cur = shm::AcquiredBatch();
   }
   if (out->info_.last_in_epoch) {
     c.stats.epochs_completed += 1;
@@ -429,7 +493,9 @@ Status Consumer::Next(Batch* out) {
         line += fmt::format(" @{} {} x {} lr x{:.3g};", size, m.batches, m.batch, m.lr);
       c.collector->Annotate(line);
     }
-    if (c.stats.epochs_completed >= c.options.epochs) c.finished = true;
+    // Done: drain now, so that a batch kept after the loop (a loop variable) never holds
+    // the other consumers back; the slot stays ours until that batch is released.
+    if (c.stats.epochs_completed >= c.options.epochs) c.FinishLocked();
   }
   return Status::Ok();
 }

@@ -8,7 +8,7 @@ namespace batchcast::telemetry {
 class Collector;
 }
 namespace batchcast::shm {
-struct SegmentHeader;
+struct SegmentView;
 }
 
 namespace batchcast::internal {
@@ -17,8 +17,8 @@ struct ConsumerAccess {
   // Records this consumer's events into `collector` (not owned; must outlive the batches).
   static void SetCollector(Consumer& consumer, telemetry::Collector* collector);
   static telemetry::Collector* GetCollector(const Consumer& consumer);
-  // The mapped segment (GPU staging maps host view pointers to device slots with it).
-  static const shm::SegmentHeader* Segment(const Consumer& consumer);
+  // The mapped segments (GPU staging maps host view pointers to device slots with them).
+  static const shm::SegmentView* Segment(const Consumer& consumer);
 };
 
 }  // namespace batchcast::internal

@@ -19,7 +19,7 @@ namespace internal {
 class GpuConsumerCore {
  public:
   Consumer* consumer = nullptr;
-  const shm::SegmentHeader* segment = nullptr;
+  const shm::SegmentView* segment = nullptr;
   std::unique_ptr<cuda::DeviceMap> map;
   std::mutex mu;  // the map's lane stream and counters
   int64_t batches = 0;
@@ -61,15 +61,15 @@ DeviceTensorView DeviceView(const TensorView& host, uint8_t* data, int device) {
 Status GpuConsumerCore::ToDevice(std::shared_ptr<GpuConsumerCore> self, Batch&& batch,
                                  void* stream, DeviceBatch* out) {
   if (!batch.valid()) return InvalidArgumentError("gpu: ToDevice of an empty batch");
-  auto* h = const_cast<shm::SegmentHeader*>(segment);
-  const uint8_t* base0 = shm::SlotData(h, 0);
+  const shm::SegmentView& v = *segment;
+  const uint8_t* base0 = v.data(0);
   const auto* img = static_cast<const uint8_t*>(batch.images().data);
-  if (img < base0 || img >= base0 + uint64_t(h->num_slots) * h->slot_bytes)
+  if (img < base0 || img >= base0 + uint64_t(v.geo.max_slots) * v.geo.slot_bytes)
     return InternalError("gpu: batch {} does not lie in the leader's ring",
                          batch.info().producer_seq);
-  const uint32_t slot = static_cast<uint32_t>((img - base0) / h->slot_bytes);
-  const uint8_t* slot_base = shm::SlotData(h, slot);
-  const shm::SlotDesc& d = shm::Slots(h)[slot].desc;
+  const uint32_t slot = static_cast<uint32_t>((img - base0) / v.geo.slot_bytes);
+  const uint8_t* slot_base = v.data(slot);
+  const shm::SlotDesc& d = v.slot(slot).desc;
   cuda::SlotRange ranges[3];
   const int nr = node::SlotRanges(d, ranges);
   uint8_t* dev = nullptr;

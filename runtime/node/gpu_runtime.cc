@@ -217,9 +217,8 @@ Result<std::unique_ptr<GpuRuntime>> GpuRuntime::Setup(const GpuRuntimeInput& in)
       std::snprintf(v.message, sizeof v.message, "%s", ls.message().c_str());
       g->stager_.reset();
     } else {
-      shm::SegmentHeader* h = in.leader->ring().header();
-      v.num_slots = h->num_slots;
-      v.slot_bytes = h->slot_bytes;
+      v.num_slots = in.leader->ring().max_slots();
+      v.slot_bytes = in.leader->ring().config().slot_bytes;
       std::memcpy(v.nccl_id, id.data(), std::min(id.size(), sizeof v.nccl_id));
     }
   }

@@ -27,15 +27,15 @@ StagingTarget StagingTarget::Of(Service& service) {
 
 cuda::DeviceRingConfig GpuStager::RingConfigFor(shm::RingLeader& ring,
                                                 const GpuStagerConfig& config) {
-  shm::SegmentHeader* h = ring.header();
+  // Device slot i mirrors host slot i of the leader's pool.
   cuda::DeviceRingConfig rc;
   rc.device = config.device;
-  rc.num_slots = h->num_slots;
-  rc.host_slot_bytes = h->slot_bytes;
-  rc.host_slots = shm::SlotData(h, 0);
+  rc.num_slots = ring.max_slots();
+  rc.host_slot_bytes = ring.config().slot_bytes;
+  rc.host_slots = ring.data_base();
   if (config.finish) {
     // Floats of every byte of the slot bound the finished images (4 bytes per uint8).
-    rc.finished_bytes = h->slot_bytes * sizeof(float);
+    rc.finished_bytes = ring.config().slot_bytes * sizeof(float);
     rc.finish_channels = 3;
   }
   return rc;

@@ -120,13 +120,7 @@ void Service::Stop(const std::string& why) {
   ring_->Fail("service stopped: " + why);
 }
 
-uint64_t Service::MaskOf(shm::MemberState state) const {
-  uint64_t mask = 0;
-  const shm::SegmentHeader* h = ring_->header();
-  for (uint32_t i = 0; i < shm::kMaxConsumers; ++i)
-    if (h->consumers[i].state.load() == static_cast<uint32_t>(state)) mask |= 1ULL << i;
-  return mask;
-}
+uint64_t Service::MaskOf(shm::MemberState state) const { return ring_->MemberMask(state); }
 
 void Service::WaitForMembers() {
   idle_.store(1);

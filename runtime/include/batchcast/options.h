@@ -59,6 +59,7 @@ struct BATCHCAST_API Options {
                                    // stream) | shard (data-parallel); docs/multinode.md
   std::string job_id;           // identity in segment names (default: from Slurm/MPI/pid)
   int64_t heartbeat_ms = 10000; // a consumer silent this long is detached
+  int allowed_leader_uid = -1;  // consumers also trust a leader of this uid (-1: own uid only)
 
   // --- GPU data plane (docs/gpu.md) ---
   std::string gpu = "auto";     // auto | off | on: stage batches on the trainers' GPUs

@@ -37,11 +37,17 @@ Result<int> ListenAbstract(const std::string& name) {
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     int err = errno;
     close(fd);
-    if (err == EADDRINUSE)
+    if (err == EADDRINUSE) {
+      auto holder = ListenerOf(name);
+      std::string who = holder.ok() ? fmt::format("pid {} (uid {}{})", holder->pid, holder->uid,
+                                                  holder->uid == getuid() ? ", you" : ", another user")
+                                    : std::string("a process that does not answer");
       return MakeError(StatusCode::kResourceExhausted,
-                       "control socket {} is already in use by another Batchcast leader on this "
-                       "node (same user and job id?); choose another --job-id",
-                       DisplayAddress(name));
+                       "control socket {} is already taken by {} on this node: another Batchcast "
+                       "leader or service with the same address runs there; stop it "
+                       "(`batchcast status {}` shows it) or choose another --job-id / address",
+                       DisplayAddress(name), who, DisplayAddress(name));
+    }
     return ErrnoError(err, "control socket: bind {}", DisplayAddress(name));
   }
   if (listen(fd, 128) != 0) {
@@ -85,21 +91,30 @@ Result<PeerCred> GetPeerCred(int fd) {
   return PeerCred{cred.pid, cred.uid};
 }
 
-Status SendMessage(int fd, const void* msg, size_t len, int pass_fd) {
+Result<PeerCred> ListenerOf(const std::string& name) {
+  BC_ASSIGN_OR_RETURN(int fd, ConnectAbstract(name));
+  auto cred = GetPeerCred(fd);
+  close(fd);
+  return cred;
+}
+
+Status SendMessage(int fd, const void* msg, size_t len, int pass_fd, int pass_fd2) {
   iovec iov{const_cast<void*>(msg), len};
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  if (pass_fd >= 0) {
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  const int fds[2] = {pass_fd, pass_fd2};
+  const int nfds = pass_fd < 0 ? 0 : (pass_fd2 < 0 ? 1 : 2);
+  if (nfds > 0) {
     std::memset(control, 0, sizeof(control));
     mh.msg_control = control;
-    mh.msg_controllen = sizeof(control);
+    mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
     cmsghdr* cm = CMSG_FIRSTHDR(&mh);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+    cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    std::memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
   }
   ssize_t n = RetryEintr([&] { return sendmsg(fd, &mh, MSG_NOSIGNAL); });
   if (n < 0) return ErrnoError(errno, "control socket: send");
@@ -108,8 +123,10 @@ Status SendMessage(int fd, const void* msg, size_t len, int pass_fd) {
   return Status::Ok();
 }
 
-Status RecvMessage(int fd, void* msg, size_t len, int* received_fd, int64_t timeout_ms) {
+Status RecvMessage(int fd, void* msg, size_t len, int* received_fd, int64_t timeout_ms,
+                   int* received_fd2) {
   if (received_fd) *received_fd = -1;
+  if (received_fd2) *received_fd2 = -1;
   if (timeout_ms >= 0) {
     pollfd p{fd, POLLIN, 0};
     int rc = RetryEintr([&] { return poll(&p, 1, static_cast<int>(timeout_ms)); });
@@ -120,17 +137,22 @@ Status RecvMessage(int fd, void* msg, size_t len, int* received_fd, int64_t time
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
   mh.msg_control = control;
   mh.msg_controllen = sizeof(control);
   ssize_t n = RetryEintr([&] { return recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL); });
   if (n < 0) return ErrnoError(errno, "control socket: receive");
+  int* wanted[2] = {received_fd, received_fd2};
+  int taken = 0;
   for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr; cm = CMSG_NXTHDR(&mh, cm)) {
     if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-      int got;
-      std::memcpy(&got, CMSG_DATA(cm), sizeof(int));
-      if (received_fd) *received_fd = got;
-      else close(got);
+      const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int got;
+        std::memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+        if (taken < 2 && wanted[taken] != nullptr) *wanted[taken++] = got;
+        else close(got);  // never leak a descriptor nobody asked for
+      }
     }
   }
   if (n == 0) return UnavailableError("control socket: peer closed the connection");

@@ -17,7 +17,7 @@
 namespace batchcast::shm {
 
 constexpr uint32_t kControlMagic = 0x42434331;  // "BCC1"
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;  // 2: two segments, drain, member messages carry a position
 
 enum class MessageType : uint32_t {
   kJoin = 1,
@@ -25,6 +25,7 @@ enum class MessageType : uint32_t {
   kLeave = 3,
   kStatus = 4,       // a status query (`batchcast status`): a JoinRequest-sized message
   kStatusReply = 5,
+  kDrain = 6,        // the member is done: stop addressing it; it keeps what it holds
 };
 
 struct JoinRequest {
@@ -44,20 +45,25 @@ struct JoinReply {
   uint32_t magic;
   uint32_t version;
   uint32_t type;  // kJoinReply
-  int32_t code;   // StatusCode; 0 = accepted, the memfd is attached
+  int32_t code;   // StatusCode; 0 = accepted: the stream and control memfds are attached
   uint32_t consumer_id;
   uint32_t reserved;
   uint64_t generation;
-  uint64_t segment_bytes;
+  uint64_t segment_bytes;  // the stream segment
+  uint64_t control_bytes;  // the control segment
   char message[256];
 };
 
-struct LeaveRequest {
+// What a joined member sends: kLeave (it is gone: free everything it holds) or kDrain
+// (stop addressing it from `position` on; the slots it holds stay until it releases them).
+struct MemberMessage {
   uint32_t magic;
   uint32_t version;
-  uint32_t type;  // kLeave
+  uint32_t type;
   uint32_t reserved;
+  uint64_t position;  // kDrain: the next position it would have acquired
 };
+using LeaveRequest = MemberMessage;
 
 // --- status query (`batchcast status`, docs/service.md) ---
 // A new connection sends either a JoinRequest or a StatusRequest (same size, so the
@@ -128,12 +134,16 @@ struct PeerCred {
   uid_t uid;
 };
 Result<PeerCred> GetPeerCred(int fd);
+// Who listens on the abstract socket `name` (connects and reads the listener's
+// credentials): for "the name is taken by uid U, pid P" messages.
+Result<PeerCred> ListenerOf(const std::string& name);
 
-// Sends/receives exactly one fixed-size message, optionally with one file descriptor.
-Status SendMessage(int fd, const void* msg, size_t len, int pass_fd = -1);
+// Sends/receives exactly one fixed-size message, optionally with one or two file
+// descriptors (SCM_RIGHTS).
+Status SendMessage(int fd, const void* msg, size_t len, int pass_fd = -1, int pass_fd2 = -1);
 // Returns kUnavailable on orderly close by the peer.
 Status RecvMessage(int fd, void* msg, size_t len, int* received_fd = nullptr,
-                   int64_t timeout_ms = -1);
+                   int64_t timeout_ms = -1, int* received_fd2 = nullptr);
 // Receives one fixed-size message that must already be complete (the leader's control
 // thread: a short or partial message is rejected at once instead of blocking the thread
 // that serves every consumer). kUnavailable on close, kCorruptData on a short message,

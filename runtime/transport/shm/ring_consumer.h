@@ -1,10 +1,12 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// The consumer side of the node data plane: joins a leader through its control
-// socket, maps the segment it is handed, waits (futex, no spinning) for published
-// producer batches, and releases them. A heartbeat thread keeps the membership entry
-// alive and watches the socket, so a dead leader is noticed within a heartbeat tick
-// even while the trainer is busy.
+// The consumer side of the node data plane: joins a leader through its control socket
+// (after checking who listens there), maps the stream segment read-only and the control
+// segment read-write, waits (futex, no spinning) for published producer batches, and
+// releases them. A heartbeat thread keeps the membership entry alive and watches the
+// socket, so a dead leader is noticed within a heartbeat tick even while the trainer is
+// busy; waits also watch the leader's own heartbeat, so a stopped or hung leader is
+// noticed too.
 #pragma once
 
 #include <atomic>
@@ -25,57 +27,81 @@ struct ConsumerConfig {
   uint64_t order_seed = 0;
   int rank = -1;
   std::string name;
-  int64_t heartbeat_ms = 10000;
+  int64_t heartbeat_ms = 10000;  // used until the leader's own period is known
   int64_t join_timeout_ms = 60000;
+  // A leader of another uid is refused unless it is this one (-1: only our own uid).
+  int64_t allowed_leader_uid = -1;
+};
+
+// One producer batch a consumer acquired: valid until Release(slot).
+struct AcquiredBatch {
+  uint64_t seq = 0;
+  uint32_t slot = 0;
+  const SlotDesc* desc = nullptr;
+  const uint8_t* data = nullptr;
 };
 
 class RingConsumer {
  public:
   static Result<std::unique_ptr<RingConsumer>> Attach(const std::string& socket_name,
                                                       const ConsumerConfig& config);
-  ~RingConsumer();  // detaches if still attached
+  ~RingConsumer();  // leaves if still attached, then unmaps
   RingConsumer(const RingConsumer&) = delete;
   RingConsumer& operator=(const RingConsumer&) = delete;
 
   // Blocks until the leader admits this consumer; returns its first stream position.
-  Result<uint64_t> WaitAdmitted(int64_t timeout_ms);
+  // No deadline (timeout_ms < 0): a late joiner may wait for the next epoch however long
+  // it takes; the wait fails only when the leader fails, ends, dies or stops beating.
+  Result<uint64_t> WaitAdmitted(int64_t timeout_ms = -1);
 
-  // Blocks until the producer batch at position() is published and returns its
-  // descriptor (valid until Release(seq)); advances position(). kEndOfStream when the
-  // stream ended; kUnavailable naming the cause when the leader failed or vanished.
-  // *waited_ns gets the time spent blocked.
-  Result<const SlotDesc*> Acquire(int64_t* waited_ns);
-  // Bytes of the slot that holds `desc`.
-  const uint8_t* Data(const SlotDesc* desc) const;
-  // Gives a producer batch back; thread-safe; each acquired seq exactly once.
-  void Release(uint64_t seq);
+  // Blocks until the next producer batch addressed to this consumer is published and
+  // returns it (valid until Release); advances position(). kEndOfStream when the stream
+  // ended; kUnavailable naming the cause when the leader failed, vanished or stopped
+  // beating, or when this consumer was evicted. *waited_ns gets the time spent blocked.
+  // Not thread-safe against itself; Release may be called concurrently from any thread.
+  Result<AcquiredBatch> Acquire(int64_t* waited_ns);
+  // Gives a producer batch back; thread-safe; each acquired batch exactly once.
+  void Release(const AcquiredBatch& batch);
 
-  // Leaves the stream cleanly (the leader releases whatever this consumer still holds).
+  // This consumer is done: the leader stops addressing it at once; what it holds stays
+  // valid until released. Idempotent. Acquire fails afterwards.
+  Status Drain();
+  // Leaves the stream (the leader releases whatever this consumer still holds): call only
+  // when no view of its batches is alive. Idempotent.
   Status Detach();
 
   uint64_t position() const { return position_; }
   uint32_t id() const { return id_; }
-  const SegmentHeader* header() const { return header_; }
+  const StreamHeader* header() const { return view_.stream; }
+  const SegmentView& view() const { return view_; }
   const ConsumerConfig& config() const { return config_; }
+  // The leader's heartbeat period, which this consumer follows.
+  int64_t heartbeat_ms() const { return heartbeat_ms_; }
   void RecordBatch();  // bookkeeping shown by the leader (batches taken)
 
  private:
   explicit RingConsumer(const ConsumerConfig& config) : config_(config) {}
   Status Join(const std::string& socket_name);
+  Status CheckLeader(int fd, const std::string& socket_name) const;
+  Status MapSegments(int stream_fd, int control_fd, uint64_t stream_bytes,
+                     uint64_t control_bytes);
   Status CheckAlive() const;
-  Result<const SlotDesc*> AcquireAt(uint64_t seq, int64_t* waited_ns);
+  Result<const SlotDesc*> AcquireAt(uint64_t seq, uint32_t* slot, int64_t* waited_ns);
   void HeartbeatLoop();
+  void MoveTo(uint64_t position);
 
   ConsumerConfig config_;
+  std::string address_;
   int sock_ = -1;
   int stop_fd_ = -1;
-  SegmentHeader* header_ = nullptr;
+  SegmentView view_;
   ConsumerEntry* entry_ = nullptr;
-  uint64_t mapped_bytes_ = 0;
   uint32_t id_ = 0;
   uint64_t generation_ = 0;
   uint64_t position_ = 0;
+  int64_t heartbeat_ms_ = 10000;
   std::atomic<bool> leader_gone_{false};
+  std::atomic<bool> drained_{false};
   std::atomic<bool> detached_{false};
   std::thread heartbeat_;
 };

@@ -34,9 +34,14 @@ void RingLeader::ControlLoop() {
   int64_t tick_ms = std::max<int64_t>(20, std::min<int64_t>(250, config_.heartbeat_ms / 4));
   std::vector<pollfd> fds;
   while (!stop_.load()) {
+    // The leader's sign of life for consumers (a SIGSTOPped or hung leader is noticed).
+    view_.stream->leader_heartbeat_ns.store(MonotonicNs());
     fds.clear();
     fds.push_back({event_fd_, POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    // Out of descriptors: leave new connections in the backlog for a while instead of
+    // spinning on a listen socket that stays readable.
+    const bool accepting = MonotonicNs() >= accept_paused_until_;
+    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
     for (auto& [fd, id] : conn_member_) fds.push_back({fd, POLLIN, 0});
     int rc = poll(fds.data(), fds.size(), static_cast<int>(tick_ms));
     if (rc < 0 && errno != EINTR) {
@@ -46,14 +51,7 @@ void RingLeader::ControlLoop() {
     }
     if (stop_.load()) break;
     if (rc > 0) {
-      if (fds[1].revents & POLLIN) {
-        auto conn = AcceptConnection(listen_fd_);
-        if (conn.ok()) {
-          conn_member_[*conn] = -1;
-          handshake_since_[*conn] = MonotonicNs();
-        }
-        else BC_LOG(Warn, Shm, "ring: {}", conn.status().message());
-      }
+      if (fds[1].revents & POLLIN) HandleAccept();
       for (size_t i = 2; i < fds.size(); ++i)
         if (fds[i].revents != 0) HandleReadable(fds[i].fd);
     }
@@ -62,14 +60,38 @@ void RingLeader::ControlLoop() {
   }
 }
 
+void RingLeader::HandleAccept() {
+  auto conn = AcceptConnection(listen_fd_);
+  if (conn.ok()) {
+    conn_member_[*conn] = -1;
+    handshake_since_[*conn] = MonotonicNs();
+    if (accept_paused_until_ != 0) {
+      BC_LOG(Info, Shm, "ring: accepting connections again");
+      accept_paused_until_ = 0;
+    }
+    return;
+  }
+  const int err = errno;
+  if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+    if (accept_paused_until_ == 0)
+      BC_LOG(Warn, Shm, "ring: cannot accept a connection ({}); {} connections are open. "
+             "Pausing new connections for 100 ms at a time until descriptors are free "
+             "(raise `ulimit -n`, or find who opens so many)", conn.status().message(),
+             conn_member_.size());
+    accept_paused_until_ = MonotonicNs() + 100 * 1000000LL;
+    return;
+  }
+  BC_LOG(Warn, Shm, "ring: {}", conn.status().message());
+}
+
 void RingLeader::HandleReadable(int fd) {
   union {
     JoinRequest join;
-    LeaveRequest leave;
+    MemberMessage member;
   } msg;
   int id = conn_member_[fd];
-  // A joined consumer may only send a leave; a new connection only a join or a status query.
-  size_t want = id < 0 ? sizeof(JoinRequest) : sizeof(LeaveRequest);
+  // A joined consumer may only send drain/leave; a new connection only a join or a status query.
+  size_t want = id < 0 ? sizeof(JoinRequest) : sizeof(MemberMessage);
   // Never block here: this thread serves every consumer (a partial message is refused).
   Status st = RecvMessageNow(fd, &msg, want);
   if (st.code() == StatusCode::kDeadlineExceeded) return;  // spurious wake-up
@@ -93,7 +115,8 @@ void RingLeader::HandleReadable(int fd) {
         msg.join.type != static_cast<uint32_t>(MessageType::kJoin)) {
       BC_LOG(Warn, Shm, "ring: refused a connection that sent no valid join request");
       JoinReply r = MakeReply(InvalidArgumentError(
-          "not a Batchcast join request (protocol {} expected)", kProtocolVersion));
+          "not a Batchcast join request of protocol {} (a consumer built from another Batchcast "
+          "version? rebuild it against this one)", kProtocolVersion));
       SendMessage(fd, &r, sizeof(r)).IgnoreError();
       close(fd);
       conn_member_.erase(fd);
@@ -102,11 +125,17 @@ void RingLeader::HandleReadable(int fd) {
     HandleJoin(fd, msg.join);
     return;
   }
-  if (st.ok() && msg.leave.magic == kControlMagic &&
-      msg.leave.type == static_cast<uint32_t>(MessageType::kLeave)) {
+  const bool valid = st.ok() && msg.member.magic == kControlMagic &&
+                     msg.member.version == kProtocolVersion;
+  if (valid && msg.member.type == static_cast<uint32_t>(MessageType::kDrain)) {
+    // Done, but may still hold batches: stop addressing it, keep the connection.
+    Unaddress(static_cast<uint32_t>(id), MemberState::kDraining, msg.member.position);
+    return;
+  }
+  if (valid && msg.member.type == static_cast<uint32_t>(MessageType::kLeave)) {
     Reap(static_cast<uint32_t>(id), LossKind::kDetached);
-  } else if (id >= 0) {
-    if (st.ok())  // anything but a leave from a member is a protocol violation
+  } else {
+    if (st.ok())  // anything else from a member is a protocol violation
       BC_LOG(Warn, Shm, "ring: consumer {} sent a malformed control message; detaching it", id);
     Reap(static_cast<uint32_t>(id), LossKind::kDisconnected);
   }
@@ -128,7 +157,7 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
     return refuse(PermissionDeniedError(
         "uid {} may not attach: this leader serves only uid {} (segments are owner-only)",
         cred->uid, getuid()));
-  if (failed() || header_->stream_state.load() != static_cast<uint32_t>(StreamState::kRunning))
+  if (failed() || view_.stream->stream_state.load() != static_cast<uint32_t>(StreamState::kRunning))
     return refuse(UnavailableError("the stream has already ended"));
   if (req.batch_size == 0 || req.batch_size > config_.max_consumer_batch)
     return refuse(InvalidArgumentError(
@@ -144,10 +173,12 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
 
   int id = -1;
   uint64_t generation = 0;
+  uint32_t demand = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (uint32_t i = 0; i < kMaxConsumers; ++i) {
-      ConsumerEntry& e = header_->consumers[i];
+    demand = PoolDemandLocked() + req.buffer_depth + 1;
+    for (uint32_t i = 0; i < kMaxConsumers && demand <= geo_.max_slots; ++i) {
+      ConsumerEntry& e = view_.control->consumers[i];
       if (e.state.load() != static_cast<uint32_t>(MemberState::kFree)) continue;
       e.pid = cred->pid;  // trust the kernel, not the message
       e.rank = req.rank;
@@ -169,14 +200,22 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
       break;
     }
   }
+  if (id < 0 && demand > geo_.max_slots)
+    return refuse(ResourceExhaustedError(
+        "the slot pool of {} slots cannot also hold this consumer's buffer of {} batches (the "
+        "attached consumers may keep {} slots); attach with a smaller buffer_depth or start the "
+        "leader with a larger pool", geo_.max_slots, req.buffer_depth, demand - req.buffer_depth - 1));
   if (id < 0)
-    return refuse(ResourceExhaustedError("all {} consumer entries are in use", kMaxConsumers));
+    return refuse(ResourceExhaustedError(
+        "all {} consumer entries are in use (entries of stopped or finished consumers are "
+        "reused only once their process is gone)", kMaxConsumers));
   join_ns_[id] = MonotonicNs();
   JoinReply r = MakeReply(Status::Ok());
   r.consumer_id = static_cast<uint32_t>(id);
   r.generation = generation;
-  r.segment_bytes = header_->total_bytes;
-  Status st = SendMessage(fd, &r, sizeof(r), memfd_);
+  r.segment_bytes = geo_.stream_bytes;
+  r.control_bytes = geo_.control_bytes;
+  Status st = SendMessage(fd, &r, sizeof(r), stream_fd_, control_fd_);
   if (!st.ok()) {
     BC_LOG(Warn, Shm, "ring: join reply to pid {} failed: {}", req.pid, st.message());
     Reap(static_cast<uint32_t>(id), LossKind::kDisconnected);
@@ -193,43 +232,77 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
 void RingLeader::Reap(uint32_t id, LossKind kind) {
   MemberInfo info;
   LossHandler handler;
+  bool was_evicted = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ConsumerEntry& e = header_->consumers[id];
+    ConsumerEntry& e = view_.control->consumers[id];
     if (e.state.load() == static_cast<uint32_t>(MemberState::kFree)) return;
     info = InfoLocked(id);
+    was_evicted = info.state == MemberState::kEvicted;
+    // Its process is gone (or it said it is done and holds nothing): every bit it has,
+    // held or not, is released, and the entry may be reused from now on.
     e.state.store(static_cast<uint32_t>(MemberState::kLeaving));
-    uint64_t bit = 1ULL << id;
-    SlotHeader* slots = Slots(header_);
-    for (uint32_t s = 0; s < header_->num_slots; ++s) slots[s].pending.fetch_and(~bit);
+    const uint64_t bit = 1ULL << id;
+    for (uint32_t s = 0; s < geo_.max_slots; ++s) view_.pending(s).fetch_and(~bit);
     e.state.store(static_cast<uint32_t>(MemberState::kFree));
     handler = loss_handler_;
   }
-  header_->release_futex.fetch_add(1);
-  FutexWake(&header_->release_futex, INT32_MAX);
-  header_->member_futex.fetch_add(1);
-  FutexWake(&header_->member_futex, INT32_MAX);
+  WakeLeader();
+  view_.stream->member_futex.fetch_add(1);
+  FutexWake(&view_.stream->member_futex, INT32_MAX);
   joined_cv_.notify_all();
   switch (kind) {
     case LossKind::kDetached:
       BC_LOG(Info, Shm, "ring: {} detached at position {}", info.Describe(), info.position);
       break;
     case LossKind::kDisconnected:
-      BC_LOG(Warn, Shm, "ring: {} disconnected without detaching (process died?); its slots "
-             "are released", info.Describe());
+      if (was_evicted || info.state == MemberState::kDraining)
+        BC_LOG(Info, Shm, "ring: {} is gone; the slots it held are released", info.Describe());
+      else
+        BC_LOG(Warn, Shm, "ring: {} disconnected without detaching (process died?); its slots "
+               "are released", info.Describe());
       break;
     case LossKind::kHeartbeat:
-      BC_LOG(Warn, Shm, "ring: {} showed no sign of life for {} ms; detached and its slots "
-             "released", info.Describe(), config_.heartbeat_ms);
-      break;
+      break;  // reported at eviction
   }
-  if (handler) handler(info, kind);
+  // A draining member said it was done: however its connection ends, it left normally.
+  // An evicted one was reported when it was evicted.
+  if (info.state == MemberState::kDraining) kind = LossKind::kDetached;
+  if (handler && !was_evicted) handler(info, kind);
+}
+
+void RingLeader::Unaddress(uint32_t id, MemberState state, uint64_t position_hint) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ConsumerEntry& e = view_.control->consumers[id];
+    const uint32_t now = e.state.load();
+    if (now != static_cast<uint32_t>(MemberState::kActive) &&
+        now != static_cast<uint32_t>(MemberState::kJoining))
+      return;
+    // The handshake with a consumer acquiring concurrently (docs/data-plane.md): we store
+    // the state, then read its position; it stores its position, then reads the state
+    // (all seq_cst). Either we see the position past what it acquired, or it sees it was
+    // unaddressed and gives that batch back unread. Positions >= it are not held by it.
+    e.state.store(static_cast<uint32_t>(state));
+    uint64_t pos = e.position.load();
+    if (state == MemberState::kDraining && position_hint != kNoSeq)
+      pos = std::max(pos, std::min(position_hint, next_seq_));
+    const uint64_t bit = 1ULL << id;
+    for (uint32_t s = 0; s < geo_.max_slots; ++s) {
+      const uint64_t seq = view_.slot(s).seq.load();
+      if (seq != kNoSeq && (pos == kNoSeq || seq >= pos)) view_.pending(s).fetch_and(~bit);
+    }
+  }
+  WakeLeader();
+  view_.stream->member_futex.fetch_add(1);
+  FutexWake(&view_.stream->member_futex, INT32_MAX);
+  joined_cv_.notify_all();
 }
 
 uint64_t RingLeader::ReceiverMask(uint64_t seq) const {
   uint64_t mask = 0;
   for (uint32_t i = 0; i < kMaxConsumers; ++i) {
-    const ConsumerEntry& e = header_->consumers[i];
+    const ConsumerEntry& e = view_.control->consumers[i];
     if (e.state.load() == static_cast<uint32_t>(MemberState::kActive) && e.start_seq.load() <= seq)
       mask |= 1ULL << i;
   }
@@ -241,7 +314,7 @@ uint64_t RingLeader::AdmitJoiningMask(uint64_t start_seq, uint64_t ids) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (uint32_t i = 0; i < kMaxConsumers; ++i) {
-      ConsumerEntry& e = header_->consumers[i];
+      ConsumerEntry& e = view_.control->consumers[i];
       if ((ids & (1ULL << i)) == 0 ||
           e.state.load() != static_cast<uint32_t>(MemberState::kJoining))
         continue;
@@ -253,8 +326,8 @@ uint64_t RingLeader::AdmitJoiningMask(uint64_t start_seq, uint64_t ids) {
     }
   }
   if (admitted != 0) {
-    header_->member_futex.fetch_add(1);
-    FutexWake(&header_->member_futex, INT32_MAX);
+    view_.stream->member_futex.fetch_add(1);
+    FutexWake(&view_.stream->member_futex, INT32_MAX);
   }
   return admitted;
 }
@@ -285,7 +358,7 @@ void RingLeader::HandleStatus(int fd) {
     std::lock_guard<std::mutex> lock(mu_);
     provider = status_provider_;
     for (uint32_t i = 0; i < kMaxConsumers; ++i) {
-      if (header_->consumers[i].state.load() == static_cast<uint32_t>(MemberState::kFree)) continue;
+      if (view_.control->consumers[i].state.load() == static_cast<uint32_t>(MemberState::kFree)) continue;
       MemberInfo m = InfoLocked(i);
       MemberStatus& s = r->members[r->count++];
       s.id = m.id;
@@ -304,9 +377,9 @@ void RingLeader::HandleStatus(int fd) {
     }
   }
   r->leader_pid = getpid();
-  r->stream_state = header_->stream_state.load();
-  r->num_slots = header_->num_slots;
-  r->published = header_->published.load();
+  r->stream_state = view_.stream->stream_state.load();
+  r->num_slots = config_.num_slots;
+  r->published = view_.stream->published.load();
   r->occupied_slots = static_cast<uint32_t>(OccupiedSlots());
   r->heartbeat_ms = static_cast<uint32_t>(config_.heartbeat_ms);
   if (provider) provider(&r->stream);
@@ -334,18 +407,28 @@ void RingLeader::CloseSlowHandshakes() {
 void RingLeader::CheckHeartbeats() {
   int64_t now = MonotonicNs();
   int64_t limit = config_.heartbeat_ms * 1000000LL;
-  for (auto it = conn_member_.begin(); it != conn_member_.end();) {
-    int id = it->second;
-    if (id >= 0) {
-      int64_t seen = header_->consumers[id].last_seen_ns.load();
-      if (now - seen > limit) {
-        Reap(static_cast<uint32_t>(id), LossKind::kHeartbeat);
-        close(it->first);
-        it = conn_member_.erase(it);
-        continue;
-      }
+  for (auto& [fd, id] : conn_member_) {
+    if (id < 0) continue;
+    const ConsumerEntry& e = view_.control->consumers[id];
+    const uint32_t state = e.state.load();
+    if (state != static_cast<uint32_t>(MemberState::kActive) &&
+        state != static_cast<uint32_t>(MemberState::kJoining))
+      continue;
+    if (now - e.last_seen_ns.load() <= limit) continue;
+    // Stopped (SIGSTOP, Slurm suspend, a debugger) or hung: the others go on without it,
+    // but what it holds stays intact and its entry stays its own while its process lives.
+    MemberInfo info;
+    LossHandler handler;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      info = InfoLocked(static_cast<uint32_t>(id));
+      handler = loss_handler_;
     }
-    ++it;
+    Unaddress(static_cast<uint32_t>(id), MemberState::kEvicted, kNoSeq);
+    BC_LOG(Warn, Shm, "ring: {} showed no sign of life for {} ms (stopped or hung?); it is no "
+           "longer addressed, and the batches it holds stay untouched until it releases them "
+           "or exits", info.Describe(), config_.heartbeat_ms);
+    if (handler) handler(info, LossKind::kHeartbeat);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/errors.h"
@@ -31,35 +32,78 @@ Result<std::unique_ptr<RingLeader>> RingLeader::Create(const RingConfig& config)
     return InvalidArgumentError("ring: needs at least 2 slots, got {}", config.num_slots);
   if (config.slot_bytes == 0) return InvalidArgumentError("ring: slot size is 0 bytes");
   if (config.socket_name.empty()) return InvalidArgumentError("ring: empty control socket name");
+  if (config.num_slots > kPositionTable / 2)
+    return InvalidArgumentError("ring: {} slots exceed the {} the position table allows",
+                                config.num_slots, kPositionTable / 2);
+  if (config.max_slots != 0 && config.max_slots < config.num_slots + 2)
+    return InvalidArgumentError("ring: a pool of {} slots cannot hold a ring of {} plus one "
+                                "consumer's buffer; raise max_slots", config.max_slots,
+                                config.num_slots);
   std::unique_ptr<RingLeader> ring(new RingLeader(config));
   BC_RETURN_IF_ERROR(ring->Init());
   return ring;
 }
 
-Status RingLeader::Init() {
-  uint64_t slots_off = 0, data_off = 0;
-  uint64_t total = SegmentBytes(config_.num_slots, config_.slot_bytes, &slots_off, &data_off);
-  std::string name = "batchcast-" + std::to_string(getuid()) + "-" + config_.job;
-  memfd_ = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (memfd_ < 0) return ErrnoError(errno, "ring: memfd_create '{}'", name);
-  if (ftruncate(memfd_, static_cast<off_t>(total)) != 0)
-    return ErrnoError(errno, "ring: sizing the {} byte segment '{}'", total, name);
-  // Consumers get this fd; sealing the size stops them from shrinking it under us.
-  if (fcntl(memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-    return ErrnoError(errno, "ring: sealing segment '{}'", name);
-  void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, memfd_, 0);
-  if (p == MAP_FAILED) return ErrnoError(errno, "ring: mapping {} bytes of '{}'", total, name);
-  header_ = static_cast<SegmentHeader*>(p);
-  mapped_bytes_ = total;
+namespace {
 
-  SegmentHeader* h = header_;
+// A memfd of `bytes`, sealed against resizing; `future_write` also against any new
+// writable mapping (consumers can then only map it read-only; ours stays writable).
+Result<int> CreateSegment(const std::string& name, uint64_t bytes, void** mapping) {
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return ErrnoError(errno, "ring: memfd_create '{}'", name);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int err = errno;
+    close(fd);
+    return ErrnoError(err, "ring: sizing the {} byte segment '{}'", bytes, name);
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    return ErrnoError(err, "ring: mapping {} bytes of '{}'", bytes, name);
+  }
+  *mapping = p;
+  return fd;
+}
+
+}  // namespace
+
+Status RingLeader::Init() {
+  uint32_t max_slots = config_.max_slots;
+  if (max_slots == 0)
+    max_slots = static_cast<uint32_t>(
+        std::min<uint64_t>(uint64_t(config_.num_slots) * (kMaxConsumers + 1), kMaxSlots - 1));
+  geo_ = ComputeGeometry(max_slots, config_.slot_bytes);
+  reserved_.assign(max_slots, kNoSeq);
+  const std::string name = "batchcast-" + std::to_string(getuid()) + "-" + config_.job;
+  void* stream = nullptr;
+  void* control = nullptr;
+  BC_ASSIGN_OR_RETURN(stream_fd_, CreateSegment(name, geo_.stream_bytes, &stream));
+  view_.stream = static_cast<StreamHeader*>(stream);
+  BC_ASSIGN_OR_RETURN(control_fd_, CreateSegment(name + "-ctl", geo_.control_bytes, &control));
+  view_.control = static_cast<ControlHeader*>(control);
+  view_.geo = geo_;
+  // Consumers receive these descriptors: sizes are sealed for both; the stream segment
+  // also against new writable mappings, so batch bytes and descriptors are read-only to
+  // every consumer (docs/data-plane.md, "Nobody can change a batch another trainer reads").
+  if (fcntl(stream_fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE |
+                                         F_SEAL_SEAL) != 0)
+    return ErrnoError(errno, "ring: sealing segment '{}'", name);
+  if (fcntl(control_fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return ErrnoError(errno, "ring: sealing segment '{}-ctl'", name);
+
+  StreamHeader* h = view_.stream;
   h->magic = kSegmentMagic;
   h->version = kSegmentVersion;
-  h->num_slots = config_.num_slots;
-  h->slot_bytes = config_.slot_bytes;
-  h->slots_offset = slots_off;
-  h->data_offset = data_off;
-  h->total_bytes = total;
+  h->ring_slots = config_.num_slots;
+  h->max_slots = geo_.max_slots;
+  h->heartbeat_ms = static_cast<uint32_t>(config_.heartbeat_ms);
+  h->slot_bytes = geo_.slot_bytes;
+  h->slots_offset = geo_.slots_offset;
+  h->positions_offset = geo_.positions_offset;
+  h->data_offset = geo_.data_offset;
+  h->total_bytes = geo_.stream_bytes;
+  h->control_bytes = geo_.control_bytes;
   h->leader_pid = getpid();
   h->leader_uid = getuid();
   h->leader_rank = config_.rank;
@@ -76,25 +120,30 @@ Status RingLeader::Init() {
   gethostname(h->host, sizeof(h->host) - 1);
   h->published.store(0);
   h->stream_state.store(static_cast<uint32_t>(StreamState::kRunning));
-  SlotHeader* slots = Slots(h);
-  for (uint32_t i = 0; i < h->num_slots; ++i) {
-    new (&slots[i]) SlotHeader();
-    slots[i].seq.store(kNoSeq);
-    slots[i].pending.store(0);
+  h->leader_heartbeat_ns.store(MonotonicNs());
+  for (uint32_t i = 0; i < geo_.max_slots; ++i) {
+    new (&view_.slot(i)) SlotInfo();
+    view_.slot(i).seq.store(kNoSeq);
+    view_.pending(i).store(0);
   }
+  for (uint64_t p = 0; p < kPositionTable; ++p) view_.position(p).store(~0ULL);
+  ControlHeader* c = view_.control;
+  c->magic = kControlSegmentMagic;
+  c->version = kSegmentVersion;
+  c->max_slots = geo_.max_slots;
 
   BC_ASSIGN_OR_RETURN(listen_fd_, ListenAbstract(config_.socket_name));
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_fd_ < 0) return ErrnoError(errno, "ring: eventfd");
   control_thread_ = std::thread([this] { ControlLoop(); });
-  BC_LOG(Info, Shm, "ring: {} slots x {} bytes ({} MiB) at {}", h->num_slots, h->slot_bytes,
-         total >> 20, DisplayAddress(config_.socket_name));
+  BC_LOG(Info, Shm, "ring: {} slots ahead, a pool of up to {} x {} bytes, at {}", h->ring_slots,
+         geo_.max_slots, geo_.slot_bytes, DisplayAddress(config_.socket_name));
   return Status::Ok();
 }
 
 RingLeader::~RingLeader() {
-  if (header_ != nullptr &&
-      header_->stream_state.load() == static_cast<uint32_t>(StreamState::kRunning))
+  if (view_.stream != nullptr &&
+      view_.stream->stream_state.load() == static_cast<uint32_t>(StreamState::kRunning))
     Fail("leader shut down before the end of the stream");
   stop_.store(true);
   if (event_fd_ >= 0) {
@@ -105,8 +154,11 @@ RingLeader::~RingLeader() {
   for (auto& [fd, id] : conn_member_) close(fd);
   if (listen_fd_ >= 0) close(listen_fd_);
   if (event_fd_ >= 0) close(event_fd_);
-  if (header_ != nullptr) munmap(header_, mapped_bytes_);
-  if (memfd_ >= 0) close(memfd_);
+  // Consumers that still map the segments keep them alive; the kernel frees them after.
+  if (view_.stream != nullptr) munmap(view_.stream, geo_.stream_bytes);
+  if (view_.control != nullptr) munmap(view_.control, geo_.control_bytes);
+  if (stream_fd_ >= 0) close(stream_fd_);
+  if (control_fd_ >= 0) close(control_fd_);
 }
 
 void RingLeader::SetLossHandler(LossHandler handler) {
@@ -115,7 +167,7 @@ void RingLeader::SetLossHandler(LossHandler handler) {
 }
 
 MemberInfo RingLeader::InfoLocked(uint32_t id) const {
-  const ConsumerEntry& e = header_->consumers[id];
+  const ConsumerEntry& e = view_.control->consumers[id];
   MemberInfo m;
   m.id = id;
   m.generation = e.generation;
@@ -139,7 +191,7 @@ std::vector<MemberInfo> RingLeader::Members() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<MemberInfo> out;
   for (uint32_t i = 0; i < kMaxConsumers; ++i)
-    if (header_->consumers[i].state.load() != static_cast<uint32_t>(MemberState::kFree))
+    if (view_.control->consumers[i].state.load() != static_cast<uint32_t>(MemberState::kFree))
       out.push_back(InfoLocked(i));
   return out;
 }
@@ -147,15 +199,22 @@ std::vector<MemberInfo> RingLeader::Members() const {
 int RingLeader::CountMembers(MemberState state) const {
   int n = 0;
   for (uint32_t i = 0; i < kMaxConsumers; ++i)
-    if (header_->consumers[i].state.load() == static_cast<uint32_t>(state)) ++n;
+    if (view_.control->consumers[i].state.load() == static_cast<uint32_t>(state)) ++n;
   return n;
+}
+
+uint64_t RingLeader::MemberMask(MemberState state) const {
+  uint64_t mask = 0;
+  for (uint32_t i = 0; i < kMaxConsumers; ++i)
+    if (view_.control->consumers[i].state.load() == static_cast<uint32_t>(state)) mask |= 1ULL << i;
+  return mask;
 }
 
 std::vector<MemberInfo> RingLeader::Receivers(uint64_t seq) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<MemberInfo> out;
   for (uint32_t i = 0; i < kMaxConsumers; ++i) {
-    const ConsumerEntry& e = header_->consumers[i];
+    const ConsumerEntry& e = view_.control->consumers[i];
     if (e.state.load() == static_cast<uint32_t>(MemberState::kActive) && e.start_seq.load() <= seq)
       out.push_back(InfoLocked(i));
   }
@@ -169,7 +228,7 @@ Status RingLeader::WaitForJoined(int n, int64_t timeout_ms) {
   };
   bool ok = joined_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                                 [&] { return joined() || stop_.load() || failed(); });
-  if (failed()) return UnavailableError("ring: {}", header_->failure);
+  if (failed()) return UnavailableError("ring: {}", view_.stream->failure);
   if (!ok)
     return DeadlineExceededError(
         "ring: only {} of {} consumers joined {} within {} ms (did a trainer rank fail to start, "
@@ -184,7 +243,7 @@ int RingLeader::AdmitJoining(uint64_t start_seq) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (uint32_t i = 0; i < kMaxConsumers; ++i) {
-      ConsumerEntry& e = header_->consumers[i];
+      ConsumerEntry& e = view_.control->consumers[i];
       if (e.state.load() != static_cast<uint32_t>(MemberState::kJoining)) continue;
       e.start_seq.store(start_seq);
       e.position.store(start_seq);
@@ -194,80 +253,142 @@ int RingLeader::AdmitJoining(uint64_t start_seq) {
     }
   }
   if (admitted > 0) {
-    header_->member_futex.fetch_add(1);
-    FutexWake(&header_->member_futex, INT32_MAX);
+    view_.stream->member_futex.fetch_add(1);
+    FutexWake(&view_.stream->member_futex, INT32_MAX);
   }
   return admitted;
 }
 
 bool RingLeader::failed() const {
-  return header_->stream_state.load() == static_cast<uint32_t>(StreamState::kFailed);
+  return view_.stream->stream_state.load() == static_cast<uint32_t>(StreamState::kFailed);
 }
 
 Result<SlotWrite> RingLeader::AcquireSlot(int64_t timeout_ms) {
   return AcquireSlotAt(next_seq_, timeout_ms);
 }
 
+uint32_t RingLeader::PoolDemandLocked() const {
+  uint32_t demand = config_.num_slots;
+  for (uint32_t i = 0; i < kMaxConsumers; ++i) {
+    const ConsumerEntry& e = view_.control->consumers[i];
+    if (e.state.load() != static_cast<uint32_t>(MemberState::kFree))
+      demand += e.buffer_depth + 1;  // its batches plus the producer batch it is carving
+  }
+  return demand;
+}
+
+bool RingLeader::SlotReadyLocked(uint64_t seq, uint32_t* slot, std::string* why) const {
+  // The prefetch window: the leader runs at most num_slots positions ahead of the next
+  // position of the slowest active reader (what readers hold is not counted: holding
+  // never blocks the stream; the pool has room for it).
+  for (uint32_t i = 0; i < kMaxConsumers; ++i) {
+    const ConsumerEntry& e = view_.control->consumers[i];
+    if (e.state.load() != static_cast<uint32_t>(MemberState::kActive)) continue;
+    const uint64_t start = e.start_seq.load();
+    if (start > seq) continue;
+    const uint64_t pos = std::max(e.position.load(), start);
+    if (seq >= pos + config_.num_slots) {
+      *why = fmt::format("consumer {} (pid {}) is at position {}, {} behind", i, e.pid, pos,
+                         seq - pos);
+      return false;
+    }
+  }
+  for (uint32_t i = 0; i < geo_.max_slots; ++i) {
+    if (reserved_[i] != kNoSeq || view_.pending(i).load() != 0) continue;
+    *slot = i;
+    return true;
+  }
+  *why = fmt::format("all {} slots of the pool are held", geo_.max_slots);
+  return false;
+}
+
 Result<SlotWrite> RingLeader::AcquireSlotAt(uint64_t seq, int64_t timeout_ms) {
-  SegmentHeader* h = header_;
-  if (seq < next_seq_ || seq - next_seq_ >= h->num_slots)
+  StreamHeader* h = view_.stream;
+  ControlHeader* c = view_.control;
+  if (seq < next_seq_ || seq - next_seq_ >= config_.num_slots)
     return InvalidArgumentError("ring: cannot acquire position {}: the next to publish is {} and "
                                 "the ring has {} slots; acquire positions in order within the "
-                                "ring", seq, next_seq_, h->num_slots);
-  uint32_t slot = static_cast<uint32_t>(seq % h->num_slots);
-  SlotHeader& s = Slots(h)[slot];
+                                "ring", seq, next_seq_, config_.num_slots);
+  for (uint32_t i = 0; i < geo_.max_slots; ++i)
+    if (reserved_[i] == seq)
+      return InvalidArgumentError("ring: position {} is already acquired (slot {})", seq, i);
   int64_t deadline = timeout_ms < 0 ? -1 : MonotonicNs() + timeout_ms * 1000000LL;
+  uint32_t slot = 0;
+  std::string why;
   for (;;) {
     if (failed()) return UnavailableError("ring: {}", h->failure);
-    uint32_t v = h->release_futex.load(std::memory_order_acquire);
-    if (s.pending.load(std::memory_order_acquire) == 0) break;
-    h->leader_waiting.store(1);
-    if (s.pending.load(std::memory_order_acquire) == 0) {
-      h->leader_waiting.store(0);
+    uint32_t v = c->release_futex.load();
+    bool ready;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready = SlotReadyLocked(seq, &slot, &why);
+    }
+    if (ready) break;
+    c->leader_waiting.store(1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready = SlotReadyLocked(seq, &slot, &why);
+    }
+    if (ready) {
+      c->leader_waiting.store(0);
       break;
     }
     int64_t wait = 200 * 1000000LL;  // wake now and then to notice failures
     if (deadline >= 0) {
       int64_t left = deadline - MonotonicNs();
       if (left <= 0) {
-        h->leader_waiting.store(0);
-        return DeadlineExceededError("ring: slot {} still held by consumers after {} ms", slot,
-                                     timeout_ms);
+        c->leader_waiting.store(0);
+        return DeadlineExceededError("ring: no slot for position {} after {} ms: {}", seq,
+                                     timeout_ms, why);
       }
       wait = std::min(wait, left);
     }
-    FutexWait(&h->release_futex, v, wait);
-    h->leader_waiting.store(0);
+    FutexWait(&c->release_futex, v, wait);
+    c->leader_waiting.store(0);
   }
+  reserved_[slot] = seq;
+  slots_used_ = std::max(slots_used_, slot + 1);
   SlotWrite w;
   w.seq = seq;
   w.slot = slot;
-  w.data = SlotData(h, slot);
-  w.capacity = h->slot_bytes;
-  w.desc = &s.desc;
+  w.data = view_.data(slot);
+  w.capacity = geo_.slot_bytes;
+  w.desc = &view_.slot(slot).desc;
   std::memset(w.desc, 0, sizeof(SlotDesc));
   w.desc->seq = seq;
   return w;
 }
 
 uint64_t RingLeader::Publish(const SlotWrite& w, uint64_t only) {
-  SegmentHeader* h = header_;
-  SlotHeader& s = Slots(h)[w.slot];
-  w.desc->publish_ns = MonotonicNs();
+  StreamHeader* h = view_.stream;
+  if (w.slot >= geo_.max_slots || reserved_[w.slot] != w.seq || w.seq != next_seq_) {
+    Fail(fmt::format("ring: publish of position {} in slot {} out of order (the next position "
+                     "is {}; a slot must be acquired before it is published, once)", w.seq,
+                     w.slot, next_seq_));
+    return 0;
+  }
+  SlotInfo& info = view_.slot(w.slot);
+  info.desc.seq = w.seq;
+  info.desc.publish_ns = MonotonicNs();
   uint64_t mask = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (uint32_t i = 0; i < kMaxConsumers; ++i) {
-      const ConsumerEntry& e = h->consumers[i];
+      const ConsumerEntry& e = view_.control->consumers[i];
       if (e.state.load() == static_cast<uint32_t>(MemberState::kActive) &&
           e.start_seq.load() <= w.seq)
         mask |= 1ULL << i;
     }
     mask &= only;
-    s.pending.store(mask, std::memory_order_relaxed);
-    s.seq.store(w.seq, std::memory_order_relaxed);
-    h->published.store(w.seq + 1, std::memory_order_release);
+    // Order matters (docs/data-plane.md): a reader that sees our bit in the pending mask
+    // must also see this position in the slot, so the slot's position is stored first;
+    // the position table and `published` last. All seq_cst.
+    info.seq.store(w.seq);
+    view_.pending(w.slot).store(mask);
+    view_.position(w.seq).store(PackPosition(w.seq, w.slot));
+    h->published.store(w.seq + 1);
   }
+  reserved_[w.slot] = kNoSeq;
   ++next_seq_;
   WakeConsumers();
   return mask;
@@ -275,20 +396,25 @@ uint64_t RingLeader::Publish(const SlotWrite& w, uint64_t only) {
 
 int RingLeader::OccupiedSlots() const {
   int n = 0;
-  SlotHeader* slots = Slots(header_);
-  for (uint32_t i = 0; i < header_->num_slots; ++i)
-    if (slots[i].pending.load(std::memory_order_relaxed) != 0) ++n;
+  for (uint32_t i = 0; i < geo_.max_slots; ++i)
+    if (view_.pending(i).load(std::memory_order_relaxed) != 0) ++n;
   return n;
 }
 
 void RingLeader::WakeConsumers() {
-  header_->publish_futex.fetch_add(1, std::memory_order_release);
-  if (header_->consumer_waiters.load() > 0) FutexWake(&header_->publish_futex, INT32_MAX);
+  view_.stream->publish_futex.fetch_add(1);
+  if (view_.control->consumer_waiters.load() > 0)
+    FutexWake(&view_.stream->publish_futex, INT32_MAX);
+}
+
+void RingLeader::WakeLeader() {
+  view_.control->release_futex.fetch_add(1);
+  FutexWake(&view_.control->release_futex, INT32_MAX);
 }
 
 void RingLeader::End() {
   uint32_t running = static_cast<uint32_t>(StreamState::kRunning);
-  header_->stream_state.compare_exchange_strong(running, static_cast<uint32_t>(StreamState::kEnded));
+  view_.stream->stream_state.compare_exchange_strong(running, static_cast<uint32_t>(StreamState::kEnded));
   WakeConsumers();
   joined_cv_.notify_all();
 }
@@ -297,14 +423,13 @@ void RingLeader::Fail(const std::string& message) {
   {
     static std::mutex fail_mu;
     std::lock_guard<std::mutex> lock(fail_mu);
-    if (header_->stream_state.load() != static_cast<uint32_t>(StreamState::kRunning)) return;
-    std::snprintf(header_->failure, sizeof(header_->failure), "%s", message.c_str());
-    header_->stream_state.store(static_cast<uint32_t>(StreamState::kFailed));
+    if (view_.stream->stream_state.load() != static_cast<uint32_t>(StreamState::kRunning)) return;
+    std::snprintf(view_.stream->failure, sizeof(view_.stream->failure), "%s", message.c_str());
+    view_.stream->stream_state.store(static_cast<uint32_t>(StreamState::kFailed));
   }
   BC_LOG(Error, Shm, "ring: stream failed: {}", message);
   WakeConsumers();
-  header_->release_futex.fetch_add(1);
-  FutexWake(&header_->release_futex, INT32_MAX);
+  WakeLeader();
   joined_cv_.notify_all();
 }
 

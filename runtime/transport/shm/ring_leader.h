@@ -1,12 +1,16 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// The leader side of the node data plane: owns the shared-memory ring and the control
-// socket, admits and reaps consumers, and publishes producer batches into slots.
+// The leader side of the node data plane: owns the two shared-memory segments and the
+// control socket, admits consumers and follows them through their lifecycle, and
+// publishes producer batches into free slots of a pool.
 //
 // Membership is dynamic: consumers join and leave at any time through the control
-// socket; a consumer whose connection closes without a leave message, or that shows no
-// sign of life for heartbeat_ms, is reaped and its slots are released. Nothing here
-// assumes a fixed set of consumers or that they are MPI ranks.
+// socket. A member is joining, then active (addressed by every publish at or after its
+// start), then draining (it said it is done) or evicted (no sign of life for
+// heartbeat_ms): no longer addressed, but the slots it holds are not reused until it
+// releases them or its connection closes (the process is gone), so nobody's kept batch
+// ever changes under it. A membership entry is reused only after its connection closed.
+// Nothing here assumes a fixed set of consumers or that they are MPI ranks.
 #pragma once
 
 #include <atomic>
@@ -23,10 +27,17 @@
 #include "batchcast/status.h"
 #include "transport/shm/segment.h"
 
+
 namespace batchcast::shm {
 
 struct RingConfig {
+  // Prefetch window: the leader publishes at most num_slots positions ahead of the slowest
+  // active consumer. The slot pool is larger: it also holds what members keep.
   uint32_t num_slots = 4;
+  // Slots in the pool (memory is committed only for slots used): 0 = num_slots x
+  // (kMaxConsumers + 1), enough for every member to hold buffer_depth + 1 slots. A join
+  // whose buffer the pool cannot hold is refused.
+  uint32_t max_slots = 0;
   uint64_t slot_bytes = 0;
   uint32_t max_consumer_batch = 0;  // joins asking for larger batches are refused
   uint32_t producer_batch = 0;      // shown to consumers (batches per epoch)
@@ -80,7 +91,14 @@ class RingLeader {
 
   const std::string& socket_name() const { return config_.socket_name; }
   const RingConfig& config() const { return config_; }
-  SegmentHeader* header() { return header_; }
+  // The stream segment's header (futex words, state). Geometry comes from this object.
+  StreamHeader* header() { return view_.stream; }
+  const SegmentView& view() const { return view_; }
+  // The slot pool: max_slots() slots of config().slot_bytes, contiguous from data_base().
+  uint32_t max_slots() const { return geo_.max_slots; }
+  uint8_t* slot_data(uint32_t slot) { return view_.data(slot); }
+  uint8_t* data_base() { return view_.data(0); }
+  uint64_t data_bytes() const { return uint64_t(geo_.max_slots) * geo_.slot_bytes; }
 
   // --- membership ---
   // Blocks until at least n consumers have joined (joining or active), the timeout
@@ -89,6 +107,8 @@ class RingLeader {
   // Admits every joining consumer; it receives positions >= start_seq. Returns how many.
   int AdmitJoining(uint64_t start_seq);
   int CountMembers(MemberState state) const;
+  // Bit mask of the members in `state`.
+  uint64_t MemberMask(MemberState state) const;
   std::vector<MemberInfo> Members() const;
   // Active consumers that will receive position `seq` if it is published now.
   std::vector<MemberInfo> Receivers(uint64_t seq) const;
@@ -109,15 +129,21 @@ class RingLeader {
   // Like AcquireSlot, for a position ahead: seq in [next_seq(), next_seq() + num_slots).
   // Lets a producer fill several slots before publishing them, which it must still do in
   // order (the multi-node leader keeps several producer batches' MPI exchanges in flight).
+  // Waits until seq is within num_slots of every active consumer's position and a slot
+  // of the pool is free (nobody holds it).
   Result<SlotWrite> AcquireSlotAt(uint64_t seq, int64_t timeout_ms = -1);
   // Publishes the slot to the active consumers admitted at or before its position, and
   // of those only to the ones in `only` (a targeted publish: a consumer skips positions
   // not addressed to it). Returns the receiver mask (0: nobody; the slot is free again).
+  // Positions must be published in order, each acquired slot once: anything else fails
+  // the stream (a producer bug) and returns 0.
   uint64_t Publish(const SlotWrite& slot, uint64_t only = ~0ULL);
   // The member-id bit of an active consumer, for targeted publishing.
   static uint64_t MemberBit(uint32_t id) { return 1ULL << id; }
-  // Number of ring slots currently held by at least one consumer.
+  // Number of pool slots currently held by at least one consumer.
   int OccupiedSlots() const;
+  // Slots of the pool ever used (their memory is committed).
+  uint32_t SlotsUsed() const { return slots_used_; }
   // Normal end of the stream: consumers drain what was published, then see the end.
   void End();
   // Abnormal end: consumers fail with `message` (it should name the cause).
@@ -131,19 +157,31 @@ class RingLeader {
   void HandleReadable(int fd);
   void HandleJoin(int fd, const struct JoinRequest& req);
   void HandleStatus(int fd);
+  void HandleAccept();
   void CloseSlowHandshakes();
   void Reap(uint32_t id, LossKind kind);
+  // Stops addressing member `id` (state kDraining or kEvicted): clears its bit from the
+  // positions it has not acquired; the slots it holds stay pending.
+  void Unaddress(uint32_t id, MemberState state, uint64_t position_hint);
   void CheckHeartbeats();
   void WakeConsumers();
+  void WakeLeader();
   MemberInfo InfoLocked(uint32_t id) const;
+  uint32_t PoolDemandLocked() const;  // slots the members' buffers may hold
+  // Why `seq` cannot be given a slot now (empty: it can); *slot gets the free slot.
+  bool SlotReadyLocked(uint64_t seq, uint32_t* slot, std::string* why) const;
 
   RingConfig config_;
-  int memfd_ = -1;
+  SegmentGeometry geo_;              // private copy: never read back from shared memory
+  SegmentView view_;
+  int stream_fd_ = -1;
+  int control_fd_ = -1;
   int listen_fd_ = -1;
   int event_fd_ = -1;
-  SegmentHeader* header_ = nullptr;
-  uint64_t mapped_bytes_ = 0;
   uint64_t next_seq_ = 0;
+  std::vector<uint64_t> reserved_;   // slot -> position acquired but not yet published
+  uint32_t slots_used_ = 0;
+  int64_t accept_paused_until_ = 0;  // fd exhaustion: accept() backs off until then (ns)
 
   mutable std::mutex mu_;            // membership table and receiver masks
   std::condition_variable joined_cv_;

@@ -2,16 +2,25 @@
 #include "transport/shm/segment.h"
 
 namespace batchcast::shm {
+namespace {
 
-uint64_t SegmentBytes(uint32_t num_slots, uint64_t slot_bytes, uint64_t* slots_offset,
-                      uint64_t* data_offset) {
-  constexpr uint64_t kPage = 4096;
-  uint64_t so = (sizeof(SegmentHeader) + 63) & ~uint64_t(63);
-  uint64_t end = so + uint64_t(num_slots) * sizeof(SlotHeader);
-  uint64_t dof = (end + kPage - 1) & ~(kPage - 1);
-  if (slots_offset) *slots_offset = so;
-  if (data_offset) *data_offset = dof;
-  return dof + uint64_t(num_slots) * slot_bytes;
+constexpr uint64_t kPage = 4096;
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+SegmentGeometry ComputeGeometry(uint32_t max_slots, uint64_t slot_bytes) {
+  SegmentGeometry g;
+  g.max_slots = max_slots;
+  g.slot_bytes = slot_bytes;
+  g.slots_offset = AlignUp(sizeof(StreamHeader), 64);
+  g.positions_offset = AlignUp(g.slots_offset + uint64_t(max_slots) * sizeof(SlotInfo), 64);
+  g.data_offset =
+      AlignUp(g.positions_offset + uint64_t(kPositionTable) * sizeof(std::atomic<uint64_t>), kPage);
+  g.stream_bytes = g.data_offset + uint64_t(max_slots) * slot_bytes;
+  g.pending_offset = AlignUp(sizeof(ControlHeader), 64);
+  g.control_bytes = AlignUp(g.pending_offset + uint64_t(max_slots) * sizeof(SlotPending), kPage);
+  return g;
 }
 
 }  // namespace batchcast::shm

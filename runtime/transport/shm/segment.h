@@ -1,14 +1,24 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// Layout of the node data plane's shared-memory segment (one per node leader).
+// Layout of the node data plane's two shared-memory segments (one pair per node leader).
 //
-//   SegmentHeader   identity, stream state, futex words, membership table
-//   SlotHeader[N]   per slot: sequence number, pending-consumer mask, batch descriptor
-//   (page aligned)  N slots of slot_bytes each: images | labels | sample ids
+//   stream segment   written only by the leader; consumers map it PROT_READ (the memfd is
+//                    sealed F_SEAL_FUTURE_WRITE after the leader maps it, so no consumer can
+//                    map it writable): identity, geometry, stream state, the position table,
+//                    one SlotInfo per slot of the pool, then the slot data (page aligned).
+//   control segment  what consumers write: their membership entry (heartbeat, position,
+//                    counters), the per-slot pending masks they clear on release, and the
+//                    futex words they bump. The leader trusts nothing it reads here beyond
+//                    one consumer's own bits and counters (it keeps private copies of all
+//                    geometry).
 //
-// The segment is a memfd: it has no name in /dev/shm, so nothing can be left behind
-// when any process dies, and it reaches consumers only as a file descriptor passed over
-// the leader's Unix socket after a credential check (docs/data-plane.md).
+// Both are memfds: they have no name in /dev/shm, so nothing can be left behind when any
+// process dies, and they reach consumers only as file descriptors passed over the leader's
+// Unix socket after a credential check in both directions (docs/data-plane.md).
+//
+// Stream position p lives in any free slot of the pool; the position table maps p to its
+// slot. A consumer may keep up to buffer_depth batches alive for any time: the leader fills
+// other free slots meanwhile (the pool holds ring_slots + the depth of every member).
 #pragma once
 
 #include <atomic>
@@ -18,13 +28,28 @@
 namespace batchcast::shm {
 
 constexpr uint64_t kSegmentMagic = 0x5453414348544142ULL;  // "BATCHAST"
-constexpr uint32_t kSegmentVersion = 3;  // 2: SlotDesc gained the resizing fields;
-                                         // 3: the header names the resize schedule
+constexpr uint64_t kControlSegmentMagic = 0x4c52544354414242ULL;
+// 2: SlotDesc gained the resizing fields; 3: the header names the resize schedule;
+// 4: stream/control split, slot pool with a position table, leader heartbeat.
+constexpr uint32_t kSegmentVersion = 4;
 constexpr uint32_t kMaxConsumers = 64;  // one bit each in a slot's pending mask
+constexpr uint32_t kPositionTable = 4096;  // positions a reader may trail `published` by
 constexpr uint64_t kNoSeq = ~0ULL;
 
 enum class StreamState : uint32_t { kRunning = 0, kEnded = 1, kFailed = 2 };
-enum class MemberState : uint32_t { kFree = 0, kJoining = 1, kActive = 2, kLeaving = 3 };
+// The member lifecycle (docs/data-plane.md): joining -> active -> draining or evicted ->
+// free. Draining (the consumer is done: Detach, destructor, its epochs complete) and
+// evicted (no heartbeat within heartbeat_ms: stopped, suspended, hung) members are no
+// longer addressed and do not hold the stream back, but the slots they still hold are
+// not reused until they release them or their process is gone (its socket closes).
+enum class MemberState : uint32_t {
+  kFree = 0,
+  kJoining = 1,
+  kActive = 2,
+  kLeaving = 3,   // transient, while the leader frees the entry
+  kDraining = 4,
+  kEvicted = 5,
+};
 
 enum SlotFlags : uint32_t {
   kLastInEpoch = 1u << 0,
@@ -67,8 +92,54 @@ struct SlotDesc {
   uint32_t lr_rule;
 };
 
+// --- the stream segment (leader writes, consumers read) ---
+
+struct alignas(64) SlotInfo {
+  std::atomic<uint64_t> seq;   // position held, kNoSeq when never written
+  SlotDesc desc;
+};
+
+struct StreamHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t ring_slots;              // prefetch window: positions ahead of the slowest reader
+  uint32_t max_slots;               // slots in the pool (SlotInfo entries, data slots)
+  uint32_t heartbeat_ms;            // the leader's; consumers beat at a quarter of it
+  uint64_t slot_bytes;
+  uint64_t slots_offset;            // SlotInfo[max_slots]
+  uint64_t positions_offset;        // atomic<uint64_t>[kPositionTable]
+  uint64_t data_offset;             // page aligned
+  uint64_t total_bytes;
+  uint64_t control_bytes;           // size of the control segment
+  int32_t leader_pid;
+  uint32_t leader_uid;
+  int32_t leader_rank;
+  uint32_t max_consumer_batch;
+  uint32_t producer_batch;          // samples per full producer batch
+  uint32_t stream_epochs;           // epochs of the stream (0: unbounded or unknown)
+  uint64_t epoch_samples;           // samples per epoch (before skips)
+  // Progressive resizing: the canonical spec the leader executes, so consumers derive
+  // their exact batches per epoch (Consumer::BatchesPerEpoch). Empty: none.
+  char resize_spec[1024];
+  char job[64];
+  char host[64];
+
+  alignas(64) std::atomic<uint32_t> publish_futex;  // bumped at every publish and state change
+  std::atomic<uint64_t> published;                   // positions [0, published) are out
+
+  alignas(64) std::atomic<uint32_t> member_futex;   // bumped at admission and eviction
+  std::atomic<uint32_t> stream_state;                // StreamState
+  char failure[512];
+
+  // CLOCK_MONOTONIC of the leader's last sign of life (its control thread, every
+  // heartbeat_ms / 4): a stopped or hung leader is noticed by waiting consumers.
+  alignas(64) std::atomic<int64_t> leader_heartbeat_ns;
+};
+
+// --- the control segment (consumers write) ---
+
 struct alignas(64) ConsumerEntry {
-  std::atomic<uint32_t> state;      // MemberState
+  std::atomic<uint32_t> state;      // MemberState (written by the leader)
   int32_t pid;
   int32_t rank;                     // MPI rank or -1
   uint32_t batch_size;
@@ -77,68 +148,68 @@ struct alignas(64) ConsumerEntry {
   uint64_t order_seed;
   uint64_t generation;              // bumped every time the entry is reused
   std::atomic<uint64_t> start_seq;  // first stream position it receives (set at admission)
-  std::atomic<uint64_t> position;   // next position it will acquire
+  std::atomic<uint64_t> position;   // next position it will acquire (written by the consumer)
   std::atomic<int64_t> last_seen_ns;
   std::atomic<uint64_t> batches;    // consumer batches taken
   std::atomic<uint64_t> wait_ns;    // time blocked waiting for data
   char name[32];
 };
 
-struct SegmentHeader {
-  uint64_t magic;
-  uint32_t version;
-  uint32_t num_slots;
-  uint64_t slot_bytes;
-  uint64_t slots_offset;            // SlotHeader array
-  uint64_t data_offset;             // page aligned
-  uint64_t total_bytes;
-  int32_t leader_pid;
-  uint32_t leader_uid;
-  int32_t leader_rank;
-  uint32_t max_consumer_batch;
-  uint32_t producer_batch;          // samples per full producer batch
-  uint32_t reserved0;
-  uint64_t epoch_samples;           // samples per epoch (before skips)
-  // Progressive resizing: the canonical spec the leader executes and the run's epochs, so
-  // consumers derive their exact batches per epoch (Consumer::BatchesPerEpoch). Empty: none.
-  uint32_t stream_epochs;
-  uint32_t reserved1;
-  char resize_spec[1024];
-  char job[64];
-  char host[64];
-
-  alignas(64) std::atomic<uint32_t> publish_futex;  // bumped at every publish and state change
-  std::atomic<uint32_t> consumer_waiters;
-  std::atomic<uint64_t> published;                   // positions [0, published) are out
-
-  alignas(64) std::atomic<uint32_t> release_futex;  // bumped at every slot release / reap
-  std::atomic<uint32_t> leader_waiting;
-
-  alignas(64) std::atomic<uint32_t> member_futex;   // bumped at admission
-  std::atomic<uint32_t> stream_state;                // StreamState
-  char failure[512];
-
-  ConsumerEntry consumers[kMaxConsumers];
+struct alignas(64) SlotPending {
+  std::atomic<uint64_t> mask;  // consumers that were given this slot and have not released it
 };
 
-struct alignas(64) SlotHeader {
-  std::atomic<uint64_t> seq;      // position held, kNoSeq when never written
-  std::atomic<uint64_t> pending;  // consumers that were given this slot and have not released it
-  SlotDesc desc;
+struct ControlHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t max_slots;
+  alignas(64) std::atomic<uint32_t> consumer_waiters;
+  alignas(64) std::atomic<uint32_t> release_futex;  // bumped at every release / position move
+  std::atomic<uint32_t> leader_waiting;
+  ConsumerEntry consumers[kMaxConsumers];
+  // followed by SlotPending[max_slots]
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "needs lock-free 64-bit atomics");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "needs lock-free 32-bit atomics");
+static_assert(std::atomic<int64_t>::is_always_lock_free, "needs lock-free 64-bit atomics");
 
-inline SlotHeader* Slots(SegmentHeader* h) {
-  return reinterpret_cast<SlotHeader*>(reinterpret_cast<char*>(h) + h->slots_offset);
-}
-inline uint8_t* SlotData(SegmentHeader* h, uint32_t slot) {
-  return reinterpret_cast<uint8_t*>(h) + h->data_offset + uint64_t(slot) * h->slot_bytes;
-}
+// A position table entry packs the position and its slot: (seq << 16) | slot.
+constexpr uint32_t kMaxSlots = 1u << 16;
+inline uint64_t PackPosition(uint64_t seq, uint32_t slot) { return (seq << 16) | slot; }
+inline uint64_t PositionSeq(uint64_t v) { return v >> 16; }
+inline uint32_t PositionSlot(uint64_t v) { return static_cast<uint32_t>(v & 0xffff); }
 
-// Bytes needed for a segment of `num_slots` slots of `slot_bytes` each; fills offsets.
-uint64_t SegmentBytes(uint32_t num_slots, uint64_t slot_bytes, uint64_t* slots_offset,
-                      uint64_t* data_offset);
+// Geometry of a segment pair; computed once by the leader (and checked by consumers).
+struct SegmentGeometry {
+  uint32_t max_slots = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t slots_offset = 0, positions_offset = 0, data_offset = 0, stream_bytes = 0;
+  uint64_t pending_offset = 0, control_bytes = 0;
+};
+SegmentGeometry ComputeGeometry(uint32_t max_slots, uint64_t slot_bytes);
+
+// Typed views of the two segments, from base pointers and a geometry the caller trusts
+// (the leader's private copy, or one a consumer validated against the segment sizes).
+struct SegmentView {
+  StreamHeader* stream = nullptr;
+  ControlHeader* control = nullptr;
+  SegmentGeometry geo;
+
+  SlotInfo& slot(uint32_t i) const {
+    return reinterpret_cast<SlotInfo*>(reinterpret_cast<char*>(stream) + geo.slots_offset)[i];
+  }
+  std::atomic<uint64_t>& position(uint64_t seq) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(reinterpret_cast<char*>(stream) +
+                                                    geo.positions_offset)[seq % kPositionTable];
+  }
+  std::atomic<uint64_t>& pending(uint32_t i) const {
+    return reinterpret_cast<SlotPending*>(reinterpret_cast<char*>(control) +
+                                          geo.pending_offset)[i].mask;
+  }
+  uint8_t* data(uint32_t i) const {
+    return reinterpret_cast<uint8_t*>(stream) + geo.data_offset + uint64_t(i) * geo.slot_bytes;
+  }
+};
 
 }  // namespace batchcast::shm

@@ -267,7 +267,7 @@ std::string RunChild(const std::string& mode, int epochs) {
   void* scratch = nullptr;
   const size_t scratch_bytes = size_t(256) << 20;
   if (mode == "late" && cudaMalloc(&scratch, scratch_bytes) != cudaSuccess) return "error=scratch";
-  const shm::SegmentHeader* seg = internal::ConsumerAccess::Segment(**consumer);
+  const shm::SegmentView* seg = internal::ConsumerAccess::Segment(**consumer);
   std::map<uint64_t, std::set<int64_t>> seen;
   int64_t bad_pixels = 0, bad_labels = 0, epochs_seen = 0;
   size_t free_first = 0, free_last = 0, total = 0;
@@ -295,11 +295,11 @@ std::string RunChild(const std::string& mode, int epochs) {
                     cudaMemcpyDeviceToHost, stream);
     if (mode == "alias" && alias.empty()) {
       cudaMemsetAsync(b.images().data, 0xAB, 4, stream);  // visible in the leader's allocation?
-      auto* base0 = shm::SlotData(const_cast<shm::SegmentHeader*>(seg), 0);
+      const uint8_t* base0 = seg->data(0);
       const auto* host = static_cast<const uint8_t*>(b.host().images().data);
-      const uint64_t slot = uint64_t(host - base0) / seg->slot_bytes;
+      const uint64_t slot = uint64_t(host - base0) / seg->geo.slot_bytes;
       alias = " slot=" + std::to_string(slot) +
-              " offset=" + std::to_string(uint64_t(host - base0) - slot * seg->slot_bytes);
+              " offset=" + std::to_string(uint64_t(host - base0) - slot * seg->geo.slot_bytes);
     }
     b.Release();  // records the release event; the reads above may not have run yet
     if (cudaStreamSynchronize(stream) != cudaSuccess) return "error=sync";
@@ -313,7 +313,7 @@ std::string RunChild(const std::string& mode, int epochs) {
   }
   cudaMemGetInfo(&free_last, &total);
   int64_t distinct = 0, missing = 0;
-  const int64_t samples = int64_t(seg->epoch_samples);
+  const int64_t samples = int64_t(seg->stream->epoch_samples);
   for (auto& [e, ids] : seen) {
     distinct += int64_t(ids.size());
     missing += samples - int64_t(ids.size());

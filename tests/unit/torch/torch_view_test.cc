@@ -84,9 +84,12 @@ class TorchViewTest : public ::testing::Test {
     if (thread_.joinable()) thread_.join();
     EXPECT_TRUE(leader_status_.ok()) << leader_status_.ToString();
   }
-  const shm::SlotHeader& SlotOf(const Batch& b) {
-    uint32_t slots = leader_->ring().header()->num_slots;
-    return shm::Slots(leader_->ring().header())[b.info().producer_seq % slots];
+  struct SlotPending {
+    const std::atomic<uint64_t>& pending;
+  };
+  SlotPending SlotOf(const Batch& b) {
+    const shm::SegmentView& v = leader_->ring().view();
+    return {v.pending(shm::PositionSlot(v.position(b.info().producer_seq).load()))};
   }
   static Options BaseOptions(int epochs, int batch) {
     Options o;
@@ -157,7 +160,7 @@ TEST_F(TorchViewTest, SlotIsHeldWhileAnyTensorLivesAndReleasedWhenTheyDie) {
   StartLeader(BaseOptions(1, 8), kOneRingOfSamples);
   Batch b;
   ASSERT_TRUE(consumer_->Next(&b).ok());
-  const shm::SlotHeader& slot = SlotOf(b);
+  const SlotPending slot = SlotOf(b);
   std::weak_ptr<void> ref = b.KeepAlive();
   const int64_t id3 = b.sample_ids()[3];
   torch::Tensor labels, row, ids;
@@ -184,7 +187,7 @@ TEST_F(TorchViewTest, ConvertedCopiesDoNotHoldTheSlot) {
   StartLeader(BaseOptions(1, 8), kOneRingOfSamples);
   Batch b;
   ASSERT_TRUE(consumer_->Next(&b).ok());
-  const shm::SlotHeader& slot = SlotOf(b);
+  const SlotPending slot = SlotOf(b);
   torch::Tensor x;
   {
     auto t = ToTorch(b);
@@ -215,7 +218,7 @@ TEST_F(TorchViewTest, CarvedBatchesOfOneSlotHoldItUntilTheLastTensorOfEitherDies
   ASSERT_TRUE(consumer_->Next(&b1).ok());
   ASSERT_TRUE(consumer_->Next(&b2).ok());
   ASSERT_EQ(b1.info().producer_seq, b2.info().producer_seq) << "expected two carves of one slot";
-  const shm::SlotHeader& slot = SlotOf(b1);
+  const SlotPending slot = SlotOf(b1);
   auto t1 = ToTorch(b1);
   auto t2 = ToTorch(b2);
   ASSERT_TRUE(t1.ok() && t2.ok());
@@ -276,9 +279,9 @@ TEST_F(TorchViewTest, RepeatedEpochsDoNotGrowMemory) {
   EXPECT_EQ(batches, int64_t(epochs) * (n / batch));
   EXPECT_EQ(consumer_->stats().epochs_completed, epochs);
   EXPECT_GT(checksum, 0);
-  shm::SegmentHeader* hdr = leader_->ring().header();
-  for (uint32_t s = 0; s < hdr->num_slots; ++s)
-    EXPECT_EQ(shm::Slots(hdr)[s].pending.load(), 0u) << "slot " << s << " still held";
+  const shm::SegmentView& view = leader_->ring().view();
+  for (uint32_t s = 0; s < view.geo.max_slots; ++s)
+    EXPECT_EQ(view.pending(s).load(), 0u) << "slot " << s << " still held";
   // 110 epochs after the warm-up: a leak of even 1 KiB per batch would show as > 1.7 MiB.
   int64_t growth = ResidentKiB() - rss_after_warmup;
   EXPECT_LT(growth, 1024) << "resident memory grew by " << growth << " KiB over 110 epochs";

@@ -52,8 +52,8 @@ TEST(RingTest, TargetedPublishReachesOnlyItsConsumers) {
         EXPECT_EQ(d.status().code(), StatusCode::kEndOfStream) << d.status().ToString();
         return;
       }
-      got->push_back((*d)->epoch);
-      c->Release((*d)->seq);
+      got->push_back(d->desc->epoch);
+      c->Release(*d);
     }
   };
   std::vector<uint64_t> got_a, got_b;
