@@ -115,6 +115,14 @@ _READ_ONLY_HINT = (
     "with writable=True for private copies")
 
 
+_HELD_HINT = (
+    "In a `for images, labels in loader` loop the previous batch is still held by the loop "
+    "variables while the next one is fetched, so it counts too: keeping k batches across "
+    "iterations needs buffer_depth >= k + 2. Keep copies instead (images.clone(), "
+    "np.array(view)), or create the Consumer with writable=True (private copies that hold no "
+    "slot)")
+
+
 def _hint(err):
     return ValueError(f"{err} ({_READ_ONLY_HINT})")
 
@@ -232,6 +240,7 @@ class Consumer:
             if item is None:
                 return
             yield item
+            del item  # while the next batch is fetched only the caller's variables hold this one
             if last:
                 return
 
@@ -242,9 +251,15 @@ class Consumer:
             if item is None:
                 return
             yield item
+            del item
 
     def _next(self):
-        r = self._c.next(self._with_info, self._numpy, self._copy)
+        try:
+            r = self._c.next(self._with_info, self._numpy, self._copy)
+        except FailedPreconditionError as e:
+            if "unreleased batches" not in str(e):
+                raise
+            raise FailedPreconditionError(f"{e}. {_HELD_HINT}") from None
         if r is None:
             self._ended = True
             return None, True
