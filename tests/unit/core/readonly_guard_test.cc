@@ -161,6 +161,20 @@ TEST(ReadOnlyGuardDeathTest, UnregisteredRegionGetsNoMessage) {
       ::testing::KilledBySignal(SIGSEGV), "^$");
 }
 
+TEST(ReadOnlyGuardDeathTest, RaisedSigsegvStillKills) {
+  ReadOnlyPage page;
+  ASSERT_NE(page.data, nullptr);
+  ASSERT_TRUE(RegisterReadOnlyRegion(page.data, page.size, kWhat).ok());
+  EXPECT_EXIT(
+      {
+        NoCoreDump();
+        raise(SIGSEGV);  // no fault address: not a write into a region, the default action
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGSEGV), "^$");
+  UnregisterReadOnlyRegion(page.data);
+}
+
 // The guard is installed once per process, so these run in a fresh process each
 // ("threadsafe" style re-executes the test binary for the death statement), where the
 // "previous" handler is installed before the guard's first registration.
