@@ -169,3 +169,45 @@ def test_keyboard_interrupt_while_waiting(fmnist):
     assert sum(1 for _ in first) == 4
     assert sum(1 for _ in second) == 4
     leader.wait()
+
+
+def test_numpy_views_are_read_only_with_a_hint(fmnist):
+    leader = batchcast.Leader(fmnist["train"], consumers=1, epochs=1, batch_size=32,
+                              limit_samples=32 * 2)
+    loader = batchcast.Consumer(leader.address, batch_size=32, output="numpy")
+    for images, labels in loader:
+        assert not images.flags.writeable and not labels.flags.writeable
+        assert isinstance(images, batchcast.SharedBatchArray)
+        assert not images[0].flags.writeable          # slices stay read-only views
+        assert type(images / 255) is np.ndarray        # results are plain arrays
+        for write in (lambda: images.__setitem__(Ellipsis, 0), lambda: images[0].fill(0),
+                      lambda: labels.__iadd__(1)):
+            with pytest.raises(ValueError, match="read-only"):
+                write()
+        with pytest.raises(ValueError, match="views a shared batch.*writable=True"):
+            images[...] = 0
+        private = np.array(images)                     # the documented fix
+        private[...] = 0
+    leader.wait()
+
+
+@pytest.mark.parametrize("output", ["torch", "numpy"])
+def test_writable_batches_are_private_and_hold_no_slot(fmnist, output):
+    leader = batchcast.Leader(fmnist["train"], consumers=1, epochs=1, batch_size=32,
+                              limit_samples=32 * 10)
+    loader = batchcast.Consumer(leader.address, batch_size=32, buffer_depth=1, output=output,
+                                writable=True, with_info=True)
+    kept = list(loader)                                # 10 batches kept with buffer_depth=1
+    assert len(kept) == 10
+    ranges = memfd_ranges()
+    for images, labels, info in kept:
+        if output == "torch":
+            assert not inside(images.data_ptr(), images.numel(), ranges)
+            images.mul_(0)
+            labels.fill_(3)
+        else:
+            assert images.flags.writeable and images.flags.owndata
+            images[...] = 0
+            labels[...] = 3
+        assert int(images.sum()) == 0 and int(labels.sum()) == 3 * 32
+    leader.wait()

@@ -19,9 +19,12 @@ import sys
 import threading
 from collections import namedtuple
 
+import numpy as np
+
 from . import _batchcast as _bc
 
-__all__ = ["Consumer", "Producer", "Leader", "Info", "Error", "resolve_options"]
+__all__ = ["Consumer", "Producer", "Leader", "Info", "Error", "SharedBatchArray",
+           "resolve_options"]
 
 
 # --- errors: every C++ Status becomes one of these, with the C++ message unchanged ---
@@ -101,6 +104,71 @@ def _from_dlpack():
     return from_dlpack
 
 
+def _from_numpy():
+    from torch import from_numpy  # writable=True: tensors over the private numpy copies
+    return from_numpy
+
+
+_READ_ONLY_HINT = (
+    "batchcast: this array views a shared batch (read-only: every trainer on the node reads "
+    "it); copy it before modifying in place, e.g. x = np.array(view), or create the Consumer "
+    "with writable=True for private copies")
+
+
+_HELD_HINT = (
+    "In a `for images, labels in loader` loop the previous batch is still held by the loop "
+    "variables while the next one is fetched, so it counts too: keeping k batches across "
+    "iterations needs buffer_depth >= k + 2. Keep copies instead (images.clone(), "
+    "np.array(view)), or create the Consumer with writable=True (private copies that hold no "
+    "slot)")
+
+
+def _hint(err):
+    return ValueError(f"{err} ({_READ_ONLY_HINT})")
+
+
+def _in_place(name):
+    base = getattr(np.ndarray, name)
+
+    def op(self, other):
+        try:
+            return base(self, other)
+        except ValueError as e:
+            if self.flags.writeable:
+                raise
+            raise _hint(e) from None
+    op.__name__ = name
+    return op
+
+
+class SharedBatchArray(np.ndarray):
+    """A numpy view of a shared batch (output="numpy"): read-only, like a plain ndarray
+    with ``writeable=False``, but a write says why and what to do instead. Results of
+    arithmetic are plain ndarrays; slices stay read-only views."""
+
+    def __setitem__(self, key, value):
+        try:
+            super().__setitem__(key, value)
+        except ValueError as e:
+            if self.flags.writeable:
+                raise
+            raise _hint(e) from None
+
+    def __array_wrap__(self, arr, context=None):
+        return arr.view(np.ndarray) if isinstance(arr, np.ndarray) else arr
+
+
+for _name in ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+              "__ipow__", "__ilshift__", "__irshift__", "__iand__", "__ior__", "__ixor__",
+              "__imatmul__"):
+    setattr(SharedBatchArray, _name, _in_place(_name))
+del _name
+
+
+def _read_only_view(array):
+    return array.view(SharedBatchArray)
+
+
 def _env_rank():
     for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
         if os.environ.get(k, "").isdigit():
@@ -114,10 +182,16 @@ class Consumer:
 
     Each ``iter()`` yields one epoch of ``(images, labels)`` torch tensors (or
     ``(images, labels, info)`` with ``with_info=True``); ``len()`` is the number of batches
-    per epoch. Tensors view the leader's shared memory (no copy). With ``release="on_free"``
-    (default) the slot is given back when the tensors are freed, so at most ``buffer_depth``
-    batches may be alive; with ``release="next"`` it is given back at the next iteration and
-    the tensors must not be used after it (clone what you keep).
+    per epoch. Tensors view the leader's shared memory (no copy) and are read-only: every
+    trainer on the node reads the same bytes, so transform out of place
+    (``images.float() / 255``); an in-place write (``images.div_(255)``) ends the process
+    with a message naming the shared batch, a numpy view raises ValueError. With
+    ``writable=True`` each batch is a private copy instead (one memcpy per batch), which
+    may be modified and kept freely. With ``release="on_free"`` (default) the slot is given
+    back when the tensors are freed, so at most ``buffer_depth`` batches may be alive; with
+    ``release="next"`` it is given back at the next iteration and the tensors must not be
+    used after it (clone what you keep). ``close()`` (or ``del``, or the end of a ``with``
+    block) stops delivery only: tensors still alive stay valid until they are freed.
 
     address: the leader's address; default $BATCHCAST_ADDRESS (set by the launcher), or,
       inside an MPI job with mpi4py imported, the node leader formed by the MPI runtime.
@@ -126,8 +200,8 @@ class Consumer:
     """
 
     def __init__(self, address=None, *, batch_size=None, buffer_depth=None, epochs=None,
-                 release="on_free", with_info=False, output="torch", rank=None, name="",
-                 **options):
+                 release="on_free", with_info=False, output="torch", writable=False, rank=None,
+                 name="", **options):
         if release not in ("on_free", "next"):
             raise InvalidArgumentError(
                 f"consumer: release='{release}' is not one of 'on_free', 'next'")
@@ -138,7 +212,11 @@ class Consumer:
                     epochs=_UNTIL_STREAM_ENDS if epochs is None else epochs)
         self._with_info = with_info
         self._numpy = output == "numpy"
-        self._convert = None if self._numpy else _from_dlpack()
+        self._copy = bool(writable)
+        if self._numpy:
+            self._convert = None if self._copy else _read_only_view
+        else:
+            self._convert = _from_numpy() if self._copy else _from_dlpack()
         self._ended = False
         self.last_info = None
         address = address or os.environ.get("BATCHCAST_ADDRESS") or os.environ.get(
@@ -162,6 +240,7 @@ class Consumer:
             if item is None:
                 return
             yield item
+            del item  # while the next batch is fetched only the caller's variables hold this one
             if last:
                 return
 
@@ -172,9 +251,15 @@ class Consumer:
             if item is None:
                 return
             yield item
+            del item
 
     def _next(self):
-        r = self._c.next(self._with_info, self._numpy)
+        try:
+            r = self._c.next(self._with_info, self._numpy, self._copy)
+        except FailedPreconditionError as e:
+            if "unreleased batches" not in str(e):
+                raise
+            raise FailedPreconditionError(f"{e}. {_HELD_HINT}") from None
         if r is None:
             self._ended = True
             return None, True

@@ -70,8 +70,10 @@ void WaitInterruptibly(Step&& step, int64_t chunk_ms = 100) {
 // A DLPack capsule ("dltensor") viewing `view`; `keep` (may be null) lives until the
 // consumer of the capsule (torch) frees the tensor, or the capsule dies unused.
 py::capsule MakeDLPackCapsule(const TensorView& view, std::shared_ptr<void> keep);
-// The same view as a numpy array whose base object holds `keep`.
+// The same view as a read-only numpy array whose base object holds `keep`.
 py::array MakeNumpyView(const TensorView& view, std::shared_ptr<void> keep);
+// A new writable, C-contiguous numpy array of `view`'s dtype and shape (contents unset).
+py::array MakeNumpyArray(const TensorView& view);
 // A 1-d int64 view of `n` sample ids at `ids`.
 TensorView IdsView(const int64_t* ids, int64_t n);
 

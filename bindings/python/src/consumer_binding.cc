@@ -3,10 +3,18 @@
 // _batchcast._Consumer: a batchcast::Consumer whose blocking Next() runs on a helper
 // thread, so the Python thread can wait in bounded chunks with the GIL released and
 // still see KeyboardInterrupt. An interrupted request is not lost: the next call
-// collects its batch. Zero copy: tensors are DLPack views of the slot.
+// collects its batch. Zero copy: tensors are DLPack views of the slot (read-only numpy
+// views), or, with copy=true, private arrays the batch was copied into.
+//
+// Lifetime: every view holds what its memory needs. release="on_free": the Batch's
+// KeepAlive (its slot and, through it, the consumer's mapping). release="next": the
+// Consumer itself (the mapping; the slot is given back at the next call). So close(),
+// `del consumer` or a `with` block ending only stop delivery: no view is ever left
+// pointing at unmapped memory, and closing never raises because views live.
 #include <pybind11/stl.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -19,7 +27,7 @@ namespace {
 // What the Python object and the fetch thread share. The thread owns a reference, so
 // an object dropped while a request is in flight is cleaned up when the request ends.
 struct FetchState {
-  std::unique_ptr<Consumer> consumer;
+  std::shared_ptr<Consumer> consumer;  // also held by release="next" views (the mapping)
   std::mutex mu;
   std::condition_variable cv;
   bool requested = false;   // a Next() is asked for or running
@@ -80,9 +88,10 @@ class PyConsumer {
   }
   ~PyConsumer() { Close(); }
 
-  // (images, labels, ids or None, info) as DLPack capsules (or numpy arrays), or None at
-  // the end of this consumer's stream.
-  py::object Next(bool want_ids, bool numpy) {
+  // (images, labels, ids or None, info) as DLPack capsules (or read-only numpy views), or
+  // None at the end of this consumer's stream. copy=true: writable numpy arrays owning a
+  // private copy of the batch, whose slot is given back before this returns.
+  py::object Next(bool want_ids, bool numpy, bool copy) {
     if (!state_) throw StatusError(Status(StatusCode::kFailedPrecondition,
                                           "consumer: closed; create a new Consumer"));
     auto s = state_;
@@ -119,6 +128,7 @@ class PyConsumer {
     }
     if (st.code() == StatusCode::kEndOfStream) return py::none();
     ThrowIfError(st);
+    if (copy) return WrapCopy(std::move(b), want_ids);
     return Wrap(std::move(b), want_ids, numpy);
   }
 
@@ -166,7 +176,9 @@ class PyConsumer {
 
  private:
   py::object Wrap(Batch b, bool want_ids, bool numpy) {
-    std::shared_ptr<void> keep = release_on_next_ ? nullptr : b.KeepAlive();
+    // release="next" views pin no slot, but they keep the mapping (the Consumer) alive.
+    std::shared_ptr<void> keep =
+        release_on_next_ ? std::shared_ptr<void>(state_->consumer) : b.KeepAlive();
     auto make = [&](const TensorView& v) -> py::object {
       if (numpy) return MakeNumpyView(v, keep);
       return MakeDLPackCapsule(v, keep);
@@ -178,6 +190,27 @@ class PyConsumer {
     if (release_on_next_) current_ = std::move(b);
     // Otherwise `b` goes out of scope here; the capsules' `keep` holds the slot.
     return py::make_tuple(images, labels, ids, info);
+  }
+
+  // writable=True: the batch copied into new arrays (one memcpy, GIL released), then its
+  // slot given back at once, so private batches never count against buffer_depth.
+  py::object WrapCopy(Batch b, bool want_ids) {
+    TensorView ids = want_ids ? IdsView(b.sample_ids(), b.size()) : TensorView();
+    py::array images = MakeNumpyArray(b.images());
+    py::array labels = MakeNumpyArray(b.labels());
+    py::array id_array = want_ids ? MakeNumpyArray(ids) : py::array();
+    void* images_to = images.mutable_data();
+    void* labels_to = labels.mutable_data();
+    void* ids_to = want_ids ? id_array.mutable_data() : nullptr;
+    py::object info = py::cast(b.info());
+    {
+      py::gil_scoped_release nogil;
+      std::memcpy(images_to, b.images().data, b.images().nbytes);
+      std::memcpy(labels_to, b.labels().data, b.labels().nbytes);
+      if (want_ids) std::memcpy(ids_to, ids.data, ids.nbytes);
+      b.Release();
+    }
+    return py::make_tuple(images, labels, want_ids ? py::object(id_array) : py::none(), info);
   }
 
   bool release_on_next_;
@@ -207,7 +240,8 @@ void BindConsumer(py::module_& m) {
       .def(py::init<const std::string&, py::dict, int, const std::string&, bool>(),
            py::arg("address"), py::arg("options"), py::arg("rank") = -1,
            py::arg("name") = "", py::arg("release_on_next") = false)
-      .def("next", &PyConsumer::Next, py::arg("want_ids") = false, py::arg("numpy") = false)
+      .def("next", &PyConsumer::Next, py::arg("want_ids") = false, py::arg("numpy") = false,
+           py::arg("copy") = false)
       .def("batches_per_epoch", &PyConsumer::batches_per_epoch)
       .def("stats", &PyConsumer::Stats)
       .def("close", &PyConsumer::Close);

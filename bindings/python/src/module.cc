@@ -119,11 +119,18 @@ py::capsule MakeDLPackCapsule(const TensorView& view, std::shared_ptr<void> keep
   return py::reinterpret_steal<py::capsule>(cap);
 }
 
+namespace {
+
+py::dtype NumpyDType(DType t) {
+  return t == DType::kUint8     ? py::dtype::of<uint8_t>()
+         : t == DType::kFloat32 ? py::dtype::of<float>()
+                                : py::dtype::of<int64_t>();
+}
+
+}  // namespace
+
 py::array MakeNumpyView(const TensorView& view, std::shared_ptr<void> keep) {
   std::vector<py::ssize_t> shape(view.shape, view.shape + view.ndim);
-  py::dtype dt = view.dtype == DType::kUint8     ? py::dtype::of<uint8_t>()
-                 : view.dtype == DType::kFloat32 ? py::dtype::of<float>()
-                                                 : py::dtype::of<int64_t>();
   std::vector<py::ssize_t> strides(shape.size());
   py::ssize_t s = static_cast<py::ssize_t>(ItemSize(view.dtype));
   for (int i = view.ndim - 1; i >= 0; --i) {
@@ -132,7 +139,16 @@ py::array MakeNumpyView(const TensorView& view, std::shared_ptr<void> keep) {
   }
   auto* holder = new std::shared_ptr<void>(std::move(keep));
   py::capsule base(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
-  return py::array(dt, shape, strides, view.data, base);
+  py::array a(NumpyDType(view.dtype), shape, strides, view.data, base);
+  // Every trainer on the node reads these bytes: numpy refuses writes ("assignment
+  // destination is read-only"), and so do views derived from this one.
+  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return a;
+}
+
+py::array MakeNumpyArray(const TensorView& view) {
+  std::vector<py::ssize_t> shape(view.shape, view.shape + view.ndim);
+  return py::array(NumpyDType(view.dtype), shape);
 }
 
 TensorView IdsView(const int64_t* ids, int64_t n) {

@@ -1,0 +1,254 @@
+# Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+"""Issue 14, cases 1-4, from a trainer's point of view: holding batches never stalls the
+node, closing with live tensors never changes them, and an in-place write never changes
+another trainer's data (it ends the writer with a message that names the shared batch).
+
+Every trainer runs in its own process (tests/python/issue14_trainer.py). Steps that must
+happen in order across processes are ordered by messages (JSON lines out, a word on stdin
+in), never by sleeps; every wait has a generous deadline (BCTEST_HANG_S, default 90 s)
+that turns a hang into a failure naming what hung."""
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from conftest import HERE
+
+HANG_S = float(os.environ.get("BCTEST_HANG_S", "90"))
+GUARD_MESSAGE = "batchcast: this process wrote into a shared batch ("
+GUARD_FIX = "images = images.clone() (torch) / np.array(view) (numpy)"
+
+# 512 samples, producer batches of 64 (8 per epoch), consumer batches of 32 (16 per epoch);
+# the leader's ring has buffer_depth + 2 = 4 slots, so 3 epochs are 6 turns of the ring.
+LIMIT, PRODUCER_BATCH, BATCH = 512, 64, 32
+PER_EPOCH = LIMIT // BATCH
+
+
+class Proc:
+    """A helper process whose stdout JSON lines and stderr are read by threads, so every
+    wait on it has a deadline."""
+
+    def __init__(self, name, script, *args):
+        self.name = name
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), HERE) if p)
+        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, script), *map(str, args)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=env)
+        self.lines = queue.Queue()
+        self.err = []
+        self._threads = [threading.Thread(target=self._read_out, daemon=True),
+                         threading.Thread(target=self._read_err, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _read_out(self):
+        for line in self.p.stdout:
+            if line.startswith("{"):
+                self.lines.put(json.loads(line))
+        self.lines.put(None)
+
+    def _read_err(self):
+        for line in self.p.stderr:
+            self.err.append(line)
+
+    def stderr(self):
+        for t in self._threads:
+            t.join(timeout=HANG_S)
+        return "".join(self.err)
+
+    def expect(self, key, what):
+        """The next JSON line that has `key`; fails if the process hangs or exits first."""
+        while True:
+            try:
+                msg = self.lines.get(timeout=HANG_S)
+            except queue.Empty:
+                pytest.fail(f"{self.name} hung: no '{key}' within {HANG_S:.0f} s ({what})")
+            if msg is None:
+                self.p.wait(timeout=HANG_S)
+                pytest.fail(f"{self.name} exited ({self.p.returncode}) before '{key}' "
+                            f"({what}):\n{self.stderr()[-4000:]}")
+            if "error" in msg and key != "error":
+                pytest.fail(f"{self.name}: {msg}")
+            if key in msg:
+                return msg
+
+    def send(self, word):
+        self.p.stdin.write(word + "\n")
+        self.p.stdin.flush()
+
+    def wait(self, what):
+        try:
+            return self.p.wait(timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.name} hung: did not exit within {HANG_S:.0f} s ({what})")
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGKILL)
+            self.p.wait()
+
+
+@pytest.fixture
+def procs():
+    """Starts helper processes and kills whatever is left of them after the test."""
+    started = []
+
+    def start(name, script, *args):
+        p = Proc(name, script, *args)
+        started.append(p)
+        return p
+    yield start
+    for p in started:
+        p.kill()
+
+
+def leader(procs, fmnist, consumers, epochs):
+    p = procs("leader", "leader_helper.py", fmnist["train"], epochs, consumers, BATCH,
+              f"limit_samples={LIMIT}", f"producer_batch={PRODUCER_BATCH}")
+    return p, p.expect("address", "leader start")["address"]
+
+
+def trainer(procs, fmnist, name, mode, address, **args):
+    args = dict({"batch_size": BATCH, "limit": LIMIT}, **args)
+    return procs(name, "issue14_trainer.py", mode, address, fmnist["train"], json.dumps(args))
+
+
+def leader_done(ldr):
+    ldr.expect("stats", "leader end of stream")
+    assert ldr.wait("leader exit") == 0, ldr.stderr()[-4000:]
+
+
+def clean_epochs(result, epochs):
+    assert len(result["epochs"]) == epochs
+    for e in result["epochs"]:
+        assert e == {"batches": PER_EPOCH, "bad_pixels": 0, "bad_labels": 0}, result
+
+
+# --- case 1: keeping fewer than buffer_depth batches never hangs the node -------------------
+# In `for images, labels in loader` the loop variables still hold the previous batch while the
+# next one is fetched, so a trainer that keeps one batch holds two at that moment: with
+# buffer_depth=3 it keeps fewer than buffer_depth.
+def test_keeping_one_batch_does_not_hang(procs, fmnist):
+    ldr, address = leader(procs, fmnist, consumers=1, epochs=3)
+    t = trainer(procs, fmnist, "keep_one trainer", "keep_one", address, epochs=3,
+                buffer_depth=3)
+    r = t.expect("batches", "iterate 3 epochs while keeping the first batch")
+    assert r == {"batches": 3 * PER_EPOCH, "len": PER_EPOCH, "fixed_unchanged": True}
+    assert t.wait("trainer exit") == 0
+    leader_done(ldr)
+
+
+def test_keeping_one_batch_with_depth_two_is_a_clear_error(procs, fmnist):
+    # The kept batch plus the loop variable fill buffer_depth=2: an error that says so and
+    # how to fix it, at once, never a hang.
+    ldr, address = leader(procs, fmnist, consumers=1, epochs=1)
+    t = trainer(procs, fmnist, "keep_one trainer", "keep_one", address, epochs=1,
+                buffer_depth=2)
+    r = t.expect("refused", "keep the first batch with buffer_depth=2")
+    assert r["batches"] == 2, r
+    assert "holds 2 unreleased batches (buffer_depth=2)" in r["refused"], r
+    assert "buffer_depth >= k + 2" in r["refused"] and "writable=True" in r["refused"], r
+    assert t.wait("trainer exit") == 0
+    ldr.kill()  # its only consumer left mid-epoch; how the leader ends is not this test's
+
+
+# --- case 2: a trainer that finished but holds its loop variable stalls nobody --------------
+def test_finished_trainer_holding_its_last_batch_does_not_stall_others(procs, fmnist):
+    ldr, address = leader(procs, fmnist, consumers=2, epochs=3)
+    done = trainer(procs, fmnist, "finished trainer", "finish_and_hold", address, epochs=1)
+    other = trainer(procs, fmnist, "other trainer", "verify", address, epochs=3)
+    assert done.expect("finished", "one epoch")["batches"] == PER_EPOCH
+    # It stays alive, holding `images, labels`, while the other trainer runs 3 epochs.
+    clean_epochs(other.expect("epochs", "3 epochs beside a finished trainer"), 3)
+    done.send("exit")
+    assert done.expect("unchanged", "held batch after the others")["unchanged"] is True
+    assert done.wait("finished trainer exit") == 0
+    assert other.wait("other trainer exit") == 0
+    leader_done(ldr)
+
+
+# --- case 3: close() / del / with while tensors live: their bytes never change --------------
+@pytest.mark.parametrize("variant", ["close", "del", "with"])
+def test_tensors_kept_after_close_do_not_change(procs, fmnist, variant):
+    ldr, address = leader(procs, fmnist, consumers=2, epochs=3)
+    keeper = trainer(procs, fmnist, f"{variant} trainer", "close_with_live", address,
+                     variant=variant, keep=2, buffer_depth=2)
+    other = trainer(procs, fmnist, "other trainer", "verify", address, epochs=3)
+    closed = keeper.expect("closed", f"take 2 batches, then {variant}")
+    assert closed["bad_at_close"] == [[0, 0], [0, 0]]
+    # The other trainer goes on for 3 epochs (6 turns of the ring) after the close.
+    clean_epochs(other.expect("epochs", f"3 epochs after the other trainer's {variant}"), 3)
+    keeper.send("check")
+    r = keeper.expect("unchanged", "kept tensors after the other trainer's epochs")
+    assert r["first_ids"] == closed["first_ids"], r
+    assert r["unchanged"] == [True, True] and r["bad_now"] == [[0, 0], [0, 0]], r
+    assert keeper.wait("keeper exit") == 0, keeper.stderr()[-4000:]
+    assert other.wait("other trainer exit") == 0
+    leader_done(ldr)
+
+
+def test_release_next_views_stay_mapped_after_close(procs, fmnist):
+    # release="next" tensors pin no slot (their bytes may change, as documented), but after
+    # close() and `del consumer` they must still point at mapped memory: no crash.
+    ldr, address = leader(procs, fmnist, consumers=1, epochs=1)
+    keeper = trainer(procs, fmnist, "release=next trainer", "close_with_live", address,
+                     variant="release_next", keep=2, buffer_depth=1)
+    keeper.expect("closed", "take 2 batches, close, del")
+    keeper.send("check")
+    r = keeper.expect("unchanged", "read the views after close")
+    assert len(r["unchanged"]) == 2
+    assert keeper.wait("keeper exit") == 0, keeper.stderr()[-4000:]
+    leader_done(ldr)
+
+
+# --- case 4: an in-place write ends the writer; the other trainer's data never changes -----
+@pytest.mark.parametrize("variant", ["fill_", "mul_", "labels_fill_", "tensor_numpy",
+                                     "numpy_setitem", "numpy_iadd"])
+def test_in_place_write_never_changes_another_trainers_batch(procs, fmnist, variant):
+    ldr, address = leader(procs, fmnist, consumers=2, epochs=2)
+    reader = trainer(procs, fmnist, "reading trainer", "verify", address, epochs=2,
+                     wait_for_go=True)
+    reader.expect("attached", "attach")
+    writer = trainer(procs, fmnist, f"{variant} writer", "write_in_place", address,
+                     variant=variant)
+    assert writer.expect("writing", "first batch")["writing"] == variant
+    rc = writer.wait("writer exit")
+    err = writer.stderr()
+    outcome = writer.expect("error", "numpy write") if variant.startswith("numpy") else None
+    # Only now does the other trainer read: the batch the writer wrote into included.
+    reader.send("go")
+    seen = reader.expect("epochs", "2 epochs after the write")
+    assert reader.wait("reader exit") == 0
+    assert all(e["bad_pixels"] == 0 and e["bad_labels"] == 0 for e in seen["epochs"]), (
+        f"the {variant} write changed the other trainer's batches: {seen}")
+    clean_epochs(seen, 2)
+    if outcome is not None:
+        # numpy refuses the write (read-only view) with the hint; the process goes on.
+        assert outcome["error"] == "ValueError" and "read-only" in outcome["message"], outcome
+        assert "views a shared batch" in outcome["message"], outcome
+        assert "writable=True" in outcome["message"], outcome
+        assert rc == 0, err[-4000:]
+    else:
+        # torch has no read-only tensors: the write faults and the guard explains it.
+        assert rc == -signal.SIGSEGV, f"the writer was not stopped (exit {rc}):\n{err[-4000:]}"
+        assert GUARD_MESSAGE in err and GUARD_FIX in err, err[-4000:]
+    leader_done(ldr)
+
+
+def test_writable_gives_private_copies(procs, fmnist):
+    ldr, address = leader(procs, fmnist, consumers=2, epochs=2)
+    writer = trainer(procs, fmnist, "writable trainer", "writable", address, epochs=2,
+                     buffer_depth=1)
+    reader = trainer(procs, fmnist, "reading trainer", "verify", address, epochs=2)
+    # Kept all 32 batches with buffer_depth=1: private copies pin no slot.
+    assert writer.expect("batches", "2 epochs of private copies") == {
+        "batches": 2 * PER_EPOCH, "bad": 0, "kept": 2 * PER_EPOCH, "all_modified": True}
+    clean_epochs(reader.expect("epochs", "2 epochs beside a writer"), 2)
+    assert writer.wait("writer exit") == 0 and reader.wait("reader exit") == 0
+    leader_done(ldr)
