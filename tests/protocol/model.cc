@@ -86,6 +86,8 @@ void Engine::CheckConsumer(int i) {
       released[tag] = true;
       auto it = recvs.find(tag);
       if (it == recvs.end()) fail("released unknown batch " + std::to_string(tag));
+      else if (plan.expect == Expect::kWriteFaults)
+        continue;  // it changed its own batch (the model flags the write itself)
       else if (sum != it->second.checksum || bad != 0)
         fail("held batch " + std::to_string(tag) + " (epoch " + std::to_string(it->second.epoch) +
              ", position " + std::to_string(it->second.seq) + ") changed while held: checksum " +

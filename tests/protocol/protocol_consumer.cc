@@ -21,8 +21,9 @@
 //   k      pin the newest held batch until the end (it still counts against buffer_depth)
 //   K      keep the newest held batch through Batch::KeepAlive() only (the Batch released)
 // After the script, `tail` runs: drain = Next until the end holding up to H batches,
-// releasing in seeded random order; keep = the same, but the last batch is kept past the
-// end until a "sync keep" is answered; stop = nothing. Then every held batch is verified
+// releasing in seeded random order; keep = like a Python for loop: the newest batch stays
+// alive while Next() runs, so the last one is kept past the end until a "sync keep" is
+// answered; stop = nothing. Then every held batch is verified
 // and released, the Consumer destroyed, and fds, threads and mappings counted again.
 #include <dirent.h>
 #include <unistd.h>
@@ -275,11 +276,17 @@ class Runner {
     return false;
   }
 
+  // keep_last: the Python loop-variable pattern - the newest batch stays alive while Next()
+  // runs (needs buffer_depth >= 2), so the last one is still held after the end.
   void Drain(bool keep_last) {
     for (;;) {
-      while (static_cast<int64_t>(held_.size()) >= hold_) ReleaseAt(RandomIndex());
+      if (keep_last) {
+        while (held_.size() > 1) ReleaseAt(0);
+      } else {
+        while (static_cast<int64_t>(held_.size()) >= hold_) ReleaseAt(RandomIndex());
+      }
       if (!NextOne()) break;
-      if (std::uniform_int_distribution<int>(0, 2)(rng_) == 0 && !held_.empty())
+      if (!keep_last && std::uniform_int_distribution<int>(0, 2)(rng_) == 0 && !held_.empty())
         ReleaseAt(RandomIndex());
     }
     if (keep_last && !held_.empty()) {

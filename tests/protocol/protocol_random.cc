@@ -126,9 +126,12 @@ Scenario Generate(ProducerKind kind, uint64_t seed, bool tame, Chaos* chaos_out)
     c.seed = seed * 131 + 100 + uint64_t(j);
     c.late_after = trigger;
     max_depth = std::max(max_depth, c.depth);
-    epochs = std::max(epochs, s.consumers[size_t(trigger)].epochs + 1 + c.epochs);
     s.consumers.push_back(c);
   }
+  // A late joiner starts at an epoch boundary after its trigger's sync point; the leader
+  // may run a whole ring ahead of the parked trigger (many epochs when an epoch is one
+  // producer batch), so the stream has room to spare (it ends once everyone has left).
+  if (late > 0) epochs = 2 * epochs + 12;
   // The service runs epochs until stopped, like `batchcast serve` (the driver stops it).
   p.epochs = kind == ProducerKind::kService ? 0 : epochs;
   p.expect = initial;
@@ -174,13 +177,16 @@ Scenario Generate(ProducerKind kind, uint64_t seed, bool tame, Chaos* chaos_out)
       c.expect = Expect::kLeaderLost;
       continue;
     }
-    const int ending = tame ? rng.Int(0, 69) + (rng.Coin(0.2) ? 20 : 0) : rng.Int(0, 99);
+    const int ending = tame ? (rng.Coin(0.2) ? 85 : 0) : rng.Int(0, 99);  // tame: drain or quit
     if (ending < 70) {
       c.tail = "drain";
-    } else if (ending < 80) {
+    } else if (ending < 80 && c.depth >= 2) {
       c.tail = "keep";  // finishes, keeps its last batch until everyone else is done
     } else if (ending < 90) {
-      c.script += c.script.empty() ? "q" : ",q";
+      // Leaving before the first batch would leave a leader waiting for its expected
+      // consumers forever (an MPI job failure); leave after one at least.
+      const bool took = c.script.find('n') != std::string::npos;
+      c.script += std::string(c.script.empty() ? "" : ",") + (took ? "q" : "n,q");
       c.tail = "stop";
       c.expect = Expect::kEarlyEnd;
     } else if (nexts < most) {
