@@ -429,6 +429,9 @@ Status Consumer::Next(Batch* out) {
     }
     c.cur = a;
   }
+  // Evicted (stopped past the heartbeat) while carving: say so now rather than finish a
+  // producer batch the others have moved on from.
+  if (Status addressed = c.ring->CheckAddressed(); !addressed.ok()) return fail(addressed);
   const shm::SlotDesc* d = c.cur.desc;
   const uint8_t* data = c.cur.data;
   uint32_t carve = c.plan.order[c.next_carve++];

@@ -162,7 +162,12 @@ Result<LeaderView> Engine::Query() { return QueryLeader(s_.producer.socket, 2000
 
 bool Engine::Evicted(int i) {
   auto v = Query();
-  if (!v.ok()) return false;
+  // A leader that has finished the stream without it and exited cannot be asked; it got
+  // there only by no longer waiting for the stopped consumer.
+  if (!v.ok()) {
+    if (leader_exited_) runs_[size_t(i)].stop_outlived_leader = true;
+    return leader_exited_;
+  }
   for (const auto& m : v->members)
     if (m.pid == runs_[size_t(i)].pid && m.addressed) return false;
   return true;

@@ -68,6 +68,9 @@ struct ConsumerRun {
   int wait_status = 0;
   std::string err_path, cmd;
   int64_t recv = 0;
+  // Stopped past the heartbeat, but the leader finished the stream (already published to
+  // it) and exited first: it was never evicted, so a clean end is as right as an error.
+  bool stop_outlived_leader = false;
 };
 
 class Engine {

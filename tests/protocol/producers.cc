@@ -38,7 +38,7 @@ std::unique_ptr<node::BatchSource> Source(const ProducerSpec& s) {
 }
 
 int Waiters(shm::RingLeader& ring) {
-  return static_cast<int>(ring.header()->consumer_waiters.load());
+  return static_cast<int>(ring.view().control->consumer_waiters.load());
 }
 
 node::LeaderConfig LeaderConfigOf(const ProducerSpec& s) {

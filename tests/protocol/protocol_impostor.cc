@@ -29,27 +29,38 @@ int main(int argc, char** argv) {
     std::printf("listen-error %s\n", listen_fd.status().ToString().c_str());
     return 3;
   }
-  // A segment that looks like a leader's: right magic, version and size, running.
-  uint64_t slots_off = 0, data_off = 0;
-  const uint64_t total = SegmentBytes(2, 4096, &slots_off, &data_off);
-  int memfd = memfd_create("impostor", MFD_CLOEXEC);
-  if (memfd < 0 || ftruncate(memfd, static_cast<off_t>(total)) != 0) return 4;
-  auto* h = static_cast<SegmentHeader*>(
-      mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0));
-  if (h == MAP_FAILED) return 4;
+  // Segments that look like a leader's: right magic, version and sizes, running.
+  const SegmentGeometry g = ComputeGeometry(2, 4096);
+  int stream_fd = memfd_create("impostor", MFD_CLOEXEC);
+  int control_fd = memfd_create("impostor-ctl", MFD_CLOEXEC);
+  if (stream_fd < 0 || control_fd < 0 || ftruncate(stream_fd, static_cast<off_t>(g.stream_bytes)) != 0 ||
+      ftruncate(control_fd, static_cast<off_t>(g.control_bytes)) != 0)
+    return 4;
+  auto* h = static_cast<StreamHeader*>(
+      mmap(nullptr, g.stream_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, stream_fd, 0));
+  auto* c = static_cast<ControlHeader*>(
+      mmap(nullptr, g.control_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, control_fd, 0));
+  if (h == MAP_FAILED || c == MAP_FAILED) return 4;
   h->magic = kSegmentMagic;
   h->version = kSegmentVersion;
-  h->num_slots = 2;
+  h->ring_slots = 2;
+  h->max_slots = 2;
+  h->heartbeat_ms = 10000;
   h->slot_bytes = 4096;
-  h->slots_offset = slots_off;
-  h->data_offset = data_off;
-  h->total_bytes = total;
+  h->slots_offset = g.slots_offset;
+  h->positions_offset = g.positions_offset;
+  h->data_offset = g.data_offset;
+  h->total_bytes = g.stream_bytes;
+  h->control_bytes = g.control_bytes;
   h->leader_pid = getpid();
   h->leader_uid = uid;
   h->producer_batch = 8;
   h->max_consumer_batch = 8;
   h->epoch_samples = 64;
-  h->consumers[0].generation = 1;
+  c->magic = kControlSegmentMagic;
+  c->version = kSegmentVersion;
+  c->max_slots = 2;
+  c->consumers[0].generation = 1;
   std::printf("ready %d %u\n", getpid(), unsigned(uid));
   std::fflush(stdout);
   for (;;) {
@@ -64,8 +75,9 @@ int main(int argc, char** argv) {
       r.code = 0;
       r.consumer_id = 0;
       r.generation = 1;
-      r.segment_bytes = total;
-      SendMessage(*fd, &r, sizeof(r), memfd).IgnoreError();
+      r.segment_bytes = g.stream_bytes;
+      r.control_bytes = g.control_bytes;
+      SendMessage(*fd, &r, sizeof(r), stream_fd, control_fd).IgnoreError();
     }
     // Keep the connection open (a consumer would take a close as the leader's death).
   }

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/errors.h"
+#include "core/readonly_guard.h"
 #include "core/log.h"
 #include "transport/shm/control.h"
 #include "transport/shm/futex.h"
@@ -126,11 +127,19 @@ Status RingConsumer::MapSegments(int stream_fd, int control_fd, uint64_t stream_
       view_.control->magic != kControlSegmentMagic)
     return CorruptDataError("the leader's segments do not match their declared geometry");
   view_.geo = g;
+  // A write into it faults (PROT_READ); say which memory it was and what to do instead.
+  Status guard = RegisterReadOnlyRegion(
+      s, stream_bytes, fmt::format("batch memory of the leader at {} (pid {})",
+                                   DisplayAddress(address_), h->leader_pid));
+  if (guard.ok()) guarded_ = true;
+  else BC_LOG(Warn, Shm, "consumer: {}; a write into a shared batch will fault without an "
+              "explanation", guard.message());
   return Status::Ok();
 }
 
 RingConsumer::~RingConsumer() {
   Detach().IgnoreError();
+  if (guarded_) UnregisterReadOnlyRegion(view_.stream);
   if (view_.stream != nullptr) munmap(view_.stream, view_.geo.stream_bytes);
   if (view_.control != nullptr) munmap(view_.control, view_.geo.control_bytes);
 }
@@ -184,6 +193,13 @@ Status RingConsumer::CheckAlive() const {
         "ms): is it stopped (SIGSTOP, a debugger, a suspended job) or hung?",
         h->leader_rank, h->leader_pid, h->host, silent / 1000000, heartbeat_ms_);
   return Status::Ok();
+}
+
+Status RingConsumer::CheckAddressed() const {
+  const uint32_t state = entry_->state.load(std::memory_order_relaxed);
+  if (state == static_cast<uint32_t>(MemberState::kActive) && entry_->generation == generation_)
+    return Status::Ok();
+  return CheckAlive();
 }
 
 Result<uint64_t> RingConsumer::WaitAdmitted(int64_t timeout_ms) {

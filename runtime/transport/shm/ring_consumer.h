@@ -70,6 +70,9 @@ class RingConsumer {
   // when no view of its batches is alive. Idempotent.
   Status Detach();
 
+  // Ok while the leader still addresses this consumer; the eviction error otherwise.
+  Status CheckAddressed() const;
+
   uint64_t position() const { return position_; }
   uint32_t id() const { return id_; }
   const StreamHeader* header() const { return view_.stream; }
@@ -100,6 +103,7 @@ class RingConsumer {
   uint64_t generation_ = 0;
   uint64_t position_ = 0;
   int64_t heartbeat_ms_ = 10000;
+  bool guarded_ = false;  // the stream segment is in the read-only guard's registry
   std::atomic<bool> leader_gone_{false};
   std::atomic<bool> drained_{false};
   std::atomic<bool> detached_{false};
