@@ -208,7 +208,8 @@ Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
   auto ring = shm::RingConsumer::Attach(address, cfg);
   if (!ring.ok()) return ring.status();
   const shm::StreamHeader* h = (*ring)->header();
-  if (h->stream_epochs > 0 && static_cast<uint64_t>(options.epochs) > h->stream_epochs)
+  if (h->stream_epochs > 0 && options.epochs < kEpochsUntilStreamEnds &&
+      static_cast<uint64_t>(options.epochs) > h->stream_epochs)
     return FailedPreconditionError(
         "this consumer asks for {} epochs but the leader at {} produces {}: it would end early "
         "with a silently shorter run. Ask for at most {} epochs, or start the leader with "

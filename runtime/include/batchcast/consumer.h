@@ -28,6 +28,10 @@ struct ConsumerCore;
 struct ConsumerAccess;  // runtime-internal hooks (telemetry)
 }
 
+// Options::epochs for a consumer that follows the leader to the end of its stream,
+// however many epochs it produces (the Python Consumer's epochs=None).
+constexpr int kEpochsUntilStreamEnds = 1 << 30;
+
 struct ConsumerStats {
   int64_t batches = 0;
   int64_t samples = 0;           // including fill repeats
@@ -41,7 +45,9 @@ class BATCHCAST_API Consumer {
  public:
   // Attaches to the leader listening on `address` (an abstract socket name, as printed by
   // the leader or `batchcast serve`). Uses options.batch_size, buffer_depth, epochs,
-  // carve_offset, carve_shuffle, seed, heartbeat_ms. `rank` is only a label (-1: none).
+  // carve_offset, carve_shuffle, seed, heartbeat_ms, allowed_leader_uid. `rank` is only a
+  // label (-1: none). Asking for more epochs than the leader's stream has is an error here
+  // (kFailedPrecondition), unless epochs is kEpochsUntilStreamEnds.
   static Result<std::unique_ptr<Consumer>> Attach(const std::string& address,
                                                   const Options& options, int rank = -1,
                                                   const std::string& name = "");
