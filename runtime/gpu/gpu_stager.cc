@@ -1,12 +1,14 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-#include "node/gpu_stager.h"
+#include "gpu/gpu_stager.h"
 
 #include "core/errors.h"
 #include "core/log.h"
 #include "pipeline/pipeline.h"
+#include "producer/ring_access.h"
+#include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 
 int SlotRanges(const shm::SlotDesc& d, cuda::SlotRange out[3]) {
   const uint64_t positions = uint64_t(d.num_samples) + d.tail;
@@ -16,26 +18,16 @@ int SlotRanges(const shm::SlotDesc& d, cuda::SlotRange out[3]) {
   return 3;
 }
 
-StagingTarget StagingTarget::Of(Leader& leader) {
-  return {&leader.ring(), leader.address(), [&leader](SlotHook* h) { leader.SetSlotHook(h); }};
-}
-
-StagingTarget StagingTarget::Of(Service& service) {
-  return {&service.ring(), service.socket_name(),
-          [&service](SlotHook* h) { service.SetSlotHook(h); }};
-}
-
 cuda::DeviceRingConfig GpuStager::RingConfigFor(shm::RingLeader& ring,
                                                 const GpuStagerConfig& config) {
-  shm::SegmentHeader* h = ring.header();
   cuda::DeviceRingConfig rc;
   rc.device = config.device;
-  rc.num_slots = h->num_slots;
-  rc.host_slot_bytes = h->slot_bytes;
-  rc.host_slots = shm::SlotData(h, 0);
+  rc.num_slots = producer::RingMaxSlots(ring);
+  rc.host_slot_bytes = producer::RingSlotBytes(ring);
+  rc.host_slots = producer::RingDataBase(ring);
   if (config.finish) {
     // Floats of every byte of the slot bound the finished images (4 bytes per uint8).
-    rc.finished_bytes = h->slot_bytes * sizeof(float);
+    rc.finished_bytes = rc.host_slot_bytes * sizeof(float);
     rc.finish_channels = 3;
   }
   return rc;
@@ -119,4 +111,4 @@ Result<std::unique_ptr<cuda::DeviceMap>> GpuStager::OpenLocalMap() {
   return cuda::DeviceMap::OpenLocal(*ring_, lane, [server, lane] { server->ReleaseLane(lane); });
 }
 
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu

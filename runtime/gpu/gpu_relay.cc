@@ -1,12 +1,12 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-#include "node/gpu_relay.h"
+#include "gpu/gpu_relay.h"
 
 #include "core/errors.h"
 #include "core/log.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 
 std::string GpuRelaySocket(const std::string& leader_address, int index) {
   return fmt::format("{}.gpu{}", leader_address, index);
@@ -80,4 +80,4 @@ Result<std::unique_ptr<cuda::DeviceMap>> GpuRelay::OpenLocalMap() {
   return cuda::DeviceMap::OpenLocal(*ring_, lane, [server, lane] { server->ReleaseLane(lane); });
 }
 
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu
