@@ -3,6 +3,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "gpu/gpu_stager.h"  // OpenLocalMap
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 
@@ -75,9 +76,7 @@ Status GpuRelay::Loop() {
 }
 
 Result<std::unique_ptr<cuda::DeviceMap>> GpuRelay::OpenLocalMap() {
-  BC_ASSIGN_OR_RETURN(int lane, server_->ReserveLane());
-  cuda::HandleServer* server = server_.get();
-  return cuda::DeviceMap::OpenLocal(*ring_, lane, [server, lane] { server->ReleaseLane(lane); });
+  return gpu::OpenLocalMap(*ring_, *server_);
 }
 
 }  // namespace batchcast::gpu

@@ -105,10 +105,15 @@ Status GpuStager::Finish() {
   return ring_->Synchronize();
 }
 
+Result<std::unique_ptr<cuda::DeviceMap>> OpenLocalMap(cuda::DeviceRing& ring,
+                                                      cuda::HandleServer& server) {
+  BC_ASSIGN_OR_RETURN(int lane, server.ReserveLane());
+  cuda::HandleServer* s = &server;
+  return cuda::DeviceMap::OpenLocal(ring, lane, [s, lane] { s->ReleaseLane(lane); });
+}
+
 Result<std::unique_ptr<cuda::DeviceMap>> GpuStager::OpenLocalMap() {
-  BC_ASSIGN_OR_RETURN(int lane, server_->ReserveLane());
-  cuda::HandleServer* server = server_.get();
-  return cuda::DeviceMap::OpenLocal(*ring_, lane, [server, lane] { server->ReleaseLane(lane); });
+  return gpu::OpenLocalMap(*ring_, *server_);
 }
 
 }  // namespace batchcast::gpu

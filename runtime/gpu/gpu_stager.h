@@ -36,6 +36,11 @@ inline std::string GpuHandleSocket(const std::string& leader_address) {
 // the n + tail positions (never the unused capacity). Returns how many ranges (3).
 int SlotRanges(const shm::SlotDesc& desc, cuda::SlotRange out[3]);
 
+// A device map over `ring` for a trainer in the process that owns it (the stager's or a
+// relay's): reserves a lane of `server`, released when the map goes.
+Result<std::unique_ptr<cuda::DeviceMap>> OpenLocalMap(cuda::DeviceRing& ring,
+                                                      cuda::HandleServer& server);
+
 // What a stager stages from: a producer's host ring, the address its consumers attached to
 // (the handle socket is GpuHandleSocket(address)), and how to install the slot hook
 // (Leader::staging_target(), Service::staging_target()).

@@ -494,31 +494,37 @@ void RunLateJoin(int64_t n, int epochs, int join_at, int b_epochs, LateJoinRun* 
   out->stats = (*leader)->stats();
 }
 
+// A late-join case of RunLateJoin (2 stream epochs) and what it must give.
+struct LateJoinCase {
+  int64_t n;               // samples: n / 16 producer batches per epoch
+  int join_at;             // B attaches while this position is filled
+  int b_epochs;            // epochs B asks for
+  uint64_t b_first_epoch;  // the first epoch B receives
+  int64_t replayed;        // batches replayed to B
+};
+
+void ExpectLateJoin(const LateJoinCase& c) {
+  LateJoinRun r;
+  RunLateJoin(c.n, 2, c.join_at, c.b_epochs, &r);
+  ExpectExactlyOnce(r.a, c.n, 2, 16);
+  ExpectExactlyOnce(r.b, c.n, c.b_epochs, 8);
+  ASSERT_FALSE(r.b.counts.empty());
+  EXPECT_EQ(r.b.counts.begin()->first, c.b_first_epoch);
+  EXPECT_EQ(r.stats.replayed_batches, c.replayed);
+  EXPECT_EQ(r.stats.late_joins, c.replayed > 0 ? 1 : 0);
+}
+
 // Joined while position 2 of 10 was being filled: inside the window (>= 4 ring slots), so
 // positions 0..2 are replayed to it alone and both see every sample exactly once, from
-// epoch 0 on.
+// epoch 0 on (caught up, not deferred to epoch 1).
 TEST(DataPlaneTest, LateJoinerWithinWindowGetsTheEpochStartReplayed) {
-  const int64_t n = 160;  // 10 producer batches of 16
-  LateJoinRun r;
-  RunLateJoin(n, 2, 2, 2, &r);
-  ExpectExactlyOnce(r.a, n, 2, 16);
-  ExpectExactlyOnce(r.b, n, 2, 8);
-  EXPECT_EQ(r.b.counts.begin()->first, 0u);  // caught up, not deferred to epoch 1
-  EXPECT_EQ(r.stats.replayed_batches, 3);
-  EXPECT_EQ(r.stats.late_joins, 1);
+  ExpectLateJoin({160, 2, 2, 0, 3});
 }
 
 // Joined while position 9 of 20 was being filled: past the window (4 batches), so it is
 // admitted at once and starts at epoch 1's first position; nothing is replayed.
 TEST(DataPlaneTest, JoinerAfterTheWindowStartsAtTheNextEpoch) {
-  const int64_t n = 320;  // 20 producer batches of 16
-  LateJoinRun r;
-  RunLateJoin(n, 2, 9, 1, &r);
-  ExpectExactlyOnce(r.a, n, 2, 16);
-  ExpectExactlyOnce(r.b, n, 1, 8);
-  EXPECT_EQ(r.b.counts.begin()->first, 1u);
-  EXPECT_EQ(r.stats.replayed_batches, 0);
-  EXPECT_EQ(r.stats.late_joins, 0);
+  ExpectLateJoin({320, 9, 1, 1, 0});
 }
 
 }  // namespace
