@@ -147,6 +147,20 @@ Result<std::map<int, uint64_t>> MultinodeLeader::MapTrainers() {
   return bits;
 }
 
+// Shard mode has no late join: the parts of a global batch are fixed when the stream starts
+// (every trainer attaches first). A consumer joining later is told so in the leader's log once
+// and receives nothing (it stays a joiner).
+void MultinodeLeader::WarnLateShardJoiners() {
+  for (const shm::MemberInfo& m : ring_->Members()) {
+    const uint64_t bit = shm::RingLeader::MemberBit(m.id);
+    if (m.state != shm::MemberState::kJoining || (warned_joiners_ & bit) != 0) continue;
+    warned_joiners_ |= bit;
+    BC_LOG(Warn, Node, "multinode leader (shard): {} joined after the stream started; shard mode "
+           "has no late join (every trainer attaches before the first batch), so it receives "
+           "nothing; use mode=replicate or one node for late joiners", m.Describe());
+  }
+}
+
 Status MultinodeLeader::RunShard() {
   BC_ASSIGN_OR_RETURN(auto bits, MapTrainers());
   const int T = multi_.total_trainers;
@@ -158,6 +172,7 @@ Status MultinodeLeader::RunShard() {
         BC_LOG(Info, Node, "multinode leader: every consumer has left at epoch {} batch {}", e, g);
         return Status::Ok();
       }
+      WarnLateShardJoiners();
       std::span<const int64_t> global = plan_.Batch(e, g);
       for (const auto& [t, bit] : bits) {
         SampleRange r = ShardPart(static_cast<int64_t>(global.size()), T, t);

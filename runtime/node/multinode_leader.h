@@ -99,6 +99,7 @@ class MultinodeLeader {
   Status RunShard();
   Status RunReplicate();
   Result<std::map<int, uint64_t>> MapTrainers();
+  void WarnLateShardJoiners();
   // Shard: trainer part `part` of global batch g, to the member with bit `target`.
   Status PublishPart(uint64_t epoch, int64_t g, int64_t batches, std::span<const int64_t> part,
                      uint64_t target);
@@ -147,6 +148,7 @@ class MultinodeLeader {
   bool stop_failed_ = false;         // ... because a leader failed (else: no consumers left)
   int failed_rank_ = -1, failed_node_ = -1;
   int64_t busy_since_ = -1;          // an exchange has been in flight since (ns)
+  uint64_t warned_joiners_ = 0;      // shard: late joiners already warned about
 };
 
 }  // namespace batchcast::node
