@@ -33,7 +33,7 @@
 #include "node/consumer_internal.h"
 #include "node/leader.h"
 #include "telemetry/spec.h"
-#include "node/stream.h"
+#include "producer/stream_plan.h"
 #include "tests/mpi/photo_set.h"
 
 namespace batchcast::bench {
@@ -136,9 +136,9 @@ int64_t Touch(const void* images, size_t bytes, const int64_t* labels, int64_t n
 }
 
 // The pipeline source with the time each producer batch was complete (just before publish).
-class TimedSource : public node::BatchSource {
+class TimedSource : public producer::BatchSource {
  public:
-  TimedSource(std::unique_ptr<node::BatchSource> inner, Span* span)
+  TimedSource(std::unique_ptr<producer::BatchSource> inner, Span* span)
       : inner_(std::move(inner)), span_(span) {}
   int64_t num_samples() const override { return inner_->num_samples(); }
   pipeline::SampleLayout MaxLayout() const override { return inner_->MaxLayout(); }
@@ -150,7 +150,7 @@ class TimedSource : public node::BatchSource {
   }
 
  private:
-  std::unique_ptr<node::BatchSource> inner_;
+  std::unique_ptr<producer::BatchSource> inner_;
   Span* span_;
   uint64_t seq_ = 0;
 };
@@ -158,7 +158,7 @@ class TimedSource : public node::BatchSource {
 void LeaderChild(const Options& o, int k, const std::string& socket, int ready_fd,
                  SharedRecords* r, bool telem) {
   auto collector = MaybeCollector(telem, 0, telemetry::Role::kLeader, r);
-  auto source = node::MakePipelineSource(o);
+  auto source = producer::MakePipelineSource(o);
   if (!source.ok()) ChildFail(r, source.status().ToString());
   node::LeaderConfig cfg;
   cfg.options = o;
@@ -210,7 +210,7 @@ void IndependentChild(const Options& o, int k, SharedRecords* r, int i) {
   po.threads = std::max(1, o.threads / k);
   auto p = pipeline::Pipeline::Create(po, *reader);
   if (!p.ok()) ChildFail(r, p.status().ToString());
-  node::StreamPlan plan((*reader)->info().num_samples, o.batch_size, o.seed, o.shuffle);
+  producer::StreamPlan plan((*reader)->info().num_samples, o.batch_size, o.seed, o.shuffle);
   const size_t sample_bytes = (*p)->OutputLayout().bytes();
   std::vector<uint8_t> images(sample_bytes * size_t(o.batch_size));
   std::vector<int64_t> labels(size_t(o.batch_size));

@@ -19,7 +19,7 @@
 #include "batchcast/consumer.h"
 #include "batchcast/gpu.h"
 #include "harness.h"
-#include "node/gpu_stager.h"
+#include "gpu/gpu_stager.h"
 #include "node/leader.h"
 #include "transport/cuda/device_probe.h"
 
@@ -33,7 +33,7 @@ namespace batchcast::bench {
 namespace {
 
 // Cheap source: each image is one memset, so the leader is bound by the copy, not by a decoder.
-class FlatSource : public node::BatchSource {
+class FlatSource : public producer::BatchSource {
  public:
   FlatSource(int64_t n, int size) : n_(n) {
     layout_.channels = 3;
@@ -124,7 +124,7 @@ KResult RunK(int k, const char* self, double pinned_bw) {
   cfg.socket_name = "batchcast-bench-gpu-" + std::to_string(getpid()) + "-" + std::to_string(k);
   cfg.job = "bench_gpu";
   auto leader = node::Leader::Create(cfg, std::make_unique<FlatSource>(kSamples, kImage)).value();
-  auto stager = node::GpuStager::Create(*leader, {}).value();
+  auto stager = gpu::GpuStager::Create(leader->staging_target(), {}).value();
   std::vector<pid_t> pids;
   std::vector<std::string> outs;
   for (int i = 0; i < k; ++i) {

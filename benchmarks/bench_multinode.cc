@@ -44,10 +44,11 @@ namespace {
 using batchcast::Options;
 using batchcast::Status;
 namespace node = batchcast::node;
+namespace producer = batchcast::producer;
 namespace bench = batchcast::bench;
 
 // Writes only labels: the exchange phase measures MPI + ring, not decoding.
-class LabelsOnlySource : public node::BatchSource {
+class LabelsOnlySource : public producer::BatchSource {
  public:
   LabelsOnlySource(int64_t n, int side) : n_(n) {
     layout_.channels = 3;
@@ -103,11 +104,11 @@ Phase RunPhase(const std::string& kind, const Options& o, MPI_Comm node_comm, MP
     cfg.job = "benchmn";
     cfg.rank = world_rank;
     cfg.socket_name = fmt::format("batchcast-bench-mn-{}-{}-{}", getpid(), kind, node);
-    std::unique_ptr<node::BatchSource> src;
+    std::unique_ptr<producer::BatchSource> src;
     if (kind == "exchange") {
       src = std::make_unique<LabelsOnlySource>(o.limit_samples, o.image_size);
     } else {
-      auto s = node::MakePipelineSource(o);
+      auto s = producer::MakePipelineSource(o);
       if (!s.ok()) { std::fprintf(stderr, "bench: %s\n", s.status().message().c_str()); MPI_Abort(MPI_COMM_WORLD, 1); }
       src = std::move(s).value();
     }
@@ -141,7 +142,7 @@ Phase RunPhase(const std::string& kind, const Options& o, MPI_Comm node_comm, MP
       ph.stats = multi->stats();
     } else {
       single->WaitUntilEmpty(60000).IgnoreError();
-      ph.stats.samples_published = single->stats().samples_produced;
+      ph.stats.samples_produced = single->stats().samples_produced;
       ph.stats.samples_decoded = single->stats().samples_produced;
     }
   } else {
@@ -271,8 +272,8 @@ int Worker(int argc, char** argv) {
   // Gather: leaders' share and exchange numbers, consumers' rates.
   constexpr int kVals = 10;
   double mine[kVals] = {Median(rep_rates), Median(full_rates),
-                        rep.stats.samples_published ? double(rep.stats.samples_decoded) /
-                                                          double(rep.stats.samples_published) : 0,
+                        rep.stats.samples_produced ? double(rep.stats.samples_decoded) /
+                                                          double(rep.stats.samples_produced) : 0,
                         Median(ratios), Median(xbws), Median(pbws), Median(runbws), hot_bw,
                         rep.seconds > 0 ? double(rep.stats.exchange_wait_ns) * 1e-9 / rep.seconds
                                         : 0,

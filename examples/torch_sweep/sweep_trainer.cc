@@ -41,7 +41,7 @@
 #include "batchcast/batchcast.h"
 #include "batchcast/torch.h"
 #include "data/dataset_reader.h"
-#include "node/batch_source.h"
+#include "producer/batch_source.h"
 #include "node/consumer_internal.h"
 #include "node/leader.h"
 #include "schedule/resize_spec.h"
@@ -353,7 +353,7 @@ class SoloStream {
     cfg.max_consumer_batch = static_cast<uint32_t>(options.batch_size);
     cfg.job = "demo-solo";
     cfg.socket_name = "batchcast-" + std::to_string(getuid()) + "-demo-solo-" + std::to_string(getpid());
-    BC_ASSIGN_OR_RETURN(auto source, batchcast::node::MakePipelineSource(options));
+    BC_ASSIGN_OR_RETURN(auto source, batchcast::producer::MakePipelineSource(options));
     BC_ASSIGN_OR_RETURN(s->leader_, batchcast::node::Leader::Create(cfg, std::move(source)));
     batchcast::node::Leader* l = s->leader_.get();
     SoloStream* self = s.get();

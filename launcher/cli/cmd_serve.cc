@@ -12,9 +12,9 @@
 #include "batchcast/options.h"
 #include "cli/commands.h"
 #include "core/log.h"
-#include "node/batch_source.h"
-#include "node/gpu_runtime.h"
-#include "node/gpu_stager.h"
+#include "producer/batch_source.h"
+#include "gpu/gpu_runtime.h"
+#include "gpu/gpu_stager.h"
 #include "node/service.h"
 #include "telemetry/spec.h"
 
@@ -66,7 +66,7 @@ int Serve(const ServeArgs& a) {
     return 2;
   }
   cfg.collector = collector->get();
-  auto source = node::MakePipelineSource(*opts);
+  auto source = producer::MakePipelineSource(*opts);
   if (!source.ok()) {
     std::fprintf(stderr, "batchcast serve: %s\n", source.status().ToString().c_str());
     return 1;
@@ -79,7 +79,7 @@ int Serve(const ServeArgs& a) {
   node::Service& svc = **service;
   // The GPU data plane (option gpu, docs/gpu.md): stage on this process's GPU 0 if any.
   std::string gpu_note;
-  auto stager = node::StageServiceOnGpu(svc, *opts, collector->get(), &gpu_note);
+  auto stager = gpu::StageOnGpu(svc.staging_target(), *opts, collector->get(), &gpu_note);
   if (!stager.ok()) {
     std::fprintf(stderr, "batchcast serve: %s\n", stager.status().ToString().c_str());
     return 1;

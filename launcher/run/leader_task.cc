@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "core/log.h"
-#include "node/batch_source.h"
-#include "node/gpu_runtime.h"
-#include "node/gpu_stager.h"
+#include "producer/batch_source.h"
+#include "gpu/gpu_runtime.h"
+#include "gpu/gpu_stager.h"
 #include "node/leader.h"
 #include "run/mps.h"
 
@@ -62,7 +62,7 @@ Result<std::unique_ptr<node::Leader>> CreateLeader(const TaskContext& t) {
   cfg.rank = t.env.rank;
   cfg.join_timeout_ms = t.join_timeout_ms;
   cfg.end_when_empty = true;
-  BC_ASSIGN_OR_RETURN(auto source, node::MakePipelineSource(t.options));
+  BC_ASSIGN_OR_RETURN(auto source, producer::MakePipelineSource(t.options));
   return node::Leader::Create(cfg, std::move(source));
 }
 
@@ -167,10 +167,10 @@ int RunLeaderTask(const TaskContext& t) {
   });
   // The GPU data plane (option gpu, docs/gpu.md): with trainers placed on GPUs, stage the
   // batches on this task's GPU 0; trainers map them with AttachGpuFromEnvironment.
-  std::unique_ptr<node::GpuStager> stager;
+  std::unique_ptr<gpu::GpuStager> stager;
   if (!t.plan.node_gpus.empty()) {
     std::string note;
-    auto s = node::StageOnGpu(node::StagingTarget::Of(*l), t.options, nullptr, &note);
+    auto s = gpu::StageOnGpu(l->staging_target(), t.options, nullptr, &note);
     if (!s.ok()) {
       std::fprintf(stderr, "batchcast-run: leader %s: %s\n", TaskName(t).c_str(),
                    s.status().message().c_str());

@@ -364,6 +364,21 @@ Status Consumer::Next(Batch* out) {
     }
     if (st.code() == StatusCode::kEndOfStream) {
       c.FinishLocked();
+      const shm::StreamHeader* h = c.ring->header();
+      // A finite stream that ends before this consumer's epochs are done (it joined after
+      // the late-join window near the end): a clear error, never a silently shorter run.
+      if (h->stream_epochs > 0 && c.options.epochs < kEpochsUntilStreamEnds &&
+          c.stats.epochs_completed < c.options.epochs) {
+        c.status = FailedPreconditionError(
+            "the stream ended after this consumer completed {} of the {} epochs it asked for: "
+            "it was admitted {} a stream of {} epochs, after the late-join window. Attach "
+            "before the stream starts or within the window, or ask for fewer epochs",
+            c.stats.epochs_completed, c.options.epochs,
+            c.first_epoch == ~0ULL ? std::string("after the last epoch began, in")
+                                   : fmt::format("at epoch {} of", c.first_epoch),
+            h->stream_epochs);
+        return c.status;
+      }
     } else {
       c.status = st;
     }

@@ -6,15 +6,9 @@
 
 #include "core/errors.h"
 #include "core/log.h"
-#include "transport/shm/carving.h"
-#include "transport/shm/futex.h"
+#include "producer/slot_layout.h"
 
 namespace batchcast::node {
-namespace {
-
-uint64_t Align(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-}  // namespace
 
 Result<std::unique_ptr<ExternalProducer>> ExternalProducer::Create(
     const ExternalProducerConfig& config) {
@@ -32,18 +26,11 @@ Result<std::unique_ptr<ExternalProducer>> ExternalProducer::Create(
   if (c.ring_slots < 2)
     return InvalidArgumentError("producer: ring_slots {} must be at least 2", c.ring_slots);
   std::unique_ptr<ExternalProducer> p(new ExternalProducer(config));
-  const uint64_t sb = c.layout.bytes();
-  const uint64_t max_b = c.max_consumer_batch;
-  // P distinct samples plus the fill repeats any consumer batch <= max_b can need.
-  p->capacity_samples_ = uint64_t(c.producer_batch) + 2 * max_b - 1;
-  p->labels_offset_ = Align(p->capacity_samples_ * sb, 64);
-  p->ids_offset_ = Align(p->labels_offset_ + p->capacity_samples_ * sizeof(int64_t), 64);
-  shm::RingConfig rc;
-  rc.num_slots = c.ring_slots;
-  rc.slot_bytes = Align(p->ids_offset_ + p->capacity_samples_ * sizeof(int64_t), 4096);
-  rc.max_consumer_batch = c.max_consumer_batch;
-  rc.producer_batch = static_cast<uint32_t>(c.producer_batch);
-  rc.epoch_samples = static_cast<uint64_t>(std::max<int64_t>(0, c.epoch_samples));
+  const producer::SlotLayout slot =
+      producer::ComputeSlotLayout(c.producer_batch, c.max_consumer_batch, c.layout);
+  shm::RingConfig rc = producer::RingConfigFor(
+      slot, c.ring_slots, c.max_consumer_batch, static_cast<uint64_t>(c.producer_batch),
+      static_cast<uint64_t>(std::max<int64_t>(0, c.epoch_samples)), c.epochs);
   rc.socket_name = c.socket_name;
   rc.job = c.job;
   rc.rank = c.rank;
@@ -51,9 +38,15 @@ Result<std::unique_ptr<ExternalProducer>> ExternalProducer::Create(
   auto ring = shm::RingLeader::Create(rc);
   if (!ring.ok()) return ring.status().WithContext("producer");
   p->ring_ = std::move(ring).value();
+  p->writer_ = std::make_unique<producer::SlotWriter>(p->ring_.get(), slot, "producer",
+                                                      c.collector);
+  producer::AdmissionPolicy policy;
+  policy.late_join_window = 0;  // no replay: the batches are the caller's
+  policy.ring_slots = rc.num_slots;
+  p->admission_ = std::make_unique<producer::Admission>(p->ring_.get(), policy);
   BC_LOG(Info, Node, "producer: external batches of up to {} samples ({} bytes each), {} slots "
-         "of {} MiB at '{}'", c.producer_batch, sb, rc.num_slots, rc.slot_bytes >> 20,
-         c.socket_name);
+         "of {} MiB at '{}'", c.producer_batch, c.layout.bytes(), rc.num_slots,
+         rc.slot_bytes >> 20, c.socket_name);
   return p;
 }
 
@@ -63,11 +56,14 @@ ExternalProducer::~ExternalProducer() {
 
 Status ExternalProducer::WaitForConsumers(int n, int64_t timeout_ms) {
   BC_RETURN_IF_ERROR(ring_->WaitForJoined(n, timeout_ms));
-  ring_->AdmitJoining(ring_->next_seq());
+  AdmitJoining();
   return Status::Ok();
 }
 
-int ExternalProducer::AdmitJoining() { return ring_->AdmitJoining(ring_->next_seq()); }
+// The caller's epoch boundary: joiners receive the next batch committed.
+int ExternalProducer::AdmitJoining() {
+  return __builtin_popcountll(admission_->AdmitJoiners(ring_->next_seq(), 0, 1));
+}
 
 int ExternalProducer::active_consumers() const {
   return ring_->CountMembers(shm::MemberState::kActive);
@@ -79,16 +75,22 @@ int ExternalProducer::joining_consumers() const {
 
 Result<ExternalSlot> ExternalProducer::Begin(int64_t timeout_ms) {
   if (ended_) return FailedPreconditionError("producer: the stream has already ended");
-  int64_t t0 = shm::MonotonicNs();
-  auto w = ring_->AcquireSlot(timeout_ms);
-  stats_.slot_wait_ns += shm::MonotonicNs() - t0;
-  if (!w.ok()) return w.status();
+  producer::AcquireWait wait;
+  if (timeout_ms >= 0) {
+    wait.poll_ms = [timeout_ms] { return timeout_ms; };
+    wait.on_timeout = [timeout_ms]() -> Result<bool> {
+      return DeadlineExceededError("producer: no free slot within {} ms", timeout_ms);
+    };
+  }
+  BC_ASSIGN_OR_RETURN(std::optional<shm::SlotWrite> w,
+                      writer_->Acquire(ring_->next_seq(), wait));
+  const producer::SlotLayout& layout = writer_->layout();
   ExternalSlot s;
   s.write = *w;
   s.seq = w->seq;
   s.images = w->data;
-  s.labels = reinterpret_cast<int64_t*>(w->data + labels_offset_);
-  s.ids = reinterpret_cast<int64_t*>(w->data + ids_offset_);
+  s.labels = layout.labels(w->data);
+  s.ids = layout.ids(w->data);
   s.capacity = config_.producer_batch;
   return s;
 }
@@ -108,47 +110,20 @@ Status ExternalProducer::Commit(const ExternalSlot& slot, const ExternalCommit& 
   const uint32_t n = static_cast<uint32_t>(commit.num_samples);
   if (!ids_written)
     for (uint32_t i = 0; i < n; ++i) slot.ids[i] = epoch_position_ + i;
-  uint32_t tail = 0;
-  for (const auto& r : ring_->Receivers(slot.seq))
-    tail = std::max(tail, shm::TailNeeded(n, r.batch_size, r.flags));
-  if (n + uint64_t(tail) > capacity_samples_)
-    return InternalError("producer: tail of {} does not fit a slot of {} samples", tail,
-                         capacity_samples_);
-  const uint64_t sb = config_.layout.bytes();
-  for (uint32_t j = 0; j < tail; ++j) {  // fill repeats, written once for every consumer
-    uint32_t src = j % n;
-    std::memcpy(slot.images + uint64_t(n + j) * sb, slot.images + uint64_t(src) * sb, sb);
-    slot.labels[n + j] = slot.labels[src];
-    slot.ids[n + j] = slot.ids[src];
-  }
-  shm::SlotDesc* d = slot.write.desc;
+  if (commit.batch_in_epoch == 0) AdmitJoining();  // the caller's epoch starts here
   const int64_t p = config_.producer_batch;
-  const int64_t epoch_samples = config_.epoch_samples;
-  d->epoch = commit.epoch;
-  d->batch_in_epoch = commit.batch_in_epoch;
-  d->batches_in_epoch = epoch_samples > 0 ? uint64_t((epoch_samples + p - 1) / p) : 0;
-  d->samples_in_epoch = static_cast<uint64_t>(std::max<int64_t>(0, epoch_samples));
-  d->num_samples = n;
-  d->tail = tail;
-  d->skipped = 0;
-  d->flags = commit.last_in_epoch ? uint32_t(shm::kLastInEpoch) : 0u;
-  d->dtype = static_cast<uint32_t>(config_.layout.dtype);
-  d->layout = static_cast<uint32_t>(config_.layout.layout);
-  d->channels = config_.layout.channels;
-  d->height = config_.layout.height;
-  d->width = config_.layout.width;
-  d->sample_bytes = sb;
-  d->images_offset = 0;
-  d->labels_offset = labels_offset_;
-  d->ids_offset = ids_offset_;
-  d->lr_factor = commit.lr_factor;
-  d->image_size = config_.layout.height;
-  uint64_t mask = ring_->Publish(slot.write);
+  const int64_t epoch_samples = std::max<int64_t>(0, config_.epoch_samples);
+  producer::SlotContents c;
+  c.epoch = commit.epoch;
+  c.batch = static_cast<int64_t>(commit.batch_in_epoch);
+  c.batches_in_epoch = epoch_samples > 0 ? (epoch_samples + p - 1) / p : 0;
+  c.last_in_epoch = commit.last_in_epoch;
+  c.samples_in_epoch = static_cast<uint64_t>(epoch_samples);
+  c.num_samples = n;
+  c.layout = config_.layout;
+  c.lr_factor = commit.lr_factor;
+  BC_RETURN_IF_ERROR(writer_->Publish(slot.write, c, ~0ULL, producer::BatchRecord{}).status());
   epoch_position_ += n;
-  stats_.batches += 1;
-  stats_.samples += n;
-  stats_.tail_copies += tail;
-  if (mask == 0) stats_.dropped_batches += 1;
   return Status::Ok();
 }
 
@@ -156,8 +131,9 @@ void ExternalProducer::End() {
   if (ended_) return;
   ended_ = true;
   ring_->End();
+  const ExternalProducerStats s = stats();
   BC_LOG(Info, Node, "producer: stream complete: {} batches, {} samples, {} published to nobody",
-         stats_.batches, stats_.samples, stats_.dropped_batches);
+         s.batches, s.samples, s.dropped_batches);
 }
 
 void ExternalProducer::Fail(const std::string& why) {
@@ -166,6 +142,15 @@ void ExternalProducer::Fail(const std::string& why) {
   ring_->Fail(why);
 }
 
-ExternalProducerStats ExternalProducer::stats() const { return stats_; }
+ExternalProducerStats ExternalProducer::stats() const {
+  const producer::WriterStats& w = writer_->stats();
+  ExternalProducerStats s;
+  s.batches = w.producer_batches;
+  s.samples = w.samples_produced;
+  s.dropped_batches = w.dropped_batches;
+  s.tail_copies = w.tail_copies;
+  s.slot_wait_ns = w.slot_wait_ns;
+  return s;
+}
 
 }  // namespace batchcast::node

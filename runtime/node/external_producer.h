@@ -15,6 +15,11 @@
 //   p->End();
 //
 // Epochs are the caller's: the batch it commits with last_in_epoch ends the epoch.
+// Slot layout, tail, descriptor, publish and telemetry are the producer core's
+// (producer::SlotWriter), as for every other producer. Late join: a joiner is admitted at
+// the caller's next epoch start (the first batch committed with batch_in_epoch 0, or
+// AdmitJoining()); the batches are the caller's and cannot be made again, so there is no
+// late-join replay here.
 #pragma once
 
 #include <atomic>
@@ -25,7 +30,13 @@
 #include "batchcast/options.h"
 #include "batchcast/status.h"
 #include "pipeline/pipeline.h"
+#include "producer/admission.h"
+#include "producer/slot_writer.h"
 #include "transport/shm/ring_leader.h"
+
+namespace batchcast::telemetry {
+class Collector;
+}
 
 namespace batchcast::node {
 
@@ -33,12 +44,14 @@ struct ExternalProducerConfig {
   pipeline::SampleLayout layout;     // every image has this layout
   int64_t producer_batch = 0;        // most samples one committed batch holds
   int64_t epoch_samples = 0;         // samples per epoch (0: unknown; consumers' len() is 0)
+  int64_t epochs = 0;                // epochs the caller will publish (0: unknown)
   uint32_t max_consumer_batch = 0;   // largest consumer batch admitted (<= producer_batch)
   uint32_t ring_slots = 4;           // slots in flight (consumers' buffer depth + 2 or more)
   int64_t heartbeat_ms = 10000;
   std::string socket_name;           // abstract socket name, unique per node
   std::string job;
   int rank = -1;
+  telemetry::Collector* collector = nullptr;  // optional; not owned
 };
 
 // An acquired slot: write up to `capacity` samples, then Commit() (or Abandon()).
@@ -106,11 +119,11 @@ class ExternalProducer {
 
   ExternalProducerConfig config_;
   std::unique_ptr<shm::RingLeader> ring_;
-  uint64_t labels_offset_ = 0, ids_offset_ = 0, capacity_samples_ = 0;
+  std::unique_ptr<producer::SlotWriter> writer_;
+  std::unique_ptr<producer::Admission> admission_;
   uint64_t epoch_ = ~0ULL;
   int64_t epoch_position_ = 0;       // samples committed so far in the current epoch
   bool ended_ = false;
-  ExternalProducerStats stats_;
 };
 
 }  // namespace batchcast::node

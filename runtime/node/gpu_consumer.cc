@@ -1,13 +1,16 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-// GpuConsumer: a Consumer's batches as device tensors (batchcast/gpu.h, docs/gpu.md).
+// GpuConsumer: a Consumer's batches as device tensors (batchcast/gpu.h, docs/gpu.md), and
+// attaching one from the environment `batchcast-run` sets.
+#include "node/gpu_consumer.h"
+
+#include <cstdlib>
 #include <mutex>
 
 #include "batchcast/gpu.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "node/consumer_internal.h"
-#include "node/gpu_runtime.h"
-#include "node/gpu_stager.h"
+#include "gpu/gpu_stager.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 #include "transport/cuda/device_map.h"
@@ -71,7 +74,7 @@ Status GpuConsumerCore::ToDevice(std::shared_ptr<GpuConsumerCore> self, Batch&& 
   const uint8_t* slot_base = v.data(slot);
   const shm::SlotDesc& d = v.slot(slot).desc;
   cuda::SlotRange ranges[3];
-  const int nr = node::SlotRanges(d, ranges);
+  const int nr = gpu::SlotRanges(d, ranges);
   uint8_t* dev = nullptr;
   uint64_t peer_bytes = 0;
   {
@@ -140,7 +143,7 @@ Result<std::unique_ptr<GpuConsumer>> GpuConsumer::Attach(Consumer& consumer,
   if (internal::ConsumerAccess::Segment(consumer) == nullptr)
     return FailedPreconditionError("gpu: consumer of {} has no mapped ring; attach it first",
                                    address);
-  auto map = cuda::DeviceMap::Open(node::GpuHandleSocket(address), device, 60000);
+  auto map = cuda::DeviceMap::Open(gpu::GpuHandleSocket(address), device, 60000);
   if (!map.ok()) return map.status().WithContext(fmt::format("gpu consumer of {}", address));
   return internal::GpuConsumerFactory::Make(consumer, std::move(map).value());
 }
@@ -170,6 +173,21 @@ GpuConsumerStats GpuConsumer::stats() const {
   s.peer = core_->map->peer();
   s.lane = core_->map->lane();
   return s;
+}
+
+Result<std::unique_ptr<GpuConsumer>> AttachGpuFromEnvironment(Consumer& consumer,
+                                                               const Options& options) {
+  if (options.gpu == "off")
+    return FailedPreconditionError("gpu: option gpu=off; the trainer takes the host path");
+  const char* address = std::getenv("BATCHCAST_ADDRESS");
+  if (address == nullptr || *address == '\0')
+    return FailedPreconditionError(
+        "gpu: BATCHCAST_ADDRESS is not set; start this trainer under batchcast-run "
+        "(docs/launch.md), or call GpuConsumer::Attach with the leader's address");
+  GpuPlacement placement;
+  placement.trainers_per_gpu = options.trainers_per_gpu;
+  BC_ASSIGN_OR_RETURN(int device, SelectGpu(placement));
+  return GpuConsumer::Attach(consumer, address, device);
 }
 
 }  // namespace batchcast

@@ -8,21 +8,15 @@
 
 #include "core/errors.h"
 #include "core/log.h"
-#include "node/slot_fill.h"
+#include "producer/epoch_loop.h"
 #include "schedule/plan_format.h"
 #include "schedule/resize_spec.h"
 #include "transport/shm/carving.h"
-#include "transport/shm/futex.h"
 #include "telemetry/metrics.h"
 
 namespace batchcast::node {
-namespace {
 
-uint64_t Align(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-}  // namespace
-
-Leader::Leader(const LeaderConfig& config, std::unique_ptr<BatchSource> source,
+Leader::Leader(const LeaderConfig& config, std::unique_ptr<producer::BatchSource> source,
                int64_t producer_batch)
     : config_(config),
       source_(std::move(source)),
@@ -32,28 +26,31 @@ Leader::Leader(const LeaderConfig& config, std::unique_ptr<BatchSource> source,
             producer_batch, config.options.seed, config.options.shuffle) {}
 
 Result<std::unique_ptr<Leader>> Leader::Create(const LeaderConfig& config,
-                                               std::unique_ptr<BatchSource> source) {
+                                               std::unique_ptr<producer::BatchSource> source) {
   const Options& o = config.options;
-  uint32_t max_b = config.max_consumer_batch ? config.max_consumer_batch
-                                             : static_cast<uint32_t>(o.batch_size);
-  int64_t p = o.producer_batch > 0 ? o.producer_batch : 2 * int64_t(max_b);
-  if (p < max_b)
-    return InvalidArgumentError(
-        "producer_batch {} is smaller than the largest consumer batch {}; raise producer_batch",
-        p, max_b);
+  BC_ASSIGN_OR_RETURN(producer::BatchSizes sizes,
+                      producer::ResolveBatchSizes(o, config.max_consumer_batch, "leader"));
+  const int64_t p = sizes.producer_batch;
+  const uint32_t max_b = sizes.max_consumer_batch;
   if (source->num_samples() <= 0)
     return InvalidArgumentError("leader: the dataset has no samples");
+  if (!(config.late_join_window >= 0.0 && config.late_join_window <= 1.0))
+    return InvalidArgumentError("leader: late_join_window {} is outside [0, 1]",
+                                config.late_join_window);
   std::unique_ptr<Leader> leader(new Leader(config, std::move(source), p));
   Leader& l = *leader;
   l.layout_ = l.source_->MaxLayout();
-  if (!o.resize.empty()) BC_RETURN_IF_ERROR(l.InitResize(p, max_b));
-  shm::RingConfig rc;
-  rc.num_slots = static_cast<uint32_t>(o.ring_slots > 0 ? o.ring_slots : o.buffer_depth + 2);
-  l.SizeSlots(p, max_b, &rc.slot_bytes);
-  rc.max_consumer_batch = max_b;
-  rc.producer_batch = static_cast<uint32_t>(p);
-  rc.epoch_samples = static_cast<uint64_t>(l.plan_.num_samples());
-  rc.stream_epochs = static_cast<uint32_t>(std::max(o.epochs, 0));
+  std::vector<producer::SlotBucket> buckets;
+  if (!o.resize.empty()) {
+    BC_RETURN_IF_ERROR(l.InitResize(p, max_b));
+    buckets = producer::ResizeBuckets(*l.schedule_, p, max_b, l.scale_cap_,
+                                      [&l](int size) { return l.source_->Layout(size); });
+  }
+  const producer::SlotLayout slot = producer::ComputeSlotLayout(p, max_b, l.layout_, buckets);
+  shm::RingConfig rc = producer::RingConfigFor(slot, producer::RingSlots(o), max_b,
+                                               static_cast<uint64_t>(p),
+                                               static_cast<uint64_t>(l.plan_.num_samples()),
+                                               o.epochs);
   if (l.schedule_ != nullptr) rc.resize_spec = schedule::ResizeSpecToString(l.schedule_->spec());
   rc.socket_name = config.socket_name;
   rc.job = config.job;
@@ -62,9 +59,28 @@ Result<std::unique_ptr<Leader>> Leader::Create(const LeaderConfig& config,
   auto ring = shm::RingLeader::Create(rc);
   if (!ring.ok()) return ring.status().WithContext("leader");
   l.ring_ = std::move(ring).value();
+  l.writer_ = std::make_unique<producer::SlotWriter>(l.ring_.get(), slot, "leader",
+                                                     config.collector);
+  producer::AdmissionPolicy policy;
+  policy.late_join_window = config.late_join_window;
+  policy.ring_slots = rc.num_slots;
+  policy.join_mid_epoch = config.join_mid_epoch;
+  l.admission_ = std::make_unique<producer::Admission>(l.ring_.get(), policy);
   BC_LOG(Info, Node, "leader: {} samples/epoch, producer batch {}, {} batches/epoch, slot {} MiB",
          l.plan_.num_samples(), p, l.plan_.BatchesPerEpoch(), rc.slot_bytes >> 20);
   return leader;
+}
+
+LeaderStats Leader::stats() const {
+  LeaderStats s;
+  static_cast<producer::WriterStats&>(s) = writer_->stats();
+  s.replayed_batches = replayed_;
+  s.late_joins = admission_->late_joins();
+  return s;
+}
+
+producer::StagingTarget Leader::staging_target() {
+  return {ring_.get(), config_.socket_name, [this](producer::SlotHook* h) { SetSlotHook(h); }};
 }
 
 Status Leader::InitResize(int64_t p, uint32_t max_b) {
@@ -105,29 +121,6 @@ Status Leader::InitResize(int64_t p, uint32_t max_b) {
     std::fflush(stdout);
   }
   return Status::Ok();
-}
-
-// Room for P distinct samples plus the tail any consumer batch <= max_b can need. With a
-// resize schedule, the largest over the buckets: a bucket's producer batch holds
-// floor(P x B_S) smaller samples and its consumers carve scaled batches.
-void Leader::SizeSlots(int64_t p, uint32_t max_b, uint64_t* slot_bytes) {
-  capacity_samples_ = uint64_t(p) + 2 * uint64_t(max_b) - 2 + 1;
-  images_bytes_ = capacity_samples_ * layout_.bytes();
-  if (schedule_ != nullptr) {
-    const uint64_t full = static_cast<uint64_t>(schedule_->full_size());
-    for (int size : schedule_->bucket_sizes()) {
-      const auto num = static_cast<uint32_t>(full * full);
-      const auto den = static_cast<uint32_t>(uint64_t(size) * uint64_t(size));
-      uint64_t n = uint64_t(p) * num / den;  // the schedule's producer batch at this size
-      uint64_t b = shm::ScaledConsumerBatch(max_b, num, den, scale_cap_);
-      uint64_t count = n + 2 * b - 2 + 1;
-      capacity_samples_ = std::max(capacity_samples_, count);
-      images_bytes_ = std::max<uint64_t>(images_bytes_, count * source_->Layout(size).bytes());
-    }
-  }
-  labels_offset_ = Align(images_bytes_, 64);
-  ids_offset_ = Align(labels_offset_ + capacity_samples_ * sizeof(int64_t), 64);
-  *slot_bytes = Align(ids_offset_ + capacity_samples_ * sizeof(int64_t), 4096);
 }
 
 Result<int64_t> Leader::BeginEpoch(uint64_t epoch) {
@@ -195,134 +188,79 @@ Status Leader::Run() {
       return st;
     }
   }
-  ring_->AdmitJoining(0);
-  if (telemetry::Collector* tc = config_.collector) {
-    tc->SetGauge(telemetry::Gauge::kRingSlots, ring_->config().num_slots);
-    tc->SetGauge(telemetry::Gauge::kWorkerThreads, source_->threads());
-  }
+  writer_->RecordStart(source_->threads());
   for (uint64_t e = 0; e < static_cast<uint64_t>(config_.options.epochs); ++e) {
     auto epoch_batches = BeginEpoch(e);
     if (!epoch_batches.ok()) {
       ring_->Fail(epoch_batches.status().message());
       return epoch_batches.status();
     }
-    const int64_t bpe = *epoch_batches;
-    for (int64_t k = 0; k < bpe; ++k) {
+    bool ended = false;
+    Status st = RunEpoch(e, *epoch_batches, &ended);
+    if (!st.ok()) {
       if (abort_.load()) return CancelledError("leader: aborted");
-      if (k == 0 && e > 0) ring_->AdmitJoining(ring_->next_seq());  // joiners start an epoch
-      if (config_.end_when_empty && ring_->CountMembers(shm::MemberState::kActive) == 0 &&
-          ring_->CountMembers(shm::MemberState::kJoining) == 0) {
-        BC_LOG(Info, Node, "leader: every consumer has left at epoch {} batch {}; ending", e, k);
-        ring_->End();
-        return Status::Ok();
-      }
-      Status st = ProduceOne(e, k, bpe);
-      if (!st.ok()) {
-        ring_->Fail(st.message());
-        return st;
-      }
+      ring_->Fail(st.message());
+      return st;
     }
+    if (ended) return Status::Ok();
   }
   ring_->End();
-  BC_LOG(Info, Node, "leader: stream complete: {} producer batches, {} samples, {} skipped",
-         stats_.producer_batches, stats_.samples_produced, stats_.samples_skipped);
+  const LeaderStats s = stats();
+  BC_LOG(Info, Node, "leader: stream complete: {} producer batches, {} samples, {} skipped, {} "
+         "replayed to {} late joiner(s)", s.producer_batches, s.samples_produced,
+         s.samples_skipped, s.replayed_batches, s.late_joins);
   return Status::Ok();
 }
 
-Status Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe) {
-  int64_t t0 = shm::MonotonicNs();
-  BC_ASSIGN_OR_RETURN(shm::SlotWrite w, ring_->AcquireSlot());
-  int64_t t1 = shm::MonotonicNs();
-  stats_.slot_wait_ns += t1 - t0;
-  if (slot_hook_ != nullptr) BC_RETURN_IF_ERROR(slot_hook_->BeforeFill(w));
-  const BatchPlan bp = PlanBatch(epoch, k);
-  std::span<const int64_t> samples = bp.samples;
-  const pipeline::SampleLayout layout = schedule_ ? source_->Layout(bp.image_size) : layout_;
-  auto* labels = reinterpret_cast<int64_t*>(w.data + labels_offset_);
-  auto* ids = reinterpret_cast<int64_t*>(w.data + ids_offset_);
-  pipeline::BatchRequest req;
-  req.epoch = epoch;
-  req.samples = samples;
-  req.image_size = bp.image_size;
-  req.images = w.data;
-  req.labels = labels;
-  pipeline::BatchResult result;
-  Status st = source_->Fill(req, &result);
-  if (!st.ok())
-    return st.WithContext(fmt::format("leader: epoch {} producer batch {}", epoch, k));
-  int64_t t2 = shm::MonotonicNs();
-  stats_.fill_ns += t2 - t1;
-  const uint32_t n = static_cast<uint32_t>(result.written);
-  if (result.kept.size() == n) std::copy(result.kept.begin(), result.kept.end(), ids);
-  else std::copy(samples.begin(), samples.begin() + n, ids);
+// One epoch: producer::RunEpochPositions settles membership before every position.
+Status Leader::RunEpoch(uint64_t e, int64_t bpe, bool* ended) {
+  producer::EpochPolicy policy;
+  policy.who = "leader";
+  policy.produce = [&](int64_t k, uint64_t only, const producer::AcquireWait& wait) {
+    return ProduceOne(e, k, bpe, only, wait);
+  };
+  policy.idle = [&](int64_t k) {
+    if (config_.end_when_empty) {
+      BC_LOG(Info, Node, "leader: every consumer has left at epoch {} batch {}; ending", e, k);
+      ring_->End();
+      return true;
+    }
+    admission_->WaitForMembers(abort_);
+    return false;
+  };
+  policy.check_stop = [this] {
+    return abort_.load() ? CancelledError("leader: aborted") : Status::Ok();
+  };
+  producer::EpochCounts counts;
+  Status st = producer::RunEpochPositions(*writer_, *admission_, e, bpe, policy, &counts, ended);
+  replayed_ += counts.replayed_batches;
+  return st;
+}
 
-  SlotContents c;
+Result<std::optional<uint64_t>> Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe,
+                                                   uint64_t only,
+                                                   const producer::AcquireWait& wait) {
+  const BatchPlan bp = PlanBatch(epoch, k);
+  producer::ProduceRequest req;
+  req.samples = bp.samples;
+  req.image_size = bp.image_size;
+  req.sample = schedule_ ? source_->Layout(bp.image_size) : layout_;
+  producer::SlotContents& c = req.contents;
   c.epoch = epoch;
   c.batch = k;
   c.batches_in_epoch = bpe;
   c.samples_in_epoch = epoch_samples_;
-  c.num_samples = n;
-  c.skipped = static_cast<uint32_t>(result.skipped.size());
-  c.layout = layout;
-  c.labels_offset = labels_offset_;
-  c.ids_offset = ids_offset_;
-  c.capacity_samples = capacity_samples_;
-  c.images_bytes = images_bytes_;
   c.lr_factor = bp.lr_factor;
   c.image_size = schedule_ ? bp.image_size : 0;
   c.scale_num = bp.scale_num;
   c.scale_den = bp.scale_den;
   c.scale_cap = schedule_ ? scale_cap_ : 0;
   c.lr_rule = schedule_ ? lr_rule_ : uint32_t(shm::kLrGiven);
-  const uint32_t tail = TailForReceivers(*ring_, w.seq, ~0ULL, c);
-  BC_RETURN_IF_ERROR(CompleteSlot(w, tail, c).WithContext("leader"));
-  const uint64_t sb = layout.bytes();
-  if (slot_hook_ != nullptr) BC_RETURN_IF_ERROR(slot_hook_->BeforePublish(w));
-  int64_t t3 = shm::MonotonicNs();
-  uint64_t receivers = ring_->Publish(w);
-  int64_t t4 = shm::MonotonicNs();
-  if (telemetry::Collector* tc = config_.collector) {
-    using telemetry::Counter, telemetry::Timer, telemetry::Gauge, telemetry::SpanKind;
-    tc->Add(Counter::kBatchesProduced, 1);
-    tc->Add(Counter::kSamplesProduced, n);
-    tc->Add(Counter::kSamplesSkipped, static_cast<int64_t>(result.skipped.size()));
-    tc->Add(Counter::kBytesShm, static_cast<int64_t>((n + uint64_t(tail)) * sb));
-    tc->AddTime(Timer::kRead, result.read_ns);
-    tc->AddTime(Timer::kDecode, result.decode_ns);
-    tc->AddTime(Timer::kTransform, result.transform_ns);
-    tc->AddTime(Timer::kCollate, t3 - t2);
-    tc->AddTime(Timer::kPublish, t4 - t3);
-    tc->Span(SpanKind::kProduce, w.seq, t1, t2);
-    tc->Span(SpanKind::kPublish, w.seq, t3, t4);
-    tc->SetGauge(Gauge::kRingOccupancy, ring_->OccupiedSlots());
-    tc->SetGauge(Gauge::kConsumersAttached, __builtin_popcountll(receivers));
-    if (schedule_ != nullptr) {  // progressive resizing: size, batch and LR factor over time
-      tc->SetGauge(Gauge::kImageSize, bp.image_size);
-      tc->SetGauge(Gauge::kBatchSize, n);
-      tc->SetGauge(Gauge::kLrFactor, bp.lr_factor);
-    }
-  }
-  stats_.producer_batches += 1;
-  stats_.samples_produced += n;
-  stats_.samples_skipped += static_cast<int64_t>(result.skipped.size());
-  stats_.tail_copies += tail;
-  for (size_t i = 0; i < result.skipped.size(); ++i)
-    BC_LOG(Warn, Node, "leader: skipped sample {}: {}", result.skipped[i],
-           i < result.skip_reasons.size() ? result.skip_reasons[i] : "bad sample");
-  return Status::Ok();
+  return writer_->Produce(*source_, req, only, wait);
 }
 
 Status Leader::WaitUntilEmpty(int64_t timeout_ms) {
-  int64_t deadline = shm::MonotonicNs() + timeout_ms * 1000000LL;
-  while (ring_->CountMembers(shm::MemberState::kActive) + ring_->CountMembers(shm::MemberState::kJoining) > 0) {
-    if (shm::MonotonicNs() > deadline)
-      return DeadlineExceededError("leader: consumers still attached after {} ms", timeout_ms);
-    // Membership changes bump member_futex; wait on it instead of polling hard.
-    uint32_t v = ring_->header()->member_futex.load();
-    if (ring_->CountMembers(shm::MemberState::kActive) + ring_->CountMembers(shm::MemberState::kJoining) == 0) break;
-    shm::FutexWait(&ring_->header()->member_futex, v, 100000000LL);
-  }
-  return Status::Ok();
+  return producer::WaitUntilEmpty(*ring_, timeout_ms, "leader");
 }
 
 }  // namespace batchcast::node

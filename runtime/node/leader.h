@@ -2,7 +2,11 @@
 //
 // The node leader: runs a BatchSource once per producer batch, straight into ring slot
 // memory, and publishes each batch to every attached consumer. Front doors (the MPI
-// Runtime, `batchcast serve`, Python) differ only in how they create it and who joins.
+// Runtime, Python's Leader, `batchcast-run`) differ only in how they create it and who
+// joins. Its policy over the producer core (runtime/producer/): the stream plan (or resize
+// schedule) says what comes next; producer::Admission says who receives it (late joiners
+// are admitted at once and start at the next epoch, or within the late-join window get the
+// epoch's start replayed to them alone).
 //
 // With options.resize set the leader executes a progressive-resizing schedule
 // (docs/progressive-resizing.md): each epoch is the schedule's producer batches, each of
@@ -18,8 +22,12 @@
 
 #include "batchcast/options.h"
 #include "batchcast/status.h"
-#include "node/batch_source.h"
-#include "node/stream.h"
+#include "producer/admission.h"
+#include "producer/batch_source.h"
+#include "producer/slot_hook.h"
+#include "producer/slot_layout.h"
+#include "producer/slot_writer.h"
+#include "producer/stream_plan.h"
 #include "schedule/resize_schedule.h"
 #include "telemetry/collector.h"
 #include "transport/shm/ring_leader.h"
@@ -34,6 +42,11 @@ struct LeaderConfig {
   std::string job;
   int rank = -1;
   int64_t join_timeout_ms = 120000;
+  // Late join (producer/admission.h): a consumer joining within this fraction of an epoch
+  // (at least the ring depth in batches) gets the epoch's start replayed; later ones start
+  // at the next epoch, or at once with join_mid_epoch.
+  double late_join_window = 0.02;
+  bool join_mid_epoch = false;
   // End the stream once every admitted consumer has left (MPI jobs). A service keeps going.
   bool end_when_empty = true;
   telemetry::Collector* collector = nullptr;  // optional; not owned
@@ -41,29 +54,17 @@ struct LeaderConfig {
   bool print_plan = true;
 };
 
-struct LeaderStats {
-  int64_t producer_batches = 0;
-  int64_t samples_produced = 0;
-  int64_t samples_skipped = 0;
-  int64_t tail_copies = 0;
-  int64_t slot_wait_ns = 0;      // backpressure: waiting for consumers to free a slot
-  int64_t fill_ns = 0;           // the source filling slots (decode etc.)
-};
-
-// Optional per-slot hook (GPU staging, node/gpu_stager.h). BeforeFill runs after the
-// slot is acquired and before the source writes it; BeforePublish runs once the slot is
-// complete (descriptor filled) and before consumers see it. An error fails the stream.
-class SlotHook {
- public:
-  virtual ~SlotHook() = default;
-  virtual Status BeforeFill(const shm::SlotWrite& slot) = 0;
-  virtual Status BeforePublish(const shm::SlotWrite& slot) = 0;
+// The slot writer's figures (producer_batches, samples_produced, samples_skipped,
+// tail_copies, slot_wait_ns, fill_ns, ...) and the leader's late joins.
+struct LeaderStats : producer::WriterStats {
+  int64_t replayed_batches = 0;  // late-join replays
+  int64_t late_joins = 0;        // consumers caught up by a replay
 };
 
 class Leader {
  public:
   static Result<std::unique_ptr<Leader>> Create(const LeaderConfig& config,
-                                                std::unique_ptr<BatchSource> source);
+                                                std::unique_ptr<producer::BatchSource> source);
   // Produces the stream: options.epochs epochs, then ends it. Returns the first error.
   Status Run();
   // Asks Run() to stop and fails the stream with `why` (consumers see the message).
@@ -73,15 +74,18 @@ class Leader {
 
   shm::RingLeader& ring() { return *ring_; }
   const std::string& address() const { return config_.socket_name; }
-  LeaderStats stats() const { return stats_; }
+  LeaderStats stats() const;
   int64_t producer_batch() const { return plan_.producer_batch(); }
   // Installs `hook` (not owned; must outlive Run()). Call before Run().
-  void SetSlotHook(SlotHook* hook) { slot_hook_ = hook; }
+  void SetSlotHook(producer::SlotHook* hook) { writer_->SetHook(hook); }
+  // What GPU staging attaches to (gpu/gpu_stager.h).
+  producer::StagingTarget staging_target();
   // The progressive-resizing schedule being executed; null without options.resize.
   const schedule::ResizeSchedule* resize_schedule() const { return schedule_.get(); }
 
  private:
-  Leader(const LeaderConfig& config, std::unique_ptr<BatchSource> source, int64_t producer_batch);
+  Leader(const LeaderConfig& config, std::unique_ptr<producer::BatchSource> source,
+         int64_t producer_batch);
   // What producer batch k of the current epoch holds and how it is scaled.
   struct BatchPlan {
     std::span<const int64_t> samples;
@@ -90,27 +94,29 @@ class Leader {
     uint32_t scale_num = 0, scale_den = 0;  // W_full^2, W^2 (0: no scaling)
   };
   Status InitResize(int64_t producer_batch, uint32_t max_consumer_batch);
-  void SizeSlots(int64_t producer_batch, uint32_t max_consumer_batch, uint64_t* slot_bytes);
   // Prepares epoch e; returns its number of producer batches.
   Result<int64_t> BeginEpoch(uint64_t epoch);
+  Status RunEpoch(uint64_t epoch, int64_t batches_per_epoch, bool* ended);
   BatchPlan PlanBatch(uint64_t epoch, int64_t k);
-  Status ProduceOne(uint64_t epoch, int64_t k, int64_t batches_per_epoch);
+  // Produces position k of the epoch for the consumers in `only` (nullopt: the slot wait
+  // was interrupted by a joiner).
+  Result<std::optional<uint64_t>> ProduceOne(uint64_t epoch, int64_t k, int64_t batches_per_epoch,
+                                             uint64_t only, const producer::AcquireWait& wait);
 
   LeaderConfig config_;
-  std::unique_ptr<BatchSource> source_;
-  StreamPlan plan_;
+  std::unique_ptr<producer::BatchSource> source_;
+  producer::StreamPlan plan_;
   std::unique_ptr<shm::RingLeader> ring_;
-  pipeline::SampleLayout layout_;
-  uint64_t labels_offset_ = 0, ids_offset_ = 0, capacity_samples_ = 0;
-  uint64_t images_bytes_ = 0;      // room for images in a slot
+  pipeline::SampleLayout layout_;  // of full-size samples
+  std::unique_ptr<producer::SlotWriter> writer_;
+  std::unique_ptr<producer::Admission> admission_;
+  int64_t replayed_ = 0;
   std::unique_ptr<schedule::ResizeSchedule> schedule_;
   std::vector<schedule::ProducerBatch> epoch_batches_;  // the current epoch's (with schedule_)
   uint64_t epoch_samples_ = 0;     // samples the current epoch covers
   uint32_t scale_cap_ = 0;         // the spec's max_batch, for consumers' scaled batches
   uint32_t lr_rule_ = 0;           // shm::LrRuleCode of the spec's lr rule
   std::atomic<bool> abort_{false};
-  LeaderStats stats_;
-  SlotHook* slot_hook_ = nullptr;
 };
 
 }  // namespace batchcast::node

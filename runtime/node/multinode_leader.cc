@@ -8,20 +8,15 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "node/multinode_plan.h"
-#include "node/slot_fill.h"
+#include "producer/slot_layout.h"
 #include "telemetry/collector.h"
 #include "transport/mpi/mpi_status.h"
-#include "transport/shm/carving.h"
 #include "transport/shm/futex.h"
 
 namespace batchcast::node {
-namespace {
 
-uint64_t Align(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-}  // namespace
-
-MultinodeLeader::MultinodeLeader(const LeaderConfig& config, std::unique_ptr<BatchSource> source,
+MultinodeLeader::MultinodeLeader(const LeaderConfig& config,
+                                 std::unique_ptr<producer::BatchSource> source,
                                  const MultinodeConfig& multi, int64_t producer_batch,
                                  int64_t num_samples)
     : config_(config),
@@ -30,48 +25,43 @@ MultinodeLeader::MultinodeLeader(const LeaderConfig& config, std::unique_ptr<Bat
       plan_(num_samples, producer_batch, config.options.seed, config.options.shuffle) {}
 
 Result<std::unique_ptr<MultinodeLeader>> MultinodeLeader::Create(
-    const LeaderConfig& config, std::unique_ptr<BatchSource> source,
+    const LeaderConfig& config, std::unique_ptr<producer::BatchSource> source,
     const MultinodeConfig& multi) {
   const Options& o = config.options;
   if (!o.resize.empty())
     return InvalidArgumentError(
         "multinode leader: progressive resizing ('resize') is not supported across nodes yet; "
         "unset it or run on one node");
-  const uint32_t max_b = config.max_consumer_batch ? config.max_consumer_batch
-                                                   : static_cast<uint32_t>(o.batch_size);
+  const bool shard = multi.mode == MultinodeMode::kShard;
+  Options sizing = o;
+  if (shard) sizing.producer_batch = 0;  // shard: the global batch T x b is the plan's batch
+  BC_ASSIGN_OR_RETURN(producer::BatchSizes sizes,
+                      producer::ResolveBatchSizes(sizing, config.max_consumer_batch,
+                                                  "multinode leader"));
+  const uint32_t max_b = sizes.max_consumer_batch;
   int64_t n = source->num_samples();
   if (o.limit_samples > 0) n = std::min(n, o.limit_samples);
   if (n <= 0) return InvalidArgumentError("multinode leader: the dataset has no samples");
-  const bool shard = multi.mode == MultinodeMode::kShard;
   if (shard && multi.total_trainers <= 0)
     return InvalidArgumentError("multinode leader: shard mode needs the number of trainers");
   // Shard: the stream plan's "producer batch" is the global batch T x b; a slot holds one
   // trainer's part (<= b). Replicate: the usual producer batch.
-  int64_t p = shard ? int64_t(multi.total_trainers) * max_b
-                    : (o.producer_batch > 0 ? o.producer_batch : 2 * int64_t(max_b));
-  if (!shard && p < max_b)
-    return InvalidArgumentError(
-        "producer_batch {} is smaller than the largest consumer batch {}; raise producer_batch",
-        p, max_b);
+  const int64_t p = shard ? int64_t(multi.total_trainers) * max_b : sizes.producer_batch;
   std::unique_ptr<MultinodeLeader> l(new MultinodeLeader(config, std::move(source), multi, p, n));
   l->layout_ = l->source_->MaxLayout();
   const int64_t slot_samples = shard ? int64_t(max_b) : p;
-  l->capacity_samples_ = uint64_t(slot_samples) + 2 * uint64_t(max_b) - 1;
-  const uint64_t images = l->capacity_samples_ * l->layout_.bytes();
-  l->labels_offset_ = Align(images, 64);
-  l->ids_offset_ = Align(l->labels_offset_ + l->capacity_samples_ * sizeof(int64_t), 64);
-  shm::RingConfig rc;
-  int slots = o.ring_slots > 0 ? o.ring_slots : o.buffer_depth + 2;
+  const producer::SlotLayout slot = producer::ComputeSlotLayout(slot_samples, max_b, l->layout_);
+  int slots = static_cast<int>(producer::RingSlots(o));
   // Shard: each local trainer holds its own slots; give each room for buffer_depth + 2.
   if (shard) slots = std::max(slots, config.expected_consumers * (o.buffer_depth + 2));
-  rc.num_slots = static_cast<uint32_t>(slots);
-  rc.slot_bytes = Align(l->ids_offset_ + l->capacity_samples_ * sizeof(int64_t), 4096);
-  rc.max_consumer_batch = max_b;
-  rc.producer_batch = static_cast<uint32_t>(slot_samples);
-  // Consumers derive BatchesPerEpoch from these: shard = one part per global batch.
-  rc.epoch_samples = shard ? uint64_t(GlobalBatchesPerEpoch(n, multi.total_trainers,
-                                                            static_cast<int>(max_b))) * max_b
-                           : uint64_t(n);
+  // Consumers derive BatchesPerEpoch from the epoch samples: shard = one part per global batch.
+  const uint64_t epoch_samples =
+      shard ? uint64_t(GlobalBatchesPerEpoch(n, multi.total_trainers, static_cast<int>(max_b))) *
+                  max_b
+            : uint64_t(n);
+  shm::RingConfig rc = producer::RingConfigFor(slot, static_cast<uint32_t>(slots), max_b,
+                                               static_cast<uint64_t>(slot_samples), epoch_samples,
+                                               o.epochs);
   rc.socket_name = config.socket_name;
   rc.job = config.job;
   rc.rank = config.rank;
@@ -79,6 +69,12 @@ Result<std::unique_ptr<MultinodeLeader>> MultinodeLeader::Create(
   auto ring = shm::RingLeader::Create(rc);
   if (!ring.ok()) return ring.status().WithContext("multinode leader");
   l->ring_ = std::move(ring).value();
+  l->writer_ = std::make_unique<producer::SlotWriter>(l->ring_.get(), slot, "multinode leader",
+                                                      config.collector);
+  producer::AdmissionPolicy policy;
+  policy.late_join_window = 0;  // no replay: every node publishes the same positions
+  policy.ring_slots = rc.num_slots;
+  l->admission_ = std::make_unique<producer::Admission>(l->ring_.get(), policy);
   if (shard)
     BC_LOG(Info, Node, "multinode leader (shard): {} samples/epoch, {} trainers x b={} = global "
            "batch {}, {} local trainers, {} slots of {} MiB", n, multi.total_trainers, max_b, p,
@@ -89,6 +85,12 @@ Result<std::unique_ptr<MultinodeLeader>> MultinodeLeader::Create(
            multi.node_index, multi.num_nodes, n, p, p / multi.num_nodes,
            std::max(1, std::min(multi.exchange_depth, slots - 1)), slots, rc.slot_bytes >> 20);
   return l;
+}
+
+MultinodeStats MultinodeLeader::stats() const {
+  MultinodeStats s = stats_;
+  static_cast<producer::WriterStats&>(s) = writer_->stats();
+  return s;
 }
 
 void MultinodeLeader::Abort(const std::string& why) {
@@ -108,21 +110,18 @@ Status MultinodeLeader::Run() {
       return st;
     }
   }
-  ring_->AdmitJoining(0);
-  if (telemetry::Collector* tc = config_.collector) {
-    tc->SetGauge(telemetry::Gauge::kRingSlots, ring_->config().num_slots);
-    tc->SetGauge(telemetry::Gauge::kWorkerThreads, source_->threads());
-  }
+  admission_->AdmitJoiners(ring_->next_seq(), 0, 1);
+  writer_->RecordStart(source_->threads());
   Status st = multi_.mode == MultinodeMode::kShard ? RunShard() : RunReplicate();
   if (!st.ok()) {
     ring_->Fail(st.message());
     return st;
   }
   ring_->End();
+  const MultinodeStats s = stats();
   BC_LOG(Info, Node, "multinode leader: stream complete: {} slots, {} samples published, {} "
-         "decoded here, {} skipped here, {} MiB received", stats_.producer_batches,
-         stats_.samples_published, stats_.samples_decoded, stats_.samples_skipped,
-         stats_.exchange_bytes >> 20);
+         "decoded here, {} skipped here, {} MiB received", s.producer_batches,
+         s.samples_produced, s.samples_decoded, s.samples_skipped, s.exchange_bytes >> 20);
   return Status::Ok();
 }
 
@@ -148,6 +147,20 @@ Result<std::map<int, uint64_t>> MultinodeLeader::MapTrainers() {
   return bits;
 }
 
+// Shard mode has no late join: the parts of a global batch are fixed when the stream starts
+// (every trainer attaches first). A consumer joining later is told so in the leader's log once
+// and receives nothing (it stays a joiner).
+void MultinodeLeader::WarnLateShardJoiners() {
+  for (const shm::MemberInfo& m : ring_->Members()) {
+    const uint64_t bit = shm::RingLeader::MemberBit(m.id);
+    if (m.state != shm::MemberState::kJoining || (warned_joiners_ & bit) != 0) continue;
+    warned_joiners_ |= bit;
+    BC_LOG(Warn, Node, "multinode leader (shard): {} joined after the stream started; shard mode "
+           "has no late join (every trainer attaches before the first batch), so it receives "
+           "nothing; use mode=replicate or one node for late joiners", m.Describe());
+  }
+}
+
 Status MultinodeLeader::RunShard() {
   BC_ASSIGN_OR_RETURN(auto bits, MapTrainers());
   const int T = multi_.total_trainers;
@@ -159,6 +172,7 @@ Status MultinodeLeader::RunShard() {
         BC_LOG(Info, Node, "multinode leader: every consumer has left at epoch {} batch {}", e, g);
         return Status::Ok();
       }
+      WarnLateShardJoiners();
       std::span<const int64_t> global = plan_.Batch(e, g);
       for (const auto& [t, bit] : bits) {
         SampleRange r = ShardPart(static_cast<int64_t>(global.size()), T, t);
@@ -173,77 +187,15 @@ Status MultinodeLeader::RunShard() {
 
 Status MultinodeLeader::PublishPart(uint64_t epoch, int64_t g, int64_t batches,
                                     std::span<const int64_t> part, uint64_t target) {
-  int64_t t0 = shm::MonotonicNs();
-  BC_ASSIGN_OR_RETURN(shm::SlotWrite w, ring_->AcquireSlot());
-  int64_t t1 = shm::MonotonicNs();
-  stats_.slot_wait_ns += t1 - t0;
-  auto* labels = reinterpret_cast<int64_t*>(w.data + labels_offset_);
-  auto* ids = reinterpret_cast<int64_t*>(w.data + ids_offset_);
-  pipeline::BatchRequest req;
-  req.epoch = epoch;
+  producer::ProduceRequest req;
   req.samples = part;
-  req.images = w.data;
-  req.labels = labels;
-  pipeline::BatchResult result;
-  Status st = source_->Fill(req, &result);
-  if (!st.ok())
-    return st.WithContext(fmt::format("multinode leader: epoch {} global batch {}", epoch, g));
-  stats_.fill_ns += shm::MonotonicNs() - t1;
-  const auto n = static_cast<uint32_t>(result.written);
-  if (result.kept.size() == n) std::copy(result.kept.begin(), result.kept.end(), ids);
-  else std::copy(part.begin(), part.begin() + n, ids);
-  stats_.samples_decoded += static_cast<int64_t>(part.size());
-  stats_.samples_skipped += static_cast<int64_t>(result.skipped.size());
-  if (config_.collector != nullptr)
-    config_.collector->Add(telemetry::Counter::kSamplesSkipped,
-                           static_cast<int64_t>(result.skipped.size()));
-  for (size_t i = 0; i < result.skipped.size(); ++i)
-    BC_LOG(Warn, Node, "multinode leader: skipped sample {}: {}", result.skipped[i],
-           i < result.skip_reasons.size() ? result.skip_reasons[i] : "bad sample");
-  BC_RETURN_IF_ERROR(Finish(w, epoch, g, batches, n,
-                            static_cast<uint32_t>(result.skipped.size()), target, result, t1)
-                         .status());
-  return Status::Ok();
-}
-
-// Tail copies for the receivers in `only`, the descriptor, the publish and its telemetry.
-Result<uint64_t> MultinodeLeader::Finish(const shm::SlotWrite& w, uint64_t epoch, int64_t k,
-                                         int64_t batches, uint32_t n, uint32_t skipped,
-                                         uint64_t only, const pipeline::BatchResult& timing,
-                                         int64_t produce_start_ns) {
-  SlotContents c;
+  req.sample = layout_;
+  producer::SlotContents& c = req.contents;
   c.epoch = epoch;
-  c.batch = k;
+  c.batch = g;
   c.batches_in_epoch = batches;
   c.samples_in_epoch = static_cast<uint64_t>(plan_.num_samples());
-  c.num_samples = n;
-  c.skipped = skipped;
-  c.layout = layout_;
-  c.labels_offset = labels_offset_;
-  c.ids_offset = ids_offset_;
-  c.capacity_samples = capacity_samples_;
-  const uint32_t tail = TailForReceivers(*ring_, w.seq, only, c);
-  BC_RETURN_IF_ERROR(CompleteSlot(w, tail, c).WithContext("leader"));
-  const int64_t t0 = shm::MonotonicNs();
-  const uint64_t receivers = ring_->Publish(w, only);
-  const int64_t t1 = shm::MonotonicNs();
-  stats_.producer_batches += 1;
-  stats_.samples_published += n;
-  if (telemetry::Collector* tc = config_.collector) {
-    using telemetry::Counter, telemetry::Timer, telemetry::Gauge, telemetry::SpanKind;
-    tc->Add(Counter::kBatchesProduced, 1);
-    tc->Add(Counter::kSamplesProduced, n);
-    tc->Add(Counter::kBytesShm, static_cast<int64_t>((n + uint64_t(tail)) * layout_.bytes()));
-    tc->AddTime(Timer::kRead, timing.read_ns);
-    tc->AddTime(Timer::kDecode, timing.decode_ns);
-    tc->AddTime(Timer::kTransform, timing.transform_ns);
-    tc->AddTime(Timer::kPublish, t1 - t0);
-    tc->Span(SpanKind::kProduce, w.seq, produce_start_ns, t0);
-    tc->Span(SpanKind::kPublish, w.seq, t0, t1);
-    tc->SetGauge(Gauge::kRingOccupancy, ring_->OccupiedSlots());
-    tc->SetGauge(Gauge::kConsumersAttached, __builtin_popcountll(receivers));
-  }
-  return receivers;
+  return writer_->Produce(*source_, req, target).status();
 }
 
 // -------------------------------------------------------------------------- replicate
@@ -264,10 +216,7 @@ int64_t MaxShare(int64_t n, int nodes) { return (n + nodes - 1) / nodes; }
 Status MultinodeLeader::Agree(bool failed, bool* go) {
   const int slots = static_cast<int>(ring_->config().num_slots);
   const int local_depth = std::max(1, std::min(multi_.exchange_depth, slots - 1));
-  int mine[3] = {failed ? 1 : 0,
-                 ring_->CountMembers(shm::MemberState::kActive) +
-                             ring_->CountMembers(shm::MemberState::kJoining) > 0 ? 1 : 0,
-                 -local_depth};
+  int mine[3] = {failed ? 1 : 0, admission_->Attached() > 0 ? 1 : 0, -local_depth};
   int all[3] = {0, 0, 0};
   BC_MPI(MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MAX, multi_.leaders),
          "MPI_Allreduce (node leaders: start, exchange depth)");
@@ -298,7 +247,8 @@ Status MultinodeLeader::RunReplicate() {
       while (!in_flight_.empty() && in_flight_.front()->index + uint64_t(depth_) <= index)
         BC_RETURN_IF_ERROR(FinishOldest());
       if (stop_at_ != UINT64_MAX && index >= stop_at_ + uint64_t(depth_)) goto drain;
-      if (k == 0 && e > 0) ring_->AdmitJoining(ring_->next_seq() + in_flight_.size());
+      // Joiners are admitted at once and start at the next epoch (its first position).
+      admission_->AdmitJoiners(ring_->next_seq() + in_flight_.size(), k, bpe);
       BC_RETURN_IF_ERROR(StartReplicated(e, k, bpe, index));
       ++index;
     }
@@ -326,41 +276,43 @@ Status MultinodeLeader::StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, 
   f->k = k;
   f->bpe = bpe;
   f->index = index;
-  const int64_t t0 = shm::MonotonicNs();
   if (local_error_.ok() && abort_.load()) local_error_ = CancelledError("multinode leader: aborted");
   // After a stop is known (the batches still started then are drained, never published) or a
   // local failure, the batch goes through scratch memory: its slot position may be taken.
   if (local_error_.ok() && stop_at_ == UINT64_MAX) {
-    const uint64_t seq = ring_->next_seq() + in_flight_.size();
-    for (;;) {
+    // While the slot is held, progress the exchanges in flight (polling 1 ms while any is
+    // pending). An error of Progress() fails the run; an acquire failure is local.
+    Status progress;
+    producer::AcquireWait wait;
+    wait.poll_ms = [this] {
       const bool pending = std::any_of(in_flight_.begin(), in_flight_.end(),
                                        [](const auto& x) { return !x->done; });
-      auto w = ring_->AcquireSlotAt(seq, pending ? 1 : -1);
-      if (w.ok()) {
-        f->w = w.value();
-        f->data = f->w.data;
-        break;
-      }
-      if (w.status().code() != StatusCode::kDeadlineExceeded) {
-        local_error_ = w.status().WithContext("multinode leader");
-        break;
-      }
-      BC_RETURN_IF_ERROR(Progress());
+      return pending ? int64_t(1) : int64_t(-1);
+    };
+    wait.on_timeout = [this, &progress]() -> Result<bool> {
+      progress = Progress();
+      return !progress.ok();
+    };
+    auto w = writer_->Acquire(ring_->next_seq() + in_flight_.size(), wait);
+    BC_RETURN_IF_ERROR(progress);
+    if (w.ok()) {
+      f->w = **w;
+      f->data = f->w.data;
+    } else {
+      local_error_ = w.status();
     }
   }
   if (f->data == nullptr) {
     f->scratch.resize(ring_->config().slot_bytes);
     f->data = f->scratch.data();
   }
-  f->start_ns = shm::MonotonicNs();
-  stats_.slot_wait_ns += f->start_ns - t0;
   std::span<const int64_t> samples = plan_.Batch(epoch, k);
   f->n = static_cast<int64_t>(samples.size());
   const int N = multi_.num_nodes, me = multi_.node_index;
   const uint64_t sb = layout_.bytes();
   const SampleRange mine = ReplicateShare(f->n, N, me);
-  auto* ids = reinterpret_cast<int64_t*>(f->data + ids_offset_);
-  auto* labels = reinterpret_cast<int64_t*>(f->data + labels_offset_);
+  int64_t* ids = writer_->layout().ids(f->data);
+  int64_t* labels = writer_->layout().labels(f->data);
   // Slices of at least 2 samples per decode thread, so a slice keeps the workers busy.
   const int64_t min_slice = std::max(2, 2 * source_->threads());
   const int slices = static_cast<int>(std::clamp<int64_t>(mine.count / min_slice, 1,
@@ -377,14 +329,12 @@ Status MultinodeLeader::StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, 
     }
     if (c + 1 < slices) BC_RETURN_IF_ERROR(Progress());
   }
-  stats_.fill_ns += shm::MonotonicNs() - f->start_ns;
   // This node's metadata block; the others' blocks are received at their offsets.
   const int64_t stride = kMetaHeader + 2 * MaxShare(f->n, N);
   f->meta.assign(size_t(stride) * size_t(N), 0);
   int64_t* block = f->meta.data() + size_t(stride) * size_t(me);
   block[0] = (!local_error_.ok() || abort_.load()) ? 1 : 0;
-  block[1] = ring_->CountMembers(shm::MemberState::kActive) +
-                     ring_->CountMembers(shm::MemberState::kJoining) > 0 ? 1 : 0;
+  block[1] = admission_->Attached() > 0 ? 1 : 0;
   block[2] = config_.rank;
   block[3] = mine.count;
   std::copy(labels + mine.begin, labels + mine.begin + mine.count, block + kMetaHeader);
@@ -409,33 +359,9 @@ Status MultinodeLeader::StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, 
 
 // Decodes samples into positions [pos, pos + samples.size()); ids of skipped ones are -1.
 Status MultinodeLeader::DecodeSlice(InFlight* f, std::span<const int64_t> samples, int64_t pos) {
-  if (samples.empty()) return Status::Ok();
-  auto* labels = reinterpret_cast<int64_t*>(f->data + labels_offset_) + pos;
-  auto* ids = reinterpret_cast<int64_t*>(f->data + ids_offset_) + pos;
-  pipeline::BatchRequest req;
-  req.epoch = f->epoch;
-  req.samples = samples;
-  req.images = f->data + uint64_t(pos) * layout_.bytes();
-  req.labels = labels;
-  pipeline::BatchResult result;
-  Status st = source_->Fill(req, &result);
-  const size_t n = st.ok() ? size_t(result.written) : 0;
-  if (result.kept.size() == n) std::copy(result.kept.begin(), result.kept.begin() + n, ids);
-  else std::copy(samples.begin(), samples.begin() + n, ids);
-  std::fill(ids + n, ids + samples.size(), int64_t(-1));
-  f->timing.read_ns += result.read_ns;
-  f->timing.decode_ns += result.decode_ns;
-  f->timing.transform_ns += result.transform_ns;
-  f->skipped_here += static_cast<int64_t>(result.skipped.size());
-  stats_.samples_decoded += static_cast<int64_t>(samples.size());
-  stats_.samples_skipped += static_cast<int64_t>(result.skipped.size());
-  if (config_.collector != nullptr)
-    config_.collector->Add(telemetry::Counter::kSamplesSkipped,
-                           static_cast<int64_t>(result.skipped.size()));
-  for (size_t i = 0; i < result.skipped.size(); ++i)
-    BC_LOG(Warn, Node, "multinode leader: skipped sample {}: {}", result.skipped[i],
-           i < result.skip_reasons.size() ? result.skip_reasons[i] : "bad sample");
-  return st;
+  uint32_t written = 0;
+  return writer_->Fill(*source_, f->epoch, 0, samples, layout_, f->data, pos, &f->record,
+                       &written);
 }
 
 Status MultinodeLeader::Progress() {
@@ -499,8 +425,8 @@ Status MultinodeLeader::FinishReplicated(InFlight* f) {
     stop_failed_ = any_failed;
   }
   if (stop_at_ <= f->index || !local_error_.ok()) return Status::Ok();  // not published
-  auto* labels = reinterpret_cast<int64_t*>(f->data + labels_offset_);
-  auto* ids = reinterpret_cast<int64_t*>(f->data + ids_offset_);
+  int64_t* labels = writer_->layout().labels(f->data);
+  int64_t* ids = writer_->layout().ids(f->data);
   for (int j = 0; j < N; ++j) {
     if (j == multi_.node_index) continue;
     const SampleRange r = ReplicateShare(f->n, N, j);
@@ -509,9 +435,15 @@ Status MultinodeLeader::FinishReplicated(InFlight* f) {
     std::copy(block + kMetaHeader + r.count, block + kMetaHeader + 2 * r.count, ids + r.begin);
   }
   const uint32_t published = Compact(f->data, static_cast<uint32_t>(f->n));
-  BC_RETURN_IF_ERROR(Finish(f->w, f->epoch, f->k, f->bpe, published,
-                            static_cast<uint32_t>(f->n) - published, ~0ULL, f->timing,
-                            f->start_ns).status());
+  producer::SlotContents c;
+  c.epoch = f->epoch;
+  c.batch = f->k;
+  c.batches_in_epoch = f->bpe;
+  c.samples_in_epoch = static_cast<uint64_t>(plan_.num_samples());
+  c.num_samples = published;
+  c.skipped = static_cast<uint32_t>(f->n) - published;
+  c.layout = layout_;
+  BC_RETURN_IF_ERROR(writer_->Publish(f->w, c, ~0ULL, f->record).status());
   if (f->k + 1 == f->bpe) stats_.epoch_end_ns.push_back(shm::MonotonicNs());
   return Status::Ok();
 }
@@ -519,8 +451,8 @@ Status MultinodeLeader::FinishReplicated(InFlight* f) {
 // Removes positions whose id is -1 (samples skipped on some node), keeping the order.
 // Every node does the same on the same data, so all nodes publish the same batch.
 uint32_t MultinodeLeader::Compact(uint8_t* data, uint32_t n) {
-  auto* labels = reinterpret_cast<int64_t*>(data + labels_offset_);
-  auto* ids = reinterpret_cast<int64_t*>(data + ids_offset_);
+  int64_t* labels = writer_->layout().labels(data);
+  int64_t* ids = writer_->layout().ids(data);
   const uint64_t sb = layout_.bytes();
   uint32_t out = 0;
   for (uint32_t i = 0; i < n; ++i) {
@@ -536,20 +468,7 @@ uint32_t MultinodeLeader::Compact(uint8_t* data, uint32_t n) {
 }
 
 Status MultinodeLeader::WaitUntilEmpty(int64_t timeout_ms) {
-  const int64_t deadline = shm::MonotonicNs() + timeout_ms * 1000000LL;
-  auto attached = [this] {
-    return ring_->CountMembers(shm::MemberState::kActive) +
-           ring_->CountMembers(shm::MemberState::kJoining);
-  };
-  while (attached() > 0) {
-    if (shm::MonotonicNs() > deadline)
-      return DeadlineExceededError("multinode leader: consumers still attached after {} ms",
-                                   timeout_ms);
-    const uint32_t v = ring_->header()->member_futex.load();
-    if (attached() == 0) break;
-    shm::FutexWait(&ring_->header()->member_futex, v, 100000000LL);
-  }
-  return Status::Ok();
+  return producer::WaitUntilEmpty(*ring_, timeout_ms, "multinode leader");
 }
 
 }  // namespace batchcast::node

@@ -17,8 +17,11 @@
 //     it is progressed between decode slices. The agreement rides on the exchange: batch
 //     b's flags decide, on every node alike, whether batch b+depth is started (go on; end
 //     when no node has a consumer; fail when a leader failed, naming its rank).
-// It is a separate class rather than a branch inside node::Leader so that the single-node
-// path is untouched; progressive resizing is not supported across nodes (refused).
+// Slot layout, fill, tail, descriptor, publish and telemetry are the producer core's
+// (producer::SlotWriter), as in node::Leader; only the policy differs. Progressive resizing
+// is not supported across nodes (refused). Late join: a joiner is admitted at once and
+// starts at the next epoch (replicate; no replay, as every node must publish the same
+// positions); in shard mode every trainer attaches before the stream starts.
 #pragma once
 
 #include <mpi.h>
@@ -32,9 +35,11 @@
 #include <vector>
 
 #include "batchcast/status.h"
-#include "node/batch_source.h"
 #include "node/leader.h"
-#include "node/stream.h"
+#include "producer/admission.h"
+#include "producer/batch_source.h"
+#include "producer/slot_writer.h"
+#include "producer/stream_plan.h"
 #include "transport/mpi/batch_exchange.h"
 #include "transport/shm/ring_leader.h"
 
@@ -60,16 +65,13 @@ struct MultinodeConfig {
   int decode_slices = 4;
 };
 
-struct MultinodeStats {
-  int64_t producer_batches = 0;   // slots published (shard: one per local trainer part)
-  int64_t samples_published = 0;  // distinct samples published on this node
-  int64_t samples_decoded = 0;    // samples this node's source decoded
-  int64_t samples_skipped = 0;
+// The slot writer's figures (producer_batches: slots published, shard: one per local
+// trainer part; samples_produced: distinct samples published on this node; samples_decoded:
+// samples this node's source decoded; ...) and the exchange's.
+struct MultinodeStats : producer::WriterStats {
   int64_t exchange_bytes = 0;     // replicate: bytes received from other node leaders
   int64_t exchange_ns = 0;        // replicate: wall time with at least one exchange in flight
   int64_t exchange_wait_ns = 0;   // replicate: time blocked waiting for exchanges
-  int64_t fill_ns = 0;
-  int64_t slot_wait_ns = 0;
   int exchange_depth = 0;         // replicate: the agreed number of batches in flight
   std::vector<int64_t> epoch_end_ns;  // monotonic time the last batch of each epoch was done
 };
@@ -77,7 +79,7 @@ struct MultinodeStats {
 class MultinodeLeader {
  public:
   static Result<std::unique_ptr<MultinodeLeader>> Create(const LeaderConfig& config,
-                                                         std::unique_ptr<BatchSource> source,
+                                                         std::unique_ptr<producer::BatchSource> source,
                                                          const MultinodeConfig& multi);
   MultinodeLeader(const MultinodeLeader&) = delete;
   MultinodeLeader& operator=(const MultinodeLeader&) = delete;
@@ -88,15 +90,16 @@ class MultinodeLeader {
 
   shm::RingLeader& ring() { return *ring_; }
   const std::string& address() const { return config_.socket_name; }
-  MultinodeStats stats() const { return stats_; }
+  MultinodeStats stats() const;
   int64_t producer_batch() const { return plan_.producer_batch(); }
 
  private:
-  MultinodeLeader(const LeaderConfig& config, std::unique_ptr<BatchSource> source,
+  MultinodeLeader(const LeaderConfig& config, std::unique_ptr<producer::BatchSource> source,
                   const MultinodeConfig& multi, int64_t producer_batch, int64_t num_samples);
   Status RunShard();
   Status RunReplicate();
   Result<std::map<int, uint64_t>> MapTrainers();
+  void WarnLateShardJoiners();
   // Shard: trainer part `part` of global batch g, to the member with bit `target`.
   Status PublishPart(uint64_t epoch, int64_t g, int64_t batches, std::span<const int64_t> part,
                      uint64_t target);
@@ -109,10 +112,9 @@ class MultinodeLeader {
     std::vector<int64_t> meta;       // one block per node: flags, labels, ids of its share
     mpi::BatchExchange exchange;
     bool done = false;
-    int64_t skipped_here = 0;        // samples this node skipped in its share
-    int64_t start_ns = 0, posted_ns = 0;
+    int64_t posted_ns = 0;
     int64_t wait_ns = 0;             // the leader blocked waiting for this exchange
-    pipeline::BatchResult timing;    // read/decode/transform time of this node's share
+    producer::BatchRecord record;    // this node's fills of its share (telemetry)
     std::vector<uint8_t> scratch;    // after a local failure: stands in for the slot
     uint8_t* data = nullptr;         // the slot's memory (or scratch)
   };
@@ -126,23 +128,18 @@ class MultinodeLeader {
   Status FinishOldest();
   Status FinishReplicated(InFlight* f);
   void NoteExchangeIdle();
-  // Tail copies, descriptor and publish (the same slot layout as node::Leader).
-  // Also records the batch in the telemetry collector (decode timings from `timing`, the
-  // produce span from produce_start_ns).
-  Result<uint64_t> Finish(const shm::SlotWrite& w, uint64_t epoch, int64_t k, int64_t batches,
-                          uint32_t n, uint32_t skipped, uint64_t only,
-                          const pipeline::BatchResult& timing, int64_t produce_start_ns);
   uint32_t Compact(uint8_t* data, uint32_t n);
 
   LeaderConfig config_;
   MultinodeConfig multi_;
-  std::unique_ptr<BatchSource> source_;
-  StreamPlan plan_;
+  std::unique_ptr<producer::BatchSource> source_;
+  producer::StreamPlan plan_;
   std::unique_ptr<shm::RingLeader> ring_;
   pipeline::SampleLayout layout_;
-  uint64_t labels_offset_ = 0, ids_offset_ = 0, capacity_samples_ = 0;
+  std::unique_ptr<producer::SlotWriter> writer_;
+  std::unique_ptr<producer::Admission> admission_;
   std::atomic<bool> abort_{false};
-  MultinodeStats stats_;
+  MultinodeStats stats_;             // exchange figures; the rest comes from writer_
   // Replicate.
   std::deque<std::unique_ptr<InFlight>> in_flight_;
   int depth_ = 1;
@@ -151,6 +148,7 @@ class MultinodeLeader {
   bool stop_failed_ = false;         // ... because a leader failed (else: no consumers left)
   int failed_rank_ = -1, failed_node_ = -1;
   int64_t busy_since_ = -1;          // an exchange has been in flight since (ns)
+  uint64_t warned_joiners_ = 0;      // shard: late joiners already warned about
 };
 
 }  // namespace batchcast::node

@@ -13,8 +13,9 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "gpu/gpu_runtime.h"
 #include "node/consumer_internal.h"
-#include "node/gpu_runtime.h"
+#include "node/gpu_consumer.h"
 #include "node/leader.h"
 #include "node/multinode_leader.h"
 #include "telemetry/spec.h"
@@ -41,7 +42,8 @@ struct RuntimeState {
   Status leader_status;
   bool served = false;
   std::unique_ptr<Consumer> consumer;
-  std::unique_ptr<node::GpuRuntime> gpu;            // the GPU data plane (docs/gpu.md)
+  std::unique_ptr<gpu::GpuRuntime> gpu_plane;       // the GPU data plane (docs/gpu.md)
+  std::unique_ptr<GpuConsumer> gpu_consumer;        // trainers on the device path
   std::unique_ptr<telemetry::Collector> collector;  // null when telemetry is off
   telemetry::Sinks sinks;
   bool finalized = false;
@@ -178,7 +180,7 @@ Status StartLeader(internal::RuntimeState* s, std::string* socket_name) {
   cfg.rank = s->world_rank;
   cfg.socket_name = fmt::format("batchcast-{}-{}-n{}-{}", getuid(), job, s->node_id, getpid());
   cfg.collector = s->collector.get();
-  auto source = node::MakePipelineSource(s->options);
+  auto source = producer::MakePipelineSource(s->options);
   if (!source.ok()) return source.status();
   *socket_name = cfg.socket_name;
   if (s->use_multi) {
@@ -224,10 +226,10 @@ Status StartTelemetry(internal::RuntimeState* s) {
   return Status::Ok();
 }
 
-// The GPU data plane (node/gpu_runtime.h): collective over the node, after the leader
+// The GPU data plane (gpu/gpu_runtime.h): collective over the node, after the leader
 // exists and before it runs.
 Status SetupGpu(internal::RuntimeState* s, const std::string& address) {
-  node::GpuRuntimeInput in;
+  gpu::GpuRuntimeInput in;
   in.options = s->options;
   in.node = s->node;
   in.world = s->world;
@@ -236,12 +238,21 @@ Status SetupGpu(internal::RuntimeState* s, const std::string& address) {
   in.node_id = s->node_id;
   in.trainer = s->trainer;
   in.multinode_leader = s->use_multi;
-  in.leader = s->leader_obj.get();
+  if (s->leader_obj) in.leader = s->leader_obj->staging_target();
   in.address = address;
   in.collector = s->collector.get();
-  auto gpu = node::GpuRuntime::Setup(in);
-  if (!gpu.ok()) return gpu.status();
-  s->gpu = std::move(gpu).value();
+  auto plane = gpu::GpuRuntime::Setup(in);
+  if (!plane.ok()) return plane.status();
+  s->gpu_plane = std::move(plane).value();
+  return Status::Ok();
+}
+
+// Trainers on the device path: a GpuConsumer over the map the GPU plane opens for them.
+Status AttachGpuConsumer(internal::RuntimeState* s) {
+  BC_ASSIGN_OR_RETURN(std::unique_ptr<cuda::DeviceMap> map, s->gpu_plane->OpenConsumerMap());
+  if (map == nullptr) return Status::Ok();  // the host path
+  BC_ASSIGN_OR_RETURN(s->gpu_consumer,
+                      internal::GpuConsumerFactory::Make(*s->consumer, std::move(map)));
   return Status::Ok();
 }
 
@@ -294,8 +305,8 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
     node::Leader* l = s->leader_obj.get();
     s->leader_thread = std::thread([s, l] {
       s->leader_status = l->Run();
-      Status gpu = s->gpu->FinishLeader();  // the NCCL relays stop with the stream
-      if (!gpu.ok() && s->leader_status.ok()) s->leader_status = gpu;
+      Status staged = s->gpu_plane->FinishLeader();  // the NCCL relays stop with the stream
+      if (!staged.ok() && s->leader_status.ok()) s->leader_status = staged;
     });
   }
   if (s->trainer) {
@@ -304,12 +315,12 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
     if (c.ok()) {
       s->consumer = std::move(c).value();
       internal::ConsumerAccess::SetCollector(*s->consumer, s->collector.get());
-      st = s->gpu->AttachConsumer(*s->consumer);
+      st = AttachGpuConsumer(s);
     }
   }
   st = mpi::AgreeOnStatus(s->world, st);
   if (!st.ok()) {  // every rank fails together; stop our leader without aborting the job
-    if (s->gpu) s->gpu->ReleaseConsumer();
+    s->gpu_consumer.reset();
     s->consumer.reset();
     if (s->leader_obj) s->leader_obj->Abort("job start failed: " + st.message());
     if (s->multi_obj) s->multi_obj->Abort("job start failed: " + st.message());
@@ -341,7 +352,7 @@ int Runtime::node_size() const { return state_->node_size; }
 MPI_Comm Runtime::trainer_comm() const { return state_->trainers; }
 
 GpuConsumer* Runtime::gpu_consumer() {
-  return state_->gpu ? state_->gpu->gpu_consumer() : nullptr;
+  return state_->gpu_consumer.get();
 }
 
 Consumer& Runtime::consumer() {
@@ -375,7 +386,7 @@ Status Runtime::Finalize() {
   if (s->finalized) return Status::Ok();
   s->finalized = true;
   Status first;
-  if (s->gpu) s->gpu->ReleaseConsumer();  // device mappings go before the host slots
+  s->gpu_consumer.reset();  // device mappings go before the host slots
   if (s->consumer) {
     first = s->consumer->status();
     s->consumer->Detach().IgnoreError();
@@ -391,10 +402,10 @@ Status Runtime::Finalize() {
     if (first.ok()) first = st;
   }
   BC_MPI(MPI_Barrier(s->world), "MPI_Barrier (finalize)");
-  if (s->gpu) {  // every rank has unmapped the device slots: free them, join the relay
-    Status st = s->gpu->Shutdown();
+  if (s->gpu_plane) {  // every rank has unmapped the device slots: free them, join the relay
+    Status st = s->gpu_plane->Shutdown();
     if (first.ok()) first = st;
-    s->gpu.reset();
+    s->gpu_plane.reset();
   }
   if (s->trainers != MPI_COMM_NULL) MPI_Comm_free(&s->trainers);
   if (s->node != MPI_COMM_NULL) MPI_Comm_free(&s->node);

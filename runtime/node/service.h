@@ -4,10 +4,9 @@
 // leader that runs epochs for whoever is attached. Consumers (trials) attach and leave at
 // any time through the node-local control socket; the service
 //   - decodes only while someone is attached (it blocks, without polling, when nobody is),
-//   - admits newcomers at epoch boundaries, or catches up a consumer that arrives within
-//     the first `late_join_window` of an epoch by replaying the start of the epoch to it
-//     alone (targeted publish; the stream is a pure function of (seed, epoch, position),
-//     so the replay is byte-identical),
+//   - admits newcomers as every producer does (producer/admission.h): at once, starting at
+//     the next epoch, or, within the late-join window (at least the ring depth in batches),
+//     with the start of the epoch replayed to them alone,
 //   - loses a dead or silent consumer within heartbeat_ms (the ring reaps it), and
 //   - fails the stream with "service stopped: ..." when stopped, so attached consumers
 //     get a clear error instead of a hang.
@@ -21,8 +20,11 @@
 
 #include "batchcast/options.h"
 #include "batchcast/status.h"
-#include "node/batch_source.h"
-#include "node/stream.h"
+#include "producer/admission.h"
+#include "producer/batch_source.h"
+#include "producer/slot_hook.h"
+#include "producer/slot_writer.h"
+#include "producer/stream_plan.h"
 #include "telemetry/collector.h"
 #include "transport/shm/ring_leader.h"
 
@@ -33,6 +35,7 @@ struct ServiceConfig {
   std::string socket_name;           // empty: DefaultServiceSocket()
   int64_t epochs = 0;                // 0: run epochs until stopped
   double late_join_window = 0.02;    // fraction of an epoch within which a joiner is caught up
+                                     // (at least the ring depth in batches, never 0)
   bool join_mid_epoch = false;       // later joiners start at once (mid-epoch) instead of waiting
   uint32_t max_consumer_batch = 0;   // largest batch a consumer may ask for (0: options.batch_size)
   int64_t handshake_timeout_ms = 5000;
@@ -53,12 +56,11 @@ struct ServiceStats {
 
 // "batchcast-<uid>-service": the socket name `batchcast serve` and consumers default to.
 std::string DefaultServiceSocket();
-class SlotHook;  // node/leader.h (GPU staging, node/gpu_stager.h)
 
 class Service {
  public:
   static Result<std::unique_ptr<Service>> Create(const ServiceConfig& config,
-                                                 std::unique_ptr<BatchSource> source);
+                                                 std::unique_ptr<producer::BatchSource> source);
   ~Service();
   // Runs epochs (forever, or config.epochs) until Stop(). Ok when stopped or complete.
   Status Run();
@@ -73,36 +75,33 @@ class Service {
   int64_t batches_per_epoch() const { return plan_.BatchesPerEpoch(); }
   // Installs `hook` around every filled slot, as Leader::SetSlotHook (not owned; must
   // outlive Run()). Call before Run().
-  void SetSlotHook(SlotHook* hook) { slot_hook_ = hook; }
+  void SetSlotHook(producer::SlotHook* hook) { writer_->SetHook(hook); }
+  // What GPU staging attaches to (gpu/gpu_stager.h).
+  producer::StagingTarget staging_target();
 
  private:
-  Service(const ServiceConfig& config, std::unique_ptr<BatchSource> source, int64_t p);
+  Service(const ServiceConfig& config, std::unique_ptr<producer::BatchSource> source, int64_t p);
   Status RunEpoch(uint64_t epoch);
-  // Publishes producer batch k of `epoch` to the consumers in `only`; with fill=false an
-  // empty position that nobody receives (skipping the rest of an epoch costs no decode).
-  // With `interrupted` given, gives up (nothing published, *interrupted = true) when a
-  // consumer joins while every slot is held, so that membership is settled again first.
-  Status Produce(uint64_t epoch, int64_t k, uint64_t only, bool fill,
-                 bool* interrupted = nullptr);
+  // Produces batch k of `epoch` for the consumers in `only` (nullopt: the slot wait was
+  // interrupted by a joiner; membership is settled again first).
+  Result<std::optional<uint64_t>> Produce(uint64_t epoch, int64_t k, uint64_t only,
+                                          const producer::AcquireWait& wait);
   // Blocks until a consumer is attached or joining, or the service stops.
   void WaitForMembers();
-  uint64_t MaskOf(shm::MemberState state) const;
 
   ServiceConfig config_;
-  std::unique_ptr<BatchSource> source_;
-  StreamPlan plan_;
+  std::unique_ptr<producer::BatchSource> source_;
+  producer::StreamPlan plan_;
   std::unique_ptr<shm::RingLeader> ring_;
   pipeline::SampleLayout layout_;
-  uint64_t capacity_samples_ = 0, labels_offset_ = 0, ids_offset_ = 0;
+  std::unique_ptr<producer::SlotWriter> writer_;
+  std::unique_ptr<producer::Admission> admission_;
   std::atomic<bool> stop_{false};
   // Shown by `batchcast status` (read on the control thread).
   std::atomic<uint64_t> epoch_{0}, batch_{0}, produced_{0}, replayed_{0};
   std::atomic<uint32_t> idle_{0};
-  ServiceStats stats_;
-  mutable std::atomic<int64_t> max_slot_wait_ns_{0};
+  ServiceStats stats_;               // epochs_started, idle_waits (the Run thread)
   std::atomic<int64_t> detached_{0}, lost_{0};  // written by the ring's control thread
-  int64_t wait_since_ns_ = 0;  // start of an interrupted slot wait (0: none)
-  SlotHook* slot_hook_ = nullptr;
 };
 
 }  // namespace batchcast::node

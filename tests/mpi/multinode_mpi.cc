@@ -45,7 +45,7 @@
 #include "batchcast/runtime.h"
 #include "data/dataset_reader.h"
 #include "node/multinode_plan.h"
-#include "node/stream.h"
+#include "producer/stream_plan.h"
 #include "pipeline/pipeline.h"
 
 namespace {
@@ -132,7 +132,7 @@ class Checker {
     if (!p.ok()) return p.status();
     reference_ = std::move(p).value();
     counts_.assign(size_t(o_.epochs) * size_t(n_), 0);
-    plan_ = std::make_unique<batchcast::node::StreamPlan>(n_, p_, o_.seed, o_.shuffle);
+    plan_ = std::make_unique<batchcast::producer::StreamPlan>(n_, p_, o_.seed, o_.shuffle);
     signatures_.assign(size_t(o_.epochs) * size_t(plan_->BatchesPerEpoch()), 0);
     bad_ = EnvInt("MULTINODE_TEST_BAD_SAMPLE", -1);
     return Status::Ok();
@@ -246,7 +246,7 @@ class Checker {
   int64_t p_;
   int64_t n_ = 0;
   std::unique_ptr<batchcast::pipeline::Pipeline> reference_;
-  std::unique_ptr<batchcast::node::StreamPlan> plan_;
+  std::unique_ptr<batchcast::producer::StreamPlan> plan_;
   std::vector<int> counts_;
   std::vector<uint64_t> signatures_;  // replicate: per (epoch, producer batch)
   int64_t bad_ = -1;

@@ -13,7 +13,7 @@
 #include "node/leader.h"
 #include "node/multinode_leader.h"
 #include "node/service.h"
-#include "node/stream.h"
+#include "producer/stream_plan.h"
 #include "tests/protocol/content.h"
 #include "transport/shm/control.h"
 
@@ -33,7 +33,7 @@ Options BaseOptions(const ProducerSpec& s) {
   return o;
 }
 
-std::unique_ptr<node::BatchSource> Source(const ProducerSpec& s) {
+std::unique_ptr<producer::BatchSource> Source(const ProducerSpec& s) {
   return std::make_unique<node::SyntheticSource>(s.samples, kImageSide, kChannels);
 }
 
@@ -68,14 +68,24 @@ class LeaderProducer : public Producer {
 
 class ServiceProducer : public Producer {
  public:
-  explicit ServiceProducer(std::unique_ptr<node::Service> s) : s_(std::move(s)) {}
+  ServiceProducer(std::unique_ptr<node::Service> s, int expect)
+      : s_(std::move(s)), expect_(expect) {}
   std::string address() const override { return s_->socket_name(); }
-  Status Run() override { return s_->Run(); }
+  // The scenario's first consumers start together: like trials launched at once, they are
+  // all there before the service's first batch (later ones are the late joiners).
+  Status Run() override {
+    if (expect_ > 0) {
+      Status st = s_->ring().WaitForJoined(expect_, 600000);
+      if (!st.ok()) return st;
+    }
+    return s_->Run();
+  }
   void Stop(const std::string& why) override { s_->Stop(why); }
   int ConsumerWaiters() const override { return Waiters(s_->ring()); }
 
  private:
   std::unique_ptr<node::Service> s_;
+  int expect_ = 0;
 };
 
 // ExternalProducer fed by a loop, as the Python Producer feeds it (producer.py run()).
@@ -133,7 +143,7 @@ class ExternalLoop : public Producer {
 
   std::unique_ptr<node::ExternalProducer> p_;
   ProducerSpec spec_;
-  node::StreamPlan plan_;
+  producer::StreamPlan plan_;
   std::atomic<bool> stop_{false};
 };
 
@@ -185,7 +195,7 @@ Result<std::unique_ptr<Producer>> CreateProducer(const ProducerSpec& s) {
       cfg.late_join_window = s.late_join_window;
       cfg.max_consumer_batch = s.max_batch;
       BC_ASSIGN_OR_RETURN(auto svc, node::Service::Create(cfg, Source(s)));
-      return std::unique_ptr<Producer>(new ServiceProducer(std::move(svc)));
+      return std::unique_ptr<Producer>(new ServiceProducer(std::move(svc), s.expect));
     }
     case ProducerKind::kExternal: {
       node::ExternalProducerConfig cfg;
@@ -193,6 +203,7 @@ Result<std::unique_ptr<Producer>> CreateProducer(const ProducerSpec& s) {
       cfg.layout.height = cfg.layout.width = kImageSide;
       cfg.producer_batch = s.producer_batch;
       cfg.epoch_samples = s.samples;
+      cfg.epochs = s.epochs;  // as the Python Producer passes its epoch count
       cfg.max_consumer_batch = s.max_batch;
       cfg.ring_slots = s.ring_slots > 0 ? uint32_t(s.ring_slots) : uint32_t(s.buffer_depth + 3);  // producer.py
       cfg.heartbeat_ms = s.heartbeat_ms;

@@ -47,6 +47,9 @@ ProducerSpec Spec(ProducerKind kind, int64_t samples, int64_t p, uint32_t max_b,
   s.expect = expect;
   s.heartbeat_ms = hb_ms;
   s.buffer_depth = 2;
+  // A service starts with whoever attached first: consumers that start together are caught
+  // up wherever in epoch 0 their join lands (the cases are not about late join).
+  s.late_join_window = 1.0;
   return s;
 }
 
@@ -285,6 +288,7 @@ TEST(Case7LateJoin, ServiceJoinerAMomentAfterTheFirstIsNotSilentlyEmpty) {
   // never a silent end with nothing.
   Scenario s;
   s.producer = Spec(ProducerKind::kService, 64, 8, 8, 1, 1);
+  s.producer.late_join_window = 0.02;  // `batchcast serve`'s default
   s.consumers.push_back(Plan(8, 2, 1, "n,s:late", "drain", Expect::kComplete, 1));
   ConsumerPlan b = Plan(8, 2, 1, "", "drain", Expect::kCompleteOrError, 1);
   b.late_after = 0;

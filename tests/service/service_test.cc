@@ -33,12 +33,26 @@ Options ConsumerOptions(int b, int epochs) {
   return o;
 }
 
-// Reads until the end of the consumer's epochs; one EpochLine per completed epoch.
-Status ReadEpochs(Consumer& c, int64_t n, std::vector<EpochLine>* out) {
-  std::vector<int> seen(static_cast<size_t>(n), 0);
+// Reads a consumer's batches into one EpochLine per completed epoch; Read() can stop after
+// a number of batches (releasing them all) and go on later.
+struct EpochReader {
+  EpochReader(int64_t n, std::vector<EpochLine>* out)
+      : n(n), seen(static_cast<size_t>(n), 0), out(out) {}
+  // Until the end of the consumer's epochs, or after max_batches batches (>= 0).
+  Status Read(Consumer& c, int64_t max_batches = -1);
+  int64_t n;
+  std::vector<int> seen;
   EpochLine cur;
+  std::vector<EpochLine>* out;
+};
+
+Status ReadEpochs(Consumer& c, int64_t n, std::vector<EpochLine>* out) {
+  return EpochReader(n, out).Read(c);
+}
+
+Status EpochReader::Read(Consumer& c, int64_t max_batches) {
   Batch b;
-  for (;;) {
+  for (int64_t read = 0; max_batches < 0 || read < max_batches; ++read) {
     Status st = c.Next(&b);
     if (st.code() == StatusCode::kEndOfStream) return Status::Ok();
     if (!st.ok()) return st;
@@ -67,6 +81,7 @@ Status ReadEpochs(Consumer& c, int64_t n, std::vector<EpochLine>* out) {
       out->push_back(cur);
     }
   }
+  return Status::Ok();
 }
 
 void ExpectFullEpoch(const EpochLine& e, int64_t n) {
@@ -123,18 +138,23 @@ TEST(ServiceTest, LateJoinerWithinWindowGetsFullEpoch) {
   StopServer(server);
 }
 
-// The same arrival outside a 0.1 window waits for the next epoch and gets all of it.
+// A 0.1 window of a 10-batch epoch is still the ring's 4 slots (never less: a trainer
+// arriving while the first filled the ring is caught up). A reads 3 producer batches, so
+// the service blocks at batch 7 with the ring full; B arriving then, outside the window,
+// waits for the next epoch and gets all of it.
 TEST(ServiceTest, LateJoinerOutsideWindowStartsNextEpoch) {
   const std::string sock = service_test::UniqueSocket("next");
   Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.1, 3, 4);
   auto a = Consumer::Attach(sock, ConsumerOptions(16, 2), -1, "a");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.published >= 4; }));
+  std::vector<EpochLine> ea, eb;
+  EpochReader ra(320, &ea);
+  ASSERT_TRUE(ra.Read(**a, 6).ok());  // producer batches 0..2, released
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.published >= 7; }));
   auto b = Consumer::Attach(sock, ConsumerOptions(16, 1), -1, "b");
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  std::vector<EpochLine> ea, eb;
   Status sa;
-  std::thread ta([&] { sa = ReadEpochs(**a, 320, &ea); });
+  std::thread ta([&] { sa = ra.Read(**a); });
   Status sb = ReadEpochs(**b, 320, &eb);
   ta.join();
   ASSERT_TRUE(sa.ok()) << sa.ToString();
@@ -149,26 +169,29 @@ TEST(ServiceTest, LateJoinerOutsideWindowStartsNextEpoch) {
   StopServer(server);
 }
 
-// With join_mid_epoch a later joiner starts at once: its first (partial) epoch begins at
-// the batch it joined at and holds exactly the rest of that epoch; the next one is full.
+// With join_mid_epoch a joiner after the window starts at once: its first (partial) epoch
+// begins at the batch it joined at and holds exactly the rest of that epoch; the next one
+// is full. (As above, A first reads 3 producer batches so that B arrives at batch 7.)
 TEST(ServiceTest, JoinMidEpochStartsAtOnceWithTheRestOfTheEpoch) {
   const std::string sock = service_test::UniqueSocket("mid");
   Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.1, 3, 4, 5000, true);
   auto a = Consumer::Attach(sock, ConsumerOptions(16, 3), -1, "a");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.published >= 4; }));
+  std::vector<EpochLine> ea, eb;
+  EpochReader ra(320, &ea);
+  ASSERT_TRUE(ra.Read(**a, 6).ok());  // producer batches 0..2, released
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.published >= 7; }));
   auto b = Consumer::Attach(sock, ConsumerOptions(16, 2), -1, "b");
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  std::vector<EpochLine> ea, eb;
   Status sa;
-  std::thread ta([&] { sa = ReadEpochs(**a, 320, &ea); });
+  std::thread ta([&] { sa = ra.Read(**a); });
   Status sb = ReadEpochs(**b, 320, &eb);
   ta.join();
   ASSERT_TRUE(sa.ok()) << sa.ToString();
   ASSERT_TRUE(sb.ok()) << sb.ToString();
   ASSERT_EQ(eb.size(), 2u);
   EXPECT_EQ(eb[0].epoch, 0);
-  EXPECT_GE(eb[0].first_batch, 4);  // it joined with positions 0..3 already out
+  EXPECT_GE(eb[0].first_batch, 7);  // it joined with positions 0..6 already out
   EXPECT_EQ(eb[0].samples, 320 - 32 * eb[0].first_batch);
   EXPECT_EQ(eb[0].dups, 0);
   EXPECT_EQ(eb[0].bad, 0);

@@ -121,7 +121,8 @@ class Producer:
         slots = ring_slots or buffer_depth + 3  # +1: a slot is held while the next batch loads
         self._p = _bc._Producer(list(sample_shape), dtype, int(batch_size),
                                 int(samples_per_epoch), int(max_batch_size or batch_size),
-                                int(slots), int(heartbeat_ms), address or "")
+                                int(slots), int(heartbeat_ms), address or "",
+                                epochs=int(self._epochs))
         self.address = self._p.address
         self.batch_size = int(batch_size)
         self._thread = None

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "bindings/python/src/bindings.h"
-#include "node/batch_source.h"
+#include "producer/batch_source.h"
 #include "node/external_producer.h"
 #include "node/leader.h"
 
@@ -45,7 +45,7 @@ class PyProducer {
  public:
   PyProducer(std::vector<int> sample_shape, const std::string& dtype, int64_t producer_batch,
              int64_t epoch_samples, int max_consumer_batch, int ring_slots, int64_t heartbeat_ms,
-             const std::string& address) {
+             const std::string& address, int64_t epochs) {
     if (sample_shape.size() != 3)
       throw StatusError(Status(StatusCode::kInvalidArgument,
                                "producer: sample_shape must be (channels, height, width)"));
@@ -56,6 +56,7 @@ class PyProducer {
     c.layout.dtype = ParseDType(dtype);
     c.producer_batch = producer_batch;
     c.epoch_samples = epoch_samples;
+    c.epochs = epochs;
     c.max_consumer_batch = static_cast<uint32_t>(max_consumer_batch);
     c.ring_slots = static_cast<uint32_t>(ring_slots);
     c.heartbeat_ms = heartbeat_ms;
@@ -157,8 +158,8 @@ class PyLeader {
     cfg.job = "python";
     cfg.end_when_empty = end_when_empty;
     cfg.join_timeout_ms = join_timeout_ms;
-    std::unique_ptr<node::BatchSource> source =
-        ValueOrThrow(node::MakePipelineSource(cfg.options));
+    std::unique_ptr<producer::BatchSource> source =
+        ValueOrThrow(producer::MakePipelineSource(cfg.options));
     leader_ = ValueOrThrow(node::Leader::Create(cfg, std::move(source)));
     thread_ = std::thread([this] {
       status_ = leader_->Run();
@@ -222,10 +223,10 @@ class PyLeader {
 void BindProducer(py::module_& m) {
   py::class_<PyProducer>(m, "_Producer")
       .def(py::init<std::vector<int>, const std::string&, int64_t, int64_t, int, int, int64_t,
-                    const std::string&>(),
+                    const std::string&, int64_t>(),
            py::arg("sample_shape"), py::arg("dtype"), py::arg("producer_batch"),
            py::arg("epoch_samples"), py::arg("max_consumer_batch"), py::arg("ring_slots"),
-           py::arg("heartbeat_ms"), py::arg("address") = "")
+           py::arg("heartbeat_ms"), py::arg("address") = "", py::arg("epochs") = 0)
       .def_property_readonly("address", &PyProducer::address)
       .def("wait_for_consumers", &PyProducer::WaitForConsumers, py::arg("n"),
            py::arg("timeout_s") = -1.0)

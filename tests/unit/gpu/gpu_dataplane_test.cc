@@ -21,8 +21,8 @@
 #include "batchcast/consumer.h"
 #include "batchcast/gpu.h"
 #include "node/consumer_internal.h"
-#include "node/gpu_dlpack.h"
-#include "node/gpu_stager.h"
+#include "gpu/gpu_dlpack.h"
+#include "gpu/gpu_stager.h"
 #include "node/leader.h"
 #include "tests/unit/gpu/gpu_child.h"
 #include "tests/unit/node/synthetic_source.h"
@@ -94,7 +94,7 @@ TEST(GpuDlpackTest, DescribesADeviceTensorAndDropsTheKeepAlive) {
   v.device = 1;
   auto keep = std::make_shared<int>(7);
   std::weak_ptr<int> watch = keep;
-  DLManagedTensor* m = node::ToDlpack(v, keep);
+  DLManagedTensor* m = gpu::ToDlpack(v, keep);
   keep.reset();
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(m->dl_tensor.device.device_type, kDLCUDA);
@@ -150,7 +150,7 @@ GpuJobResult RunGpuJob(const GpuJob& job) {
     r.leader = leader.status();
     return r;
   }
-  auto stager = node::GpuStager::Create(**leader, {});
+  auto stager = gpu::GpuStager::Create((*leader)->staging_target(), {});
   if (!stager.ok()) {
     r.leader = stager.status();
     return r;

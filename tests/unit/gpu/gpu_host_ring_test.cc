@@ -24,15 +24,23 @@
 #include "batchcast/gpu.h"
 #include "core/errors.h"
 #include "node/consumer_internal.h"
-#include "node/gpu_runtime.h"
-#include "node/gpu_stager.h"
+#include "gpu/gpu_runtime.h"
+#include "node/gpu_consumer.h"
+#include "gpu/gpu_stager.h"
 #include "node/leader.h"
 #include "node/service.h"
 #include "telemetry/collector.h"
 #include "tests/unit/node/synthetic_source.h"
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 namespace {
+
+using node::Leader;
+using node::LeaderConfig;
+using node::Service;
+using node::ServiceConfig;
+using node::SyntheticPixel;
+using node::SyntheticSource;
 
 // "Device" slots in host memory; copies are synchronous memcpy.
 class HostRing final : public cuda::DeviceRing {
@@ -223,7 +231,7 @@ void RunAndCheck(const HostRingJob& job) {
   sc.collector = leader_telemetry.get();
   auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor((*leader)->ring(), sc));
   HostRing* host_ring = ring.get();
-  auto stager = GpuStager::CreateWithRing(StagingTarget::Of(**leader), sc, std::move(ring));
+  auto stager = GpuStager::CreateWithRing((*leader)->staging_target(), sc, std::move(ring));
   ASSERT_TRUE(stager.ok()) << stager.status().ToString();
 
   std::vector<ConsumerResult> results(job.batch_sizes.size());
@@ -297,7 +305,7 @@ TEST(GpuHostRingTest, FinishSpecOnlyForUint8WithFinishOn) {
   EXPECT_EQ(rc.finish_channels, 3);
   auto ring = std::make_unique<HostRing>(rc);
   HostRing* host_ring = ring.get();
-  auto stager = GpuStager::CreateWithRing(StagingTarget::Of(**leader), sc, std::move(ring));
+  auto stager = GpuStager::CreateWithRing((*leader)->staging_target(), sc, std::move(ring));
   ASSERT_TRUE(stager.ok());
   ConsumerResult r;
   std::thread t(Consume, (*leader)->address(), 8, 1, 2, 0, std::ref(*host_ring), nullptr, &r);
@@ -322,7 +330,7 @@ TEST(GpuHostRingTest, ServiceStagesEveryFilledSlot) {
   GpuStagerConfig sc;
   auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor((*service)->ring(), sc));
   HostRing* host_ring = ring.get();
-  auto stager = GpuStager::CreateWithRing(StagingTarget::Of(**service), sc, std::move(ring));
+  auto stager = GpuStager::CreateWithRing((*service)->staging_target(), sc, std::move(ring));
   ASSERT_TRUE(stager.ok()) << stager.status().ToString();
   ConsumerResult r;
   std::thread t(Consume, cfg.socket_name, 8, 2, 1, 0, std::ref(*host_ring), nullptr, &r);
@@ -340,4 +348,4 @@ TEST(GpuHostRingTest, ServiceStagesEveryFilledSlot) {
 }
 
 }  // namespace
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu

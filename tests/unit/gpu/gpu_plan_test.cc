@@ -5,14 +5,14 @@
 #include <gtest/gtest.h>
 
 #include "batchcast/options.h"
-#include "node/gpu_plan.h"
-#include "node/gpu_runtime.h"
-#include "node/gpu_stager.h"
+#include "gpu/gpu_plan.h"
+#include "gpu/gpu_runtime.h"
+#include "gpu/gpu_stager.h"
 #include "transport/cuda/device_probe.h"
 #include "transport/cuda/nccl_broadcast.h"
 #include "transport/cuda/nccl_fanout.h"
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 namespace {
 
 GpuProbe Built(int devices, std::string cause = "") {
@@ -211,4 +211,4 @@ TEST(NcclStubTest, CpuOnlyBuildRefusesWithTheDocumentedMessage) {
 }
 
 }  // namespace
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
+#include <future>
 #include <map>
 #include <random>
 #include <set>
@@ -432,6 +434,101 @@ TEST(DataPlaneTest, KilledLeaderFailsConsumersPromptly) {
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
   EXPECT_NE(st.message().find("is gone"), std::string::npos) << st.message();
   EXPECT_EQ(DevShmEntries(), 0);
+}
+
+
+// Late join through node::Leader (producer/admission.h), driven deterministically: the
+// source attaches the joiner while the leader fills position `join_at`, so the joiner is
+// settled before position join_at + 1 (no sleeps, no timing).
+class JoinDuringFill : public SyntheticSource {
+ public:
+  JoinDuringFill(int64_t n, int join_at, std::function<void()> join)
+      : SyntheticSource(n), join_at_(join_at), join_(std::move(join)) {}
+  Status Fill(const pipeline::BatchRequest& req, pipeline::BatchResult* result) override {
+    if (fills_seen_++ == join_at_) join_();
+    return SyntheticSource::Fill(req, result);
+  }
+
+ private:
+  int join_at_;
+  int fills_seen_ = 0;
+  std::function<void()> join_;
+};
+
+struct LateJoinRun {
+  Seen a, b;
+  LeaderStats stats;
+};
+
+// A (batch 16) attaches first; B (batch 8, `b_epochs` epochs) attaches during position
+// join_at. Epochs of n samples in producer batches of 16, 4 ring slots.
+void RunLateJoin(int64_t n, int epochs, int join_at, int b_epochs, LateJoinRun* out) {
+  Options o = BaseOptions(epochs, 16);
+  o.batch_size = 16;
+  LeaderConfig cfg;
+  cfg.options = o;
+  cfg.expected_consumers = 1;
+  cfg.max_consumer_batch = 16;
+  cfg.socket_name = UniqueSocket("late");
+  cfg.job = "test";
+  cfg.join_timeout_ms = 30000;
+  std::unique_ptr<Consumer> b;
+  std::promise<void> b_attached;
+  Options ob = o;
+  ob.batch_size = 8;
+  ob.epochs = b_epochs;
+  auto source = std::make_unique<JoinDuringFill>(n, join_at, [&] {
+    auto c = Consumer::Attach(cfg.socket_name, ob, 2);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    b = std::move(c).value();
+    b_attached.set_value();
+  });
+  auto leader = Leader::Create(cfg, std::move(source));
+  ASSERT_TRUE(leader.ok()) << leader.status().ToString();
+  Status run;
+  std::thread t([&] { run = (*leader)->Run(); });
+  auto a = Consumer::Attach(cfg.socket_name, o, 1);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::thread ta([&] { Consume(a->get(), &out->a, 0, 1); });
+  b_attached.get_future().wait();
+  Consume(b.get(), &out->b, 0, 2);
+  ta.join();
+  t.join();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  out->stats = (*leader)->stats();
+}
+
+// A late-join case of RunLateJoin (2 stream epochs) and what it must give.
+struct LateJoinCase {
+  int64_t n;               // samples: n / 16 producer batches per epoch
+  int join_at;             // B attaches while this position is filled
+  int b_epochs;            // epochs B asks for
+  uint64_t b_first_epoch;  // the first epoch B receives
+  int64_t replayed;        // batches replayed to B
+};
+
+void ExpectLateJoin(const LateJoinCase& c) {
+  LateJoinRun r;
+  RunLateJoin(c.n, 2, c.join_at, c.b_epochs, &r);
+  ExpectExactlyOnce(r.a, c.n, 2, 16);
+  ExpectExactlyOnce(r.b, c.n, c.b_epochs, 8);
+  ASSERT_FALSE(r.b.counts.empty());
+  EXPECT_EQ(r.b.counts.begin()->first, c.b_first_epoch);
+  EXPECT_EQ(r.stats.replayed_batches, c.replayed);
+  EXPECT_EQ(r.stats.late_joins, c.replayed > 0 ? 1 : 0);
+}
+
+// Joined while position 2 of 10 was being filled: inside the window (>= 4 ring slots), so
+// positions 0..2 are replayed to it alone and both see every sample exactly once, from
+// epoch 0 on (caught up, not deferred to epoch 1).
+TEST(DataPlaneTest, LateJoinerWithinWindowGetsTheEpochStartReplayed) {
+  ExpectLateJoin({160, 2, 2, 0, 3});
+}
+
+// Joined while position 9 of 20 was being filled: past the window (4 batches), so it is
+// admitted at once and starts at epoch 1's first position; nothing is replayed.
+TEST(DataPlaneTest, JoinerAfterTheWindowStartsAtTheNextEpoch) {
+  ExpectLateJoin({320, 9, 1, 1, 0});
 }
 
 }  // namespace

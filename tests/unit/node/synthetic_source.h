@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "core/random.h"
-#include "node/batch_source.h"
+#include "producer/batch_source.h"
 
 namespace batchcast::node {
 
@@ -14,7 +14,7 @@ inline uint8_t SyntheticPixel(int64_t sample, size_t byte) {
   return static_cast<uint8_t>(Mix64(HashCombine(uint64_t(sample), byte)) & 0xff);
 }
 
-class SyntheticSource : public BatchSource {
+class SyntheticSource : public producer::BatchSource {
  public:
   SyntheticSource(int64_t n, int size = 8, int channels = 3) : n_(n) {
     layout_.channels = channels;

@@ -26,7 +26,7 @@ std::string UniqueSocket() {
 }
 
 // Float32 HWC samples: pixel value = sample index + byte position / 1000.
-class FloatHwcSource : public BatchSource {
+class FloatHwcSource : public producer::BatchSource {
  public:
   explicit FloatHwcSource(int64_t n) : n_(n) {
     layout_.channels = 3;
@@ -58,7 +58,7 @@ class FloatHwcSource : public BatchSource {
 // A leader running on its own thread with one expected consumer.
 class TorchViewTest : public ::testing::Test {
  protected:
-  void StartLeader(const Options& o, int64_t n, std::unique_ptr<BatchSource> source = nullptr) {
+  void StartLeader(const Options& o, int64_t n, std::unique_ptr<producer::BatchSource> source = nullptr) {
     options_ = o;
     LeaderConfig cfg;
     cfg.options = o;

@@ -15,7 +15,7 @@
 
 #include "core/random.h"
 
-namespace batchcast::node {
+namespace batchcast::producer {
 
 class StreamPlan {
  public:
@@ -56,4 +56,4 @@ class StreamPlan {
   std::vector<int64_t> order_;
 };
 
-}  // namespace batchcast::node
+}  // namespace batchcast::producer

@@ -1,12 +1,14 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-#include "node/gpu_stager.h"
+#include "gpu/gpu_stager.h"
 
 #include "core/errors.h"
 #include "core/log.h"
 #include "pipeline/pipeline.h"
+#include "producer/ring_access.h"
+#include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 
 int SlotRanges(const shm::SlotDesc& d, cuda::SlotRange out[3]) {
   const uint64_t positions = uint64_t(d.num_samples) + d.tail;
@@ -16,26 +18,16 @@ int SlotRanges(const shm::SlotDesc& d, cuda::SlotRange out[3]) {
   return 3;
 }
 
-StagingTarget StagingTarget::Of(Leader& leader) {
-  return {&leader.ring(), leader.address(), [&leader](SlotHook* h) { leader.SetSlotHook(h); }};
-}
-
-StagingTarget StagingTarget::Of(Service& service) {
-  return {&service.ring(), service.socket_name(),
-          [&service](SlotHook* h) { service.SetSlotHook(h); }};
-}
-
 cuda::DeviceRingConfig GpuStager::RingConfigFor(shm::RingLeader& ring,
                                                 const GpuStagerConfig& config) {
-  // Device slot i mirrors host slot i of the leader's pool.
   cuda::DeviceRingConfig rc;
   rc.device = config.device;
-  rc.num_slots = ring.max_slots();
-  rc.host_slot_bytes = ring.config().slot_bytes;
-  rc.host_slots = ring.data_base();
+  rc.num_slots = producer::RingMaxSlots(ring);
+  rc.host_slot_bytes = producer::RingSlotBytes(ring);
+  rc.host_slots = producer::RingDataBase(ring);
   if (config.finish) {
     // Floats of every byte of the slot bound the finished images (4 bytes per uint8).
-    rc.finished_bytes = ring.config().slot_bytes * sizeof(float);
+    rc.finished_bytes = rc.host_slot_bytes * sizeof(float);
     rc.finish_channels = 3;
   }
   return rc;
@@ -113,10 +105,15 @@ Status GpuStager::Finish() {
   return ring_->Synchronize();
 }
 
-Result<std::unique_ptr<cuda::DeviceMap>> GpuStager::OpenLocalMap() {
-  BC_ASSIGN_OR_RETURN(int lane, server_->ReserveLane());
-  cuda::HandleServer* server = server_.get();
-  return cuda::DeviceMap::OpenLocal(*ring_, lane, [server, lane] { server->ReleaseLane(lane); });
+Result<std::unique_ptr<cuda::DeviceMap>> OpenLocalMap(cuda::DeviceRing& ring,
+                                                      cuda::HandleServer& server) {
+  BC_ASSIGN_OR_RETURN(int lane, server.ReserveLane());
+  cuda::HandleServer* s = &server;
+  return cuda::DeviceMap::OpenLocal(ring, lane, [s, lane] { s->ReleaseLane(lane); });
 }
 
-}  // namespace batchcast::node
+Result<std::unique_ptr<cuda::DeviceMap>> GpuStager::OpenLocalMap() {
+  return gpu::OpenLocalMap(*ring_, *server_);
+}
+
+}  // namespace batchcast::gpu

@@ -1,12 +1,13 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-#include "node/gpu_relay.h"
+#include "gpu/gpu_relay.h"
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "gpu/gpu_stager.h"  // OpenLocalMap
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 
 std::string GpuRelaySocket(const std::string& leader_address, int index) {
   return fmt::format("{}.gpu{}", leader_address, index);
@@ -75,9 +76,7 @@ Status GpuRelay::Loop() {
 }
 
 Result<std::unique_ptr<cuda::DeviceMap>> GpuRelay::OpenLocalMap() {
-  BC_ASSIGN_OR_RETURN(int lane, server_->ReserveLane());
-  cuda::HandleServer* server = server_.get();
-  return cuda::DeviceMap::OpenLocal(*ring_, lane, [server, lane] { server->ReleaseLane(lane); });
+  return gpu::OpenLocalMap(*ring_, *server_);
 }
 
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu

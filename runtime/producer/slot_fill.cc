@@ -1,12 +1,12 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-#include "node/slot_fill.h"
+#include "producer/slot_fill.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/errors.h"
 
-namespace batchcast::node {
+namespace batchcast::producer {
 
 uint32_t TailForReceivers(const shm::RingLeader& ring, uint64_t seq, uint64_t only,
                           const SlotContents& c) {
@@ -43,7 +43,8 @@ Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& 
   d->num_samples = n;
   d->tail = tail;
   d->skipped = c.skipped;
-  d->flags = (c.batch == c.batches_in_epoch - 1) ? uint32_t(shm::kLastInEpoch) : 0u;
+  const bool last = c.last_in_epoch.value_or(c.batch == c.batches_in_epoch - 1);
+  d->flags = last ? uint32_t(shm::kLastInEpoch) : 0u;
   d->dtype = static_cast<uint32_t>(c.layout.dtype);
   d->layout = static_cast<uint32_t>(c.layout.layout);
   d->channels = c.layout.channels;
@@ -62,4 +63,4 @@ Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& 
   return Status::Ok();
 }
 
-}  // namespace batchcast::node
+}  // namespace batchcast::producer

@@ -1,6 +1,6 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// Leader-side GPU staging (docs/gpu.md): a SlotHook that copies every completed host
+// Leader-side GPU staging (docs/gpu.md): a producer::SlotHook that copies every completed host
 // slot into the device ring (one H2D copy per GPU per producer batch, on the ring's own
 // stream, overlapped with decoding the next batch), optionally finishes it on the GPU,
 // and serves the device slots' IPC handles on "<leader address>.gpu".
@@ -10,14 +10,14 @@
 #include <memory>
 #include <string>
 
-#include "node/leader.h"
-#include "node/service.h"
+#include "producer/slot_hook.h"
+#include "telemetry/collector.h"
 #include "transport/cuda/device_map.h"
 #include "transport/cuda/device_ring.h"
 #include "transport/cuda/handle_server.h"
 #include "transport/cuda/nccl_fanout.h"
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 
 struct GpuStagerConfig {
   int device = 0;                 // visible ordinal of the GPU that receives the batches
@@ -36,23 +36,20 @@ inline std::string GpuHandleSocket(const std::string& leader_address) {
 // the n + tail positions (never the unused capacity). Returns how many ranges (3).
 int SlotRanges(const shm::SlotDesc& desc, cuda::SlotRange out[3]);
 
-// What a stager stages from: a host ring, the address its consumers attached to, and how
-// to install the slot hook (a Leader for the MPI Runtime, a Service for `batchcast serve`).
-struct StagingTarget {
-  shm::RingLeader* ring = nullptr;
-  std::string address;  // socket name; the handle socket is GpuHandleSocket(address)
-  std::function<void(SlotHook*)> set_hook;
-  static StagingTarget Of(Leader& leader);
-  static StagingTarget Of(Service& service);
-};
+// A device map over `ring` for a trainer in the process that owns it (the stager's or a
+// relay's): reserves a lane of `server`, released when the map goes.
+Result<std::unique_ptr<cuda::DeviceMap>> OpenLocalMap(cuda::DeviceRing& ring,
+                                                      cuda::HandleServer& server);
 
-class GpuStager final : public SlotHook {
+// What a stager stages from: a producer's host ring, the address its consumers attached to
+// (the handle socket is GpuHandleSocket(address)), and how to install the slot hook
+// (Leader::staging_target(), Service::staging_target()).
+using producer::StagingTarget;
+
+class GpuStager final : public producer::SlotHook {
  public:
-  // Creates the device ring mirroring `leader`'s host ring and installs itself as the
-  // leader's slot hook. The stager must outlive leader.Run().
-  static Result<std::unique_ptr<GpuStager>> Create(Leader& leader, const GpuStagerConfig& config) {
-    return Create(StagingTarget::Of(leader), config);
-  }
+  // Creates the device ring mirroring the target's host ring and installs itself as the
+  // producer's slot hook. The stager must outlive the producer's Run().
   static Result<std::unique_ptr<GpuStager>> Create(const StagingTarget& target,
                                                    const GpuStagerConfig& config);
   // The same over a given device ring (tests drive the stager with a host-memory ring).
@@ -60,14 +57,15 @@ class GpuStager final : public SlotHook {
                                                            const GpuStagerConfig& config,
                                                            std::unique_ptr<cuda::DeviceRing> ring);
   // The device ring `Create` would make for `ring` (slots, sizes, finishing area).
-  static cuda::DeviceRingConfig RingConfigFor(shm::RingLeader& ring, const GpuStagerConfig& config);
+  static cuda::DeviceRingConfig RingConfigFor(shm::RingLeader& ring,
+                                              const GpuStagerConfig& config);
   ~GpuStager() override;
 
   Status BeforeFill(const shm::SlotWrite& slot) override;
   Status BeforePublish(const shm::SlotWrite& slot) override;
 
   // MPI jobs with trainers on other GPUs: after each copy, the slot also goes to the
-  // relays by NCCL (node/gpu_relay.h). Call before Run().
+  // relays by NCCL (gpu/gpu_relay.h). Call before Run().
   void SetFanout(std::unique_ptr<cuda::NcclFanout> fanout) { fanout_ = std::move(fanout); }
   // After Run() returned: tells the relays the stream ended and waits for the staging
   // stream. Idempotent.
@@ -90,4 +88,4 @@ class GpuStager final : public SlotHook {
   bool finished_ = false;
 };
 
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu

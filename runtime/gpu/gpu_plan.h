@@ -11,7 +11,7 @@
 
 #include "batchcast/status.h"
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 
 enum class GpuMode { kOff, kAuto, kOn };
 
@@ -62,4 +62,4 @@ struct NodeGpuPlan {
 };
 NodeGpuPlan PlanNodeGpus(const std::vector<std::string>& bus_by_local_rank);
 
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu

@@ -25,7 +25,7 @@ namespace batchcast::telemetry {
 class Collector;
 }
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 
 struct GpuRelayConfig {
   int device = 0;                  // visible ordinal of the relay's GPU
@@ -68,4 +68,4 @@ class GpuRelay {
   Status status_;
 };
 
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu

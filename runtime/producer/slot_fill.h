@@ -1,24 +1,26 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
 // Completing a producer batch in a ring slot, shared by every producer of the node plane
-// (Leader, Service, MultinodeLeader): the fill-repeat tail its receivers need and the
-// descriptor consumers read. One implementation, so the tail and descriptor rules
+// through producer::SlotWriter: the fill-repeat tail its receivers need and the descriptor
+// consumers read. One implementation, so the tail and descriptor rules
 // (docs/data-plane.md) cannot drift apart between front doors.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "batchcast/status.h"
 #include "pipeline/pipeline.h"
 #include "transport/shm/carving.h"
 #include "transport/shm/ring_leader.h"
 
-namespace batchcast::node {
+namespace batchcast::producer {
 
 struct SlotContents {
   uint64_t epoch = 0;
   int64_t batch = 0;               // producer batch index within the epoch
-  int64_t batches_in_epoch = 0;
+  int64_t batches_in_epoch = 0;   // 0: unknown (an external producer without epoch_samples)
+  std::optional<bool> last_in_epoch;  // unset: batch == batches_in_epoch - 1
   uint64_t samples_in_epoch = 0;
   uint32_t num_samples = 0;        // n distinct samples already written at [0, n)
   uint32_t skipped = 0;
@@ -41,4 +43,4 @@ uint32_t TailForReceivers(const shm::RingLeader& ring, uint64_t seq, uint64_t on
 // descriptor of `w`. Fails, writing nothing, when n + tail does not fit the slot.
 Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& c);
 
-}  // namespace batchcast::node
+}  // namespace batchcast::producer

@@ -1,9 +1,9 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 // The native decode pipeline as a leader's BatchSource.
 #include "core/errors.h"
-#include "node/batch_source.h"
+#include "producer/batch_source.h"
 
-namespace batchcast::node {
+namespace batchcast::producer {
 namespace {
 
 class PipelineSource : public BatchSource {
@@ -35,4 +35,4 @@ Result<std::unique_ptr<BatchSource>> MakePipelineSource(const Options& options) 
   return std::unique_ptr<BatchSource>(new PipelineSource(std::move(p).value()));
 }
 
-}  // namespace batchcast::node
+}  // namespace batchcast::producer

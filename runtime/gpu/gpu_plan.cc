@@ -1,9 +1,9 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-#include "node/gpu_plan.h"
+#include "gpu/gpu_plan.h"
 
 #include "core/errors.h"
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 
 Result<GpuMode> ParseGpuMode(const std::string& text) {
   if (text == "auto") return GpuMode::kAuto;
@@ -90,4 +90,4 @@ NodeGpuPlan PlanNodeGpus(const std::vector<std::string>& bus) {
   return plan;
 }
 
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu

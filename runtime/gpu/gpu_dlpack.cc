@@ -1,10 +1,10 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-#include "node/gpu_dlpack.h"
+#include "gpu/gpu_dlpack.h"
 
 #if __has_include(<dlpack/dlpack.h>)
 #include <dlpack/dlpack.h>
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 namespace {
 
 struct DlpackOwner {
@@ -43,12 +43,12 @@ DLManagedTensor* ToDlpack(const DeviceTensorView& view, std::shared_ptr<void> ke
   return &owner->managed;
 }
 
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu
 
 #else
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 DLManagedTensor* ToDlpack(const DeviceTensorView&, std::shared_ptr<void>) { return nullptr; }
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu
 
 #endif

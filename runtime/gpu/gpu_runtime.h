@@ -3,7 +3,7 @@
 // The GPU data plane inside the MPI Runtime (docs/gpu.md "Automatic use"): every rank of
 // a node calls Setup() once the leader exists and before it runs. Trainers probe their
 // devices and pick a GPU (gpu, trainers_per_gpu options); the node's table decides the
-// stager GPU and one NCCL relay per other GPU (node/gpu_plan.h); the leader installs the
+// stager GPU and one NCCL relay per other GPU (gpu/gpu_plan.h); the leader installs the
 // stager, the relays join the node's NCCL communicator (unique id over MPI), and each
 // trainer on a GPU gets a GpuConsumer. With gpu=auto and no device, nothing is created
 // and the node keeps the host path (one log line).
@@ -18,26 +18,16 @@
 #include "batchcast/gpu.h"
 #include "batchcast/options.h"
 #include "batchcast/status.h"
-#include "node/gpu_plan.h"
+#include "gpu/gpu_plan.h"
+#include "producer/slot_hook.h"
 #include "transport/cuda/device_map.h"
 
 namespace batchcast::telemetry {
 class Collector;
 }
 
-namespace batchcast::internal {
-// Builds a GpuConsumer over any device map: IPC, or local to the ring's own process
-// (node/gpu_consumer.cc).
-struct GpuConsumerFactory {
-  static Result<std::unique_ptr<GpuConsumer>> Make(Consumer& consumer,
-                                                   std::unique_ptr<cuda::DeviceMap> map);
-};
-}  // namespace batchcast::internal
+namespace batchcast::gpu {
 
-namespace batchcast::node {
-
-class Leader;
-class Service;
 class GpuStager;
 class GpuRelay;
 struct GpuStagerConfig;
@@ -45,18 +35,14 @@ struct GpuStagerConfig;
 // The stager settings an Options asks for: gpu_finish with its mean / std.
 Status StagerConfigFromOptions(const Options& options, GpuStagerConfig* config);
 
-struct StagingTarget;
-
 // Leaders without MPI membership (`batchcast serve`, the `batchcast-run` leader task): with
 // gpu=auto|on and a visible device, stages the batches on visible device 0 of this process
 // (CUDA_VISIBLE_DEVICES picks it). Trainers on that GPU map the slots in place; trainers
 // on other GPUs take the peer-copy path (no NCCL: no communicator to build). Null with an
 // ok status on the host path (`note` says why); gpu=on without a device is an error.
-Result<std::unique_ptr<GpuStager>> StageOnGpu(const StagingTarget& target, const Options& options,
+Result<std::unique_ptr<GpuStager>> StageOnGpu(const producer::StagingTarget& target,
+                                              const Options& options,
                                               telemetry::Collector* collector, std::string* note);
-Result<std::unique_ptr<GpuStager>> StageServiceOnGpu(Service& service, const Options& options,
-                                                     telemetry::Collector* collector,
-                                                     std::string* note);
 
 struct GpuRuntimeInput {
   Options options;
@@ -65,7 +51,7 @@ struct GpuRuntimeInput {
   int local_rank = 0, node_size = 0, node_id = 0;
   bool trainer = false;
   bool multinode_leader = false;   // the node runs a MultinodeLeader (no slot hook yet)
-  Leader* leader = nullptr;        // local rank 0 only
+  producer::StagingTarget leader;  // local rank 0 only: the node leader's ring and hook
   std::string address;             // the leader's socket name
   telemetry::Collector* collector = nullptr;
 };
@@ -76,13 +62,11 @@ class GpuRuntime {
   static Result<std::unique_ptr<GpuRuntime>> Setup(const GpuRuntimeInput& input);
   ~GpuRuntime();
 
-  // Trainers: after Consumer::Attach. Leaves gpu_consumer() null on the host path.
-  Status AttachConsumer(Consumer& consumer);
-  GpuConsumer* gpu_consumer() { return gpu_consumer_.get(); }
+  // Trainers: the device map this trainer reads its batches through (after Consumer::Attach;
+  // the front door wraps it in a GpuConsumer). Null on the host path.
+  Result<std::unique_ptr<cuda::DeviceMap>> OpenConsumerMap();
   // Leader thread, after Leader::Run returned: ends the relays' stream.
   Status FinishLeader();
-  // Before the host consumer detaches: drops this trainer's device mappings.
-  void ReleaseConsumer() { gpu_consumer_.reset(); }
   // After the job's final barrier: joins the relay; returns its status.
   Status Shutdown();
 
@@ -104,7 +88,6 @@ class GpuRuntime {
   std::unique_ptr<GpuStager> stager_;
   std::unique_ptr<GpuRelay> relay_;
   int relay_index_ = -1;
-  std::unique_ptr<GpuConsumer> gpu_consumer_;
 };
 
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu

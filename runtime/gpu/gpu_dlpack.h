@@ -12,10 +12,10 @@
 
 struct DLManagedTensor;
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 
 // Returns a DLManagedTensor the caller hands on (its deleter frees it and drops
 // `keep_alive`), or null when this build has no dlpack.h.
 DLManagedTensor* ToDlpack(const DeviceTensorView& view, std::shared_ptr<void> keep_alive);
 
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu

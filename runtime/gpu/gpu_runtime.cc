@@ -1,5 +1,5 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-#include "node/gpu_runtime.h"
+#include "gpu/gpu_runtime.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -7,15 +7,15 @@
 
 #include "core/errors.h"
 #include "core/log.h"
-#include "node/gpu_relay.h"
-#include "node/gpu_stager.h"
-#include "node/leader.h"
+#include "gpu/gpu_relay.h"
+#include "gpu/gpu_stager.h"
+#include "producer/ring_access.h"
 #include "transport/cuda/device_probe.h"
 #include "transport/cuda/nccl_broadcast.h"
 #include "transport/cuda/nccl_fanout.h"
 #include "transport/mpi/mpi_status.h"
 
-namespace batchcast::node {
+namespace batchcast::gpu {
 namespace {
 
 constexpr size_t kBusBytes = 32;
@@ -73,13 +73,8 @@ Status StagerConfigFromOptions(const Options& options, GpuStagerConfig* config) 
   return Status::Ok();
 }
 
-Result<std::unique_ptr<GpuStager>> StageServiceOnGpu(Service& service, const Options& options,
-                                                     telemetry::Collector* collector,
-                                                     std::string* note) {
-  return StageOnGpu(StagingTarget::Of(service), options, collector, note);
-}
-
-Result<std::unique_ptr<GpuStager>> StageOnGpu(const StagingTarget& target, const Options& options,
+Result<std::unique_ptr<GpuStager>> StageOnGpu(const producer::StagingTarget& target,
+                                              const Options& options,
                                               telemetry::Collector* collector, std::string* note) {
   BC_ASSIGN_OR_RETURN(GpuMode mode, ParseGpuMode(options.gpu));
   BC_ASSIGN_OR_RETURN(GpuDecision d, DecideGpuPath(mode, mode == GpuMode::kOff ? GpuProbe{}
@@ -139,7 +134,9 @@ Status GpuRuntime::StartLeaderSide(const GpuRuntimeInput& in, std::string* nccl_
   BC_RETURN_IF_ERROR(StagerConfigFromOptions(in.options, &cfg));
   cfg.device = device;
   cfg.collector = in.collector;
-  auto stager = GpuStager::Create(*in.leader, cfg);
+  if (in.leader.ring == nullptr)
+    return InternalError("gpu: node {}: the leader has no ring to stage from", in.node_id);
+  auto stager = GpuStager::Create(in.leader, cfg);
   if (!stager.ok()) return stager.status();
   stager_ = std::move(stager).value();
   if (device_ < 0) device_ = device;  // the leader only leads: its NCCL rank uses this GPU
@@ -217,8 +214,8 @@ Result<std::unique_ptr<GpuRuntime>> GpuRuntime::Setup(const GpuRuntimeInput& in)
       std::snprintf(v.message, sizeof v.message, "%s", ls.message().c_str());
       g->stager_.reset();
     } else {
-      v.num_slots = in.leader->ring().max_slots();
-      v.slot_bytes = in.leader->ring().config().slot_bytes;
+      v.num_slots = producer::RingMaxSlots(*in.leader.ring);
+      v.slot_bytes = producer::RingSlotBytes(*in.leader.ring);
       std::memcpy(v.nccl_id, id.data(), std::min(id.size(), sizeof v.nccl_id));
     }
   }
@@ -256,10 +253,11 @@ Result<std::unique_ptr<GpuRuntime>> GpuRuntime::Setup(const GpuRuntimeInput& in)
   return g;
 }
 
-Status GpuRuntime::AttachConsumer(Consumer& consumer) {
-  if (local_rank_ >= static_cast<int>(plan_.source.size())) return Status::Ok();
+Result<std::unique_ptr<cuda::DeviceMap>> GpuRuntime::OpenConsumerMap() {
+  if (local_rank_ >= static_cast<int>(plan_.source.size()))
+    return std::unique_ptr<cuda::DeviceMap>();
   const int source = plan_.source[local_rank_];
-  if (source < 0) return Status::Ok();
+  if (source < 0) return std::unique_ptr<cuda::DeviceMap>();
   Result<std::unique_ptr<cuda::DeviceMap>> map = InternalError("gpu: no device map");
   if (source == 0 && stager_) {
     map = stager_->OpenLocalMap();                       // the leader also trains
@@ -271,9 +269,7 @@ Status GpuRuntime::AttachConsumer(Consumer& consumer) {
     map = cuda::DeviceMap::Open(socket, device_, 60000);
   }
   if (!map.ok()) return map.status().WithContext("gpu consumer");
-  BC_ASSIGN_OR_RETURN(gpu_consumer_,
-                      internal::GpuConsumerFactory::Make(consumer, std::move(map).value()));
-  return Status::Ok();
+  return map;
 }
 
 Status GpuRuntime::FinishLeader() {
@@ -282,7 +278,6 @@ Status GpuRuntime::FinishLeader() {
 }
 
 Status GpuRuntime::Shutdown() {
-  gpu_consumer_.reset();
   Status st;
   if (relay_) st = relay_->Join();
   relay_.reset();
@@ -290,4 +285,4 @@ Status GpuRuntime::Shutdown() {
   return st;
 }
 
-}  // namespace batchcast::node
+}  // namespace batchcast::gpu

@@ -9,7 +9,7 @@
 
 #include "pipeline/pipeline.h"
 
-namespace batchcast::node {
+namespace batchcast::producer {
 
 class BatchSource {
  public:
@@ -27,4 +27,4 @@ class BatchSource {
 // The native decode pipeline as a source.
 Result<std::unique_ptr<BatchSource>> MakePipelineSource(const Options& options);
 
-}  // namespace batchcast::node
+}  // namespace batchcast::producer

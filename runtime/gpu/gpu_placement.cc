@@ -1,5 +1,6 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-// Per-rank GPU selection from the launcher's placement (batchcast/gpu.h).
+// Per-rank GPU selection from the launcher's placement (batchcast/gpu.h); attaching a
+// GpuConsumer from the environment is the front door's (node/gpu_consumer.cc).
 #include <cstdlib>
 #include <string>
 
@@ -58,21 +59,6 @@ Result<int> SelectGpu(const GpuPlacement& placement) {
   // visible device: it is this rank's, whatever its local rank.
   if (visible == 1) return 0;
   return GpuForLocalRank(local, k, visible);
-}
-
-Result<std::unique_ptr<GpuConsumer>> AttachGpuFromEnvironment(Consumer& consumer,
-                                                               const Options& options) {
-  if (options.gpu == "off")
-    return FailedPreconditionError("gpu: option gpu=off; the trainer takes the host path");
-  const char* address = std::getenv("BATCHCAST_ADDRESS");
-  if (address == nullptr || *address == '\0')
-    return FailedPreconditionError(
-        "gpu: BATCHCAST_ADDRESS is not set; start this trainer under batchcast-run "
-        "(docs/launch.md), or call GpuConsumer::Attach with the leader's address");
-  GpuPlacement placement;
-  placement.trainers_per_gpu = options.trainers_per_gpu;
-  BC_ASSIGN_OR_RETURN(int device, SelectGpu(placement));
-  return GpuConsumer::Attach(consumer, address, device);
 }
 
 }  // namespace batchcast

@@ -1,0 +1,55 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "producer/epoch_loop.h"
+
+#include "core/errors.h"
+#include "core/log.h"
+
+namespace batchcast::producer {
+
+AcquireWait InterruptOnJoin(const Admission& admission) {
+  AcquireWait wait;
+  wait.poll_ms = [] { return int64_t(200); };
+  wait.on_timeout = [&admission]() -> Result<bool> { return admission.HasJoiners(); };
+  return wait;
+}
+
+Status RunEpochPositions(SlotWriter& writer, Admission& admission, uint64_t e, int64_t bpe,
+                         const EpochPolicy& policy, EpochCounts* counts, bool* ended) {
+  *ended = false;
+  const AcquireWait interruptible = InterruptOnJoin(admission);
+  int64_t k = 0;
+  while (k < bpe) {
+    BC_RETURN_IF_ERROR(policy.check_stop());
+    if (policy.at_position) policy.at_position(k);
+    const Settled settled = admission.Settle(k, bpe);
+    switch (settled.step) {
+      case Step::kIdle:
+        if (policy.idle(k)) {
+          *ended = true;
+          return Status::Ok();
+        }
+        continue;
+      case Step::kSkip:  // only members waiting for a later epoch
+        BC_RETURN_IF_ERROR(writer.PublishEmpty(e, k));
+        ++k;
+        continue;
+      case Step::kReplay:
+        BC_LOG(Info, Node, "{}: late join at epoch {} batch {}: replaying {} batches to consumers "
+               "0x{:x} while the others wait", policy.who, e, k, k, settled.replay_to);
+        for (int64_t j = 0; j < k; ++j) {
+          BC_RETURN_IF_ERROR(policy.produce(j, settled.replay_to, AcquireWait{}).status());
+          counts->replayed_batches += 1;
+        }
+        continue;  // settle membership again at the same k
+      case Step::kProduce:
+        break;
+    }
+    BC_ASSIGN_OR_RETURN(std::optional<uint64_t> receivers, policy.produce(k, ~0ULL, interruptible));
+    if (!receivers) continue;  // a joiner arrived while every slot was held: settle it first
+    counts->produced += 1;
+    ++k;
+  }
+  return Status::Ok();
+}
+
+}  // namespace batchcast::producer

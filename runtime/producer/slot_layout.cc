@@ -1,0 +1,89 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "producer/slot_layout.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "core/errors.h"
+#include "schedule/resize_schedule.h"
+#include "transport/shm/carving.h"
+
+namespace batchcast::producer {
+namespace {
+
+uint64_t Align(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// n distinct samples plus the largest fill tail of a consumer batch <= b (2b - 2).
+uint64_t WithTail(uint64_t n, uint64_t b) { return n + 2 * b - 1; }
+
+}  // namespace
+
+Result<BatchSizes> ResolveBatchSizes(const Options& options, uint32_t max_consumer_batch,
+                                     std::string_view who) {
+  BatchSizes s;
+  s.max_consumer_batch = max_consumer_batch ? max_consumer_batch
+                                            : static_cast<uint32_t>(std::max(options.batch_size, 0));
+  s.producer_batch = options.producer_batch > 0 ? options.producer_batch
+                                                : 2 * int64_t(s.max_consumer_batch);
+  if (s.max_consumer_batch == 0)
+    return InvalidArgumentError("{}: the largest consumer batch is 0; set batch_size", who);
+  if (s.producer_batch < int64_t(s.max_consumer_batch))
+    return InvalidArgumentError(
+        "{}: producer_batch {} is smaller than the largest consumer batch {}; raise "
+        "producer_batch", who, s.producer_batch, s.max_consumer_batch);
+  return s;
+}
+
+uint32_t RingSlots(const Options& options) {
+  return static_cast<uint32_t>(options.ring_slots > 0 ? options.ring_slots
+                                                      : options.buffer_depth + 2);
+}
+
+SlotLayout ComputeSlotLayout(int64_t producer_batch, uint32_t max_consumer_batch,
+                             const pipeline::SampleLayout& sample,
+                             std::span<const SlotBucket> buckets) {
+  SlotLayout l;
+  l.capacity_samples = WithTail(uint64_t(producer_batch), max_consumer_batch);
+  l.images_bytes = l.capacity_samples * sample.bytes();
+  for (const SlotBucket& b : buckets) {
+    const uint64_t count = WithTail(b.producer_batch, b.max_consumer_batch);
+    l.capacity_samples = std::max(l.capacity_samples, count);
+    l.images_bytes = std::max<uint64_t>(l.images_bytes, count * b.sample.bytes());
+  }
+  l.labels_offset = Align(l.images_bytes, 64);
+  l.ids_offset = Align(l.labels_offset + l.capacity_samples * sizeof(int64_t), 64);
+  l.slot_bytes = Align(l.ids_offset + l.capacity_samples * sizeof(int64_t), 4096);
+  return l;
+}
+
+std::vector<SlotBucket> ResizeBuckets(
+    const schedule::ResizeSchedule& schedule, int64_t producer_batch, uint32_t max_consumer_batch,
+    uint32_t scale_cap, const std::function<pipeline::SampleLayout(int)>& layout_of) {
+  std::vector<SlotBucket> out;
+  const uint64_t full = static_cast<uint64_t>(schedule.full_size());
+  for (int size : schedule.bucket_sizes()) {
+    const auto num = static_cast<uint32_t>(full * full);
+    const auto den = static_cast<uint32_t>(uint64_t(size) * uint64_t(size));
+    SlotBucket b;
+    b.producer_batch = uint64_t(producer_batch) * num / den;  // the schedule's batch at this size
+    b.max_consumer_batch = shm::ScaledConsumerBatch(max_consumer_batch, num, den, scale_cap);
+    b.sample = layout_of(size);
+    out.push_back(b);
+  }
+  return out;
+}
+
+shm::RingConfig RingConfigFor(const SlotLayout& layout, uint32_t num_slots,
+                              uint32_t max_consumer_batch, uint64_t slot_producer_batch,
+                              uint64_t epoch_samples, int64_t stream_epochs) {
+  shm::RingConfig rc;
+  rc.num_slots = num_slots;
+  rc.slot_bytes = layout.slot_bytes;
+  rc.max_consumer_batch = max_consumer_batch;
+  rc.producer_batch = static_cast<uint32_t>(std::min<uint64_t>(slot_producer_batch, UINT32_MAX));
+  rc.epoch_samples = epoch_samples;
+  rc.stream_epochs = static_cast<uint32_t>(std::clamp<int64_t>(stream_epochs, 0, UINT32_MAX));
+  return rc;
+}
+
+}  // namespace batchcast::producer

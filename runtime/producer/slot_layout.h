@@ -1,0 +1,82 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// How a ring slot is laid out, computed in one place for every producer (docs/data-plane.md):
+//
+//   [ images: capacity x sample bytes | labels: capacity x int64 | ids: capacity x int64 ]
+//     0                               ^ 64-aligned                 ^ 64-aligned   (4 KiB slot)
+//
+// capacity = P + 2 b - 1: room for P distinct samples plus the fill-repeat tail any consumer
+// batch <= b can need (shm::TailNeeded). With progressive resizing (buckets), the largest
+// over the buckets: a bucket's producer batch holds floor(P x B_S) smaller samples and its
+// consumers carve scaled batches.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "batchcast/options.h"
+#include "batchcast/status.h"
+#include "pipeline/pipeline.h"
+#include "transport/shm/ring_leader.h"
+
+namespace batchcast::schedule {
+class ResizeSchedule;
+}
+
+namespace batchcast::producer {
+
+// The producer batch and the largest consumer batch a producer runs with.
+struct BatchSizes {
+  int64_t producer_batch = 0;
+  uint32_t max_consumer_batch = 0;
+};
+
+// max_consumer_batch (0: options.batch_size) and options.producer_batch (0: twice that).
+// Fails, naming `who`, when the producer batch is smaller than the consumer batch.
+Result<BatchSizes> ResolveBatchSizes(const Options& options, uint32_t max_consumer_batch,
+                                     std::string_view who);
+
+// Ring slots: options.ring_slots, or buffer_depth + 2.
+uint32_t RingSlots(const Options& options);
+
+// One bucket of a progressive-resizing schedule: its producer batch, its largest (scaled)
+// consumer batch and its sample layout.
+struct SlotBucket {
+  uint64_t producer_batch = 0;
+  uint64_t max_consumer_batch = 0;
+  pipeline::SampleLayout sample;
+};
+
+struct SlotLayout {
+  uint64_t capacity_samples = 0;  // label / id entries a slot holds
+  uint64_t images_bytes = 0;      // room for images at the front of a slot
+  uint64_t labels_offset = 0;
+  uint64_t ids_offset = 0;
+  uint64_t slot_bytes = 0;        // a multiple of 4 KiB
+
+  int64_t* labels(uint8_t* slot) const { return reinterpret_cast<int64_t*>(slot + labels_offset); }
+  int64_t* ids(uint8_t* slot) const { return reinterpret_cast<int64_t*>(slot + ids_offset); }
+};
+
+// The one sizing function: a slot for `producer_batch` samples of `sample` and consumer
+// batches up to `max_consumer_batch`, and for every bucket in `buckets`.
+SlotLayout ComputeSlotLayout(int64_t producer_batch, uint32_t max_consumer_batch,
+                             const pipeline::SampleLayout& sample,
+                             std::span<const SlotBucket> buckets = {});
+
+// The buckets of a resize schedule run at producer batch P, consumers up to b (scaled
+// batches capped at scale_cap); layout_of gives the sample layout at an image size.
+std::vector<SlotBucket> ResizeBuckets(
+    const schedule::ResizeSchedule& schedule, int64_t producer_batch, uint32_t max_consumer_batch,
+    uint32_t scale_cap, const std::function<pipeline::SampleLayout(int)>& layout_of);
+
+// The ring a producer with this slot layout creates; the caller adds its identity
+// (socket_name, job, rank), heartbeat and resize spec. stream_epochs 0: unbounded/unknown.
+shm::RingConfig RingConfigFor(const SlotLayout& layout, uint32_t num_slots,
+                              uint32_t max_consumer_batch, uint64_t slot_producer_batch,
+                              uint64_t epoch_samples, int64_t stream_epochs);
+
+}  // namespace batchcast::producer

@@ -1,0 +1,128 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The slot writer: what every producer does with one ring slot, in one place.
+//   Acquire   wait for the slot of a position (backpressure; wait time counted), run the
+//             hook's BeforeFill;
+//   Fill      run a BatchSource straight into slot memory (images, labels, ids from
+//             result.kept), log skipped samples;
+//   Publish   the fill-repeat tail and descriptor (slot_fill.h), the hook's BeforePublish,
+//             the (optionally targeted) publish, and the batch's telemetry record.
+// Producers (node::Leader, node::Service, node::MultinodeLeader, node::ExternalProducer)
+// only decide what goes into a slot and who receives it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "batchcast/status.h"
+#include "pipeline/pipeline.h"
+#include "producer/batch_source.h"
+#include "producer/slot_fill.h"
+#include "producer/slot_hook.h"
+#include "producer/slot_layout.h"
+#include "transport/shm/ring_leader.h"
+
+namespace batchcast::telemetry {
+class Collector;
+}
+
+namespace batchcast::producer {
+
+struct WriterStats {
+  int64_t producer_batches = 0;   // slots published with samples (replays included)
+  int64_t samples_produced = 0;   // distinct samples published
+  int64_t samples_decoded = 0;    // samples handed to a source in this process
+  int64_t samples_skipped = 0;    // samples a source could not produce (logged)
+  int64_t tail_copies = 0;
+  int64_t empty_positions = 0;    // positions published to nobody without a fill
+  int64_t dropped_batches = 0;    // slots with samples that reached no consumer
+  int64_t slot_wait_ns = 0;       // backpressure: waiting for consumers to free a slot
+  int64_t max_slot_wait_ns = 0;   // the longest of those waits
+  int64_t fill_ns = 0;            // sources filling slots (decode etc.)
+};
+
+// What the fills of one producer batch add up to (its telemetry record).
+struct BatchRecord {
+  int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
+  int64_t skipped = 0;            // samples skipped by this process's source
+  int64_t produce_start_ns = 0;   // first fill began (0: no fill here, e.g. external batches)
+  int64_t produce_end_ns = 0;     // last fill ended
+};
+
+// How Acquire waits for a slot held by consumers.
+struct AcquireWait {
+  // Milliseconds to wait before on_timeout runs (< 0: until the slot is free). Asked before
+  // every wait; null: -1.
+  std::function<int64_t()> poll_ms;
+  // Runs after each timed-out wait: true gives up (nothing acquired; the time waited keeps
+  // counting into the next Acquire), an error fails the Acquire.
+  std::function<Result<bool>()> on_timeout;
+};
+
+// One producer batch for Produce(): what the source decodes and what the descriptor says.
+struct ProduceRequest {
+  std::span<const int64_t> samples;
+  int image_size = 0;             // for the source (0: its default size)
+  pipeline::SampleLayout sample;  // of this batch's images
+  SlotContents contents;          // epoch, batch, batches/samples in epoch, scaling, lr
+};
+
+class SlotWriter {
+ public:
+  // `who` prefixes messages ("leader", "service"); `collector` may be null.
+  SlotWriter(shm::RingLeader* ring, const SlotLayout& layout, std::string who,
+             telemetry::Collector* collector);
+
+  void SetHook(SlotHook* hook) { hook_ = hook; }
+  SlotHook* hook() const { return hook_; }
+  const SlotLayout& layout() const { return layout_; }
+  shm::RingLeader& ring() { return *ring_; }
+  const WriterStats& stats() const { return stats_; }
+  // The ring and worker gauges, once at the start of a stream.
+  void RecordStart(int worker_threads);
+
+  // Acquires the slot of position `seq` (next_seq() or ahead within the ring) and runs the
+  // hook's BeforeFill. nullopt: wait.on_timeout gave up.
+  Result<std::optional<shm::SlotWrite>> Acquire(uint64_t seq, const AcquireWait& wait = {});
+
+  // Runs `source` for `samples` into positions [pos, pos + samples.size()) of `data` (a
+  // slot, or stand-in memory of a slot's size): images at `sample` layout, labels, and ids
+  // (result.kept; -1 at the positions the source left unfilled). Skipped samples are logged
+  // and counted; timings go to `record`. *written: the samples at [pos, pos + *written).
+  Status Fill(BatchSource& source, uint64_t epoch, int image_size,
+              std::span<const int64_t> samples, const pipeline::SampleLayout& sample,
+              uint8_t* data, int64_t pos, BatchRecord* record, uint32_t* written);
+
+  // Completes the slot for the receivers in `only` (tail, descriptor from `contents`; the
+  // writer adds the slot layout), runs the hook's BeforePublish, publishes and records the
+  // batch. Returns the receiver mask.
+  Result<uint64_t> Publish(const shm::SlotWrite& w, SlotContents contents, uint64_t only,
+                           const BatchRecord& record);
+  // Publishes the next position to nobody: no fill, no hook (skipping a position costs no
+  // decode). Waits for its slot like Acquire (without the hook).
+  Status PublishEmpty(uint64_t epoch, int64_t batch);
+
+  // Acquire, Fill and Publish of one producer batch. nullopt: interrupted (see Acquire);
+  // else the receiver mask.
+  Result<std::optional<uint64_t>> Produce(BatchSource& source, const ProduceRequest& request,
+                                          uint64_t only, const AcquireWait& wait = {});
+
+ private:
+  Result<std::optional<shm::SlotWrite>> AcquireSlot(uint64_t seq, const AcquireWait& wait);
+  void Record(const shm::SlotWrite& w, const SlotContents& c, uint32_t tail,
+              const BatchRecord& record, int64_t publish_start_ns, int64_t publish_end_ns,
+              uint64_t receivers);
+
+  shm::RingLeader* ring_;
+  SlotLayout layout_;
+  std::string who_;
+  telemetry::Collector* collector_;
+  SlotHook* hook_ = nullptr;
+  WriterStats stats_;
+  int64_t wait_since_ns_ = 0;     // start of an interrupted wait (0: none)
+};
+
+}  // namespace batchcast::producer
