@@ -1,6 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 // The shared-memory ring on its own: targeted publishing, carving arithmetic.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <thread>
@@ -68,6 +69,125 @@ TEST(RingTest, TargetedPublishReachesOnlyItsConsumers) {
   }
   EXPECT_EQ(got_a, want_a);
   EXPECT_EQ(got_b, want_b);
+}
+
+RingConfig SmallRing(const std::string& tag) {
+  RingConfig rc;
+  rc.num_slots = 2;
+  rc.slot_bytes = 4096;
+  rc.max_consumer_batch = 4;
+  rc.socket_name = "batchcast-test-ring-" + tag + "-" + std::to_string(getpid());
+  rc.job = "test";
+  return rc;
+}
+
+// Issue 14, case 6: a position published to others whose slot was released and reused for
+// a later position addressed to this consumer must not be read as its own. Deterministic:
+// the consumer reads position 0 only after its slot holds position 1 with its bit set.
+TEST(RingTest, ReusedSlotOfATargetedPublishIsNotReadAsAnotherPosition) {
+  RingConfig rc = SmallRing("reuse");
+  auto leader = RingLeader::Create(rc);
+  ASSERT_TRUE(leader.ok()) << leader.status().ToString();
+  ConsumerConfig cc;
+  cc.batch_size = 4;
+  cc.buffer_depth = 1;
+  auto a = RingConsumer::Attach(rc.socket_name, cc);
+  auto b = RingConsumer::Attach(rc.socket_name, cc);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*leader)->WaitForJoined(2, 5000).ok());
+  ASSERT_EQ((*leader)->AdmitJoining(0), 2);
+  ASSERT_TRUE((*a)->WaitAdmitted().ok() && (*b)->WaitAdmitted().ok());
+  const uint64_t bit_a = RingLeader::MemberBit((*a)->id());
+  const uint64_t bit_b = RingLeader::MemberBit((*b)->id());
+  auto w0 = (*leader)->AcquireSlot(5000);
+  ASSERT_TRUE(w0.ok());
+  w0->desc->epoch = 100;
+  ASSERT_EQ((*leader)->Publish(*w0, bit_b), bit_b);  // position 0: only b
+  auto got_b = (*b)->Acquire(nullptr);
+  ASSERT_TRUE(got_b.ok());
+  EXPECT_EQ(got_b->desc->epoch, 100u);
+  (*b)->Release(*got_b);
+  auto w1 = (*leader)->AcquireSlot(5000);
+  ASSERT_TRUE(w1.ok());
+  ASSERT_EQ(w1->slot, w0->slot) << "the lowest free slot is reused";
+  w1->desc->epoch = 101;
+  ASSERT_EQ((*leader)->Publish(*w1, bit_a | bit_b), bit_a | bit_b);  // position 1: both
+  // a now reads position 0: the slot has a's bit, but holds position 1.
+  auto got_a = (*a)->Acquire(nullptr);
+  ASSERT_TRUE(got_a.ok()) << got_a.status().ToString();
+  EXPECT_EQ(got_a->seq, 1u) << "position 0 was not a's; it must skip it";
+  EXPECT_EQ(got_a->desc->epoch, 101u);
+  (*a)->Release(*got_a);
+  (*leader)->End();
+}
+
+// Holding never blocks the stream: a consumer keeps its first batch while the leader
+// publishes many more positions into other slots of the pool.
+TEST(RingTest, HeldSlotIsNeverReusedAndNeverBlocksTheStream) {
+  RingConfig rc = SmallRing("hold");
+  auto leader = RingLeader::Create(rc);
+  ASSERT_TRUE(leader.ok());
+  ConsumerConfig cc;
+  cc.batch_size = 4;
+  cc.buffer_depth = 1;
+  auto a = RingConsumer::Attach(rc.socket_name, cc);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*leader)->WaitForJoined(1, 5000).ok());
+  (*leader)->AdmitJoining(0);
+  ASSERT_TRUE((*a)->WaitAdmitted().ok());
+  auto first = (*leader)->AcquireSlot(5000);
+  ASSERT_TRUE(first.ok());
+  first->data[0] = 42;
+  (*leader)->Publish(*first);
+  auto kept = (*a)->Acquire(nullptr);
+  ASSERT_TRUE(kept.ok());
+  for (int p = 1; p < 20; ++p) {
+    auto w = (*leader)->AcquireSlot(5000);  // would time out if the held slot blocked it
+    ASSERT_TRUE(w.ok()) << "position " << p << ": " << w.status().ToString();
+    EXPECT_NE(w->slot, kept->slot) << "a held slot must not be reused";
+    w->data[0] = static_cast<uint8_t>(p);
+    (*leader)->Publish(*w);
+    auto got = (*a)->Acquire(nullptr);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->data[0], p);
+    (*a)->Release(*got);
+  }
+  EXPECT_EQ(kept->data[0], 42) << "the kept batch changed";
+  EXPECT_LE((*leader)->SlotsUsed(), 3u) << "the pool should stay compact";
+  (*a)->Release(*kept);
+  (*leader)->End();
+}
+
+// Publish checks its order: a slot published twice, or out of sequence, fails the stream
+// with a message instead of corrupting what consumers read.
+TEST(RingTest, PublishOutOfOrderFailsTheStream) {
+  RingConfig rc = SmallRing("order");
+  auto leader = RingLeader::Create(rc);
+  ASSERT_TRUE(leader.ok());
+  auto w0 = (*leader)->AcquireSlotAt(0, 1000);
+  auto w1 = (*leader)->AcquireSlotAt(1, 1000);
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  EXPECT_EQ((*leader)->Publish(*w1), 0u);
+  EXPECT_TRUE((*leader)->failed());
+  EXPECT_NE(std::string((*leader)->header()->failure).find("out of order"), std::string::npos)
+      << (*leader)->header()->failure;
+}
+
+// The stream segment is read-only for consumers: no writable mapping can be made of it.
+TEST(RingTest, StreamSegmentCannotBeMappedWritable) {
+  RingConfig rc = SmallRing("seal");
+  auto leader = RingLeader::Create(rc);
+  ASSERT_TRUE(leader.ok());
+  ConsumerConfig cc;
+  cc.batch_size = 4;
+  cc.buffer_depth = 1;
+  auto a = RingConsumer::Attach(rc.socket_name, cc);
+  ASSERT_TRUE(a.ok());
+  // The consumer's mapping of the stream segment is PROT_READ: mprotect cannot add write.
+  void* base = const_cast<StreamHeader*>((*a)->header());
+  EXPECT_NE(mprotect(base, 4096, PROT_READ | PROT_WRITE), 0);
+  EXPECT_EQ(errno, EACCES);
+  (*leader)->End();
 }
 
 TEST(CarvingTest, EveryPlanCoversEachSampleOnceWithBoundedRepeats) {
