@@ -1,6 +1,8 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "gpu/gpu_stager.h"
 
+#include <algorithm>
+
 #include "core/errors.h"
 #include "core/log.h"
 #include "pipeline/pipeline.h"
@@ -18,8 +20,15 @@ int SlotRanges(const shm::SlotDesc& d, cuda::SlotRange out[3]) {
   return 3;
 }
 
-cuda::DeviceRingConfig GpuStager::RingConfigFor(shm::RingLeader& ring,
-                                                const GpuStagerConfig& config) {
+Result<cuda::DeviceRingConfig> GpuStager::RingConfigFor(shm::RingLeader& ring,
+                                                        const GpuStagerConfig& config) {
+  // Device slot i mirrors host slot i: the leader's pool is limited to what the device
+  // ring can mirror (joins beyond it are refused with a message naming the limit).
+  const uint32_t mirrored = std::min<uint32_t>(producer::RingMaxSlots(ring), cuda::kMaxDeviceSlots);
+  if (mirrored < producer::RingMaxSlots(ring)) {
+    Status st = ring.LimitPool(mirrored);
+    if (!st.ok()) return st.WithContext("leader: gpu staging");
+  }
   cuda::DeviceRingConfig rc;
   rc.device = config.device;
   rc.num_slots = producer::RingMaxSlots(ring);
@@ -35,7 +44,8 @@ cuda::DeviceRingConfig GpuStager::RingConfigFor(shm::RingLeader& ring,
 
 Result<std::unique_ptr<GpuStager>> GpuStager::Create(const StagingTarget& target,
                                                      const GpuStagerConfig& config) {
-  auto ring = cuda::DeviceRing::Create(RingConfigFor(*target.ring, config));
+  BC_ASSIGN_OR_RETURN(cuda::DeviceRingConfig rc, RingConfigFor(*target.ring, config));
+  auto ring = cuda::DeviceRing::Create(rc);
   if (!ring.ok()) return ring.status().WithContext("leader: gpu staging");
   return CreateWithRing(target, config, std::move(ring).value());
 }

@@ -57,7 +57,7 @@ class GpuStager final : public producer::SlotHook {
                                                            const GpuStagerConfig& config,
                                                            std::unique_ptr<cuda::DeviceRing> ring);
   // The device ring `Create` would make for `ring` (slots, sizes, finishing area).
-  static cuda::DeviceRingConfig RingConfigFor(shm::RingLeader& ring,
+  static Result<cuda::DeviceRingConfig> RingConfigFor(shm::RingLeader& ring,
                                               const GpuStagerConfig& config);
   ~GpuStager() override;
 

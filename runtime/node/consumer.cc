@@ -51,6 +51,7 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   int outstanding = 0;                 // consumer batches alive
   bool in_next = false;                // a Next() is blocked without the lock
   bool admitted = false;
+  uint64_t start_seq = 0;              // first stream position (0: there from the start)
   bool finished = false;               // no more batches for this consumer
   bool drained = false;                // the leader was told (it no longer addresses us)
   bool detached = false;               // left the stream: nothing may be released any more
@@ -365,10 +366,12 @@ Status Consumer::Next(Batch* out) {
     if (st.code() == StatusCode::kEndOfStream) {
       c.FinishLocked();
       const shm::StreamHeader* h = c.ring->header();
-      // A finite stream that ends before this consumer's epochs are done (it joined after
-      // the late-join window near the end): a clear error, never a silently shorter run.
+      // A finite stream that ends before a late joiner's epochs are done (it was admitted
+      // after the stream started, past the late-join window near the end): a clear error,
+      // never a silently shorter run. (A consumer there from the start may legitimately
+      // get fewer epochs' batches, e.g. a shard rank with nothing in a short last batch.)
       if (h->stream_epochs > 0 && c.options.epochs < kEpochsUntilStreamEnds &&
-          c.stats.epochs_completed < c.options.epochs) {
+          c.start_seq > 0 && c.stats.epochs_completed < c.options.epochs) {
         c.status = FailedPreconditionError(
             "the stream ended after this consumer completed {} of the {} epochs it asked for: "
             "it was admitted {} a stream of {} epochs, after the late-join window. Attach "
@@ -401,6 +404,7 @@ Status Consumer::Next(Batch* out) {
     if (!start.ok()) return fail(start.status());
     if (c.finished) return fail(Status::Ok());
     c.admitted = true;
+    c.start_seq = *start;
   }
   const uint32_t base_b = static_cast<uint32_t>(c.options.batch_size);
   while (c.cur.desc == nullptr) {

@@ -177,7 +177,7 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     demand = PoolDemandLocked() + req.buffer_depth + 1;
-    for (uint32_t i = 0; i < kMaxConsumers && demand <= geo_.max_slots; ++i) {
+    for (uint32_t i = 0; i < kMaxConsumers && demand <= pool_limit_.load(); ++i) {
       ConsumerEntry& e = view_.control->consumers[i];
       if (e.state.load() != static_cast<uint32_t>(MemberState::kFree)) continue;
       e.pid = cred->pid;  // trust the kernel, not the message
@@ -200,11 +200,13 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
       break;
     }
   }
-  if (id < 0 && demand > geo_.max_slots)
+  if (id < 0 && demand > pool_limit_.load())
     return refuse(ResourceExhaustedError(
         "the slot pool of {} slots cannot also hold this consumer's buffer of {} batches (the "
-        "attached consumers may keep {} slots); attach with a smaller buffer_depth or start the "
-        "leader with a larger pool", geo_.max_slots, req.buffer_depth, demand - req.buffer_depth - 1));
+        "ring's {} slots and the attached consumers' buffers need {}; a GPU-staged ring mirrors "
+        "at most 16 slots on the device); attach with a smaller buffer_depth, or lower "
+        "ring_slots", pool_limit_.load(), req.buffer_depth, config_.num_slots,
+        demand - req.buffer_depth - 1));
   if (id < 0)
     return refuse(ResourceExhaustedError(
         "all {} consumer entries are in use (entries of stopped or finished consumers are "

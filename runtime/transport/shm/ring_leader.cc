@@ -74,6 +74,7 @@ Status RingLeader::Init() {
     max_slots = static_cast<uint32_t>(
         std::min<uint64_t>(uint64_t(config_.num_slots) * (kMaxConsumers + 1), kMaxSlots - 1));
   geo_ = ComputeGeometry(max_slots, config_.slot_bytes);
+  pool_limit_.store(max_slots);
   reserved_.assign(max_slots, kNoSeq);
   const std::string name = "batchcast-" + std::to_string(getuid()) + "-" + config_.job;
   void* stream = nullptr;
@@ -267,6 +268,20 @@ Result<SlotWrite> RingLeader::AcquireSlot(int64_t timeout_ms) {
   return AcquireSlotAt(next_seq_, timeout_ms);
 }
 
+Status RingLeader::LimitPool(uint32_t slots) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slots < config_.num_slots + 2 || slots > geo_.max_slots)
+    return InvalidArgumentError("ring: cannot limit a pool of {} slots to {} (a ring of {} needs "
+                                "at least {})", geo_.max_slots, slots, config_.num_slots,
+                                config_.num_slots + 2);
+  if (PoolDemandLocked() > slots || slots_used_ > slots)
+    return FailedPreconditionError("ring: the attached consumers may hold {} slots, more than "
+                                   "a pool of {}", PoolDemandLocked(), slots);
+  pool_limit_.store(slots);
+  BC_LOG(Info, Shm, "ring: pool limited to {} slots", slots);
+  return Status::Ok();
+}
+
 uint32_t RingLeader::PoolDemandLocked() const {
   uint32_t demand = config_.num_slots;
   for (uint32_t i = 0; i < kMaxConsumers; ++i) {
@@ -278,27 +293,38 @@ uint32_t RingLeader::PoolDemandLocked() const {
 }
 
 bool RingLeader::SlotReadyLocked(uint64_t seq, uint32_t* slot, std::string* why) const {
-  // The prefetch window: the leader runs at most num_slots positions ahead of the next
-  // position of the slowest active reader (what readers hold is not counted: holding
-  // never blocks the stream; the pool has room for it).
+  // The prefetch window: the leader runs at most num_slots positions ahead of the batch
+  // the slowest active reader works on (the one before its next position, while it still
+  // holds it; else its next position). Older batches a reader keeps are not counted:
+  // holding never blocks the stream, the pool has room for it. This is the lead a ring of
+  // num_slots slots allowed.
   for (uint32_t i = 0; i < kMaxConsumers; ++i) {
     const ConsumerEntry& e = view_.control->consumers[i];
     if (e.state.load() != static_cast<uint32_t>(MemberState::kActive)) continue;
     const uint64_t start = e.start_seq.load();
     if (start > seq) continue;
-    const uint64_t pos = std::max(e.position.load(), start);
-    if (seq >= pos + config_.num_slots) {
-      *why = fmt::format("consumer {} (pid {}) is at position {}, {} behind", i, e.pid, pos,
-                         seq - pos);
+    uint64_t base = std::max(e.position.load(), start);
+    if (base > start) {
+      const uint64_t entry = view_.position(base - 1).load();
+      const uint32_t slot = PositionSlot(entry);
+      if (PositionSeq(entry) == base - 1 && slot < geo_.max_slots &&
+          view_.slot(slot).seq.load() == base - 1 &&
+          (view_.pending(slot).load() & (1ULL << i)) != 0)
+        base -= 1;
+    }
+    if (seq >= base + config_.num_slots) {
+      *why = fmt::format("consumer {} (pid {}) works on position {}, {} behind", i, e.pid, base,
+                         seq - base);
       return false;
     }
   }
-  for (uint32_t i = 0; i < geo_.max_slots; ++i) {
+  const uint32_t limit = pool_limit_.load();
+  for (uint32_t i = 0; i < limit; ++i) {
     if (reserved_[i] != kNoSeq || view_.pending(i).load() != 0) continue;
     *slot = i;
     return true;
   }
-  *why = fmt::format("all {} slots of the pool are held", geo_.max_slots);
+  *why = fmt::format("all {} slots of the pool are held", limit);
   return false;
 }
 

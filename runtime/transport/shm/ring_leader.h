@@ -95,7 +95,11 @@ class RingLeader {
   StreamHeader* header() { return view_.stream; }
   const SegmentView& view() const { return view_; }
   // The slot pool: max_slots() slots of config().slot_bytes, contiguous from data_base().
-  uint32_t max_slots() const { return geo_.max_slots; }
+  uint32_t max_slots() const { return pool_limit_.load(); }
+  // Restricts the pool to its first `slots` slots (a device mirror of bounded size, the GPU
+  // stager): joins whose buffers no longer fit are refused. Fails when the members attached
+  // already need more. Call before the stream starts.
+  Status LimitPool(uint32_t slots);
   uint8_t* slot_data(uint32_t slot) { return view_.data(slot); }
   uint8_t* data_base() { return view_.data(0); }
   uint64_t data_bytes() const { return uint64_t(geo_.max_slots) * geo_.slot_bytes; }
@@ -181,6 +185,7 @@ class RingLeader {
   uint64_t next_seq_ = 0;
   std::vector<uint64_t> reserved_;   // slot -> position acquired but not yet published
   uint32_t slots_used_ = 0;
+  std::atomic<uint32_t> pool_limit_{0};  // slots of the pool in use (<= geo_.max_slots)
   int64_t accept_paused_until_ = 0;  // fd exhaustion: accept() backs off until then (ns)
 
   mutable std::mutex mu_;            // membership table and receiver masks

@@ -229,7 +229,7 @@ void RunAndCheck(const HostRingJob& job) {
   auto leader_telemetry = MakeCollector();
   GpuStagerConfig sc;
   sc.collector = leader_telemetry.get();
-  auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor((*leader)->ring(), sc));
+  auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor((*leader)->ring(), sc).value());
   HostRing* host_ring = ring.get();
   auto stager = GpuStager::CreateWithRing((*leader)->staging_target(), sc, std::move(ring));
   ASSERT_TRUE(stager.ok()) << stager.status().ToString();
@@ -300,7 +300,7 @@ TEST(GpuHostRingTest, FinishSpecOnlyForUint8WithFinishOn) {
   ASSERT_TRUE(leader.ok()) << leader.status().ToString();
   GpuStagerConfig sc;
   sc.finish = true;
-  cuda::DeviceRingConfig rc = GpuStager::RingConfigFor((*leader)->ring(), sc);
+  cuda::DeviceRingConfig rc = GpuStager::RingConfigFor((*leader)->ring(), sc).value();
   EXPECT_EQ(rc.finished_bytes, rc.host_slot_bytes * sizeof(float));  // room for float32
   EXPECT_EQ(rc.finish_channels, 3);
   auto ring = std::make_unique<HostRing>(rc);
@@ -328,7 +328,7 @@ TEST(GpuHostRingTest, ServiceStagesEveryFilledSlot) {
   auto service = Service::Create(cfg, std::make_unique<SyntheticSource>(64, 8));
   ASSERT_TRUE(service.ok()) << service.status().ToString();
   GpuStagerConfig sc;
-  auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor((*service)->ring(), sc));
+  auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor((*service)->ring(), sc).value());
   HostRing* host_ring = ring.get();
   auto stager = GpuStager::CreateWithRing((*service)->staging_target(), sc, std::move(ring));
   ASSERT_TRUE(stager.ok()) << stager.status().ToString();
