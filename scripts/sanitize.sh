@@ -57,5 +57,12 @@ if [ -n "$reports" ]; then
   echo "sanitize ($kind): $(echo "$reports" | wc -l) process(es) reported findings (above; logs in $logs)" >&2
   exit 1
 fi
+# UBSan prints to stderr even with log_path; a child's report lands in its test's output.
+ubsan=$(grep -E '^[^ ]+:[0-9]+:[0-9]+: runtime error: ' "$build/Testing/Temporary/LastTest.log" || true)
+if [ -n "$ubsan" ]; then
+  echo "$ubsan"
+  echo "sanitize ($kind): UBSan reported undefined behaviour (above; stacks in $build/Testing/Temporary/LastTest.log)" >&2
+  exit 1
+fi
 if [ "$status" -ne 0 ]; then exit "$status"; fi
 echo "sanitize ($kind): no findings"
