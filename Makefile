@@ -1,12 +1,17 @@
 # Batchcast top-level entry points. On a fresh Debian 12 machine, as root:
 #   make demo    installs what is needed, builds, and runs the main demo
-#   make test    installs what is needed, builds, and runs the whole test suite
+#   make test    installs what is needed, builds, and runs the whole test suite, then `sanitize`
+#   make sanitize  the unit and service tests under ThreadSanitizer and ASan+UBSan (docs/testing.md)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 B ?= decode
+# Sanitizer builds (scripts/sanitize.sh): own build dirs, at most 2 jobs (shared 2-core machines).
+BUILD_TSAN ?= build-tsan
+BUILD_ASAN ?= build-asan
+SANITIZE_JOBS ?= 2
 
-.PHONY: deps configure build demo test bench install clean soak
+.PHONY: deps configure build demo test bench install clean soak sanitize tsan asan
 
 deps:
 	@bash scripts/deps.sh
@@ -23,9 +28,26 @@ demo: deps
 	@$(MAKE) --no-print-directory build
 	bash scripts/demo.sh $(BUILD)
 
+# The sanitizer runs follow the normal suite even when it failed; either failing fails `test`.
 test: deps
 	@$(MAKE) --no-print-directory build
-	bash scripts/test.sh $(BUILD)
+	@status=0; \
+	bash scripts/test.sh $(BUILD) || status=1; \
+	$(MAKE) --no-print-directory sanitize || status=1; \
+	exit $$status
+
+# Both sanitizers, each in its own build dir; the second runs even when the first fails.
+sanitize: deps
+	@status=0; \
+	$(MAKE) --no-print-directory tsan || status=1; \
+	$(MAKE) --no-print-directory asan || status=1; \
+	exit $$status
+
+tsan:
+	JOBS=$(SANITIZE_JOBS) bash scripts/sanitize.sh thread $(BUILD_TSAN)
+
+asan:
+	JOBS=$(SANITIZE_JOBS) bash scripts/sanitize.sh address $(BUILD_ASAN)
 
 bench: deps
 	@$(MAKE) --no-print-directory build
@@ -48,4 +70,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN)

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "cli/commands.h"
@@ -98,8 +99,8 @@ Result<std::vector<uint8_t>> MakeBucketImage(const std::string& encoding, int qu
 
 // --buckets 96,128,160 [--bucket-encoding jpeg|png] [--bucket-quality 90]
 void AddBucketOptions(CLI::App* cmd, data::OfflineBuckets* b) {
-  auto* text = new std::string();
-  auto* quality = new int(90);
+  auto text = std::make_shared<std::string>();
+  auto quality = std::make_shared<int>(90);
   cmd->add_option("--buckets", *text,
                   "also store every image pre-resized (shorter side) per size, e.g. "
                   "96,128,160,224: offline progressive-resizing buckets");
@@ -176,10 +177,10 @@ std::vector<std::string> SplitCommas(const std::string& text) {
 
 void RegisterIdx(CLI::App* convert, int* exit_code) {
   auto* cmd = convert->add_subcommand("idx", "convert MNIST / Fashion-MNIST IDX files (.gz or plain)");
-  auto* o = new data::IdxConvertOptions();  // lives as long as the app
-  auto* names = new std::string();
-  auto* fashion = new bool(false);
-  auto* no_compress = new bool(false);
+  auto o = std::make_shared<data::IdxConvertOptions>();  // owned by the callbacks that capture it
+  auto names = std::make_shared<std::string>();
+  auto fashion = std::make_shared<bool>(false);
+  auto no_compress = std::make_shared<bool>(false);
   cmd->add_option("--images", o->images_path, "IDX image file (N x H x W [x C] unsigned bytes)")
       ->required();
   cmd->add_option("--labels", o->labels_path, "IDX label file (N unsigned bytes)")->required();
@@ -211,7 +212,7 @@ void RegisterImageFolder(CLI::App* convert, int* exit_code) {
   auto* cmd = convert->add_subcommand(
       "imagefolder", "convert ROOT/<class>/<image>.jpg|jpeg|png (classes sorted by name); the "
                      "original file bytes are stored");
-  auto* o = new data::ImageFolderConvertOptions();
+  auto o = std::make_shared<data::ImageFolderConvertOptions>();
   cmd->add_option("root", o->root, "the ImageFolder root directory")->required();
   cmd->add_option("--out", o->out_path, "output HDF5 file")->required();
   cmd->add_option("--threads", o->threads, "reading/probing threads (0 = all cores)")

@@ -1,6 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 // `batchcast info --config`: the resolved configuration as JSON (like ucx_info -c).
 #include <cstdio>
+#include <memory>
 
 #include "batchcast/options.h"
 #include "cli/commands.h"
@@ -9,10 +10,10 @@ namespace batchcast::cli {
 
 void RegisterInfo(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("info", "print build and configuration information");
-  auto* flags = new std::vector<std::string>();  // lives as long as the app
-  auto* config = new bool(false);
+  auto flags = std::make_shared<std::vector<std::string>>();  // owned by the callbacks that capture it
+  auto config = std::make_shared<bool>(false);
   cmd->add_flag("--config-json,-c", *config, "print every option with its value and source as JSON");
-  AddRegistryOptions(cmd, flags);
+  AddRegistryOptions(cmd, flags.get());
   cmd->callback([=] {
     auto opts = ResolveOptions(*flags);
     if (!opts.ok()) {

@@ -1,6 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 // `batchcast inspect FILE [--json]`: what a user needs to trust a dataset file.
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "cli/commands.h"
@@ -41,8 +42,8 @@ void PrintText(const data::DatasetSummary& s) {
 void RegisterInspect(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "inspect", "print counts per class, sizes, encoding, bytes and a content checksum");
-  auto* path = new std::string();  // lives as long as the app
-  auto* json = new bool(false);
+  auto path = std::make_shared<std::string>();  // owned by the callbacks that capture it
+  auto json = std::make_shared<bool>(false);
   cmd->add_option("file", *path, "dataset file in the Batchcast HDF5 layout")->required();
   cmd->add_flag("--json", *json, "print one JSON object instead of text");
   cmd->callback([=] {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,11 +59,11 @@ void RegisterReport(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "report", "render a telemetry HDF5 file as PNG/SVG plots and one HTML page (several "
                 "files: compare the runs)");
-  auto* files = new std::vector<std::string>();
-  auto* out = new std::string();
-  auto* labels = new std::string();
-  auto* python = new std::string("/usr/bin/python3");
-  auto* script = new std::string();
+  auto files = std::make_shared<std::vector<std::string>>();
+  auto out = std::make_shared<std::string>();
+  auto labels = std::make_shared<std::string>();
+  auto python = std::make_shared<std::string>("/usr/bin/python3");
+  auto script = std::make_shared<std::string>();
   cmd->add_option("file", *files, "telemetry file(s) written by telemetry(hdf5=...)")
       ->required()
       ->check(CLI::ExistingFile);

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -126,7 +127,7 @@ int Serve(const ServeArgs& a) {
 
 void RegisterServe(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("serve", "run the always-on per-node service (docs/service.md)");
-  auto* a = new ServeArgs();  // lives as long as the app
+  auto a = std::make_shared<ServeArgs>();  // owned by the callbacks that capture it
   cmd->add_option("--socket", a->socket,
                   "abstract control socket name (default batchcast-<uid>-service)");
   cmd->add_option("--late-join-window", a->late_join_window,

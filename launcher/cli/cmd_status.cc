@@ -4,6 +4,7 @@
 // and waits, and where the stream is (docs/service.md).
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -103,9 +104,9 @@ void PrintTable(const nlohmann::json& j) {
 void RegisterStatus(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("status", "show a running service's consumers, positions, "
                                  "rates and waits (docs/service.md)");
-  auto* socket = new std::string();
-  auto* json = new bool(false);
-  auto* timeout = new int64_t(5000);
+  auto socket = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  auto timeout = std::make_shared<int64_t>(5000);
   cmd->add_option("--socket", *socket, "control socket name (default batchcast-<uid>-service)");
   cmd->add_flag("--json", *json, "print one JSON object");
   cmd->add_option("--timeout-ms", *timeout, "how long to wait for the answer [5000]");

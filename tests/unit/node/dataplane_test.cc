@@ -359,21 +359,34 @@ TEST(DataPlaneTest, KilledConsumerIsReapedAndOthersContinue) {
   Options o = BaseOptions(4, 16);
   o.batch_size = 8;
   o.ring_slots = 3;
-  auto h = MakeLeader(o, 2, 8, 160, /*end_when_empty=*/true);
-  std::atomic<int> lost{0};
-  h->leader->ring().SetLossHandler([&](const shm::MemberInfo&, shm::LossKind k) {
-    if (k == shm::LossKind::kDisconnected) lost++;
-  });
-  h->Start();
+  // Fork while this process has one thread (the leader's control thread starts in Create): a
+  // child of a multi-threaded process may find a lock held forever (and TSan refuses it). The
+  // child learns the leader's address through a pipe.
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
   pid_t child = fork();
   if (child == 0) {
     // Child: attach, take two batches, then hang holding them until killed.
-    auto c = Consumer::Attach(h->leader->address(), o, 1);
+    close(pipefd[1]);
+    char address[256] = {0};
+    if (read(pipefd[0], address, sizeof(address) - 1) <= 0) _exit(2);
+    auto c = Consumer::Attach(address, o, 1);
     if (!c.ok()) _exit(3);
     Batch b1, b2;
     if (!(*c)->Next(&b1).ok() || !(*c)->Next(&b2).ok()) _exit(4);
     for (;;) pause();
   }
+  close(pipefd[0]);
+  auto h = MakeLeader(o, 2, 8, 160, /*end_when_empty=*/true);
+  std::atomic<int> lost{0};
+  h->leader->ring().SetLossHandler([&](const shm::MemberInfo&, shm::LossKind k) {
+    if (k == shm::LossKind::kDisconnected) lost++;
+  });
+  const std::string address = h->leader->address();
+  ASSERT_EQ(write(pipefd[1], address.data(), address.size()),
+            static_cast<ssize_t>(address.size()));
+  close(pipefd[1]);
+  h->Start();
   auto a = Consumer::Attach(h->leader->address(), o, 0);
   ASSERT_TRUE(a.ok());
   Seen sa;
