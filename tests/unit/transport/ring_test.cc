@@ -14,24 +14,44 @@
 namespace batchcast::shm {
 namespace {
 
-TEST(RingTest, TargetedPublishReachesOnlyItsConsumers) {
+RingConfig SmallRing(const std::string& tag) {
   RingConfig rc;
-  rc.num_slots = 3;
+  rc.num_slots = 2;
   rc.slot_bytes = 4096;
   rc.max_consumer_batch = 4;
-  rc.socket_name = "batchcast-test-ring-" + std::to_string(getpid());
+  rc.socket_name = "batchcast-test-ring-" + tag + "-" + std::to_string(getpid());
   rc.job = "test";
-  auto leader = RingLeader::Create(rc);
-  ASSERT_TRUE(leader.ok()) << leader.status().ToString();
+  return rc;
+}
+
+// A leader and n consumers (batch 4, depth 1), all admitted from position 0.
+void StartAdmitted(const RingConfig& rc, int n, std::unique_ptr<RingLeader>* leader,
+                   std::vector<std::unique_ptr<RingConsumer>>* consumers) {
+  auto l = RingLeader::Create(rc);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  *leader = std::move(l).value();
   ConsumerConfig cc;
   cc.batch_size = 4;
   cc.buffer_depth = 1;
-  auto a = RingConsumer::Attach(rc.socket_name, cc);
-  auto b = RingConsumer::Attach(rc.socket_name, cc);
-  ASSERT_TRUE(a.ok() && b.ok());
-  ASSERT_TRUE((*leader)->WaitForJoined(2, 5000).ok());
-  ASSERT_EQ((*leader)->AdmitJoining(0), 2);
-  ASSERT_TRUE((*a)->WaitAdmitted(5000).ok() && (*b)->WaitAdmitted(5000).ok());
+  for (int i = 0; i < n; ++i) {
+    auto c = RingConsumer::Attach(rc.socket_name, cc);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    consumers->push_back(std::move(c).value());
+  }
+  ASSERT_TRUE((*leader)->WaitForJoined(n, 5000).ok());
+  ASSERT_EQ((*leader)->AdmitJoining(0), n);
+  for (auto& c : *consumers) ASSERT_TRUE(c->WaitAdmitted(5000).ok());
+}
+
+TEST(RingTest, TargetedPublishReachesOnlyItsConsumers) {
+  RingConfig rc = SmallRing("targeted");
+  rc.num_slots = 3;
+  std::unique_ptr<RingLeader> l;
+  std::vector<std::unique_ptr<RingConsumer>> c;
+  ASSERT_NO_FATAL_FAILURE(StartAdmitted(rc, 2, &l, &c));
+  auto* leader = &l;
+  auto* a = &c[0];
+  auto* b = &c[1];
   const uint64_t bit_a = RingLeader::MemberBit((*a)->id());
   const uint64_t bit_b = RingLeader::MemberBit((*b)->id());
   const int kPositions = 12;
@@ -71,32 +91,18 @@ TEST(RingTest, TargetedPublishReachesOnlyItsConsumers) {
   EXPECT_EQ(got_b, want_b);
 }
 
-RingConfig SmallRing(const std::string& tag) {
-  RingConfig rc;
-  rc.num_slots = 2;
-  rc.slot_bytes = 4096;
-  rc.max_consumer_batch = 4;
-  rc.socket_name = "batchcast-test-ring-" + tag + "-" + std::to_string(getpid());
-  rc.job = "test";
-  return rc;
-}
 
 // Issue 14, case 6: a position published to others whose slot was released and reused for
 // a later position addressed to this consumer must not be read as its own. Deterministic:
 // the consumer reads position 0 only after its slot holds position 1 with its bit set.
 TEST(RingTest, ReusedSlotOfATargetedPublishIsNotReadAsAnotherPosition) {
   RingConfig rc = SmallRing("reuse");
-  auto leader = RingLeader::Create(rc);
-  ASSERT_TRUE(leader.ok()) << leader.status().ToString();
-  ConsumerConfig cc;
-  cc.batch_size = 4;
-  cc.buffer_depth = 1;
-  auto a = RingConsumer::Attach(rc.socket_name, cc);
-  auto b = RingConsumer::Attach(rc.socket_name, cc);
-  ASSERT_TRUE(a.ok() && b.ok());
-  ASSERT_TRUE((*leader)->WaitForJoined(2, 5000).ok());
-  ASSERT_EQ((*leader)->AdmitJoining(0), 2);
-  ASSERT_TRUE((*a)->WaitAdmitted().ok() && (*b)->WaitAdmitted().ok());
+  std::unique_ptr<RingLeader> l;
+  std::vector<std::unique_ptr<RingConsumer>> c;
+  ASSERT_NO_FATAL_FAILURE(StartAdmitted(rc, 2, &l, &c));
+  auto* leader = &l;
+  auto* a = &c[0];
+  auto* b = &c[1];
   const uint64_t bit_a = RingLeader::MemberBit((*a)->id());
   const uint64_t bit_b = RingLeader::MemberBit((*b)->id());
   auto w0 = (*leader)->AcquireSlot(5000);
@@ -125,16 +131,11 @@ TEST(RingTest, ReusedSlotOfATargetedPublishIsNotReadAsAnotherPosition) {
 // publishes many more positions into other slots of the pool.
 TEST(RingTest, HeldSlotIsNeverReusedAndNeverBlocksTheStream) {
   RingConfig rc = SmallRing("hold");
-  auto leader = RingLeader::Create(rc);
-  ASSERT_TRUE(leader.ok());
-  ConsumerConfig cc;
-  cc.batch_size = 4;
-  cc.buffer_depth = 1;
-  auto a = RingConsumer::Attach(rc.socket_name, cc);
-  ASSERT_TRUE(a.ok());
-  ASSERT_TRUE((*leader)->WaitForJoined(1, 5000).ok());
-  (*leader)->AdmitJoining(0);
-  ASSERT_TRUE((*a)->WaitAdmitted().ok());
+  std::unique_ptr<RingLeader> l;
+  std::vector<std::unique_ptr<RingConsumer>> c;
+  ASSERT_NO_FATAL_FAILURE(StartAdmitted(rc, 1, &l, &c));
+  auto* leader = &l;
+  auto* a = &c[0];
   auto first = (*leader)->AcquireSlot(5000);
   ASSERT_TRUE(first.ok());
   first->data[0] = 42;
