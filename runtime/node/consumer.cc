@@ -347,11 +347,11 @@ Status Consumer::Next(Batch* out) {
   if (c.in_next)
     return FailedPreconditionError("consumer: Next() is already running in another thread; "
                                    "call it from one thread at a time");
+  if (!c.status.ok()) return c.status;
   if (c.finished) {
     c.MaybeDetachLocked();
     return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
   }
-  if (!c.status.ok()) return c.status;
   if (c.outstanding >= c.options.buffer_depth)
     return FailedPreconditionError(
         "consumer holds {} unreleased batches (buffer_depth={}): {}. Release one (destroy the "
