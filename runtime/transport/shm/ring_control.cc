@@ -286,9 +286,10 @@ void RingLeader::Unaddress(uint32_t id, MemberState state, uint64_t position_hin
     // (all seq_cst). Either we see the position past what it acquired, or it sees it was
     // unaddressed and gives that batch back unread. Positions >= it are not held by it.
     e.state.store(static_cast<uint32_t>(state));
-    uint64_t pos = e.position.load();
-    if (state == MemberState::kDraining && position_hint != kNoSeq)
-      pos = std::max(pos, std::min(position_hint, next_seq_));
+    // The entry's position is authoritative (the consumer stores it before it reads its
+    // state); a drain message's position only repeats it.
+    (void)position_hint;
+    const uint64_t pos = e.position.load();
     const uint64_t bit = 1ULL << id;
     for (uint32_t s = 0; s < geo_.max_slots; ++s) {
       const uint64_t seq = view_.slot(s).seq.load();

@@ -55,10 +55,11 @@ void InstallPreviousHandler() {
   sigaction(SIGSEGV, &sa, nullptr);
 }
 
-// AddressSanitizer installs its own SIGSEGV handler in every process it runs (and reports
-// the expected fault as a finding): the death tests run in the normal build only.
-#if defined(__SANITIZE_ADDRESS__)
-#define SKIP_UNDER_ASAN() GTEST_SKIP() << "ASan owns SIGSEGV; run in the normal build"
+// AddressSanitizer and ThreadSanitizer install their own SIGSEGV handlers in every process
+// they run (and report the expected fault as a finding): the death tests run in the normal
+// build only.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SKIP_UNDER_ASAN() GTEST_SKIP() << "the sanitizer owns SIGSEGV; run in the normal build"
 #else
 #define SKIP_UNDER_ASAN() (void)0
 #endif
