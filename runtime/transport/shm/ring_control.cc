@@ -129,7 +129,7 @@ void RingLeader::HandleReadable(int fd) {
                      msg.member.version == kProtocolVersion;
   if (valid && msg.member.type == static_cast<uint32_t>(MessageType::kDrain)) {
     // Done, but may still hold batches: stop addressing it, keep the connection.
-    Unaddress(static_cast<uint32_t>(id), MemberState::kDraining, msg.member.position);
+    Unaddress(static_cast<uint32_t>(id), MemberState::kDraining);
     return;
   }
   if (valid && msg.member.type == static_cast<uint32_t>(MessageType::kLeave)) {
@@ -273,7 +273,7 @@ void RingLeader::Reap(uint32_t id, LossKind kind) {
   if (handler && !was_evicted) handler(info, kind);
 }
 
-void RingLeader::Unaddress(uint32_t id, MemberState state, uint64_t position_hint) {
+void RingLeader::Unaddress(uint32_t id, MemberState state) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ConsumerEntry& e = view_.control->consumers[id];
@@ -287,8 +287,7 @@ void RingLeader::Unaddress(uint32_t id, MemberState state, uint64_t position_hin
     // unaddressed and gives that batch back unread. Positions >= it are not held by it.
     e.state.store(static_cast<uint32_t>(state));
     // The entry's position is authoritative (the consumer stores it before it reads its
-    // state); a drain message's position only repeats it.
-    (void)position_hint;
+    // state); a drain message's position only repeats it, for the log.
     const uint64_t pos = e.position.load();
     const uint64_t bit = 1ULL << id;
     for (uint32_t s = 0; s < geo_.max_slots; ++s) {
@@ -427,7 +426,7 @@ void RingLeader::CheckHeartbeats() {
       info = InfoLocked(static_cast<uint32_t>(id));
       handler = loss_handler_;
     }
-    Unaddress(static_cast<uint32_t>(id), MemberState::kEvicted, kNoSeq);
+    Unaddress(static_cast<uint32_t>(id), MemberState::kEvicted);
     BC_LOG(Warn, Shm, "ring: {} showed no sign of life for {} ms (stopped or hung?); it is no "
            "longer addressed, and the batches it holds stay untouched until it releases them "
            "or exits", info.Describe(), config_.heartbeat_ms);

@@ -394,7 +394,6 @@ uint64_t RingLeader::Publish(const SlotWrite& w, uint64_t only) {
     return 0;
   }
   SlotInfo& info = view_.slot(w.slot);
-  info.desc.seq = w.seq;
   info.desc.publish_ns = MonotonicNs();
   uint64_t mask = 0;
   {

@@ -166,7 +166,7 @@ class RingLeader {
   void Reap(uint32_t id, LossKind kind);
   // Stops addressing member `id` (state kDraining or kEvicted): clears its bit from the
   // positions it has not acquired; the slots it holds stay pending.
-  void Unaddress(uint32_t id, MemberState state, uint64_t position_hint);
+  void Unaddress(uint32_t id, MemberState state);
   void CheckHeartbeats();
   void WakeConsumers();
   void WakeLeader();
