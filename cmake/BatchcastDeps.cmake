@@ -7,6 +7,7 @@ find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
+pkg_check_modules(LIBJPEG REQUIRED IMPORTED_TARGET libjpeg)  # the libjpeg API: crop decoding
 pkg_check_modules(SPNG REQUIRED IMPORTED_TARGET spng)
 find_package(ZLIB REQUIRED)                                     # IDX .gz files (data)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)    # dataset checksums (data)

@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake pkg-config git
   openmpi-bin libopenmpi-dev libucx-dev libpmix-dev
   libhdf5-dev hdf5-tools
-  libturbojpeg0-dev libjpeg-turbo-progs libspng-dev zlib1g-dev libxxhash-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libjpeg-turbo-progs libspng-dev zlib1g-dev libxxhash-dev
   libopencv-core-dev libopencv-imgproc-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev

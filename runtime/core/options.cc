@@ -60,6 +60,7 @@ const std::vector<Entry>& Registry() {
       BC_OPT(channels, kInt, "output channels: 0 = as stored, 1 = gray, 3 = RGB"),
       BC_OPT(max_pixels, kSize, "refuse images with more pixels than this (decompression bombs); accepts k/m/g suffixes"),
       BC_OPT(dct_scaling, kBool, "decode JPEGs at 1/2, 1/4 or 1/8 size (DCT-domain scaling) when the output needs no more pixels"),
+      BC_OPT(crop_decode, kBool, "with crop=center|random, decode only the JPEG rows and columns the crop keeps (same pixels as a full decode)"),
       BC_ENUM(on_bad_sample, "error|skip", "what a corrupt or oversized sample does: stop with an error, or skip it (counted and reported)"),
       BC_OPT(batch_size, kInt, "samples per batch for this consumer"),
       BC_OPT(buffer_depth, kInt, "batches a consumer may hold unreleased"),

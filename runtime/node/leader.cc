@@ -216,9 +216,8 @@ Status Leader::Run() {
 Status Leader::RunEpoch(uint64_t e, int64_t bpe, bool* ended) {
   producer::EpochPolicy policy;
   policy.who = "leader";
-  policy.produce = [&](int64_t k, uint64_t only, const producer::AcquireWait& wait) {
-    return ProduceOne(e, k, bpe, only, wait);
-  };
+  policy.produce = [&](int64_t k, uint64_t only, const producer::AcquireWait& wait,
+                       int64_t next_k) { return ProduceOne(e, k, bpe, only, wait, next_k); };
   policy.idle = [&](int64_t k) {
     if (config_.end_when_empty) {
       BC_LOG(Info, Node, "leader: every consumer has left at epoch {} batch {}; ending", e, k);
@@ -237,26 +236,36 @@ Status Leader::RunEpoch(uint64_t e, int64_t bpe, bool* ended) {
   return st;
 }
 
-Result<std::optional<uint64_t>> Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe,
-                                                   uint64_t only,
-                                                   const producer::AcquireWait& wait) {
-  const BatchPlan bp = PlanBatch(epoch, k);
+producer::ProduceRequest Leader::Request(uint64_t epoch, int64_t k, int64_t bpe,
+                                         BatchPlan* bp) {
+  *bp = PlanBatch(epoch, k);
   producer::ProduceRequest req;
-  req.samples = bp.samples;
-  req.image_size = bp.image_size;
-  req.sample = schedule_ ? source_->Layout(bp.image_size) : layout_;
+  req.samples = bp->samples;
+  req.image_size = bp->image_size;
+  req.sample = schedule_ ? source_->Layout(bp->image_size) : layout_;
   producer::SlotContents& c = req.contents;
   c.epoch = epoch;
   c.batch = k;
   c.batches_in_epoch = bpe;
   c.samples_in_epoch = epoch_samples_;
-  c.lr_factor = bp.lr_factor;
-  c.image_size = schedule_ ? bp.image_size : 0;
-  c.scale_num = bp.scale_num;
-  c.scale_den = bp.scale_den;
+  c.lr_factor = bp->lr_factor;
+  c.image_size = schedule_ ? bp->image_size : 0;
+  c.scale_num = bp->scale_num;
+  c.scale_den = bp->scale_den;
   c.scale_cap = schedule_ ? scale_cap_ : 0;
   c.lr_rule = schedule_ ? lr_rule_ : uint32_t(shm::kLrGiven);
-  return writer_->Produce(*source_, req, only, wait);
+  return req;
+}
+
+Result<std::optional<uint64_t>> Leader::ProduceOne(uint64_t epoch, int64_t k, int64_t bpe,
+                                                   uint64_t only,
+                                                   const producer::AcquireWait& wait,
+                                                   int64_t next_k) {
+  BatchPlan bp, next_bp;
+  const producer::ProduceRequest req = Request(epoch, k, bpe, &bp);
+  if (next_k < 0) return writer_->Produce(*source_, req, only, wait);
+  const producer::ProduceRequest next = Request(epoch, next_k, bpe, &next_bp);
+  return writer_->Produce(*source_, req, only, wait, &next);
 }
 
 Status Leader::WaitUntilEmpty(int64_t timeout_ms) {

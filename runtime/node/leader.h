@@ -98,10 +98,14 @@ class Leader {
   Result<int64_t> BeginEpoch(uint64_t epoch);
   Status RunEpoch(uint64_t epoch, int64_t batches_per_epoch, bool* ended);
   BatchPlan PlanBatch(uint64_t epoch, int64_t k);
+  // What position k of the epoch holds (its plan in *bp, which the request points into).
+  producer::ProduceRequest Request(uint64_t epoch, int64_t k, int64_t batches_per_epoch,
+                                   BatchPlan* bp);
   // Produces position k of the epoch for the consumers in `only` (nullopt: the slot wait
-  // was interrupted by a joiner).
+  // was interrupted by a joiner), filling position next_k ahead when >= 0.
   Result<std::optional<uint64_t>> ProduceOne(uint64_t epoch, int64_t k, int64_t batches_per_epoch,
-                                             uint64_t only, const producer::AcquireWait& wait);
+                                             uint64_t only, const producer::AcquireWait& wait,
+                                             int64_t next_k);
 
   LeaderConfig config_;
   std::unique_ptr<producer::BatchSource> source_;

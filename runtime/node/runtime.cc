@@ -13,6 +13,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 #include "gpu/gpu_runtime.h"
 #include "node/consumer_internal.h"
 #include "node/gpu_consumer.h"
@@ -300,10 +301,14 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
   }
   if (s->leader && s->multi_obj) {
     node::MultinodeLeader* l = s->multi_obj.get();
-    s->leader_thread = std::thread([s, l] { s->leader_status = l->Run(); });
+    s->leader_thread = std::thread([s, l] {
+      NameThread("bc-leader");
+      s->leader_status = l->Run();
+    });
   } else if (s->leader) {
     node::Leader* l = s->leader_obj.get();
     s->leader_thread = std::thread([s, l] {
+      NameThread("bc-leader");
       s->leader_status = l->Run();
       Status staged = s->gpu_plane->FinishLeader();  // the NCCL relays stop with the stream
       if (!staged.ok() && s->leader_status.ok()) s->leader_status = staged;

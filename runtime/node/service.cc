@@ -156,9 +156,8 @@ Status Service::RunEpoch(uint64_t e) {
   stats_.epochs_started += 1;
   producer::EpochPolicy policy;
   policy.who = "service";
-  policy.produce = [&](int64_t k, uint64_t only, const producer::AcquireWait& wait) {
-    return Produce(e, k, only, wait);
-  };
+  policy.produce = [&](int64_t k, uint64_t only, const producer::AcquireWait& wait,
+                       int64_t next_k) { return Produce(e, k, only, wait, next_k); };
   policy.idle = [this](int64_t) {
     WaitForMembers();
     return false;
@@ -173,8 +172,7 @@ Status Service::RunEpoch(uint64_t e) {
                                      &counts, &ended);
 }
 
-Result<std::optional<uint64_t>> Service::Produce(uint64_t epoch, int64_t k, uint64_t only,
-                                                 const producer::AcquireWait& wait) {
+producer::ProduceRequest Service::Request(uint64_t epoch, int64_t k) {
   producer::ProduceRequest req;
   req.samples = plan_.Batch(epoch, k);
   req.sample = layout_;
@@ -183,8 +181,17 @@ Result<std::optional<uint64_t>> Service::Produce(uint64_t epoch, int64_t k, uint
   c.batch = k;
   c.batches_in_epoch = plan_.BatchesPerEpoch();
   c.samples_in_epoch = static_cast<uint64_t>(plan_.num_samples());
+  return req;
+}
+
+Result<std::optional<uint64_t>> Service::Produce(uint64_t epoch, int64_t k, uint64_t only,
+                                                 const producer::AcquireWait& wait,
+                                                 int64_t next_k) {
+  const producer::ProduceRequest req = Request(epoch, k);
+  std::optional<producer::ProduceRequest> next;
+  if (next_k >= 0) next = Request(epoch, next_k);
   BC_ASSIGN_OR_RETURN(std::optional<uint64_t> receivers,
-                      writer_->Produce(*source_, req, only, wait));
+                      writer_->Produce(*source_, req, only, wait, next ? &*next : nullptr));
   if (receivers) {
     produced_.fetch_add(1);
     if (only != ~0ULL) replayed_.fetch_add(1);

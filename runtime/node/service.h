@@ -82,10 +82,13 @@ class Service {
  private:
   Service(const ServiceConfig& config, std::unique_ptr<producer::BatchSource> source, int64_t p);
   Status RunEpoch(uint64_t epoch);
+  // What batch k of `epoch` holds.
+  producer::ProduceRequest Request(uint64_t epoch, int64_t k);
   // Produces batch k of `epoch` for the consumers in `only` (nullopt: the slot wait was
-  // interrupted by a joiner; membership is settled again first).
+  // interrupted by a joiner; membership is settled again first), filling batch next_k
+  // ahead when >= 0.
   Result<std::optional<uint64_t>> Produce(uint64_t epoch, int64_t k, uint64_t only,
-                                          const producer::AcquireWait& wait);
+                                          const producer::AcquireWait& wait, int64_t next_k);
   // Blocks until a consumer is attached or joining, or the service stops.
   void WaitForMembers();
 

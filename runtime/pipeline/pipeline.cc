@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <sstream>
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "pipeline/crop_decode.h"
 #include "pipeline/decode.h"
 #include "pipeline/sample_rng.h"
 #include "pipeline/transform.h"
@@ -62,11 +64,30 @@ Result<std::vector<double>> ParseChannelValues(const std::string& key, const std
 // Everything one worker thread owns; aligned so workers never share a cache line.
 struct alignas(64) WorkerContext {
   ImageDecoder decoder;
+  JpegCropDecoder crop_decoder;   // decodes only the crop box (options.crop_decode)
   std::vector<uint8_t> encoded;   // the stored bytes of the current sample
   DecodedImage decoded;           // decoded (or channel-converted raw) pixels
   std::vector<uint8_t> resized;   // the resized box, when it cannot go straight to the slot
+  WorkerContext(ImageDecoder d, JpegCropDecoder c)
+      : decoder(std::move(d)), crop_decoder(std::move(c)) {}
+};
+
+// One started producer batch: everything its samples need, so that the workers can run the
+// samples of several batches at once (StartBatch).
+struct BatchJob {
+  BatchRequest req;               // req.samples points into `samples`
+  std::vector<int64_t> samples;
+  OutputSpec spec;                // layout of this batch + the value table
+  int bucket_size = 0;            // offline bucket of the file this batch reads (0: none)
+  Status check;                   // the request's own error: no sample runs
+  std::vector<Status> statuses;   // per batch position
+  std::atomic<int64_t> read_ns{0}, decode_ns{0}, transform_ns{0};
+  WorkerPool::Ticket ticket = 0;
+};
+
+// Stage times of one sample, added to its batch once.
+struct SampleTimes {
   int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
-  explicit WorkerContext(ImageDecoder d) : decoder(std::move(d)) {}
 };
 
 class PipelineImpl final : public Pipeline {
@@ -79,29 +100,35 @@ class PipelineImpl final : public Pipeline {
   SampleLayout OutputLayout(int image_size) const override;
   int threads() const override { return pool_->threads(); }
   const data::DatasetInfo& dataset() const override { return reader_->info(); }
-  Status RunBatch(const BatchRequest& req, BatchResult* result) override;
+  void StartBatch(const BatchRequest& req) override;
+  Status FinishBatch(BatchResult* result) override;
+  int batches_in_flight() const override { return static_cast<int>(jobs_.size()); }
+  bool WaitOldest(int64_t timeout_ms) override {
+    return jobs_.empty() || pool_->WaitFor(jobs_.front()->ticket, timeout_ms);
+  }
+  int64_t idle_ns() const override { return pool_->idle_ns(); }
 
  private:
   Status CheckRequest(const BatchRequest& req) const;
-  Status ProcessSample(WorkerContext& ctx, int64_t index, uint64_t epoch, void* dst);
-  Status LoadPixels(WorkerContext& ctx, int64_t index, uint64_t epoch, CropBox* box,
+  Status ProcessSample(WorkerContext& ctx, const BatchJob& job, int64_t index, void* dst,
+                       SampleTimes* times);
+  Status LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t index, CropBox* box,
                     PixelView* view);
   CropBox ChooseBox(int width, int height, int64_t index, uint64_t epoch) const;
-  Status Finish(const BatchRequest& req, BatchResult* result);
+  Status Finish(BatchJob& job, BatchResult* result);
 
   Options options_;
   std::shared_ptr<data::DatasetReader> reader_;
   std::unique_ptr<WorkerPool> pool_;
   std::vector<std::unique_ptr<WorkerContext>> workers_;
   CropMode crop_ = CropMode::kNone;
-  // The current batch's size is an offline bucket of the file: read its pre-resized image.
-  int bucket_size_ = 0;
-  OutputSpec spec_;               // layout of the current batch + the value table
-  std::vector<Status> statuses_;  // per batch position, reused across batches
+  OutputSpec spec_;               // layout at the options' size + the value table
+  std::deque<std::unique_ptr<BatchJob>> jobs_;  // started, not finished, in order
   int64_t skipped_total_ = 0;
 };
 
 PipelineImpl::~PipelineImpl() {
+  for (auto& job : jobs_) pool_->Wait(job->ticket);  // nobody writes a buffer after this
   if (skipped_total_ > 0)
     BC_LOG(Warn, Pipe, "pipeline: skipped {} bad samples of {} in total (on_bad_sample=skip)",
            skipped_total_, reader_->info().path);
@@ -135,9 +162,11 @@ Status PipelineImpl::Init() {
   const int threads = options_.threads > 0 ? options_.threads : AvailableCores();
   for (int w = 0; w < threads; ++w) {
     BC_ASSIGN_OR_RETURN(ImageDecoder decoder, ImageDecoder::Create());
-    workers_.push_back(std::make_unique<WorkerContext>(std::move(decoder)));
+    BC_ASSIGN_OR_RETURN(JpegCropDecoder crop_decoder, JpegCropDecoder::Create());
+    workers_.push_back(
+        std::make_unique<WorkerContext>(std::move(decoder), std::move(crop_decoder)));
   }
-  pool_ = std::make_unique<WorkerPool>(threads);
+  pool_ = std::make_unique<WorkerPool>(threads, "bc-decode");
   BC_LOG(Info, Pipe, "pipeline: {} threads, output {}x{}x{} {} {} for {}", threads,
          spec_.layout.channels, spec_.layout.height, spec_.layout.width,
          spec_.layout.dtype == DType::kUint8 ? "uint8" : "float32",
@@ -176,11 +205,13 @@ CropBox PipelineImpl::ChooseBox(int width, int height, int64_t index, uint64_t e
 
 namespace {
 
-Status PipelineImpl::LoadPixels(WorkerContext& ctx, int64_t index, uint64_t epoch, CropBox* box,
-                                PixelView* view) {
+Status PipelineImpl::LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t index,
+                                CropBox* box, PixelView* view) {
   const data::DatasetInfo& info = reader_->info();
-  const int out_c = spec_.layout.channels;
-  if (info.kind == data::SampleKind::kRaw && bucket_size_ == 0) {
+  const SampleLayout& l = job.spec.layout;
+  const uint64_t epoch = job.req.epoch;
+  const int out_c = l.channels;
+  if (info.kind == data::SampleKind::kRaw && job.bucket_size == 0) {
     const int w = info.raw_width, h = info.raw_height, c = info.raw_channels;
     const size_t expect = size_t(w) * h * c;
     if (ctx.encoded.size() != expect)
@@ -202,28 +233,39 @@ Status PipelineImpl::LoadPixels(WorkerContext& ctx, int64_t index, uint64_t epoc
   const CropBox full_box = ChooseBox(header.width, header.height, index, epoch);
   int scale = kScaleDenom;
   if (options_.dct_scaling && header.format == ImageFormat::kJpeg)
-    scale = ChooseScaleNum(full_box.width, full_box.height, spec_.layout.width, spec_.layout.height);
+    scale = ChooseScaleNum(full_box.width, full_box.height, l.width, l.height);
   const int want = (out_c == 1 || header.channels == 1) ? 1 : 3;
-  BC_RETURN_IF_ERROR(ctx.decoder.Decode(ctx.encoded, header, scale, want, &ctx.decoded));
-  *box = ScaleBox(full_box, scale, ctx.decoded.width, ctx.decoded.height);
+  const int scaled_w = ScaledDim(header.width, scale), scaled_h = ScaledDim(header.height, scale);
+  if (options_.crop_decode && crop_ != CropMode::kNone && header.format == ImageFormat::kJpeg &&
+      !(full_box == FullBox(header.width, header.height))) {
+    // Only the box's rows and columns (docs/pipeline.md, crop decoding): same pixels.
+    const CropBox scaled = ScaleBox(full_box, scale, scaled_w, scaled_h);
+    BC_RETURN_IF_ERROR(
+        ctx.crop_decoder.Decode(ctx.encoded, header, scale, want, scaled, &ctx.decoded, box));
+  } else {
+    BC_RETURN_IF_ERROR(ctx.decoder.Decode(ctx.encoded, header, scale, want, &ctx.decoded));
+    *box = ScaleBox(full_box, scale, ctx.decoded.width, ctx.decoded.height);
+  }
   *view = PixelView{ctx.decoded.data(), ctx.decoded.stride(), ctx.decoded.width,
                     ctx.decoded.height, ctx.decoded.channels};
   return Status::Ok();
 }
 
-Status PipelineImpl::ProcessSample(WorkerContext& ctx, int64_t index, uint64_t epoch, void* dst) {
+Status PipelineImpl::ProcessSample(WorkerContext& ctx, const BatchJob& job, int64_t index,
+                                   void* dst, SampleTimes* times) {
+  const uint64_t epoch = job.req.epoch;
   const int64_t t0 = NowNs();
-  Status s = bucket_size_ > 0 ? reader_->ReadBucketSample(bucket_size_, index, &ctx.encoded)
-                              : reader_->ReadSample(index, &ctx.encoded);
+  Status s = job.bucket_size > 0 ? reader_->ReadBucketSample(job.bucket_size, index, &ctx.encoded)
+                                 : reader_->ReadSample(index, &ctx.encoded);
   if (!s.ok()) return s.WithContext("read failed");
   const int64_t t1 = NowNs();
-  ctx.read_ns += t1 - t0;
+  times->read_ns += t1 - t0;
   CropBox box;
   PixelView view;
-  BC_RETURN_IF_ERROR(LoadPixels(ctx, index, epoch, &box, &view));
+  BC_RETURN_IF_ERROR(LoadPixels(ctx, job, index, &box, &view));
   const int64_t t2 = NowNs();
-  ctx.decode_ns += t2 - t1;
-  const SampleLayout& l = spec_.layout;
+  times->decode_ns += t2 - t1;
+  const SampleLayout& l = job.spec.layout;
   const bool flip =
       options_.flip && SampleRng(options_.seed, epoch, static_cast<uint64_t>(index), RngStream::kFlip)
                            .Bernoulli(0.5);
@@ -236,7 +278,7 @@ Status PipelineImpl::ProcessSample(WorkerContext& ctx, int64_t index, uint64_t e
              view.channels == l.channels) {
     // The resize is the final pass: it writes the slot itself.
     ResizeBox(view, box, l.width, l.height, static_cast<uint8_t*>(dst), size_t(l.width) * l.channels);
-    ctx.transform_ns += NowNs() - t2;
+    times->transform_ns += NowNs() - t2;
     return Status::Ok();
   } else {
     const size_t stride = size_t(l.width) * view.channels;
@@ -244,8 +286,8 @@ Status PipelineImpl::ProcessSample(WorkerContext& ctx, int64_t index, uint64_t e
     ResizeBox(view, box, l.width, l.height, ctx.resized.data(), stride);
     view = PixelView{ctx.resized.data(), stride, l.width, l.height, view.channels};
   }
-  WriteOutput(view, flip, spec_, dst);
-  ctx.transform_ns += NowNs() - t2;
+  WriteOutput(view, flip, job.spec, dst);
+  times->transform_ns += NowNs() - t2;
   return Status::Ok();
 }
 
@@ -264,47 +306,70 @@ Status PipelineImpl::CheckRequest(const BatchRequest& req) const {
   return Status::Ok();
 }
 
-Status PipelineImpl::RunBatch(const BatchRequest& req, BatchResult* result) {
-  BC_RETURN_IF_ERROR(CheckRequest(req));
-  spec_.layout = OutputLayout(req.image_size);
+void PipelineImpl::StartBatch(const BatchRequest& req) {
+  auto job = std::make_unique<BatchJob>();
+  job->req = req;
+  job->samples.assign(req.samples.begin(), req.samples.end());  // the caller's may go first
+  job->req.samples = job->samples;
+  job->check = CheckRequest(req);
+  job->spec.layout = OutputLayout(req.image_size);
+  job->spec.lut = spec_.lut;
   const auto& buckets = reader_->info().bucket_sizes;  // offline buckets (progressive resizing)
-  bucket_size_ = spec_.layout.width == spec_.layout.height &&
-                         std::find(buckets.begin(), buckets.end(), spec_.layout.width) !=
-                             buckets.end()
-                     ? spec_.layout.width
-                     : 0;
-  const size_t bytes = spec_.layout.bytes();
-  const int64_t n = static_cast<int64_t>(req.samples.size());
-  statuses_.assign(n, Status::Ok());
-  for (auto& w : workers_) w->read_ns = w->decode_ns = w->transform_ns = 0;
-  auto* images = static_cast<uint8_t*>(req.images);
-  pool_->Run(n, [&](int worker, int64_t pos) {
-    const int64_t index = req.samples[pos];
-    Status s = ProcessSample(*workers_[worker], index, req.epoch, images + size_t(pos) * bytes);
+  const SampleLayout& l = job->spec.layout;
+  job->bucket_size = l.width == l.height &&
+                             std::find(buckets.begin(), buckets.end(), l.width) != buckets.end()
+                         ? l.width
+                         : 0;
+  const int64_t n = job->check.ok() ? static_cast<int64_t>(req.samples.size()) : 0;
+  job->statuses.assign(n, Status::Ok());
+  BatchJob* j = job.get();
+  job->ticket = pool_->Submit(n, [this, j](int worker, int64_t pos) {
+    const BatchRequest& r = j->req;
+    const int64_t index = r.samples[pos];
+    auto* images = static_cast<uint8_t*>(r.images);
+    SampleTimes times;
+    Status s = ProcessSample(*workers_[worker], *j, index,
+                             images + size_t(pos) * j->spec.layout.bytes(), &times);
     if (!s.ok()) {
-      statuses_[pos] = s.WithContext(fmt::format("pipeline: sample {} of {}", index, reader_->info().path));
-    } else if (req.labels != nullptr) {
-      req.labels[pos] = reader_->Label(index);
+      j->statuses[pos] =
+          s.WithContext(fmt::format("pipeline: sample {} of {}", index, reader_->info().path));
+    } else if (r.labels != nullptr) {
+      r.labels[pos] = reader_->Label(index);
     }
+    j->read_ns.fetch_add(times.read_ns, std::memory_order_relaxed);
+    j->decode_ns.fetch_add(times.decode_ns, std::memory_order_relaxed);
+    j->transform_ns.fetch_add(times.transform_ns, std::memory_order_relaxed);
   });
-  return Finish(req, result);
+  jobs_.push_back(std::move(job));
+}
+
+Status PipelineImpl::FinishBatch(BatchResult* result) {
+  if (jobs_.empty())
+    return FailedPreconditionError("pipeline: FinishBatch without a started batch");
+  std::unique_ptr<BatchJob> job = std::move(jobs_.front());
+  jobs_.pop_front();
+  pool_->Wait(job->ticket);
+  if (!job->check.ok()) {
+    *result = BatchResult();
+    return job->check;
+  }
+  return Finish(*job, result);
 }
 
 // Applies the bad-sample policy: the first bad sample (in batch order) fails the batch, or
 // bad samples are dropped and the rest compacted to the front of the buffers.
-Status PipelineImpl::Finish(const BatchRequest& req, BatchResult* result) {
+Status PipelineImpl::Finish(BatchJob& job, BatchResult* result) {
+  const BatchRequest& req = job.req;
   *result = BatchResult();
-  for (auto& w : workers_) {
-    result->read_ns += w->read_ns;
-    result->decode_ns += w->decode_ns;
-    result->transform_ns += w->transform_ns;
-  }
+  result->read_ns = job.read_ns.load();
+  result->decode_ns = job.decode_ns.load();
+  result->transform_ns = job.transform_ns.load();
   const bool skip = options_.on_bad_sample == "skip";
-  const size_t bytes = spec_.layout.bytes();
+  const size_t bytes = job.spec.layout.bytes();
   auto* images = static_cast<uint8_t*>(req.images);
   int64_t written = 0;
   for (size_t pos = 0; pos < req.samples.size(); ++pos) {
-    const Status& s = statuses_[pos];
+    const Status& s = job.statuses[pos];
     if (!s.ok() && !skip) {
       BC_LOG(Error, Pipe, "{}", s.message());
       return s;
@@ -328,6 +393,11 @@ Status PipelineImpl::Finish(const BatchRequest& req, BatchResult* result) {
 }
 
 }  // namespace
+
+Status Pipeline::RunBatch(const BatchRequest& req, BatchResult* result) {
+  StartBatch(req);
+  return FinishBatch(result);
+}
 
 Result<std::unique_ptr<Pipeline>> Pipeline::Create(const Options& options,
                                                    std::shared_ptr<data::DatasetReader> reader) {

@@ -64,8 +64,24 @@ class Pipeline {
   virtual const data::DatasetInfo& dataset() const = 0;
 
   // Decodes and transforms every sample of `req` into its buffers using all workers;
-  // returns when the batch is complete. Thread-compatible: one RunBatch at a time.
-  virtual Status RunBatch(const BatchRequest& req, BatchResult* result) = 0;
+  // returns when the batch is complete. Thread-compatible: one caller at a time.
+  Status RunBatch(const BatchRequest& req, BatchResult* result);
+
+  // Starts `req` and returns at once: the workers take its samples as soon as the batches
+  // started before it have none left to take, so there is no idle gap between batches.
+  // The buffers must stay valid and unread until FinishBatch returns it (req.samples is
+  // copied).
+  virtual void StartBatch(const BatchRequest& req) = 0;
+  // Waits for the oldest started batch and completes it as RunBatch does (bad-sample
+  // policy, compaction, result). kFailedPrecondition when no batch was started.
+  virtual Status FinishBatch(BatchResult* result) = 0;
+  // Batches started and not yet finished.
+  virtual int batches_in_flight() const = 0;
+  // Waits up to timeout_ms for the oldest started batch's samples; true when they are all
+  // done (or none was started).
+  virtual bool WaitOldest(int64_t timeout_ms) = 0;
+  // Nanoseconds every worker had nothing to do, since the pipeline was created.
+  virtual int64_t idle_ns() const = 0;
 };
 
 }  // namespace batchcast::pipeline

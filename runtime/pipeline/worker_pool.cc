@@ -3,6 +3,11 @@
 
 #include <sched.h>
 
+#include <algorithm>
+#include <chrono>
+
+#include "core/thread_name.h"
+
 namespace batchcast::pipeline {
 
 int AvailableCores() {
@@ -16,9 +21,23 @@ int AvailableCores() {
   return hw > 0 ? static_cast<int>(hw) : 1;
 }
 
-WorkerPool::WorkerPool(int threads) {
+namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(int threads, const std::string& name) : nthreads_(threads) {
   threads_.reserve(threads);
-  for (int w = 0; w < threads; ++w) threads_.emplace_back([this, w] { Loop(w); });
+  for (int w = 0; w < threads; ++w)
+    threads_.emplace_back([this, w, name] {
+      NameThread(name + "-" + std::to_string(w));
+      Work(w);
+    });
 }
 
 WorkerPool::~WorkerPool() {
@@ -30,38 +49,70 @@ WorkerPool::~WorkerPool() {
   for (auto& t : threads_) t.join();
 }
 
-void WorkerPool::Run(int64_t items, const ItemFn& fn) {
-  if (items <= 0) return;
-  std::unique_lock<std::mutex> lock(mu_);
-  fn_ = &fn;
-  items_ = items;
-  next_.store(0, std::memory_order_relaxed);
-  busy_ = threads();
-  ++generation_;
-  work_cv_.notify_all();
-  done_cv_.wait(lock, [this] { return busy_ == 0; });
-  fn_ = nullptr;
+WorkerPool::Ticket WorkerPool::Submit(int64_t items, ItemFn fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto loop = std::make_shared<Loop>();
+  loop->ticket = ++submitted_;
+  loop->items = std::max<int64_t>(items, 0);
+  loop->fn = std::move(fn);
+  if (loop->items > 0) {
+    loops_.push_back(std::move(loop));
+    if (idle_since_ns_ != 0) {
+      idle_total_ns_ += NowNs() - idle_since_ns_;
+      idle_since_ns_ = 0;
+    }
+    work_cv_.notify_all();
+  }
+  return submitted_;
 }
 
-void WorkerPool::Loop(int worker) {
-  uint64_t seen = 0;
+bool WorkerPool::DoneLocked(Ticket ticket) const {
+  for (const auto& l : loops_)
+    if (l->ticket == ticket) return false;
+  return true;
+}
+
+void WorkerPool::Wait(Ticket ticket) {
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return DoneLocked(ticket); });
+}
+
+bool WorkerPool::WaitFor(Ticket ticket, int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return done_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                           [&] { return DoneLocked(ticket); });
+}
+
+int64_t WorkerPool::idle_ns() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return idle_total_ns_ + (idle_since_ns_ != 0 ? NowNs() - idle_since_ns_ : 0);
+}
+
+void WorkerPool::Work(int worker) {
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    const ItemFn* fn;
-    int64_t items;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      fn = fn_;
-      items = items_;
+    // The oldest loop with an item nobody took yet.
+    std::shared_ptr<Loop> loop;
+    for (const auto& l : loops_)
+      if (l->next < l->items) {
+        loop = l;
+        break;
+      }
+    if (!loop) {
+      if (stop_) return;  // queued loops are finished before the threads end
+      if (++waiting_ == threads() && idle_since_ns_ == 0) idle_since_ns_ = NowNs();
+      work_cv_.wait(lock);
+      --waiting_;
+      continue;
     }
-    for (int64_t i = next_.fetch_add(1, std::memory_order_relaxed); i < items;
-         i = next_.fetch_add(1, std::memory_order_relaxed)) {
-      (*fn)(worker, i);
+    const int64_t item = loop->next++;
+    lock.unlock();
+    loop->fn(worker, item);
+    lock.lock();
+    if (++loop->done == loop->items) {
+      loops_.erase(std::find(loops_.begin(), loops_.end(), loop));
+      done_cv_.notify_all();
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--busy_ == 0) done_cv_.notify_one();
   }
 }
 

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "pipeline/pipeline.h"
 
@@ -20,8 +22,28 @@ class BatchSource {
   virtual pipeline::SampleLayout Layout(int image_size) const = 0;
   // Fills req.images / req.labels for req.samples; see pipeline::Pipeline::RunBatch.
   virtual Status Fill(const pipeline::BatchRequest& req, pipeline::BatchResult* result) = 0;
+  // A fill in two halves, so that a producer can publish one batch while the next one is
+  // filled (producer::SlotWriter's look-ahead): Start begins `req` (its memory stays valid
+  // until Finish returns it), Finish completes the oldest started one. The default runs
+  // Fill inside Start (no overlap); sources that can overlap override all three.
+  virtual void Start(const pipeline::BatchRequest& req);
+  virtual Status Finish(pipeline::BatchResult* result);
+  // True when Start returns before the fill is done (look-ahead is worth a slot).
+  virtual bool overlaps() const { return false; }
+  // Waits up to timeout_ms for the oldest started fill; true when it is done (Finish will
+  // not block).
+  virtual bool WaitOldest(int64_t timeout_ms) {
+    (void)timeout_ms;
+    return true;
+  }
+  // Nanoseconds the source's workers all had nothing to do, since it was created.
+  virtual int64_t idle_ns() const { return 0; }
   // Worker threads the source uses (telemetry: worker utilisation); 0 if not applicable.
   virtual int threads() const { return 0; }
+
+ private:
+  // The default Start's outcome, until Finish.
+  std::vector<std::pair<Status, pipeline::BatchResult>> started_;
 };
 
 // The native decode pipeline as a source.

@@ -37,14 +37,16 @@ Status RunEpochPositions(SlotWriter& writer, Admission& admission, uint64_t e, i
         BC_LOG(Info, Node, "{}: late join at epoch {} batch {}: replaying {} batches to consumers "
                "0x{:x} while the others wait", policy.who, e, k, k, settled.replay_to);
         for (int64_t j = 0; j < k; ++j) {
-          BC_RETURN_IF_ERROR(policy.produce(j, settled.replay_to, AcquireWait{}).status());
+          BC_RETURN_IF_ERROR(policy.produce(j, settled.replay_to, AcquireWait{}, -1).status());
           counts->replayed_batches += 1;
         }
         continue;  // settle membership again at the same k
       case Step::kProduce:
         break;
     }
-    BC_ASSIGN_OR_RETURN(std::optional<uint64_t> receivers, policy.produce(k, ~0ULL, interruptible));
+    const int64_t next_k = k + 1 < bpe ? k + 1 : -1;
+    BC_ASSIGN_OR_RETURN(std::optional<uint64_t> receivers,
+                        policy.produce(k, ~0ULL, interruptible, next_k));
     if (!receivers) continue;  // a joiner arrived while every slot was held: settle it first
     counts->produced += 1;
     ++k;

@@ -20,9 +20,12 @@ namespace batchcast::producer {
 struct EpochPolicy {
   std::string who;  // "leader", "service": log prefix
   // Produces position k of the epoch for the consumers in `only` through the writer, waiting
-  // for a slot with `wait` (Produce gives nullopt when it was interrupted).
+  // for a slot with `wait` (Produce gives nullopt when it was interrupted). next_k >= 0: the
+  // position that most likely comes next, to start filling ahead (SlotWriter::Produce's
+  // `next`); -1 for replays and the epoch's last position.
   std::function<Result<std::optional<uint64_t>>(int64_t k, uint64_t only,
-                                                 const AcquireWait& wait)> produce;
+                                                 const AcquireWait& wait, int64_t next_k)>
+      produce;
   // Nobody is attached or joining: true ends the stream, false goes on (after waiting for a
   // consumer).
   std::function<bool(int64_t k)> idle;

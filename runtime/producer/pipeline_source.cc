@@ -17,6 +17,11 @@ class PipelineSource : public BatchSource {
   Status Fill(const pipeline::BatchRequest& req, pipeline::BatchResult* result) override {
     return pipeline_->RunBatch(req, result);
   }
+  void Start(const pipeline::BatchRequest& req) override { pipeline_->StartBatch(req); }
+  Status Finish(pipeline::BatchResult* result) override { return pipeline_->FinishBatch(result); }
+  bool overlaps() const override { return true; }
+  bool WaitOldest(int64_t timeout_ms) override { return pipeline_->WaitOldest(timeout_ms); }
+  int64_t idle_ns() const override { return pipeline_->idle_ns(); }
   int threads() const override { return pipeline_->threads(); }
 
  private:
@@ -24,6 +29,21 @@ class PipelineSource : public BatchSource {
 };
 
 }  // namespace
+
+void BatchSource::Start(const pipeline::BatchRequest& req) {
+  pipeline::BatchResult result;
+  Status st = Fill(req, &result);
+  started_.emplace_back(std::move(st), std::move(result));
+}
+
+Status BatchSource::Finish(pipeline::BatchResult* result) {
+  if (started_.empty())
+    return FailedPreconditionError("batch source: Finish without a started fill");
+  auto [st, r] = std::move(started_.front());
+  started_.erase(started_.begin());
+  *result = std::move(r);
+  return st;
+}
 
 Result<std::unique_ptr<BatchSource>> MakePipelineSource(const Options& options) {
   if (options.dataset.empty())

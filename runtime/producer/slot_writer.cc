@@ -51,28 +51,35 @@ Result<std::optional<shm::SlotWrite>> SlotWriter::AcquireSlot(uint64_t seq,
   return std::optional<shm::SlotWrite>(*acquired);
 }
 
-Status SlotWriter::Fill(BatchSource& source, uint64_t epoch, int image_size,
-                        std::span<const int64_t> samples, const pipeline::SampleLayout& sample,
-                        uint8_t* data, int64_t pos, BatchRecord* record, uint32_t* written) {
-  *written = 0;
-  if (samples.empty()) return Status::Ok();
-  int64_t* labels = layout_.labels(data) + pos;
-  int64_t* ids = layout_.ids(data) + pos;
+void SlotWriter::StartFill(BatchSource& source, uint64_t epoch, int image_size,
+                           std::span<const int64_t> samples, const pipeline::SampleLayout& sample,
+                           uint8_t* data, int64_t pos, BatchRecord* record) {
   pipeline::BatchRequest req;
   req.epoch = epoch;
   req.samples = samples;
   req.image_size = image_size;
   req.images = data + uint64_t(pos) * sample.bytes();
-  req.labels = labels;
+  req.labels = layout_.labels(data) + pos;
+  if (record->produce_start_ns == 0) record->produce_start_ns = shm::MonotonicNs();
+  if (stream_start_ns_ == 0) {
+    stream_start_ns_ = record->produce_start_ns;
+    idle_at_start_ns_ = source.idle_ns();
+  }
+  source.Start(req);
+}
+
+Status SlotWriter::FinishFill(BatchSource& source, std::span<const int64_t> samples,
+                              uint8_t* data, int64_t pos, BatchRecord* record,
+                              uint32_t* written) {
   pipeline::BatchResult result;
   const int64_t t0 = shm::MonotonicNs();
-  Status st = source.Fill(req, &result);
+  Status st = source.Finish(&result);
   const int64_t t1 = shm::MonotonicNs();
+  int64_t* ids = layout_.ids(data) + pos;
   const size_t n = st.ok() ? std::min(size_t(result.written), samples.size()) : 0;
   if (result.kept.size() == n) std::copy(result.kept.begin(), result.kept.begin() + n, ids);
   else std::copy(samples.begin(), samples.begin() + n, ids);
   std::fill(ids + n, ids + samples.size(), int64_t(-1));
-  if (record->produce_start_ns == 0) record->produce_start_ns = t0;
   record->produce_end_ns = t1;
   record->read_ns += result.read_ns;
   record->decode_ns += result.decode_ns;
@@ -86,6 +93,17 @@ Status SlotWriter::Fill(BatchSource& source, uint64_t epoch, int image_size,
            i < result.skip_reasons.size() ? result.skip_reasons[i] : "bad sample");
   *written = static_cast<uint32_t>(n);
   return st;
+}
+
+Status SlotWriter::Fill(BatchSource& source, uint64_t epoch, int image_size,
+                        std::span<const int64_t> samples, const pipeline::SampleLayout& sample,
+                        uint8_t* data, int64_t pos, BatchRecord* record, uint32_t* written) {
+  *written = 0;
+  if (samples.empty()) return Status::Ok();
+  if (ahead_)
+    return InternalError("{}: a fill while a look-ahead fill is in flight (producer bug)", who_);
+  StartFill(source, epoch, image_size, samples, sample, data, pos, record);
+  return FinishFill(source, samples, data, pos, record, written);
 }
 
 Result<uint64_t> SlotWriter::Publish(const shm::SlotWrite& w, SlotContents c, uint64_t only,
@@ -109,7 +127,10 @@ Result<uint64_t> SlotWriter::Publish(const shm::SlotWrite& w, SlotContents c, ui
 }
 
 Status SlotWriter::PublishEmpty(uint64_t epoch, int64_t batch) {
-  BC_ASSIGN_OR_RETURN(std::optional<shm::SlotWrite> acquired, AcquireSlot(ring_->next_seq(), {}));
+  bool filling = false;
+  BatchRecord unused;
+  BC_ASSIGN_OR_RETURN(std::optional<shm::SlotWrite> acquired,
+                      TakeSlot(nullptr, {}, &filling, &unused));
   const shm::SlotWrite& w = *acquired;
   w.desc->epoch = epoch;
   w.desc->batch_in_epoch = static_cast<uint64_t>(batch);
@@ -118,17 +139,96 @@ Status SlotWriter::PublishEmpty(uint64_t epoch, int64_t batch) {
   return Status::Ok();
 }
 
+SlotWriter::~SlotWriter() { DrainLookahead(); }
+
+void SlotWriter::DrainLookahead() {
+  if (!ahead_) return;
+  pipeline::BatchResult dropped;
+  (void)ahead_->source->Finish(&dropped);  // its errors belong to a position not produced
+  ahead_.reset();
+}
+
+namespace {
+
+bool SameBatch(const ProduceRequest& a, const ProduceRequest& b) {
+  return a.contents.epoch == b.contents.epoch && a.contents.batch == b.contents.batch &&
+         a.image_size == b.image_size && a.sample.bytes() == b.sample.bytes() &&
+         std::equal(a.samples.begin(), a.samples.end(), b.samples.begin(), b.samples.end());
+}
+
+}  // namespace
+
+Result<std::optional<shm::SlotWrite>> SlotWriter::TakeSlot(const ProduceRequest* request,
+                                                           const AcquireWait& wait,
+                                                           bool* filling, BatchRecord* record) {
+  *filling = false;
+  if (!ahead_) {  // nothing is filling: a wait here is the consumers' backpressure
+    const int64_t t0 = shm::MonotonicNs();
+    auto w = Acquire(ring_->next_seq(), wait);
+    if (stream_start_ns_ != 0) stats_.starved_wait_ns += shm::MonotonicNs() - t0;
+    return w;
+  }
+  if (ahead_->w.seq != ring_->next_seq())
+    return InternalError("{}: look-ahead slot for position {} but the next is {} (producer bug)",
+                         who_, ahead_->w.seq, ring_->next_seq());
+  const shm::SlotWrite w = ahead_->w;
+  if (request != nullptr && ahead_->source != nullptr && SameBatch(ahead_->request, *request)) {
+    *filling = true;
+    *record = ahead_->record;
+    ahead_.reset();
+    return std::optional<shm::SlotWrite>(w);
+  }
+  stats_.lookahead_dropped += 1;
+  DrainLookahead();  // the slot stays acquired for this position
+  return std::optional<shm::SlotWrite>(w);
+}
+
+Status SlotWriter::TryLookahead(BatchSource& source, const ProduceRequest& next, bool* started) {
+  *started = false;
+  if (ring_->config().num_slots < 2 || next.samples.empty()) return Status::Ok();
+  Result<shm::SlotWrite> got = ring_->AcquireSlotAt(ring_->next_seq() + 1, 0);
+  if (!got.ok()) return Status::Ok();  // nothing free now (or the ring failed: Publish says)
+  if (hook_ != nullptr) BC_RETURN_IF_ERROR(hook_->BeforeFill(*got));
+  ahead_.emplace();
+  ahead_->w = *got;
+  ahead_->source = &source;
+  ahead_->samples.assign(next.samples.begin(), next.samples.end());
+  ahead_->request = next;
+  ahead_->request.samples = ahead_->samples;
+  StartFill(source, next.contents.epoch, next.image_size, ahead_->samples, next.sample,
+            got->data, 0, &ahead_->record);
+  stats_.lookahead_batches += 1;
+  *started = true;
+  return Status::Ok();
+}
+
 Result<std::optional<uint64_t>> SlotWriter::Produce(BatchSource& source,
                                                     const ProduceRequest& request, uint64_t only,
-                                                    const AcquireWait& wait) {
-  BC_ASSIGN_OR_RETURN(std::optional<shm::SlotWrite> acquired, Acquire(ring_->next_seq(), wait));
-  if (!acquired) return std::optional<uint64_t>();
-  const shm::SlotWrite& w = *acquired;
-  const SlotContents& c = request.contents;
+                                                    const AcquireWait& wait,
+                                                    const ProduceRequest* next) {
   BatchRecord record;
+  bool filling = false;
+  BC_ASSIGN_OR_RETURN(std::optional<shm::SlotWrite> acquired,
+                      TakeSlot(&request, wait, &filling, &record));
+  if (!acquired) return std::optional<uint64_t>();
+  const shm::SlotWrite w = *acquired;
+  const SlotContents& c = request.contents;
+  if (!filling && !request.samples.empty())
+    StartFill(source, c.epoch, request.image_size, request.samples, request.sample, w.data, 0,
+              &record);
+  // While this batch fills, take the next position's slot as soon as one is free.
+  const bool look = next != nullptr && source.overlaps() && !request.samples.empty();
+  bool started = !look;
+  Status ahead_st;
+  while (!started && ahead_st.ok()) {
+    ahead_st = TryLookahead(source, *next, &started);
+    if (!started && source.WaitOldest(1)) break;  // filled: publish, the next Produce waits
+  }
   uint32_t n = 0;
-  Status st = Fill(source, c.epoch, request.image_size, request.samples, request.sample, w.data,
-                   0, &record, &n);
+  Status st = request.samples.empty()
+                  ? Status::Ok()
+                  : FinishFill(source, request.samples, w.data, 0, &record, &n);
+  BC_RETURN_IF_ERROR(ahead_st);  // (after the fill: nothing writes a slot once we return)
   if (!st.ok())
     return st.WithContext(fmt::format("{}: epoch {} producer batch {}", who_, c.epoch, c.batch));
   SlotContents contents = c;
@@ -136,6 +236,8 @@ Result<std::optional<uint64_t>> SlotWriter::Produce(BatchSource& source,
   contents.skipped = static_cast<uint32_t>(record.skipped);
   contents.layout = request.sample;
   BC_ASSIGN_OR_RETURN(uint64_t receivers, Publish(w, contents, only, record));
+  stats_.stream_ns = shm::MonotonicNs() - stream_start_ns_;
+  stats_.source_idle_ns = source.idle_ns() - idle_at_start_ns_;
   return std::optional<uint64_t>(receivers);
 }
 

@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "batchcast/status.h"
 #include "pipeline/pipeline.h"
@@ -42,6 +43,14 @@ struct WriterStats {
   int64_t slot_wait_ns = 0;       // backpressure: waiting for consumers to free a slot
   int64_t max_slot_wait_ns = 0;   // the longest of those waits
   int64_t fill_ns = 0;            // sources filling slots (decode etc.)
+  int64_t lookahead_batches = 0;  // fills started before the previous position was published
+  int64_t lookahead_dropped = 0;  // of those, refilled: the position got other contents
+  // Leader idle accounting (benchmarks: leader_idle_fraction): from the first fill to the
+  // last publish, the time the source's workers all had nothing to do, less the time the
+  // producer waited for a slot with no fill in flight (the consumers' backpressure).
+  int64_t stream_ns = 0;
+  int64_t source_idle_ns = 0;
+  int64_t starved_wait_ns = 0;
 };
 
 // What the fills of one producer batch add up to (its telemetry record).
@@ -107,10 +116,42 @@ class SlotWriter {
 
   // Acquire, Fill and Publish of one producer batch. nullopt: interrupted (see Acquire);
   // else the receiver mask.
+  // Look-ahead: with `next` (the request the following position will most likely get) and a
+  // source that overlaps, the slot of the following position is acquired as soon as it is
+  // free while this batch fills, and `next` is started into it, so the workers go on
+  // decoding while this batch is published and the next Produce waits for nothing. When
+  // the following position gets other contents (a replay, a skip), the look-ahead fill is
+  // finished, dropped and the slot filled again: what is published never depends on it.
   Result<std::optional<uint64_t>> Produce(BatchSource& source, const ProduceRequest& request,
-                                          uint64_t only, const AcquireWait& wait = {});
+                                          uint64_t only, const AcquireWait& wait = {},
+                                          const ProduceRequest* next = nullptr);
+  // Finishes a look-ahead fill still in flight (its slot stays acquired for its position).
+  // Called by the destructor; call it before the source's memory or the ring goes away.
+  void DrainLookahead();
+  ~SlotWriter();
 
  private:
+  // A fill started for position w.seq before it is that position's turn.
+  struct Ahead {
+    shm::SlotWrite w;
+    BatchSource* source = nullptr;
+    ProduceRequest request;
+    std::vector<int64_t> samples;  // request.samples points here
+    BatchRecord record;
+  };
+  void StartFill(BatchSource& source, uint64_t epoch, int image_size,
+                 std::span<const int64_t> samples, const pipeline::SampleLayout& sample,
+                 uint8_t* data, int64_t pos, BatchRecord* record);
+  Status FinishFill(BatchSource& source, std::span<const int64_t> samples, uint8_t* data,
+                    int64_t pos, BatchRecord* record, uint32_t* written);
+  // Position next_seq()'s slot: the look-ahead's when it was acquired ahead (its fill
+  // dropped unless it holds `request`: *filling), else acquired now. nullopt: interrupted.
+  Result<std::optional<shm::SlotWrite>> TakeSlot(const ProduceRequest* request,
+                                                 const AcquireWait& wait, bool* filling,
+                                                 BatchRecord* record);
+  // Acquires the slot of next_seq() + 1 without waiting (false: none free now) and starts
+  // `next` into it.
+  Status TryLookahead(BatchSource& source, const ProduceRequest& next, bool* started);
   Result<std::optional<shm::SlotWrite>> AcquireSlot(uint64_t seq, const AcquireWait& wait);
   void Record(const shm::SlotWrite& w, const SlotContents& c, uint32_t tail,
               const BatchRecord& record, int64_t publish_start_ns, int64_t publish_end_ns,
@@ -123,6 +164,8 @@ class SlotWriter {
   SlotHook* hook_ = nullptr;
   WriterStats stats_;
   int64_t wait_since_ns_ = 0;     // start of an interrupted wait (0: none)
+  std::optional<Ahead> ahead_;
+  int64_t stream_start_ns_ = 0, idle_at_start_ns_ = 0;
 };
 
 }  // namespace batchcast::producer

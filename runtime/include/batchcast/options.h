@@ -44,6 +44,7 @@ struct BATCHCAST_API Options {
   int channels = 0;             // 0 = as stored, 1 = gray, 3 = RGB
   int64_t max_pixels = 128LL << 20;  // decompression-bomb guard (width × height)
   bool dct_scaling = true;      // JPEG: decode at 1/2, 1/4, 1/8 size when the target is small
+  bool crop_decode = true;      // JPEG + crop: decode only the crop's iMCU rows and columns
   std::string on_bad_sample = "error";  // error | skip (skips are counted and reported)
 
   // --- node data plane ---

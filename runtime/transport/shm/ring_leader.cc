@@ -12,6 +12,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/thread_name.h"
 #include "transport/shm/control.h"
 #include "transport/shm/futex.h"
 
@@ -136,7 +137,10 @@ Status RingLeader::Init() {
   BC_ASSIGN_OR_RETURN(listen_fd_, ListenAbstract(config_.socket_name));
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_fd_ < 0) return ErrnoError(errno, "ring: eventfd");
-  control_thread_ = std::thread([this] { ControlLoop(); });
+  control_thread_ = std::thread([this] {
+    NameThread("bc-ctl");
+    ControlLoop();
+  });
   BC_LOG(Info, Shm, "ring: {} slots ahead, a pool of up to {} x {} bytes, at {}", h->ring_slots,
          geo_.max_slots, geo_.slot_bytes, DisplayAddress(config_.socket_name));
   return Status::Ok();

@@ -1,10 +1,15 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 // A BatchSource whose pixels are a pure function of the sample index, so every byte a
-// consumer sees can be checked without a decoder.
+// consumer sees can be checked without a decoder. It overlaps like the native pipeline
+// (SlotWriter's look-ahead runs) but writes a started batch only when it is finished: a
+// slot published before its fill was finished would show the consumer wrong bytes.
 #pragma once
 
 #include <cstring>
+#include <deque>
+#include <vector>
 
+#include "core/errors.h"
 #include "core/random.h"
 #include "producer/batch_source.h"
 
@@ -36,12 +41,24 @@ class SyntheticSource : public producer::BatchSource {
     fills_ += 1;
     return Status::Ok();
   }
+  void Start(const pipeline::BatchRequest& req) override {
+    started_.push_back({req, std::vector<int64_t>(req.samples.begin(), req.samples.end())});
+    started_.back().first.samples = started_.back().second;
+  }
+  Status Finish(pipeline::BatchResult* result) override {
+    if (started_.empty()) return FailedPreconditionError("synthetic source: nothing started");
+    Status st = Fill(started_.front().first, result);
+    started_.pop_front();
+    return st;
+  }
+  bool overlaps() const override { return true; }
   int fills() const { return fills_; }
 
  private:
   int64_t n_;
   pipeline::SampleLayout layout_;
   int fills_ = 0;
+  std::deque<std::pair<pipeline::BatchRequest, std::vector<int64_t>>> started_;
 };
 
 }  // namespace batchcast::node

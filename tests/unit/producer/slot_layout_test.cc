@@ -4,16 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/producer/rgb_layout.h"
+
 namespace batchcast::producer {
 namespace {
 
-pipeline::SampleLayout Rgb(int size) {
-  pipeline::SampleLayout l;
-  l.channels = 3;
-  l.height = l.width = size;
-  l.dtype = pipeline::DType::kUint8;
-  return l;
-}
+using testing::Rgb;
 
 TEST(SlotLayoutTest, HoldsTheProducerBatchAndTheLargestTail) {
   const SlotLayout l = ComputeSlotLayout(64, 32, Rgb(8));
