@@ -15,6 +15,15 @@
 //   cpu_ratio                CPU-s per delivered sample, shared(4) over independent(4); the CPU
 //                            of every process comes from wait4()
 //   throughput_ratio         delivered samples/s, shared(4) over independent(4)
+//   scaling_vs_k             mean per-consumer samples/s at K=8 over the same at K=1
+//                            (scaling_vs_k4: at K=4 over K=1)
+//   leader_idle_fraction     share of the leader's stream time (first fill to last publish)
+//                            with every decode worker idle, less its waits for a slot with
+//                            nothing in flight (the consumers' backpressure); K=8
+//   cpu_s_per_sample         CPU-seconds of all processes per delivered sample, K=8
+//   roi_decode_ratio         the 224 RandomResizedCrop chain, 1 thread, same samples: cost
+//                            with crop decoding over cost with a full decode
+//   decode_ms_per_sample     that chain's ms per sample with crop decoding (1 thread)
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -80,6 +89,7 @@ struct ConsumerRecord {
 };
 struct SharedRecords {
   Span leader;
+  int64_t stream_ns = 0, source_idle_ns = 0, starved_wait_ns = 0;  // the leader's WriterStats
   ConsumerRecord consumers[kMaxConsumers];
   char error[512];
 };
@@ -148,6 +158,16 @@ class TimedSource : public producer::BatchSource {
     if (st.ok()) span_->Add(NowSeconds(), seq_++, result->written);
     return st;
   }
+  void Start(const pipeline::BatchRequest& req) override { inner_->Start(req); }
+  Status Finish(pipeline::BatchResult* result) override {
+    Status st = inner_->Finish(result);
+    if (st.ok()) span_->Add(NowSeconds(), seq_++, result->written);
+    return st;
+  }
+  bool overlaps() const override { return inner_->overlaps(); }
+  bool WaitOldest(int64_t timeout_ms) override { return inner_->WaitOldest(timeout_ms); }
+  int64_t idle_ns() const override { return inner_->idle_ns(); }
+  int threads() const override { return inner_->threads(); }
 
  private:
   std::unique_ptr<producer::BatchSource> inner_;
@@ -176,6 +196,10 @@ void LeaderChild(const Options& o, int k, const std::string& socket, int ready_f
   Status st = (*leader)->Run();
   if (st.ok()) st = (*leader)->WaitUntilEmpty(600000);
   if (!st.ok()) ChildFail(r, "leader: " + st.ToString());
+  const node::LeaderStats ls = (*leader)->stats();
+  r->stream_ns = ls.stream_ns;
+  r->source_idle_ns = ls.source_idle_ns;
+  r->starved_wait_ns = ls.starved_wait_ns;
   _exit(0);
 }
 
@@ -233,6 +257,8 @@ struct RunResult {
   double wall_s = 0, cpu_s = 0, leader_cpu_s = 0;
   int64_t delivered = 0;
   double leader_rate = 0, min_rate_ratio = 0, handoff_p50_us = 0;
+  double consumer_rate = 0;         // mean per-consumer samples/s
+  double leader_idle_fraction = 0;
   double CpuPerSample() const { return cpu_s / std::max<int64_t>(1, delivered); }
   double Throughput() const { return delivered / wall_s; }
 };
@@ -299,11 +325,45 @@ RunResult RunShared(const Args& a, const std::string& dataset, int k, int thread
     const ConsumerRecord& c = r->consumers[i];
     res.delivered += c.span.samples;
     res.min_rate_ratio = std::min(res.min_rate_ratio, c.span.Rate() / res.leader_rate);
+    res.consumer_rate += c.span.Rate() / k;
     handoffs.insert(handoffs.end(), c.handoff_ns, c.handoff_ns + c.handoffs);
   }
   res.handoff_p50_us = Summarize(std::vector<double>(handoffs.begin(), handoffs.end())).median / 1e3;
+  res.leader_idle_fraction =
+      double(std::max<int64_t>(0, r->source_idle_ns - r->starved_wait_ns)) /
+      double(std::max<int64_t>(1, r->stream_ns));
   munmap(r, sizeof(SharedRecords));
   return res;
+}
+
+// Seconds per sample of the leader's chain on 1 thread over the first `n` samples, with crop
+// decoding on or off (roi_decode_ratio: same samples, same augmentation).
+double ChainSecondsPerSample(const Args& a, const std::string& dataset, bool crop_decode,
+                             uint64_t epoch) {
+  auto reader = data::DatasetReader::Open(dataset);
+  Options o = BaseOptions(a, dataset);
+  o.threads = 1;
+  o.crop_decode = crop_decode;
+  auto p = reader.ok() ? pipeline::Pipeline::Create(o, *reader)
+                       : Result<std::unique_ptr<pipeline::Pipeline>>(reader.status());
+  if (!p.ok()) {
+    std::fprintf(stderr, "bench_fanout: %s\n", p.status().ToString().c_str());
+    std::exit(1);
+  }
+  const int64_t n = std::min<int64_t>((*reader)->info().num_samples, 64);
+  std::vector<int64_t> samples(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) samples[size_t(i)] = i;
+  std::vector<uint8_t> images((*p)->OutputLayout().bytes() * size_t(n));
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  pipeline::BatchResult res;
+  const double t0 = NowSeconds();
+  Status st = (*p)->RunBatch({epoch, samples, 0, images.data(), labels.data()}, &res);
+  const double t = NowSeconds() - t0;
+  if (!st.ok()) {
+    std::fprintf(stderr, "bench_fanout: %s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+  return t / double(n);
 }
 
 RunResult RunIndependent(const Args& a, const std::string& dataset, int k) {
@@ -399,10 +459,15 @@ int Main(int argc, char** argv) {
   std::fflush(stdout);
   std::map<int, std::vector<RunResult>> shared, idle;
   std::vector<RunResult> independent;
+  std::vector<double> roi_ratio, chain_ms;
   for (int rep = 0; rep < a.reps; ++rep) {
     for (int k : a.ks) shared[k].push_back(RunShared(a, dataset, k, a.threads));
     for (int k : a.ks) idle[k].push_back(RunShared(a, dataset, k, a.idle_threads));
     independent.push_back(RunIndependent(a, dataset, a.compare_k));
+    const double full = ChainSecondsPerSample(a, dataset, false, uint64_t(rep));
+    const double crop = ChainSecondsPerSample(a, dataset, true, uint64_t(rep));
+    roi_ratio.push_back(crop / full);
+    chain_ms.push_back(1e3 * crop);
   }
   auto stat = [](const std::vector<RunResult>& v, auto f) {
     std::vector<double> x;
@@ -418,7 +483,21 @@ int Main(int argc, char** argv) {
     t.Add(fmt::format("K={} delivered samples/s (all consumers)", k), stat(v, [](auto& r) { return r.Throughput(); }), "samples/s");
     t.Add(fmt::format("K={} CPU per delivered sample", k), stat(v, [](auto& r) { return 1e3 * r.CpuPerSample(); }), "ms");
     t.Add(fmt::format("K={} consumers' share of the CPU", k), stat(v, [](auto& r) { return 1 - r.leader_cpu_s / r.cpu_s; }), "fraction");
+    t.Add(fmt::format("K={} per-consumer samples/s", k), stat(v, [](auto& r) { return r.consumer_rate; }), "samples/s");
+    t.Add(fmt::format("K={} leader idle fraction", k), stat(v, [](auto& r) { return r.leader_idle_fraction; }), "target <= 0.02");
   }
+  // Per-consumer rate at K over the same at K = 1, repetition by repetition.
+  auto scaling = [&](int k) {
+    std::vector<double> x;
+    if (!shared.count(k) || !shared.count(1)) return Summarize(x);
+    for (int rep = 0; rep < a.reps; ++rep)
+      x.push_back(shared[k][rep].consumer_rate / shared[1][rep].consumer_rate);
+    return Summarize(x);
+  };
+  for (int k : a.ks)
+    if (k > 1) t.Add(fmt::format("scaling_vs_k K={} / K=1 per consumer", k), scaling(k), k == 8 ? "target >= 0.90" : (k == 4 ? "target >= 0.95" : ""));
+  t.Add("roi_decode_ratio crop decode / full decode (1 thr)", Summarize(roi_ratio), "target <= 0.80");
+  t.Add("decode_ms_per_sample rrc224 chain (1 thr)", Summarize(chain_ms), "ms");
   for (int k : a.ks) {
     const auto& v = idle[k];
     t.Add(fmt::format("K={} slowest/leader, leader {} thr", k, a.idle_threads), stat(v, [](auto& r) { return r.min_rate_ratio; }), "ratio");
@@ -442,6 +521,12 @@ int Main(int argc, char** argv) {
   j.Add("handoff_p50_us", stat(shared[kmax], [](auto& r) { return r.handoff_p50_us; }).median);
   j.Add("cpu_ratio", Summarize(cpu_ratio).median);
   j.Add("throughput_ratio", Summarize(tput_ratio).median);
+  j.Add("scaling_vs_k", scaling(kmax).median);
+  j.Add("scaling_vs_k4", scaling(4).median);
+  j.Add("leader_idle_fraction", stat(shared[kmax], [](auto& r) { return r.leader_idle_fraction; }).median);
+  j.Add("cpu_s_per_sample", stat(shared[kmax], [](auto& r) { return r.CpuPerSample(); }).median);
+  j.Add("roi_decode_ratio", Summarize(roi_ratio).median);
+  j.Add("decode_ms_per_sample", Summarize(chain_ms).median);
   j.Print();
   return 0;
 }
