@@ -57,7 +57,7 @@ bench: deps
 # at SOAK_FIRST; a failure prints the seed and the command that replays it.
 SOAK_SEEDS ?= 1000
 SOAK_FIRST ?= 1
-SOAK_PRODUCERS ?= leader service external
+SOAK_PRODUCERS ?= leader service external multinode
 soak: deps
 	@$(MAKE) --no-print-directory configure
 	cmake --build $(BUILD) -j $(JOBS) --target protocol_random
