@@ -118,17 +118,37 @@ TEST(CropDecodeTest, DecodesLessThanTheWholeImage) {
 }
 
 TEST(CropDecodeTest, CorruptDataInsideTheBoxIsAnErrorAndTheDecoderStaysUsable) {
-  auto jpeg = Encode(kKinds[0], 173, 131);
+  // Each failure leaves the decoder as new: the next good image decodes exactly as with a
+  // fresh decoder (libjpeg state such as an unread marker must not survive an error).
+  const auto good = Encode(kKinds[0], 173, 131);
   auto full_decoder = ImageDecoder::Create();
   auto crop_decoder = JpegCropDecoder::Create();
-  auto header = full_decoder->ReadHeader(jpeg, 1 << 30);
-  std::vector<uint8_t> truncated(jpeg.begin(), jpeg.begin() + jpeg.size() / 2);
-  DecodedImage part;
-  CropBox in;
-  Status st = crop_decoder->Decode(truncated, *header, 8, 3, {0, 100, 173, 31}, &part, &in);
-  EXPECT_EQ(st.code(), StatusCode::kCorruptData) << st.ToString();
-  EXPECT_NE(st.message().find("jpeg decode failed"), std::string::npos) << st.message();
-  EXPECT_TRUE(crop_decoder->Decode(jpeg, *header, 8, 3, {0, 100, 173, 31}, &part, &in).ok());
+  auto header = full_decoder->ReadHeader(good, 1 << 30);
+  ASSERT_TRUE(header.ok());
+  std::vector<uint8_t> unknown_marker(good.begin(), good.begin() + 2);  // SOI, then 0xff8a
+  unknown_marker.insert(unknown_marker.end(), {0xff, 0x8a, 0x00, 0x04, 0x00, 0x00});
+  unknown_marker.insert(unknown_marker.end(), good.begin() + 2, good.end());
+  auto garbage_scan = good;
+  for (size_t i = good.size() / 2; i + 2 < good.size(); i += 7) garbage_scan[i] = 0xff;
+  const std::vector<std::pair<const char*, std::vector<uint8_t>>> bad = {
+      {"truncated", std::vector<uint8_t>(good.begin(), good.begin() + good.size() / 2)},
+      {"corrupt scan", garbage_scan},
+      {"unknown marker", unknown_marker},
+  };
+  const CropBox box{0, 100, 173, 31};  // the bottom rows: past the damage of both
+  DecodedImage want, got;
+  CropBox want_in, got_in;
+  ASSERT_TRUE(crop_decoder->Decode(good, *header, 8, 3, box, &want, &want_in).ok());
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& [name, bytes] : bad) {
+      Status st = crop_decoder->Decode(bytes, *header, 8, 3, box, &got, &got_in);
+      EXPECT_EQ(st.code(), StatusCode::kCorruptData) << name << ": " << st.ToString();
+      EXPECT_NE(st.message().find("jpeg decode failed"), std::string::npos) << st.message();
+      ASSERT_TRUE(crop_decoder->Decode(good, *header, 8, 3, box, &got, &got_in).ok()) << name;
+      EXPECT_EQ(got.pixels, want.pixels) << "after " << name;
+      EXPECT_EQ(got_in, want_in) << "after " << name;
+    }
+  }
 }
 
 TEST(CropDecodeTest, PipelineOutputIsTheSameWithCropDecodeOnAndOff) {
