@@ -21,9 +21,9 @@
 //                            with every decode worker idle, less its waits for a slot with
 //                            nothing in flight (the consumers' backpressure); K=8
 //   cpu_s_per_sample         CPU-seconds of all processes per delivered sample, K=8
-//   roi_decode_ratio         the 224 RandomResizedCrop chain, 1 thread, same samples: cost
-//                            with crop decoding over cost with a full decode
-//   decode_ms_per_sample     that chain's ms per sample with crop decoding (1 thread)
+//   roi_decode_ratio         the 224 RandomResizedCrop chain, 1 thread, same samples: CPU
+//                            cost with crop decoding over CPU cost with a full decode
+//   decode_ms_per_sample     that chain's CPU-ms per sample with crop decoding (1 thread)
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -336,8 +336,8 @@ RunResult RunShared(const Args& a, const std::string& dataset, int k, int thread
   return res;
 }
 
-// Seconds per sample of the leader's chain on 1 thread over the first `n` samples, with crop
-// decoding on or off (roi_decode_ratio: same samples, same augmentation).
+// CPU-seconds per sample of the leader's chain on 1 thread over the first 64 samples, with
+// crop decoding on or off (roi_decode_ratio: same samples, same augmentation).
 double ChainSecondsPerSample(const Args& a, const std::string& dataset, bool crop_decode,
                              uint64_t epoch) {
   auto reader = data::DatasetReader::Open(dataset);
@@ -356,9 +356,9 @@ double ChainSecondsPerSample(const Args& a, const std::string& dataset, bool cro
   std::vector<uint8_t> images((*p)->OutputLayout().bytes() * size_t(n));
   std::vector<int64_t> labels(static_cast<size_t>(n));
   pipeline::BatchResult res;
-  const double t0 = NowSeconds();
+  const double t0 = ProcessCpuSeconds();  // CPU, not wall: robust to the machine's other load
   Status st = (*p)->RunBatch({epoch, samples, 0, images.data(), labels.data()}, &res);
-  const double t = NowSeconds() - t0;
+  const double t = ProcessCpuSeconds() - t0;
   if (!st.ok()) {
     std::fprintf(stderr, "bench_fanout: %s\n", st.ToString().c_str());
     std::exit(1);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +18,15 @@ namespace batchcast::bench {
 
 inline double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// CPU-seconds used by every thread of this process so far. On a shared machine the CPU a
+// single-threaded chain uses per sample varies far less than its wall time (which counts
+// the time other processes held the core): cost ratios of 1-thread chains use this.
+inline double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 struct Stats {
