@@ -53,6 +53,10 @@ void CmykRowToRgb(const uint8_t* src, int width, uint8_t* dst) {
   }
 }
 
+void GrowTo(std::vector<uint8_t>* buffer, size_t bytes) {
+  if (buffer->size() < bytes) buffer->resize(bytes);
+}
+
 }  // namespace
 
 struct JpegCropDecoder::State {
@@ -114,9 +118,11 @@ Status JpegCropDecoder::Decode(std::span<const uint8_t> bytes, const ImageHeader
   out->width = w;
   out->height = h;
   out->channels = channels;
-  out->pixels.resize(size_t(w) * h * channels);
   const size_t stride = size_t(w) * (cmyk ? 4 : channels);
-  if (cmyk) s.cmyk.resize(stride * h);
+  // Grow only: resize() would zero every byte past the last (smaller) box, and the decoder
+  // writes them all anyway. The buffers may be larger than this image; rows are packed.
+  GrowTo(&out->pixels, size_t(w) * h * channels);
+  if (cmyk) GrowTo(&s.cmyk, stride * h);
   uint8_t* base = cmyk ? s.cmyk.data() : out->pixels.data();
   s.rows.resize(size_t(h));
   for (int y = 0; y < h; ++y) s.rows[y] = base + size_t(y) * stride;
@@ -128,7 +134,7 @@ Status JpegCropDecoder::Decode(std::span<const uint8_t> bytes, const ImageHeader
   if (cmyk && channels == 3) {
     for (int y = 0; y < h; ++y) CmykRowToRgb(s.rows[y], w, out->pixels.data() + size_t(y) * w * 3);
   } else if (cmyk) {
-    s.rgb.pixels.resize(size_t(w) * h * 3);
+    GrowTo(&s.rgb.pixels, size_t(w) * h * 3);
     for (int y = 0; y < h; ++y) CmykRowToRgb(s.rows[y], w, s.rgb.pixels.data() + size_t(y) * w * 3);
     ConvertChannels(s.rgb.pixels.data(), w, h, 3, 1, out);
   }

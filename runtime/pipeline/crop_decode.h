@@ -38,7 +38,8 @@ class JpegCropDecoder {
 
   // Decodes the part of the JPEG `bytes` (header: `header`) that covers `box`, a box of the
   // image as decoded at scale_num/8 (ScaledDim of each side), into *out with `channels`
-  // (1 or 3). *box_in_out: where `box` lies in *out.
+  // (1 or 3). *box_in_out: where `box` lies in *out. out->pixels is grown, never shrunk
+  // (no zeroing of bytes the decode writes): it may hold more than width x height pixels.
   Status Decode(std::span<const uint8_t> bytes, const ImageHeader& header, int scale_num,
                 int channels, const CropBox& box, DecodedImage* out, CropBox* box_in_out);
 
