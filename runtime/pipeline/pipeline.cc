@@ -29,6 +29,19 @@ size_t DTypeSize(DType t) {
   return 0;
 }
 
+std::string_view BadSampleCause(std::string_view message) {
+  // Most specific first: a read error may say "is empty", a decode error names its format.
+  static constexpr std::pair<std::string_view, std::string_view> kCauses[] = {
+      {"fails its checksum", "checksum"}, {"empty", "empty"},
+      {"max_pixels", "pixel_limit"},    {"unknown image format", "format"},
+      {"jpeg", "jpeg"},                 {"png", "png"},
+      {"raw sample has", "raw_size"},   {"read failed", "read"},
+  };
+  for (const auto& [needle, cause] : kCauses)
+    if (message.find(needle) != std::string_view::npos) return cause;
+  return "other";
+}
+
 namespace {
 
 enum class CropMode { kNone, kCenter, kRandom };
@@ -102,8 +115,10 @@ class PipelineImpl final : public Pipeline {
 };
 
 PipelineImpl::~PipelineImpl() {
+  // The producer reports skips per cause and epoch (producer/skip_account.h); this is the
+  // pipeline's own total, for direct users of the pipeline.
   if (skipped_total_ > 0)
-    BC_LOG(Warn, Pipe, "pipeline: skipped {} bad samples of {} in total (on_bad_sample=skip)",
+    BC_LOG(Info, Pipe, "pipeline: skipped {} bad samples of {} in total (on_bad_sample=skip)",
            skipped_total_, reader_->info().path);
 }
 

@@ -218,6 +218,7 @@ class Consumer:
         else:
             self._convert = _from_numpy() if self._copy else _from_dlpack()
         self._ended = False
+        self._pending = None  # the next epoch's first batch, fetched to end the current one
         self.last_info = None
         address = address or os.environ.get("BATCHCAST_ADDRESS") or os.environ.get(
             "BATCHCAST_SOCKET")
@@ -234,11 +235,21 @@ class Consumer:
         return self._c.batches_per_epoch()
 
     def __iter__(self):
-        """One epoch: ends after the epoch's last batch, or at the end of the stream."""
+        """One epoch: ends after the epoch's last batch, or at the end of the stream. When
+        the epoch's last producer batches were entirely skipped as bad, no batch is marked
+        last: the epoch ends at the first batch of the next one, kept for the next iter()."""
+        epoch = None
         while not self._ended:
-            item, last = self._next()
+            if self._pending is not None:
+                (item, last, batch_epoch), self._pending = self._pending, None
+            else:
+                item, last, batch_epoch = self._next()
             if item is None:
                 return
+            if epoch is not None and batch_epoch != epoch:
+                self._pending = (item, last, batch_epoch)
+                return
+            epoch = batch_epoch
             yield item
             del item  # while the next batch is fetched only the caller's variables hold this one
             if last:
@@ -247,7 +258,10 @@ class Consumer:
     def batches(self):
         """Every remaining batch of every epoch, without epoch boundaries."""
         while True:
-            item, _ = self._next()
+            if self._pending is not None:
+                (item, _, _), self._pending = self._pending, None
+            else:
+                item, _, _ = self._next()
             if item is None:
                 return
             yield item
@@ -262,7 +276,7 @@ class Consumer:
             raise FailedPreconditionError(f"{e}. {_HELD_HINT}") from None
         if r is None:
             self._ended = True
-            return None, True
+            return None, True, None
         images, labels, ids, info = r
         if self._convert is not None:
             images = self._convert(images)
@@ -274,8 +288,8 @@ class Consumer:
             meta = Info(info.epoch, info.index, info.lr_factor, ids, info.repeats,
                         info.producer_seq, info.producer_batch, info.last_in_epoch,
                         info.image_size, info.wait_ns, info.handoff_ns)
-            return (images, labels, meta), info.last_in_epoch
-        return (images, labels), info.last_in_epoch
+            return (images, labels, meta), info.last_in_epoch, info.epoch
+        return (images, labels), info.last_in_epoch, info.epoch
 
     @property
     def ended(self):

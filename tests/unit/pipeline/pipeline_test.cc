@@ -278,5 +278,37 @@ TEST(PipelineHdf5Test, DecodesThroughARealHdf5File) {
   std::filesystem::remove(path);
 }
 
+// A corrupt header on one worker never costs the good samples after it (one worker thread:
+// every sample goes through the same decoder).
+TEST(BadInputTest, ACorruptHeaderNeverCostsTheSamplesAfterItOnTheSameWorker) {
+  auto images = MixedImages(8);
+  std::vector<uint8_t> bad(images[0].begin(), images[0].begin() + 2);
+  bad.insert(bad.end(), {0xff, 0x8a, 0x00, 0x04, 0x00, 0x00});
+  bad.insert(bad.end(), images[0].begin() + 2, images[0].end());
+  images[1] = bad;
+  Options o;
+  o.threads = 1;
+  o.image_size = 32;
+  o.on_bad_sample = "skip";
+  Batch b = RunPipeline(o, MemoryReader::Encoded(images), Iota(8));
+  ASSERT_TRUE(b.status.ok()) << b.status.ToString();
+  EXPECT_EQ(b.result.skipped, (std::vector<int64_t>{1}));
+  EXPECT_EQ(b.result.written, 7);
+  EXPECT_EQ(BadSampleCause(b.result.skip_reasons[0]), "jpeg");
+}
+
+TEST(BadInputTest, CausesOfBadSamples) {
+  EXPECT_EQ(BadSampleCause("pipeline: sample 3 of x.h5: empty image (0 bytes)"), "empty");
+  EXPECT_EQ(BadSampleCause("pipeline: sample 3 of x.h5: read failed: hdf5: sample 3 in x.h5 is "
+                           "empty (0 bytes)"), "empty");
+  EXPECT_EQ(BadSampleCause("jpeg image is 9x9 = 81 pixels, over the limit max_pixels=80"),
+            "pixel_limit");
+  EXPECT_EQ(BadSampleCause("png decode failed: invalid chunk checksum"), "png");
+  EXPECT_EQ(BadSampleCause("read failed: hdf5: sample 1 of x.h5 fails its checksum"), "checksum");
+  EXPECT_EQ(BadSampleCause("read failed: injected"), "read");
+  EXPECT_EQ(BadSampleCause("raw sample has 40 bytes, expected 48"), "raw_size");
+  EXPECT_EQ(BadSampleCause("something else"), "other");
+}
+
 }  // namespace
 }  // namespace batchcast::pipeline
