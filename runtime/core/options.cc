@@ -61,6 +61,7 @@ const std::vector<Entry>& Registry() {
       BC_OPT(max_pixels, kSize, "refuse images with more pixels than this (decompression bombs); accepts k/m/g suffixes"),
       BC_OPT(dct_scaling, kBool, "decode JPEGs at 1/2, 1/4 or 1/8 size (DCT-domain scaling) when the output needs no more pixels"),
       BC_ENUM(on_bad_sample, "error|skip", "what a corrupt or oversized sample does: stop with an error, or skip it (counted and reported)"),
+      BC_ENUM(verify, "off|sample|full", "per-sample checksums of the dataset file: off; sample = check each sample when it is read (xxh3, under 1% of decode time); full = also read and check every sample once when the leader starts. A sample that fails is a bad sample (on_bad_sample); files without checksums are read unchecked, which the leader logs once"),
       BC_OPT(batch_size, kInt, "samples per batch for this consumer"),
       BC_OPT(buffer_depth, kInt, "batches a consumer may hold unreleased"),
       BC_OPT(producer_batch, kInt, "samples per producer batch (0 = 2 x the largest consumer batch)"),

@@ -45,6 +45,7 @@ struct BATCHCAST_API Options {
   int64_t max_pixels = 128LL << 20;  // decompression-bomb guard (width × height)
   bool dct_scaling = true;      // JPEG: decode at 1/2, 1/4, 1/8 size when the target is small
   std::string on_bad_sample = "error";  // error | skip (skips are counted and reported)
+  std::string verify = "sample";        // off | sample | full: per-sample checksums (docs/dataset-format.md)
 
   // --- node data plane ---
   int batch_size = 64;          // this consumer's batch size
