@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git gfortran
   openmpi-bin libopenmpi-dev libucx-dev libpmix-dev
   libhdf5-dev hdf5-tools
   libturbojpeg0-dev libjpeg-turbo-progs libspng-dev zlib1g-dev libxxhash-dev
