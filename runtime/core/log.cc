@@ -132,6 +132,11 @@ void SetRank(int rank, int local_rank) {
   g_local_rank = local_rank;
 }
 
+int Rank() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_rank;
+}
+
 void Write(Level level, Subsys subsys, std::string_view message) {
   static const std::string host = HostName();
   std::lock_guard<std::mutex> lock(g_mu);

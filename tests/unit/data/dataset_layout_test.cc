@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -207,6 +208,36 @@ TEST(DatasetLayoutTest, ValidHandMadeFilesOpen) {
   auto raw = DatasetReader::Open(dir / "raw.h5");
   ASSERT_TRUE(raw.ok()) << raw.status().ToString();
   EXPECT_EQ((*raw)->info().encoding, "raw");
+}
+
+// h5py writes string attributes as variable-length UTF-8 strings by default; the reader
+// takes them wherever it reads a string attribute (here 'encoding' on images).
+TEST(DatasetLayoutTest, H5pyVariableLengthStringAttributesAreRead) {
+  TempDir dir;
+  const std::string path = dir / "handmade.h5";
+  const std::string script =
+      "import sys, h5py, numpy as np\n"
+      "png = np.frombuffer(b'\\x89PNG\\r\\n\\x1a\\n', dtype=np.uint8)\n"
+      "with h5py.File(sys.argv[1], 'w') as f:\n"
+      "    f.attrs['batchcast_schema_version'] = 1\n"
+      "    f.attrs['batchcast_created_by'] = 'h5py by hand'\n"
+      "    im = f.create_dataset('images', (3,), dtype=h5py.vlen_dtype(np.uint8))\n"
+      "    for i in range(3): im[i] = png\n"
+      "    im.attrs['encoding'] = 'png'\n"
+      "    f['labels'] = np.array([0, 1, 0], dtype=np.int64)\n"
+      "    f['widths'] = np.array([2, 2, 2], dtype=np.int32)\n"
+      "    f['heights'] = np.array([2, 2, 2], dtype=np.int32)\n"
+      "    f['class_names'] = np.array(['cat', 'dog'], dtype=h5py.string_dtype())\n"
+      "    f.attrs['batchcast_complete'] = 1\n";
+  testing::WriteBytes(dir / "make.py", std::vector<uint8_t>(script.begin(), script.end()));
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + dir / "make.py" + " " + path).c_str()), 0)
+      << "h5py (python3-h5py, installed by scripts/deps.sh) could not write " << path;
+  auto r = DatasetReader::Open(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->info().encoding, "png");
+  EXPECT_EQ((*r)->info().class_names, (std::vector<std::string>{"cat", "dog"}));
+  auto report = InspectDataset(path);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
 }
 
 TEST(DatasetLayoutTest, ZeroLengthEncodedSampleIsCorruptAtRead) {

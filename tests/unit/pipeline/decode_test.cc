@@ -162,6 +162,55 @@ TEST(DecodeTest, ChoosesSmallestDctScaleThatCoversTheTarget) {
   EXPECT_EQ(ChooseScaleNum(900, 300, 224, 112), 4);
 }
 
+// A JPEG whose header holds a marker libjpeg does not know ("Unsupported marker type 0x8a").
+std::vector<uint8_t> UnknownMarkerJpeg(const std::vector<uint8_t>& good) {
+  std::vector<uint8_t> bad(good.begin(), good.begin() + 2);  // SOI
+  bad.insert(bad.end(), {0xff, 0x8a, 0x00, 0x04, 0x00, 0x00});
+  bad.insert(bad.end(), good.begin() + 2, good.end());
+  return bad;
+}
+
+// Any failed header or decode leaves the decoder as new: the next (good) image decodes
+// exactly as with a fresh decoder. Before the handle was recreated, the unknown marker of
+// one sample was reported again for every later sample of the same worker.
+TEST(DecodeTest, AFailedImageNeverAffectsTheNextOnTheSameDecoder) {
+  auto good = testing::EncodeJpeg(testing::Photo(120, 90), 90, TJSAMP_420);
+  auto png = testing::EncodePng(40, 30, 2, 8, testing::Photo(40, 30).pixels);
+  auto truncated = std::vector<uint8_t>(good.begin(), good.begin() + good.size() / 2);
+  auto garbage_scan = good;
+  for (size_t i = good.size() / 2; i + 2 < good.size(); i += 7) garbage_scan[i] = 0xff;
+  auto bad_png = std::vector<uint8_t>(png.begin(), png.end() - 20);
+  const std::vector<std::pair<const char*, std::vector<uint8_t>>> bad = {
+      {"unknown marker", UnknownMarkerJpeg(good)},
+      {"truncated", truncated},
+      {"corrupt scan", garbage_scan},
+      {"truncated png", bad_png},
+      {"empty", {}},
+  };
+  const DecodedImage want = MustDecode(good, 4, 3);
+  const DecodedImage want_png = MustDecode(png, 8, 3);
+  auto decoder = ImageDecoder::Create();
+  ASSERT_TRUE(decoder.ok());
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& [name, bytes] : bad) {
+      auto header = decoder->ReadHeader(bytes, 1 << 30);
+      DecodedImage out;
+      Status s = header.ok() ? decoder->Decode(bytes, *header, 4, 3, &out) : header.status();
+      EXPECT_FALSE(s.ok()) << name;
+      for (const auto* next : {&good, &png}) {
+        auto h = decoder->ReadHeader(*next, 1 << 30);
+        ASSERT_TRUE(h.ok()) << "after " << name << ": " << h.status().ToString();
+        ASSERT_TRUE(decoder->Decode(*next, *h, 4, 3, &out).ok()) << "after " << name;
+        EXPECT_EQ(out.pixels, (next == &good ? want : want_png).pixels) << "after " << name;
+      }
+    }
+  }
+  auto header = decoder->ReadHeader(UnknownMarkerJpeg(good), 1 << 30);
+  ASSERT_FALSE(header.ok());
+  EXPECT_NE(header.status().message().find("Unsupported marker type 0x8a"), std::string::npos)
+      << header.status().message();
+}
+
 TEST(DecodeTest, HeaderRefusesImagesOverThePixelLimitBeforeDecoding) {
   auto jpeg = testing::EncodeJpeg(testing::Photo(64, 64), 90, TJSAMP_420);
   auto decoder = ImageDecoder::Create();
