@@ -111,6 +111,26 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
     }
     MaybeDetachLocked();
   }
+  // The epoch is over for this consumer: its last batch was handed out, or its last
+  // producer batches were entirely skipped as bad. Counts it; true when this consumer's
+  // epochs are complete (then it drains at once, so that a batch kept after the loop never
+  // holds the other consumers back; the slot stays ours until that batch is released).
+  bool EndEpochLocked() {
+    stats.epochs_completed += 1;
+    stats.repeats_per_epoch.push_back(epoch_repeats);
+    BC_LOG(Info, Node, "consumer: epoch {} complete: {} batches, {} fill repeats", epoch,
+           index_in_epoch, epoch_repeats);
+    if (collector != nullptr && !epoch_mix.empty()) {
+      std::string line = fmt::format("consumer b={}: epoch {}: {} batches, {} fill repeats:",
+                                     options.batch_size, epoch, index_in_epoch, epoch_repeats);
+      for (const auto& [size, m] : epoch_mix)
+        line += fmt::format(" @{} {} x {} lr x{:.3g};", size, m.batches, m.batch, m.lr);
+      collector->Annotate(line);
+    }
+    if (stats.epochs_completed < options.epochs) return false;
+    FinishLocked();
+    return true;
+  }
   std::string HeldList() const {
     std::string out;
     for (const auto& [serial, h] : held)
@@ -444,7 +464,10 @@ Status Consumer::Next(Batch* out) {
     out->info_.wait_ns = waited;
     out->info_.handoff_ns = waited > 0 ? shm::MonotonicNs() - d->publish_ns : 0;
     if (c.plan.count == 0) {  // every sample of this producer batch was skipped
+      const bool ends_epoch = (d->flags & shm::kLastInEpoch) != 0 && c.index_in_epoch > 0;
       c.UnrefLocked(a.seq);
+      if (ends_epoch && c.EndEpochLocked())
+        return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
       continue;
     }
     c.cur = a;
@@ -504,22 +527,7 @@ Status Consumer::Next(Batch* out) {
     c.UnrefLocked(d->seq);  // the carving reference
     c.cur = shm::AcquiredBatch();
   }
-  if (out->info_.last_in_epoch) {
-    c.stats.epochs_completed += 1;
-    c.stats.repeats_per_epoch.push_back(c.epoch_repeats);
-    BC_LOG(Info, Node, "consumer: epoch {} complete: {} batches, {} fill repeats", d->epoch,
-           c.index_in_epoch, c.epoch_repeats);
-    if (c.collector != nullptr && !c.epoch_mix.empty()) {
-      std::string line = fmt::format("consumer b={}: epoch {}: {} batches, {} fill repeats:",
-                                     base_b, d->epoch, c.index_in_epoch, c.epoch_repeats);
-      for (const auto& [size, m] : c.epoch_mix)
-        line += fmt::format(" @{} {} x {} lr x{:.3g};", size, m.batches, m.batch, m.lr);
-      c.collector->Annotate(line);
-    }
-    // Done: drain now, so that a batch kept after the loop (a loop variable) never holds
-    // the other consumers back; the slot stays ours until that batch is released.
-    if (c.stats.epochs_completed >= c.options.epochs) c.FinishLocked();
-  }
+  if (out->info_.last_in_epoch) c.EndEpochLocked();
   return Status::Ok();
 }
 

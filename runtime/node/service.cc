@@ -137,13 +137,17 @@ Status Service::Run() {
   writer_->RecordStart(source_->threads());
   for (uint64_t e = 0; config_.epochs == 0 || e < static_cast<uint64_t>(config_.epochs); ++e) {
     Status st = RunEpoch(e);
-    if (stop_.load()) return Status::Ok();
+    if (stop_.load()) {
+      writer_->ReportSkips();
+      return Status::Ok();
+    }
     if (!st.ok()) {
       ring_->Fail(st.message());
       return st;
     }
   }
   ring_->End();
+  writer_->ReportSkips();
   BC_LOG(Info, Node, "service: {} epochs complete ({} producer batches, {} replayed)",
          config_.epochs, produced_.load(), replayed_.load());
   return Status::Ok();
