@@ -19,7 +19,7 @@ cat > "$tmp/app/main.cc" <<'CC'
 #include <batchcast/batchcast.h>
 #include <cstdio>
 int main() {
-  auto opts = batchcast::ResolveOptions({"--batch-size=32", "--epochs=2"});
+  auto opts = batchcast::ResolveOptions({"--batch-size=32", "--epochs=2", "--connect-timeout=0"});
   if (!opts.ok()) { std::printf("%s\n", opts.status().ToString().c_str()); return 1; }
   auto bad = batchcast::ResolveOptions({"--batch-size=zero"});
   // A consumer with no leader must fail with a clear message, not crash.
@@ -33,7 +33,7 @@ cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/
 cmake --build "$tmp/app/build" >/dev/null
 out=$(LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/app/build/trainer")
 echo "$out"
-grep -q "batch_size=32 epochs=2 bad=refused attach=unavailable: no Batchcast leader listens" <<<"$out"
+grep -q "batch_size=32 epochs=2 bad=refused attach=unavailable: consumer: waited .*connect_timeout=0ms.*no Batchcast leader listens" <<<"$out"
 # Only the public API is exported from the shared library.
 if nm -D --defined-only "$tmp"/prefix/lib/libbatchcast.so | c++filt | grep -q 'batchcast::shm::'; then
   echo "libbatchcast.so exports internal symbols"; exit 1
