@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git gfortran
   openmpi-bin libopenmpi-dev libucx-dev libpmix-dev
   libhdf5-dev hdf5-tools
   libturbojpeg0-dev libjpeg-turbo-progs libspng-dev zlib1g-dev libxxhash-dev
@@ -17,6 +17,7 @@ PACKAGES=(
   libtorch-dev python3-torch
   dataset-fashion-mnist python3-skimage
   iproute2 procps util-linux
+  clang libclang-rt-14-dev stress-ng   # make fuzz (libFuzzer), make test-repeat LOAD=1
 )
 
 missing=()

@@ -258,11 +258,16 @@ class Consumer:
         no slot, and an iterator dropped right after its first batch is a peek: that batch
         is also the first one the next ``iter()`` yields. So ``images, labels =
         next(iter(loader))`` may be kept for any time, and the ``for`` loop that follows
-        still gets the whole epoch (``len(loader)`` batches)."""
+        still gets the whole epoch (``len(loader)`` batches).
+
+        When the epoch's last producer batches were entirely skipped as bad samples, no batch
+        is marked last: the epoch ends at the first batch of the next one, which is kept
+        (as a private copy) for the next ``iter()``."""
         return self._epoch()
 
     def _epoch(self):
         first = True
+        epoch = None
         while True:
             if self._peeked is not None:
                 raw, self._peeked = self._peeked, None
@@ -275,6 +280,12 @@ class Consumer:
                 raw = self._fetch(copy=first or self._copy)
                 if raw is None:
                     return
+            if epoch is not None and raw[3].epoch != epoch:
+                images, labels, ids, info = raw  # the next epoch's first batch: keep a copy
+                self._peeked = (np.array(images), np.array(labels),
+                                None if ids is None else np.array(ids), info)
+                return
+            epoch = raw[3].epoch
             item, last = self._wrap(raw, private=first or self._copy)
             try:
                 yield item
