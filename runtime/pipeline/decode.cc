@@ -215,6 +215,7 @@ Status ImageDecoder::DecodePng(std::span<const uint8_t> bytes, const ImageHeader
   if (!ctx) return ResourceExhaustedError("png decoder: out of memory");
   spng_set_image_limits(ctx.get(), header.width, header.height);
   spng_set_chunk_limits(ctx.get(), 64u << 20, 64u << 20);
+  spng_set_crc_action(ctx.get(), SPNG_CRC_ERROR, SPNG_CRC_DISCARD);
   int rc = spng_set_png_buffer(ctx.get(), bytes.data(), bytes.size());
   struct spng_ihdr ihdr;
   if (rc == 0) rc = spng_get_ihdr(ctx.get(), &ihdr);
@@ -231,6 +232,9 @@ Status ImageDecoder::DecodePng(std::span<const uint8_t> bytes, const ImageHeader
     buf.resize(size);
     rc = spng_decode_image(ctx.get(), buf.data(), size, fmt, 0);
   }
+  // spng_decode_image stops at the end of the image data, before the CRC of the last IDAT
+  // chunk is checked: read the chunks up to IEND so that a bad IDAT CRC is an error.
+  if (rc == 0) rc = spng_decode_chunks(ctx.get());
   if (rc != 0) return CorruptDataError("png decode failed: {}", spng_strerror(rc));
   out->width = header.width;
   out->height = header.height;

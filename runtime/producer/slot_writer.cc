@@ -68,9 +68,9 @@ void SlotWriter::StartFill(BatchSource& source, uint64_t epoch, int image_size,
   source.Start(req);
 }
 
-Status SlotWriter::FinishFill(BatchSource& source, std::span<const int64_t> samples,
-                              uint8_t* data, int64_t pos, BatchRecord* record,
-                              uint32_t* written) {
+Status SlotWriter::FinishFill(BatchSource& source, uint64_t epoch,
+                              std::span<const int64_t> samples, uint8_t* data, int64_t pos,
+                              BatchRecord* record, uint32_t* written) {
   pipeline::BatchResult result;
   const int64_t t0 = shm::MonotonicNs();
   Status st = source.Finish(&result);
@@ -88,9 +88,7 @@ Status SlotWriter::FinishFill(BatchSource& source, std::span<const int64_t> samp
   stats_.fill_ns += t1 - t0;
   stats_.samples_decoded += static_cast<int64_t>(samples.size());
   stats_.samples_skipped += static_cast<int64_t>(result.skipped.size());
-  for (size_t i = 0; i < result.skipped.size(); ++i)
-    BC_LOG(Warn, Node, "{}: skipped sample {}: {}", who_, result.skipped[i],
-           i < result.skip_reasons.size() ? result.skip_reasons[i] : "bad sample");
+  skips_.AddSkips(epoch, result, who_);
   *written = static_cast<uint32_t>(n);
   return st;
 }
@@ -103,7 +101,7 @@ Status SlotWriter::Fill(BatchSource& source, uint64_t epoch, int image_size,
   if (ahead_)
     return InternalError("{}: a fill while a look-ahead fill is in flight (producer bug)", who_);
   StartFill(source, epoch, image_size, samples, sample, data, pos, record);
-  return FinishFill(source, samples, data, pos, record, written);
+  return FinishFill(source, epoch, samples, data, pos, record, written);
 }
 
 Result<uint64_t> SlotWriter::Publish(const shm::SlotWrite& w, SlotContents c, uint64_t only,
@@ -120,6 +118,7 @@ Result<uint64_t> SlotWriter::Publish(const shm::SlotWrite& w, SlotContents c, ui
   const int64_t t1 = shm::MonotonicNs();
   stats_.producer_batches += 1;
   stats_.samples_produced += c.num_samples;
+  skips_.AddPublished(c.epoch, c.num_samples);
   stats_.tail_copies += tail;
   if (receivers == 0) stats_.dropped_batches += 1;
   Record(w, c, tail, record, t0, t1, receivers);
@@ -227,7 +226,7 @@ Result<std::optional<uint64_t>> SlotWriter::Produce(BatchSource& source,
   uint32_t n = 0;
   Status st = request.samples.empty()
                   ? Status::Ok()
-                  : FinishFill(source, request.samples, w.data, 0, &record, &n);
+                  : FinishFill(source, c.epoch, request.samples, w.data, 0, &record, &n);
   BC_RETURN_IF_ERROR(ahead_st);  // (after the fill: nothing writes a slot once we return)
   if (!st.ok())
     return st.WithContext(fmt::format("{}: epoch {} producer batch {}", who_, c.epoch, c.batch));

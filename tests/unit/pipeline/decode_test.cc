@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tests/unit/pipeline/test_images.h"
 
 namespace batchcast::pipeline {
@@ -139,6 +141,28 @@ TEST(PngDecodeTest, EveryColorTypeAndDepth) {
   ExpectSame(gray_img, MustDecode(testing::EncodePng(37, 23, 4, 8, gray_alpha), 8, 1));
   // RGB to gray uses the same BT.601 weights as ConvertChannels.
   ExpectSame(gray_img, MustDecode(testing::EncodePng(37, 23, 2, 8, photo.pixels), 8, 1));
+}
+
+// A PNG whose (last) IDAT chunk has a bad CRC is an error, not an image: libspng checks it
+// only when the chunks after the image data are read.
+TEST(PngDecodeTest, BadIdatCrcIsAnError) {
+  auto png = testing::EncodePng(40, 30, 2, 8, testing::Photo(40, 30).pixels);
+  const uint8_t idat[] = {'I', 'D', 'A', 'T'};
+  auto at = std::search(png.begin(), png.end(), std::begin(idat), std::end(idat));
+  ASSERT_NE(at, png.end());
+  const size_t len = (size_t(at[-4]) << 24) | (size_t(at[-3]) << 16) | (size_t(at[-2]) << 8) | at[-1];
+  auto bad = png;
+  bad[size_t(at - png.begin()) + 4 + len] ^= 0xff;  // first CRC byte
+  auto decoder = ImageDecoder::Create();
+  auto header = decoder->ReadHeader(bad, 1 << 30);
+  ASSERT_TRUE(header.ok());
+  DecodedImage out;
+  Status s = decoder->Decode(bad, *header, 8, 3, &out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("png decode failed: invalid chunk checksum"), std::string::npos)
+      << s.message();
+  header = decoder->ReadHeader(png, 1 << 30);
+  EXPECT_TRUE(decoder->Decode(png, *header, 8, 3, &out).ok());
 }
 
 TEST(DecodeTest, DetectsFormatFromMagicBytes) {
