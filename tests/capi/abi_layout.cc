@@ -42,6 +42,10 @@ int main() {
   End();
   BC_STRUCT(batchcast::ConsumerStats);
   End();
+  BC_STRUCT(batchcast::StreamPosition);
+  BC_FIELD(batchcast::StreamPosition, epoch);
+  BC_FIELD(batchcast::StreamPosition, batch);
+  End();
   BC_STRUCT(batchcast::DeviceBatch);
   End();
   BC_STRUCT(batchcast::TensorView);
@@ -83,8 +87,11 @@ int main() {
   BC_FIELD(bc_consumer_config_t, epochs);
   BC_FIELD(bc_consumer_config_t, rank);
   BC_FIELD(bc_consumer_config_t, world_size);
-  BC_FIELD(bc_consumer_config_t, reserved0);
+  BC_FIELD(bc_consumer_config_t, drop_last);
   BC_FIELD(bc_consumer_config_t, timeout_ms);
+  BC_FIELD(bc_consumer_config_t, pad_last);
+  BC_FIELD(bc_consumer_config_t, start_epoch);
+  BC_FIELD(bc_consumer_config_t, start_batch);
   End();
   BC_STRUCT(bc_batch_info_t);
   BC_FIELD(bc_batch_info_t, struct_size);
