@@ -6,11 +6,10 @@
 #include <cstddef>
 #include <cstdio>
 
-#include "batchcast/batch.h"
+// The umbrella header and the C header: this file is compiled with no MPI include path (and
+// as C++20), so it also proves that batchcast/batchcast.h needs no <mpi.h> (issue 17).
+#include "batchcast/batchcast.h"
 #include "batchcast/batchcast_c.h"
-#include "batchcast/consumer.h"
-#include "batchcast/gpu.h"
-#include "batchcast/options.h"
 
 namespace {
 
