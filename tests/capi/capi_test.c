@@ -146,26 +146,46 @@ static void TestDlpack(bc_batch_t batch, const bc_batch_info_t* info) {
   labels->deleter(labels);
 }
 
-static void TestStream(const char* dataset, int samples) {
-  char options[512];
+/* A leader over `dataset` (one epoch, batches of 8 images of 16 x 16) with `extra` options;
+ * NULL on a failure. */
+static bc_leader_t StartLeader(const char* dataset, const char* extra) {
+  static char options[512];
   snprintf(options, sizeof(options),
-           "--dataset %s --epochs 1 --batch-size 8 --image-size 16 --threads 1 --buffer-depth 2",
-           dataset);
+           "--dataset %s --epochs 1 --batch-size 8 --image-size 16 --threads 1 %s", dataset,
+           extra);
   bc_leader_config_t lc;
   bc_leader_config_init(&lc);
   lc.options = options;
   bc_leader_t leader = NULL;
   EXPECT_STATUS(bc_leader_start(&lc, &leader), BC_SUCCESS);
-  if (leader == NULL) return;
-  EXPECT(strncmp(bc_leader_address(leader), "batchcast-c-", 12) == 0);
+  return leader;
+}
 
+/* One consumer of it, labelled `rank`, starting at batch `start_batch`; NULL on a failure. */
+static bc_consumer_t AttachTo(bc_leader_t leader, int rank, int64_t start_batch) {
   bc_consumer_config_t cfg;
   bc_consumer_config_init(&cfg);
   cfg.address = bc_leader_address(leader);
-  cfg.options = options;
-  cfg.rank = 3;
+  cfg.options = "--epochs 1 --batch-size 8 --buffer-depth 2";
+  cfg.rank = rank;
+  cfg.start_batch = start_batch; /* the field, not the option string */
   bc_consumer_t c = NULL;
   EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  return c;
+}
+
+/* Detaches and waits for the leader's clean end. */
+static void Finish(bc_consumer_t c, bc_leader_t leader) {
+  EXPECT_STATUS(bc_consumer_detach(c), BC_SUCCESS);
+  EXPECT_STATUS(bc_leader_wait(leader, -1), BC_SUCCESS);
+  EXPECT_STATUS(bc_leader_destroy(leader), BC_SUCCESS);
+}
+
+static void TestStream(const char* dataset, int samples) {
+  bc_leader_t leader = StartLeader(dataset, "");
+  if (leader == NULL) return;
+  EXPECT(strncmp(bc_leader_address(leader), "batchcast-c-", 12) == 0);
+  bc_consumer_t c = AttachTo(leader, 3, 0);
   if (c == NULL) return;
   int64_t per_epoch = 0;
   EXPECT_STATUS(bc_consumer_batches_per_epoch(c, 0, &per_epoch), BC_SUCCESS);
@@ -210,30 +230,14 @@ static void TestStream(const char* dataset, int samples) {
   }
   EXPECT(st == BC_END_OF_STREAM);
   EXPECT(got == samples);
-  EXPECT_STATUS(bc_consumer_detach(c), BC_SUCCESS);
-  EXPECT_STATUS(bc_leader_wait(leader, -1), BC_SUCCESS);
-  EXPECT_STATUS(bc_leader_destroy(leader), BC_SUCCESS);
+  Finish(c, leader);
 }
 
 /* Resume: a consumer started at (epoch 0, batch 3) gets batches 3.. of the epoch only. */
 static void TestResume(const char* dataset, int samples) {
-  char options[512];
-  snprintf(options, sizeof(options),
-           "--dataset %s --epochs 1 --batch-size 8 --image-size 16 --threads 1 --start-batch 3",
-           dataset);
-  bc_leader_config_t lc;
-  bc_leader_config_init(&lc);
-  lc.options = options;
-  bc_leader_t leader = NULL;
-  EXPECT_STATUS(bc_leader_start(&lc, &leader), BC_SUCCESS);
+  bc_leader_t leader = StartLeader(dataset, "--start-batch 3");
   if (leader == NULL) return;
-  bc_consumer_config_t cfg;
-  bc_consumer_config_init(&cfg);
-  cfg.address = bc_leader_address(leader);
-  cfg.options = "--epochs 1 --batch-size 8";
-  cfg.start_batch = 3; /* the field, not the option string */
-  bc_consumer_t c = NULL;
-  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  bc_consumer_t c = AttachTo(leader, -1, 3);
   if (c == NULL) return;
   bc_batch_t b;
   bc_batch_info_t info;
@@ -246,9 +250,7 @@ static void TestResume(const char* dataset, int samples) {
   }
   EXPECT(first_index == 3);
   EXPECT(got == samples - 3 * 8);
-  EXPECT_STATUS(bc_consumer_detach(c), BC_SUCCESS);
-  EXPECT_STATUS(bc_leader_wait(leader, -1), BC_SUCCESS);
-  EXPECT_STATUS(bc_leader_destroy(leader), BC_SUCCESS);
+  Finish(c, leader);
 }
 
 int main(int argc, char** argv) {
