@@ -46,8 +46,9 @@ def test_tensors_alias_shared_memory(fmnist):
     for images, labels, info in loader:
         ranges = memfd_ranges()
         assert ranges, "no shared memfd mapping in this process"
+        # The first batch of every iter() is a private copy (a peek may be kept; issue 16).
         for t in (images, labels, info.sample_ids):
-            assert inside(t.data_ptr(), t.numel() * t.element_size(), ranges)
+            assert inside(t.data_ptr(), t.numel() * t.element_size(), ranges) == (seen > 0)
         assert images.shape == (64, 1, 28, 28) and images.dtype == torch.uint8
         assert labels.dtype == torch.int64
         # A view, not a copy: numpy over the same tensor shares the address.
@@ -60,10 +61,10 @@ def test_tensors_alias_shared_memory(fmnist):
 def test_numpy_output_aliases_too(fmnist):
     leader = spawn("leader_helper.py", fmnist["train"], 1, 1, 50, "limit_samples=500")
     loader = batchcast.Consumer(read_address(leader), batch_size=50, output="numpy")
-    for images, labels in loader:
+    for k, (images, labels) in enumerate(loader):
         assert isinstance(images, np.ndarray) and images.shape == (50, 1, 28, 28)
-        assert inside(images.ctypes.data, images.nbytes, memfd_ranges())
-        assert not images.flags.owndata
+        assert inside(images.ctypes.data, images.nbytes, memfd_ranges()) == (k > 0)
+        assert not images.flags.writeable  # read-only, a copy (first of an iter()) or not
     finish(leader)
 
 
@@ -84,14 +85,15 @@ def test_slot_released_when_tensors_are_freed(fmnist):
                               limit_samples=32 * 40)
     loader = batchcast.Consumer(leader.address, batch_size=32, buffer_depth=2)
     it = iter(loader)
-    kept = [next(it), next(it)]
+    # A private copy (the first of an iter()) and buffer_depth + 1 shared batches.
+    kept = [next(it) for _ in range(4)]
     with pytest.raises(batchcast.FailedPreconditionError, match="unreleased batches"):
         next(it)
     # Freeing the tensors gives the slot back; the stream goes on.
     del kept
     gc.collect()
     rest = sum(1 for _ in loader)  # the failed call ended `it`; a new epoch iterator resumes
-    assert rest == 40 - 2
+    assert rest == 40 - 4
     leader.wait()
 
 
