@@ -235,7 +235,9 @@ class Consumer:
         else:
             self._convert = _from_numpy() if self._copy else _from_dlpack()
         self._ended = False
-        self._peeked = None  # the raw copy of a peeked first batch, yielded again next
+        # A batch fetched but not yet yielded, and whether it is a private copy: a peeked first
+        # batch (a copy), or the next epoch's first batch that ended an epoch (as fetched).
+        self._peeked = None
         self.last_info = None
         address = address or os.environ.get("BATCHCAST_ADDRESS") or os.environ.get(
             "BATCHCAST_SOCKET")
@@ -261,8 +263,8 @@ class Consumer:
         still gets the whole epoch (``len(loader)`` batches).
 
         When the epoch's last producer batches were entirely skipped as bad samples, no batch
-        is marked last: the epoch ends at the first batch of the next one, which is kept
-        (as a private copy) for the next ``iter()``."""
+        is marked last: the epoch ends at the first batch of the next one, which is kept as
+        fetched (a view that holds its slot, or a copy) for the next ``iter()``."""
         return self._epoch()
 
     def _epoch(self):
@@ -270,28 +272,28 @@ class Consumer:
         epoch = None
         while True:
             if self._peeked is not None:
-                raw, self._peeked = self._peeked, None
-                images, labels, ids, info = raw  # the peek's own copy stays the caller's
-                raw = (np.array(images), np.array(labels),
-                       None if ids is None else np.array(ids), info)
+                (raw, copied), self._peeked = self._peeked, None
+                if copied:
+                    images, labels, ids, info = raw  # the peek's own copy stays the caller's
+                    raw = (np.array(images), np.array(labels),
+                           None if ids is None else np.array(ids), info)
             elif self._ended:
                 return
             else:
-                raw = self._fetch(copy=first or self._copy)
+                copied = first or self._copy
+                raw = self._fetch(copy=copied)
                 if raw is None:
                     return
             if epoch is not None and raw[3].epoch != epoch:
-                images, labels, ids, info = raw  # the next epoch's first batch: keep a copy
-                self._peeked = (np.array(images), np.array(labels),
-                                None if ids is None else np.array(ids), info)
+                self._peeked = (raw, copied)  # the next epoch's first batch, for the next iter()
                 return
             epoch = raw[3].epoch
-            item, last = self._wrap(raw, private=first or self._copy)
+            item, last = self._wrap(raw, private=copied)
             try:
                 yield item
             except GeneratorExit:
                 if first:
-                    self._peeked = raw
+                    self._peeked = (raw, copied)
                 raise
             del item  # while the next batch is fetched only the caller's variables hold this one
             first = False
@@ -301,9 +303,9 @@ class Consumer:
     def batches(self):
         """Every remaining batch of every epoch, without epoch boundaries."""
         while True:
-            private = self._copy or self._peeked is not None
+            private = self._copy
             if self._peeked is not None:
-                raw, self._peeked = self._peeked, None
+                (raw, private), self._peeked = self._peeked, None
             else:
                 raw = self._fetch(copy=self._copy)
                 if raw is None:
