@@ -29,10 +29,19 @@ demo: deps
 	bash scripts/demo.sh $(BUILD)
 
 # The sanitizer runs follow the normal suite even when it failed; either failing fails `test`.
+# While the normal suite runs, both sanitizer trees are built in the background at the lowest
+# CPU priority (nice 19): they take only the CPU the tests leave idle (waiting on daemons,
+# heartbeats, mpirun), so the tests see no more load than a busy node gives them and the
+# builds cost little wall time. Their output goes to $(BUILD)/sanitizer-builds.log, printed
+# when a build fails.
 test: deps
 	@$(MAKE) --no-print-directory build
 	@status=0; \
+	( JOBS=$(SANITIZE_JOBS) nice -n 19 bash scripts/sanitize.sh thread $(BUILD_TSAN) --build-only && \
+	  JOBS=$(SANITIZE_JOBS) nice -n 19 bash scripts/sanitize.sh address $(BUILD_ASAN) --build-only \
+	) > $(BUILD)/sanitizer-builds.log 2>&1 & bg=$$!; \
 	bash scripts/test.sh $(BUILD) || status=1; \
+	if ! wait $$bg; then cat $(BUILD)/sanitizer-builds.log; status=1; fi; \
 	$(MAKE) --no-print-directory sanitize || status=1; \
 	exit $$status
 
@@ -57,7 +66,7 @@ bench: deps
 # at SOAK_FIRST; a failure prints the seed and the command that replays it.
 SOAK_SEEDS ?= 1000
 SOAK_FIRST ?= 1
-SOAK_PRODUCERS ?= leader service external
+SOAK_PRODUCERS ?= leader service external multinode
 soak: deps
 	@$(MAKE) --no-print-directory configure
 	cmake --build $(BUILD) -j $(JOBS) --target protocol_random

@@ -138,9 +138,10 @@ std::vector<std::vector<uint8_t>> ImageSet(const Args& a) {
 class Config {
  public:
   Config(std::string name, int threads, int size, bool dct,
-         std::shared_ptr<data::DatasetReader> reader, int batch)
+         std::shared_ptr<data::DatasetReader> reader, int batch, const char* verify = "sample")
       : name_(std::move(name)), reader_(std::move(reader)), batch_(batch) {
     Options o;
+    o.verify = verify;
     o.threads = threads;
     o.image_size = size;
     o.crop = "random";
@@ -272,12 +273,14 @@ int Main(int argc, char** argv) {
   const int T = a.threads > 0 ? a.threads : pipeline::AvailableCores();
   const std::vector<std::vector<uint8_t>> set = ImageSet(a);
   auto reader = testing::MemoryReader::Encoded(set, "decode_set");
+  reader->StoreChecksums();  // as converted files have them: verify=sample (default) checks
   std::vector<Config> configs;
   configs.emplace_back("rrc224 dct 1 thread", 1, 224, true, reader, a.batch);
   configs.emplace_back(fmt::format("rrc224 dct {} threads", T), T, 224, true, reader, a.batch);
   configs.emplace_back("rrc112 dct 1 thread", 1, 112, true, reader, a.batch);
   configs.emplace_back("rrc224 naive 1 thread", 1, 224, false, reader, a.batch);
   configs.emplace_back("rrc112 naive 1 thread", 1, 112, false, reader, a.batch);
+  configs.emplace_back("rrc224 dct 1 thread verify=off", 1, 224, true, reader, a.batch, "off");
   std::vector<DecodeOnly> decode_only;
   for (int num : {8, 4, 1}) decode_only.emplace_back(num, &set);
   for (auto& c : configs) c.Epoch(0);  // warm-up: caches, allocations, page faults
@@ -302,6 +305,8 @@ int Main(int argc, char** argv) {
               Summarize(Ratios(r1, d.rates(), 1)), d.scale_num() == 1 ? "entropy floor" : "");
   table.Add("naive half_res_cost_ratio", Summarize(Ratios(configs[3].rates(), configs[4].rates(), 1)), "");
   table.Add("dct speedup at 224 (rate/naive rate)", Summarize(Ratios(r1, configs[3].rates(), 1)), "x");
+  table.Add("verify cost (rate verify=off / rate verify=sample)",
+            Summarize(Ratios(configs[5].rates(), r1, 1)), "target <= 1.02");
   table.Add("dct speedup at 112 (rate/naive rate)", Summarize(Ratios(r112, configs[4].rates(), 1)), "x");
   for (const auto& c : configs)
     table.Add(c.name() + " decode share", Stats{c.DecodeShare(), c.DecodeShare(), c.DecodeShare()}, "of worker time");
@@ -320,6 +325,7 @@ int Main(int argc, char** argv) {
   json.Add("half_res_cost_ratio", rate_1 / rate_112);
   json.Add("naive_rate_1", Summarize(configs[3].rates()).median);
   json.Add("rate_112_1", rate_112);
+  json.Add("verify_cost_ratio", Summarize(Ratios(configs[5].rates(), r1, 1)).median);
   // Lower bound of half_res_cost_ratio for any DCT-scaled decode of these baseline JPEGs.
   json.Add("entropy_floor_ratio", rate_1 / Summarize(decode_only[2].rates()).median);
   json.Print();

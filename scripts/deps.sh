@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git gfortran
   openmpi-bin libopenmpi-dev libucx-dev libpmix-dev
   libhdf5-dev hdf5-tools
   libturbojpeg0-dev libjpeg-turbo-progs libspng-dev zlib1g-dev libxxhash-dev
@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libdlpack-dev pybind11-dev python3-dev python3-numpy python3-h5py python3-pytest
   python3-matplotlib python3-mpi4py python3-pil
+  python3-venv python3-pip python3-setuptools python3-wheel python3-build
   libtorch-dev python3-torch
   dataset-fashion-mnist python3-skimage
   iproute2 procps util-linux

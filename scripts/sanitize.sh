@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds the tests of the `unit` and `service` ctest labels with a sanitizer and runs them.
-# Usage: scripts/sanitize.sh thread|address BUILD_DIR [ctest args...]
+# Usage: scripts/sanitize.sh thread|address BUILD_DIR [--build-only] [ctest args...]
 #   thread   ThreadSanitizer             (-DBATCHCAST_SANITIZE=thread)
 #   address  AddressSanitizer + UBSan     (-DBATCHCAST_SANITIZE=address,undefined), leaks on
 # Only the test binaries of those labels are built (the CMake target tests_unit_service; no
 # LibTorch, CUDA, Python or benchmarks).
+# --build-only: configure and build, run nothing (`make test` builds both sanitizer trees at
+# the lowest priority while the normal suite runs, then runs them; docs/testing.md).
+# The tests run CTEST_JOBS (default 2) at a time, as in the normal suite.
 # Suppressions (tests/sanitizers/*.supp) cover third-party libraries only; a finding in
 # Batchcast code fails its test. JOBS (default 2) sets the build parallelism; extra CMake
 # flags come from SANITIZE_CMAKE_FLAGS (e.g. -DCMAKE_CXX_COMPILER_LAUNCHER=ccache to iterate).
@@ -13,6 +16,8 @@ set -euo pipefail
 kind=${1:?usage: scripts/sanitize.sh thread|address BUILD_DIR [ctest args...]}
 build=${2:?usage: scripts/sanitize.sh thread|address BUILD_DIR [ctest args...]}
 shift 2
+build_only=0
+if [ "${1:-}" = "--build-only" ]; then build_only=1; shift; fi
 src=$(cd "$(dirname "$0")/.." && pwd)
 supp=$src/tests/sanitizers
 # Optimisation: TSan at -O1 (as fast to compile as a plain -O1 build, and -O0 runs slower).
@@ -32,6 +37,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     -DBATCHCAST_PYTHON=OFF -DBATCHCAST_BUILD_BENCHMARKS=OFF ${SANITIZE_CMAKE_FLAGS:-}
 fi
 cmake --build "$build" -j "${JOBS:-2}" --target tests_unit_service
+if [ "$build_only" = 1 ]; then exit 0; fi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -50,7 +56,8 @@ export ASAN_OPTIONS="$common detect_leaks=1 detect_stack_use_after_return=1 chec
 export LSAN_OPTIONS="suppressions=$supp/lsan.supp print_suppressions=0"
 export UBSAN_OPTIONS="$common suppressions=$supp/ubsan.supp print_stacktrace=1"
 status=0
-(cd "$build" && ctest -L '^(unit|service)$' --output-on-failure --timeout 600 "$@") || status=$?
+(cd "$build" && ctest -L '^(unit|service)$' --output-on-failure --timeout 600 \
+   -j "${CTEST_JOBS:-2}" "$@") || status=$?
 reports=$(find "$logs" -type f | sort)
 if [ -n "$reports" ]; then
   for f in $reports; do

@@ -39,6 +39,7 @@
 #include <fmt/format.h>
 
 #include "batchcast/batchcast.h"
+#include "batchcast/runtime.h"
 #include "batchcast/torch.h"
 #include "data/dataset_reader.h"
 #include "producer/batch_source.h"

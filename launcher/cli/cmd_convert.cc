@@ -137,17 +137,44 @@ void AddBucketOptions(CLI::App* cmd, data::OfflineBuckets* b) {
   });
 }
 
+// Every file the conversion did not store, each once: bad ones (`bad` names them "skipped"
+// or "bad"), ignored ones with the reason, and empty classes.
+void PrintListed(const data::ConvertReport& r, const char* bad) {
+  for (const auto& s : r.skipped) std::fprintf(stderr, "%s: %s\n", bad, s.c_str());
+  for (const auto& s : r.ignored) std::fprintf(stderr, "ignored: %s\n", s.c_str());
+  for (const auto& c : r.empty_classes) std::fprintf(stderr, "empty class: %s\n", c.c_str());
+}
+
+// --check: lists everything, writes nothing; exit status 1 when a conversion with the same
+// flags would fail.
+void ReportCheck(const Result<data::ConvertReport>& r, const data::ImageFolderConvertOptions& o,
+                 int* exit_code) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "batchcast convert: %s\n", r.status().message().c_str());
+    *exit_code = 1;
+    return;
+  }
+  PrintListed(r.value(), "bad");
+  std::printf("checked %s: %zu bad images, %zu ignored files, %zu empty classes, %.2f s\n",
+              o.root.c_str(), r->skipped.size(), r->ignored.size(), r->empty_classes.size(),
+              r->seconds);
+  if (std::string problems = data::ImageFolderProblems(o, r.value()); !problems.empty()) {
+    std::fprintf(stderr, "batchcast convert: %s\n", problems.substr(0, problems.find('\n')).c_str());
+    *exit_code = 1;
+  }
+}
+
 void Report(const Result<data::ConvertReport>& r, const std::string& out, int* exit_code) {
   if (!r.ok()) {
     std::fprintf(stderr, "batchcast convert: %s\n", r.status().message().c_str());
     *exit_code = 1;
     return;
   }
-  for (const auto& s : r->skipped) std::fprintf(stderr, "skipped: %s\n", s.c_str());
-  std::printf("wrote %s: %lld samples, %lld stored bytes, %zu skipped, %lld ignored files, "
+  PrintListed(r.value(), "skipped");
+  std::printf("wrote %s: %lld samples, %lld stored bytes, %zu skipped, %zu ignored files, "
               "%.2f s\n", out.c_str(), static_cast<long long>(r->samples),
-              static_cast<long long>(r->stored_bytes), r->skipped.size(),
-              static_cast<long long>(r->ignored_files), r->seconds);
+              static_cast<long long>(r->stored_bytes), r->skipped.size(), r->ignored.size(),
+              r->seconds);
   if (r->bucket_sizes.empty()) return;
   int64_t total = 0;
   std::string per;
@@ -214,14 +241,31 @@ void RegisterImageFolder(CLI::App* convert, int* exit_code) {
                      "original file bytes are stored");
   auto o = std::make_shared<data::ImageFolderConvertOptions>();
   cmd->add_option("root", o->root, "the ImageFolder root directory")->required();
-  cmd->add_option("--out", o->out_path, "output HDF5 file")->required();
+  cmd->add_option("--out", o->out_path, "output HDF5 file (required unless --check)");
   cmd->add_option("--threads", o->threads, "reading/probing threads (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--skip-bad", o->skip_bad,
-                "skip unreadable or corrupt images (each is reported) instead of failing");
+                "skip unreadable or corrupt images (each is reported) instead of failing; "
+                "without it, every bad image is listed and nothing is written");
+  cmd->add_flag("--allow-empty-classes", o->allow_empty_classes,
+                "keep class directories that hold no image (refused by default, as torchvision "
+                "does)");
+  cmd->add_flag("--check", o->check_only,
+                "read and check every file, list every bad or ignored file and empty class with "
+                "its cause, write nothing (--out is not needed)");
   cmd->add_flag("--force", o->overwrite, "replace OUT if it exists");
   AddBucketOptions(cmd, &o->buckets);
   cmd->callback([=] {
+    if (o->check_only) {
+      ReportCheck(data::ConvertImageFolder(*o, MakeProgress("check")), *o, exit_code);
+      return;
+    }
+    if (o->out_path.empty()) {
+      std::fprintf(stderr, "batchcast convert: imagefolder needs --out FILE.h5 (or --check to "
+                   "only check the files)\n");
+      *exit_code = 1;
+      return;
+    }
     ArmCleanup(o->out_path);
     Report(data::ConvertImageFolder(*o, MakeProgress("convert")), o->out_path, exit_code);
   });

@@ -31,10 +31,33 @@ void PrintText(const data::DatasetSummary& s) {
               ratio);
   std::printf("checksum:        %s (xxh3-64 of label, length, bytes per sample)\n",
               data::FormatChecksum(s.checksum).c_str());
+  std::printf("sample checksums: %s\n",
+              i.has_checksums ? "stored (xxh3-64 of each sample's bytes, seeded with its label)"
+                              : "none (written before Batchcast stored them; re-create the file "
+                                "with `batchcast convert` to have them)");
   std::printf("classes:         %zu\n", i.class_names.size());
   for (size_t c = 0; c < s.class_counts.size(); ++c)
     std::printf("  %4zu  %-24s %lld\n", c, i.class_names[c].c_str(),
                 static_cast<long long>(s.class_counts[c]));
+}
+
+// The result of --verify: every bad sample on stderr, then one line; exit status 1 if any.
+void PrintVerify(const data::DatasetSummary& s, bool json, int* exit_code) {
+  for (const auto& b : s.bad_samples)
+    std::fprintf(stderr, "batchcast inspect: sample %lld: %s\n", static_cast<long long>(b.index),
+                 b.cause.c_str());
+  const auto n = static_cast<long long>(s.info.num_samples);
+  FILE* out = json ? stderr : stdout;
+  if (!s.bad_samples.empty()) {
+    std::fprintf(out, "verify:          %zu of %lld samples are bad (listed above)\n",
+                 s.bad_samples.size(), n);
+    *exit_code = 1;
+  } else if (s.info.has_checksums) {
+    std::fprintf(out, "verify:          all %lld samples match their checksums\n", n);
+  } else {
+    std::fprintf(out, "verify:          all %lld samples read; the file has no sample "
+                 "checksums, so changed bytes cannot be found\n", n);
+  }
 }
 
 }  // namespace
@@ -45,9 +68,13 @@ void RegisterInspect(CLI::App& app, int* exit_code) {
   auto path = std::make_shared<std::string>();  // owned by the callbacks that capture it
   auto json = std::make_shared<bool>(false);
   cmd->add_option("file", *path, "dataset file in the Batchcast HDF5 layout")->required();
+  auto verify = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "print one JSON object instead of text");
+  cmd->add_flag("--verify", *verify,
+                "check every sample against its stored checksum and list each that fails or "
+                "cannot be read (exit status 1 when any does)");
   cmd->callback([=] {
-    auto s = data::InspectDataset(*path);
+    auto s = data::InspectDataset(*path, *verify);
     if (!s.ok()) {
       std::fprintf(stderr, "batchcast inspect: %s\n", s.status().message().c_str());
       *exit_code = 1;
@@ -55,6 +82,7 @@ void RegisterInspect(CLI::App& app, int* exit_code) {
     }
     if (*json) std::printf("%s\n", data::SummaryToJson(*s).c_str());
     else PrintText(*s);
+    if (*verify) PrintVerify(*s, *json, exit_code);
   });
 }
 

@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "batchcast/options.h"
+#include "batchcast/version.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/suggest.h"
 #include "run/gpu.h"
 #include "run/launch_env.h"
 #include "run/leader_task.h"
@@ -46,7 +48,10 @@ Run options:
   --nvidia-smi PATH        nvidia-smi to list GPUs with (default: from PATH)
   --mps-control PATH       nvidia-cuda-mps-control to use (default: from PATH)
   --dry-run                print this task's placement and exit without starting anything
+  --version                print batchcast-run's version
   -h, --help               this text
+Exit codes: 0 ok, 1 runtime error, 2 usage error; a trainer task exits with its trainer's
+status (docs/troubleshooting.md).
 Batchcast options (--dataset, --batch-size, --epochs, --job-id, ...): `batchcast info -c`.
 )";
 
@@ -93,6 +98,9 @@ Result<Args> ParseArgs(int argc, char** argv) {
     }
     if (flag == "-h" || flag == "--help") {
       std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (flag == "--version") {
+      std::printf("batchcast-run %s\n", Version());
       std::exit(0);
     } else if (flag == "--trainers-per-gpu") {
       BC_ASSIGN_OR_RETURN(std::string v, value(flag, &inline_value));
@@ -150,9 +158,15 @@ Result<TaskContext> Prepare(int argc, char** argv, bool* dry_run) {
   *dry_run = a.dry_run;
   std::vector<std::string> rest;
   BC_ASSIGN_OR_RETURN(Options options, ResolveOptions(a.batchcast_flags, &rest));
-  if (!rest.empty())
-    return InvalidArgumentError("batchcast-run: unexpected word '{}' before '--' (see --help)",
-                                rest[0]);
+  if (!rest.empty()) {
+    static const std::vector<std::string> kRunFlags = {
+        "--trainers-per-gpu", "--gpus", "--mps", "--master-addr",
+        "--master-port", "--join-timeout", "--max-batch-size", "--nvidia-smi", "--mps-control",
+        "--dry-run", "--help", "--version"};
+    std::string best = ClosestMatch(rest[0].substr(0, rest[0].find('=')), kRunFlags);
+    return InvalidArgumentError("batchcast-run: unexpected word '{}' before '--'{} (see --help)",
+                                rest[0], best.empty() ? "" : " (did you mean '" + best + "'?)");
+  }
   BC_RETURN_IF_ERROR(ValidateOptions(options));
   if (options.rank >= 0 || options.world_size > 0)
     return InvalidArgumentError(

@@ -1,5 +1,6 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "core/log.h"
+#include "core/path_pattern.h"
 
 #include <unistd.h>
 
@@ -77,23 +78,6 @@ uint32_t ParseSubsys(const char* text) {
   return exclude ? ~mask : mask;
 }
 
-// Expands %h, %p and %r in a BATCHCAST_DEBUG_FILE pattern.
-std::string ExpandPattern(const std::string& pattern) {
-  std::string out;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '%' && i + 1 < pattern.size()) {
-      char c = pattern[++i];
-      if (c == 'h') out += HostName();
-      else if (c == 'p') out += std::to_string(getpid());
-      else if (c == 'r') out += std::to_string(g_rank);
-      else out += c;
-    } else {
-      out += pattern[i];
-    }
-  }
-  return out;
-}
-
 void InitOnce() {
   const char* lvl = std::getenv("BATCHCAST_DEBUG");
   Level level = lvl ? ParseLevel(lvl, Level::kWarn) : Level::kWarn;
@@ -126,10 +110,31 @@ void SetLevel(Level level) {
   internal::g_level.store(static_cast<int>(level));
 }
 
+std::string ExpandPathPattern(std::string_view pattern, int rank) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      char c = pattern[++i];
+      if (c == 'h') out += HostName();
+      else if (c == 'p') out += std::to_string(getpid());
+      else if (c == 'r') out += std::to_string(rank);
+      else out += c;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
 void SetRank(int rank, int local_rank) {
   std::lock_guard<std::mutex> lock(g_mu);
   g_rank = rank;
   g_local_rank = local_rank;
+}
+
+int Rank() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_rank;
 }
 
 void Write(Level level, Subsys subsys, std::string_view message) {
@@ -138,7 +143,7 @@ void Write(Level level, Subsys subsys, std::string_view message) {
   if (g_out == nullptr) {
     g_out = stderr;
     if (!g_file_pattern.empty()) {
-      std::string path = ExpandPattern(g_file_pattern);
+      std::string path = ExpandPathPattern(g_file_pattern, g_rank);
       FILE* f = std::fopen(path.c_str(), "a");
       if (f != nullptr) g_out = f;
     }

@@ -54,6 +54,8 @@ void Write(Level level, Subsys subsys, std::string_view message);
 
 // Identity shown in every line; set by the runtime once ranks are known.
 void SetRank(int rank, int local_rank);
+// The rank set by SetRank(), or -1.
+int Rank();
 // Overrides the environment (tests, CLI --verbose).
 void SetLevel(Level level);
 Level ParseLevel(std::string_view text, Level fallback);

@@ -15,6 +15,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/suggest.h"
 
 extern char** environ;
 
@@ -61,6 +62,7 @@ const std::vector<Entry>& Registry() {
       BC_OPT(max_pixels, kSize, "refuse images with more pixels than this (decompression bombs); accepts k/m/g suffixes"),
       BC_OPT(dct_scaling, kBool, "decode JPEGs at 1/2, 1/4 or 1/8 size (DCT-domain scaling) when the output needs no more pixels"),
       BC_ENUM(on_bad_sample, "error|skip", "what a corrupt or oversized sample does: stop with an error, or skip it (counted and reported)"),
+      BC_ENUM(verify, "off|sample|full", "per-sample checksums of the dataset file: off; sample = check each sample when it is read (xxh3, under 1% of decode time); full = also read and check every sample once when the leader starts. A sample that fails is a bad sample (on_bad_sample); files without checksums are read unchecked, which the leader logs once"),
       BC_OPT(batch_size, kInt, "samples per batch for this consumer"),
       BC_OPT(buffer_depth, kInt, "batches a consumer may hold unreleased"),
       BC_OPT(producer_batch, kInt, "samples per producer batch (0 = 2 x the largest consumer batch)"),
@@ -105,32 +107,33 @@ const Entry* Find(const std::string& key) {
   return nullptr;
 }
 
-// Levenshtein distance, for "did you mean" hints.
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
+std::vector<std::string> RegistryKeys() {
+  std::vector<std::string> keys;
+  for (const auto& e : Registry()) keys.push_back(e.key);
+  return keys;
 }
 
 Status UnknownKey(const std::string& key, const std::string& where) {
-  std::string best;
-  size_t best_d = 4;
-  for (const auto& e : Registry()) {
-    size_t d = EditDistance(key, e.key);
-    if (d < best_d) {
-      best_d = d;
-      best = e.key;
-    }
-  }
+  std::string best = ClosestMatch(key, RegistryKeys());
   std::string hint = best.empty() ? " (batchcast info --config lists every option)"
                                   : fmt::format(" (did you mean '{}'?)", best);
   return InvalidArgumentError("unknown option '{}' in {}{}", key, where, hint);
+}
+
+// A word left for the caller (`rest`) that is probably a mistyped Batchcast option: the
+// error names the option it looks like; the caller's own flags go after "--".
+Status CheckLeftoverFlag(const std::string& word, const std::string& key) {
+  for (const auto& e : Registry()) {
+    if (LooksLikeTypo(key, e.key)) {
+      std::string flag = e.key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      return InvalidArgumentError(
+          "unknown option '{}' on the command line (did you mean '--{}'?); a flag of your own "
+          "program that looks like a Batchcast option goes after '--'",
+          word, flag);
+    }
+  }
+  return Status::Ok();
 }
 
 template <typename T>
@@ -362,6 +365,10 @@ Result<Options> ResolveOptions(const std::vector<std::string>& flags,
   if (const char* c = std::getenv("BATCHCAST_CONFIG"); c != nullptr && *c != '\0') config_path = c;
   for (size_t i = 0; i < flags.size(); ++i) {
     const std::string& w = flags[i];
+    if (w == "--" && rest != nullptr) {  // the caller's own words, not looked at
+      rest->insert(rest->end(), flags.begin() + static_cast<std::ptrdiff_t>(i), flags.end());
+      break;
+    }
     if (w.rfind("--", 0) != 0 || w.size() == 2) {
       if (rest == nullptr) return InvalidArgumentError("unexpected argument '{}'", w);
       rest->push_back(w);
@@ -375,6 +382,7 @@ Result<Options> ResolveOptions(const std::vector<std::string>& flags,
     const Entry* e = Find(key);
     if (key != "config" && e == nullptr) {
       if (rest != nullptr) {
+        BC_RETURN_IF_ERROR(CheckLeftoverFlag(w, key));
         rest->push_back(w);
         continue;
       }

@@ -1,6 +1,11 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "batchcast/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/log.h"
+
 namespace batchcast {
 
 const char* StatusCodeName(StatusCode code) {
@@ -44,5 +49,33 @@ Status Status::WithContext(std::string_view context) const {
   msg += rep_->message;
   return Status(rep_->code, std::move(msg));
 }
+
+namespace internal {
+
+namespace {
+// The rank Runtime::Create set, else the launcher's (batchcast-run, mpirun, srun), else -1.
+int KnownRank() {
+  int rank = log::Rank();
+  if (rank >= 0) return rank;
+  for (const char* var : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && *v != '\0') return std::atoi(v);
+  }
+  return -1;
+}
+}  // namespace
+
+void DieOnErrorValue(const Status& status) {
+  int rank = KnownRank();
+  std::string where = rank >= 0 ? " (rank " + std::to_string(rank) + ")" : "";
+  std::fprintf(stderr,
+               "batchcast: fatal%s: Result::value() on an error: %s\n"
+               "batchcast: check ok() (or use BC_ASSIGN_OR_RETURN) where this error can happen\n",
+               where.c_str(), status.ToString().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace internal
 
 }  // namespace batchcast

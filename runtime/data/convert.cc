@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -214,10 +215,32 @@ Result<ConvertReport> ConvertIdx(const IdxConvertOptions& o, const ProgressFn& p
   return report;
 }
 
+std::string ImageFolderProblems(const ImageFolderConvertOptions& o, const ConvertReport& r) {
+  std::string out;
+  if (!o.skip_bad)
+    for (const auto& s : r.skipped) out += fmt::format("\n  bad image: {}", s);
+  if (!o.allow_empty_classes)
+    for (const auto& c : r.empty_classes)
+      out += fmt::format("\n  empty class: {}/{} has no .jpg, .jpeg or .png file", o.root, c);
+  if (out.empty()) return out;
+  std::string fix;
+  if (!o.skip_bad && !r.skipped.empty()) fix += " pass --skip-bad to convert without the bad images;";
+  if (!o.allow_empty_classes && !r.empty_classes.empty())
+    fix += " remove the empty class directories, or pass --allow-empty-classes to keep their "
+           "labels (torchvision's ImageFolder refuses them);";
+  fix.pop_back();
+  return fmt::format("convert: {} has {} bad images and {} empty classes, so nothing was "
+                     "written ({}):{}", o.root, o.skip_bad ? 0 : r.skipped.size(),
+                     o.allow_empty_classes ? 0 : r.empty_classes.size(), fix.substr(1), out);
+}
+
 Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
                                          const ProgressFn& progress) {
   auto t0 = std::chrono::steady_clock::now();
   BC_ASSIGN_OR_RETURN(ImageFolderListing listing, ListImageFolder(o.root));
+  ConvertReport report;
+  for (const auto& f : listing.ignored) report.ignored.push_back(f.path + ": " + f.reason);
+  report.empty_classes = listing.empty_classes;
   DatasetSpec spec;
   spec.kind = SampleKind::kEncoded;
   spec.class_names = listing.class_names;
@@ -225,25 +248,28 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
   spec.created_by = fmt::format("batchcast convert imagefolder {}", o.root);
   BC_RETURN_IF_ERROR(CheckBuckets(o.buckets));
   ApplyBuckets(o.buckets, &spec);
-  BC_ASSIGN_OR_RETURN(auto writer, DatasetWriter::Create(o.out_path, spec));
-  ConvertReport report;
-  report.ignored_files = listing.ignored_files;
+  std::unique_ptr<DatasetWriter> writer;
+  if (!o.check_only) {
+    BC_ASSIGN_OR_RETURN(writer, DatasetWriter::Create(o.out_path, spec));
+  }
+  // Writing stops at the first problem that will fail the conversion; reading and checking
+  // go on to the end, so that the error lists every problem at once.
+  // (Read by the producing threads, written by this one.)
+  std::atomic<bool> writing =
+      writer != nullptr && (o.allow_empty_classes || listing.empty_classes.empty());
   const int64_t n = int64_t(listing.files.size());
   const int threads = ResolveThreads(o.threads);
   auto produce = [&](int64_t i) {
     Encoded e = LoadImageFile(listing.files[size_t(i)].path);
-    EncodeBuckets(o.buckets, e.header.width, e.header.height, 0, &e);
+    if (writing) EncodeBuckets(o.buckets, e.header.width, e.header.height, 0, &e);
     return e;
   };
   auto consume = [&](int64_t i, Encoded&& e) -> Status {
     const auto& f = listing.files[size_t(i)];
     if (!e.status.ok()) {
-      std::string why = fmt::format("{}: {}", f.path, e.status.message());
-      if (!o.skip_bad)
-        return MakeError(e.status.code(), "convert: {} (pass --skip-bad to skip bad images)", why);
-      BC_LOG(Warn, Data, "convert: skipping {}", why);
-      report.skipped.push_back(std::move(why));
-    } else {
+      report.skipped.push_back(fmt::format("{}: {}", f.path, e.status.message()));
+      if (!o.skip_bad) writing = false;
+    } else if (writing) {
       report.stored_bytes += int64_t(e.bytes.size());
       BC_RETURN_IF_ERROR(writer->Append(e.bytes, f.label, e.header.width, e.header.height,
                                         e.header.encoding, e.buckets));
@@ -253,6 +279,10 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
   };
   BC_RETURN_IF_ERROR(OrderedParallelMap<Encoded>(n, threads, kWindowPerThread * threads, produce,
                                                  consume));
+  report.seconds = SecondsSince(t0);
+  if (o.check_only) return report;
+  if (std::string problems = ImageFolderProblems(o, report); !problems.empty())
+    return InvalidArgumentError("{}", problems);
   if (writer->num_samples() == 0)
     return InvalidArgumentError("convert: every image under {} was bad; nothing to write", o.root);
   BC_RETURN_IF_ERROR(writer->Finish());

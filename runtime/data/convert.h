@@ -20,9 +20,10 @@ namespace batchcast::data {
 using ProgressFn = std::function<void(int64_t done, int64_t total)>;
 
 struct ConvertReport {
-  int64_t samples = 0;                // written
-  std::vector<std::string> skipped;   // "path: cause", one per skipped file (--skip-bad)
-  int64_t ignored_files = 0;          // ImageFolder files without an image extension
+  int64_t samples = 0;                // written (0 for a check)
+  std::vector<std::string> skipped;   // "path: cause", one per bad file (skipped, or found by a check)
+  std::vector<std::string> ignored;   // "path: reason", ImageFolder files that are not images
+  std::vector<std::string> empty_classes;  // ImageFolder class directories without an image
   int64_t stored_bytes = 0;           // sum of stored sample bytes
   std::vector<int> bucket_sizes;      // offline buckets written (empty: none)
   std::vector<int64_t> bucket_bytes;  // stored bytes per bucket (bucket_sizes order)
@@ -48,10 +49,16 @@ struct IdxConvertOptions {
   OfflineBuckets buckets;
 };
 
+// Every file is read and its header checked before anything is decided, so that one run
+// lists every bad file, ignored file and empty class at once. Bad files fail the conversion
+// (nothing is written; the error lists them all) unless skip_bad; empty class directories
+// fail it unless allow_empty_classes; ignored files are reported.
 struct ImageFolderConvertOptions {
   std::string root, out_path;
   int threads = 0;
   bool skip_bad = false;  // skip (and report) unreadable or corrupt images instead of failing
+  bool allow_empty_classes = false;  // keep class directories without images (labels unused)
+  bool check_only = false;  // read and check every file, write nothing (out_path unused)
   bool overwrite = false;
   OfflineBuckets buckets;
 };
@@ -62,5 +69,10 @@ std::vector<std::string> FashionMnistClassNames();
 Result<ConvertReport> ConvertIdx(const IdxConvertOptions& options, const ProgressFn& progress);
 Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& options,
                                          const ProgressFn& progress);
+
+// What in `report` (of a conversion or a check) stops a conversion with `options`: a
+// message listing every bad image and empty class, one per line, with the fix; "" if none.
+std::string ImageFolderProblems(const ImageFolderConvertOptions& options,
+                                const ConvertReport& report);
 
 }  // namespace batchcast::data

@@ -31,7 +31,30 @@ SizeStats Stats(std::vector<int> v) {
 
 }  // namespace
 
-Result<uint64_t> DatasetChecksum(const DatasetReader& reader, int64_t* stored_bytes) {
+namespace {
+
+// Reads samples [first, first + count) into *block. Verifying, a block that cannot be read
+// as a whole is read sample by sample, and each sample that cannot be read is listed in
+// *bad (its bytes left empty), so one bad sample does not hide the others.
+Status ReadBlock(const DatasetReader& reader, int64_t first, int64_t count,
+                 std::vector<std::vector<uint8_t>>* block, std::vector<BadSample>* bad) {
+  Status st = reader.ReadSamples(first, count, block);
+  if (st.ok() || bad == nullptr) return st;
+  block->assign(size_t(count), {});
+  for (int64_t i = 0; i < count; ++i) {
+    Status one = reader.ReadSample(first + i, &(*block)[size_t(i)]);
+    if (!one.ok()) {
+      bad->push_back({first + i, one.message()});
+      (*block)[size_t(i)].clear();
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<uint64_t> DatasetChecksum(const DatasetReader& reader, int64_t* stored_bytes,
+                                 std::vector<BadSample>* bad) {
   std::unique_ptr<XXH3_state_t, XxhDeleter> state(XXH3_createState());
   if (!state || XXH3_64bits_reset(state.get()) == XXH_ERROR)
     return InternalError("checksum: cannot create an xxh3 state");
@@ -40,9 +63,16 @@ Result<uint64_t> DatasetChecksum(const DatasetReader& reader, int64_t* stored_by
   std::vector<std::vector<uint8_t>> block;
   for (int64_t first = 0; first < n; first += kScanBlock) {
     const int64_t count = std::min(kScanBlock, n - first);
-    BC_RETURN_IF_ERROR(reader.ReadSamples(first, count, &block));
+    const size_t unreadable = bad ? bad->size() : 0;
+    BC_RETURN_IF_ERROR(ReadBlock(reader, first, count, &block, bad));
     for (int64_t i = 0; i < count; ++i) {
       const auto& bytes = block[size_t(i)];
+      if (bad != nullptr) {
+        const bool read = std::none_of(bad->begin() + long(unreadable), bad->end(),
+                                       [&](const BadSample& b) { return b.index == first + i; });
+        Status v = read ? reader.VerifySample(first + i, bytes) : Status::Ok();
+        if (!v.ok()) bad->push_back({first + i, v.message()});
+      }
       uint8_t head[16];
       PutLe64(uint64_t(reader.Label(first + i)), head);
       PutLe64(uint64_t(bytes.size()), head + 8);
@@ -57,7 +87,7 @@ Result<uint64_t> DatasetChecksum(const DatasetReader& reader, int64_t* stored_by
 
 std::string FormatChecksum(uint64_t checksum) { return fmt::format("{:016x}", checksum); }
 
-Result<DatasetSummary> InspectDataset(const std::string& path) {
+Result<DatasetSummary> InspectDataset(const std::string& path, bool verify) {
   BC_ASSIGN_OR_RETURN(auto reader, DatasetReader::Open(path));
   DatasetSummary s;
   s.info = reader->info();
@@ -73,7 +103,11 @@ Result<DatasetSummary> InspectDataset(const std::string& path) {
   s.height = Stats(std::move(heights));
   struct stat st {};
   if (stat(path.c_str(), &st) == 0) s.file_bytes = int64_t(st.st_size);
-  BC_ASSIGN_OR_RETURN(s.checksum, DatasetChecksum(*reader, &s.stored_bytes));
+  BC_ASSIGN_OR_RETURN(s.checksum, DatasetChecksum(*reader, &s.stored_bytes,
+                                                  verify ? &s.bad_samples : nullptr));
+  s.verified = verify;
+  std::sort(s.bad_samples.begin(), s.bad_samples.end(),
+            [](const BadSample& a, const BadSample& b) { return a.index < b.index; });
   return s;
 }
 
@@ -99,6 +133,13 @@ std::string SummaryToJson(const DatasetSummary& s) {
       {"checksum", FormatChecksum(s.checksum)},
       {"checksum_algorithm", "xxh3-64 over (label le64, length le64, bytes) per sample"},
   };
+  j["sample_checksums"] = s.info.has_checksums;
+  if (s.verified) {
+    nlohmann::ordered_json bad = nlohmann::ordered_json::array();
+    for (const BadSample& b : s.bad_samples) bad.push_back({{"index", b.index}, {"cause", b.cause}});
+    j["verified"] = true;
+    j["bad_samples"] = bad;
+  }
   if (s.info.kind == SampleKind::kRaw)
     j["raw_shape"] = {s.info.raw_height, s.info.raw_width, s.info.raw_channels};
   return j.dump(2);

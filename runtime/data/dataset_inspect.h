@@ -22,6 +22,12 @@ struct SizeStats {
   int min = 0, median = 0, max = 0;
 };
 
+// A sample that failed verification: its index and why (checksum mismatch, read error).
+struct BadSample {
+  int64_t index = 0;
+  std::string cause;
+};
+
 struct DatasetSummary {
   DatasetInfo info;
   std::vector<int64_t> class_counts;  // by label
@@ -29,15 +35,21 @@ struct DatasetSummary {
   int64_t file_bytes = 0;             // size of the file on disk
   int64_t stored_bytes = 0;           // sum of the stored sample bytes (uncompressed)
   uint64_t checksum = 0;
+  bool verified = false;              // every sample was checked (InspectDataset's verify)
+  std::vector<BadSample> bad_samples;  // what the check found, by index
 };
 
-// Streams every sample once (blocks of ReadSamples) to compute the checksum.
-Result<uint64_t> DatasetChecksum(const DatasetReader& reader, int64_t* stored_bytes = nullptr);
+// Streams every sample once (blocks of ReadSamples) to compute the checksum. With `bad`,
+// also checks every sample against its stored checksum (DatasetReader::VerifySample) and
+// lists those that fail, or cannot be read, instead of stopping at the first.
+Result<uint64_t> DatasetChecksum(const DatasetReader& reader, int64_t* stored_bytes = nullptr,
+                                 std::vector<BadSample>* bad = nullptr);
 
 // 16 lowercase hex digits.
 std::string FormatChecksum(uint64_t checksum);
 
-Result<DatasetSummary> InspectDataset(const std::string& path);
+// With `verify`, every sample is also checked (`batchcast inspect --verify`).
+Result<DatasetSummary> InspectDataset(const std::string& path, bool verify = false);
 
 // The summary as a JSON object (keys documented in docs/dataset-format.md).
 std::string SummaryToJson(const DatasetSummary& summary);

@@ -18,11 +18,19 @@ inline constexpr char kLabels[] = "labels";
 inline constexpr char kClassNames[] = "class_names";
 inline constexpr char kWidths[] = "widths";
 inline constexpr char kHeights[] = "heights";
+// Per-sample checksums (optional; files written before them have none): uint64, one per
+// sample, xxh3-64 of the sample's stored bytes with the sample's label as the seed
+// (data::SampleChecksum), so a changed byte or a changed label is found.
+inline constexpr char kChecksums[] = "checksums";
 // Offline progressive-resizing buckets (optional): buckets/<size>/images, vlen uint8, one
 // encoded image (JPEG or PNG) per sample, shorter side = <size> (never upscaled), same
 // sample order as `images`; `encoding` attribute as on `images`.
 inline constexpr char kBuckets[] = "buckets";
 inline constexpr int kMaxBuckets = 64;
+
+// Limits on what a file may declare, checked before any size is computed from it.
+inline constexpr int64_t kMaxSamples = int64_t(1) << 40;
+inline constexpr int64_t kMaxRawSide = 65535;  // raw height and width
 
 // Raw chunks hold about this many bytes (whole samples, at least one): small enough that a
 // random read decompresses little, large enough that the chunk index stays small.

@@ -34,7 +34,13 @@ struct DatasetInfo {
   std::string encoding;  // "raw", "jpeg", "png" or "mixed"
   // Offline progressive-resizing buckets stored in the file (ascending; empty: none).
   std::vector<int> bucket_sizes;
+  // The file stores per-sample checksums (dataset 'checksums'); older files do not.
+  bool has_checksums = false;
 };
+
+// The checksum of one sample as the layout stores it: xxh3-64 of its stored bytes (encoded
+// image, or raw H*W*C pixels) with its label as the seed.
+uint64_t SampleChecksum(std::span<const uint8_t> bytes, int64_t label);
 
 struct ReaderOptions {
   // Upper bound of the HDF5 chunk cache of this reader's `images` dataset. The cache is
@@ -66,6 +72,11 @@ class DatasetReader {
   // implementation calls ReadSample() for each (for test doubles).
   virtual Status ReadSamples(int64_t first, int64_t count,
                              std::vector<std::vector<uint8_t>>* out) const;
+
+  // Checks the stored bytes of sample `index` (as ReadSample gave them) and its label
+  // against the sample's stored checksum: kCorruptData naming the sample on a mismatch; Ok
+  // when they match or the file has no checksums (info().has_checksums).
+  virtual Status VerifySample(int64_t index, std::span<const uint8_t> bytes) const;
 
   // Copies the encoded pre-resized image of one sample at a stored bucket size (one of
   // info().bucket_sizes). The default (no buckets) returns kNotFound.

@@ -70,8 +70,14 @@ Result<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(const std::string& 
   w->partial_path_ = PartialPath(out_path);
   w->sample_bytes_ = int64_t(spec.raw_height) * spec.raw_width * spec.raw_channels;
   std::lock_guard lock(Hdf5Lock());
+  // The 1.8 file format and later: object headers, the superblock and the chunk index carry
+  // checksums, so corrupt metadata is an HDF5 error at read instead of garbage (h5py and
+  // HDF5 >= 1.8 read these files).
+  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0)
+    return Hdf5Error(StatusCode::kInternal, "cannot set the file format bounds");
   w->file_ = std::make_unique<H5Id>(
-      H5Fcreate(w->partial_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+      H5Fcreate(w->partial_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
   if (!w->file_->valid())
     return Hdf5Error(StatusCode::kIoError, fmt::format("cannot create {}", w->partial_path_));
   BC_RETURN_IF_ERROR(WriteIntAttribute(w->file_->get(), layout::kSchemaAttr,
@@ -200,6 +206,7 @@ Status DatasetWriter::Append(std::span<const uint8_t> bytes, int64_t label, int 
   pending_bytes_.insert(pending_bytes_.end(), bytes.begin(), bytes.end());
   pending_sizes_.push_back(bytes.size());
   labels_.push_back(label);
+  checksums_.push_back(SampleChecksum(bytes, label));
   widths_.push_back(width);
   heights_.push_back(height);
   ++num_samples_;
@@ -296,6 +303,8 @@ Status DatasetWriter::WriteSmallDatasets() {
                              n, partial_path_));
   BC_RETURN_IF_ERROR(Write1D(f, layout::kHeights, H5T_STD_I32LE, H5T_NATIVE_INT32,
                              heights_.data(), n, partial_path_));
+  BC_RETURN_IF_ERROR(Write1D(f, layout::kChecksums, H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                             checksums_.data(), n, partial_path_));
   H5Id str(H5Tcopy(H5T_C_S1));
   H5Tset_size(str.get(), H5T_VARIABLE);
   H5Tset_cset(str.get(), H5T_CSET_UTF8);

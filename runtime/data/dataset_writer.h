@@ -94,6 +94,7 @@ class DatasetWriter {
   std::vector<size_t> pending_sizes_;
   std::vector<int64_t> labels_;
   std::vector<int32_t> widths_, heights_;
+  std::vector<uint64_t> checksums_;  // SampleChecksum of every sample
   bool saw_jpeg_ = false, saw_png_ = false, finished_ = false;
 };
 

@@ -4,6 +4,7 @@
 // and sizes in memory, and reads one sample per call with a one-element hyperslab while
 // holding the process-wide HDF5 lock.
 #include <sys/stat.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -55,6 +56,7 @@ class Hdf5DatasetReader final : public DatasetReader {
   Status ReadSamples(int64_t first, int64_t count,
                      std::vector<std::vector<uint8_t>>* out) const override;
   Status ReadBucketSample(int size, int64_t index, std::vector<uint8_t>* out) const override;
+  Status VerifySample(int64_t index, std::span<const uint8_t> bytes) const override;
 
  private:
   Status OpenBuckets();
@@ -63,6 +65,8 @@ class Hdf5DatasetReader final : public DatasetReader {
   Status OpenImages(const ReaderOptions& options);
   void SizeChunkCache(hid_t dcpl, const ReaderOptions& options, hid_t dapl) const;
   Status CheckImagesType(hid_t type, hid_t space);
+  Status CheckDims(bool raw, const hsize_t dims[4]) const;
+  Status CheckStorage(hid_t ds, const char* name, int64_t elements, int64_t element_bytes) const;
   Status ReadEncoding();
   Result<H5Id> OpenVector(const char* name, H5T_class_t want, const char* want_name);
   Status LoadIntVector(const char* name, hid_t mem_type, void* dst);
@@ -77,6 +81,7 @@ class Hdf5DatasetReader final : public DatasetReader {
   H5Id file_, images_, file_space_, vlen_type_;
   std::vector<int64_t> labels_;
   std::vector<int32_t> widths_, heights_;
+  std::vector<uint64_t> checksums_;  // empty: the file has none
   std::vector<H5Id> bucket_images_;  // buckets/<info_.bucket_sizes[i]>/images
 };
 
@@ -217,6 +222,12 @@ Status Hdf5DatasetReader::OpenImages(const ReaderOptions& options) {
   if (!images_.valid())
     return Hdf5Error(StatusCode::kCorruptData, fmt::format("cannot open dataset 'images' in {}", path));
   file_space_ = H5Id(H5Dget_space(images_.get()));
+  const bool raw = info_.kind == SampleKind::kRaw;
+  BC_RETURN_IF_ERROR(CheckStorage(
+      images_.get(), layout::kImages,
+      raw ? info_.num_samples * info_.raw_height * info_.raw_width * info_.raw_channels
+          : info_.num_samples,
+      raw ? 1 : int64_t(sizeof(hvl_t))));
   vlen_type_ = H5Id(H5Tvlen_create(H5T_NATIVE_UINT8));
   return ReadEncoding();
 }
@@ -230,11 +241,18 @@ void Hdf5DatasetReader::SizeChunkCache(hid_t dcpl, const ReaderOptions& options,
   H5Pget_chunk(dcpl, 4, chunk);
   const bool raw = info_.kind == SampleKind::kRaw;
   const int64_t elem = raw ? 1 : int64_t(sizeof(hvl_t));
-  const int64_t chunk_bytes = int64_t(chunk[0] * chunk[1] * chunk[2] * chunk[3]) * elem;
+  uint64_t chunk_elems = 1;  // 64-bit, saturating: chunk dimensions come from the file
+  for (hsize_t c : chunk)
+    if (__builtin_mul_overflow(chunk_elems, uint64_t(c), &chunk_elems)) chunk_elems = 1ULL << 40;
+  const int64_t chunk_bytes =
+      int64_t(std::min<uint64_t>(chunk_elems, 1ULL << 40)) * elem;
   const int64_t row = raw ? int64_t(info_.raw_height) * info_.raw_width * info_.raw_channels
                           : int64_t(sizeof(hvl_t));
-  const int64_t want = std::max(
-      std::min(options.chunk_cache_bytes, row * info_.num_samples + chunk_bytes), chunk_bytes);
+  int64_t all = 0;
+  if (__builtin_mul_overflow(row, info_.num_samples, &all) ||
+      __builtin_add_overflow(all, chunk_bytes, &all))
+    all = options.chunk_cache_bytes;
+  const int64_t want = std::max(std::min(options.chunk_cache_bytes, all), chunk_bytes);
   const int64_t chunks = std::max<int64_t>(want / std::max<int64_t>(chunk_bytes, 1), 1);
   H5Pset_chunk_cache(dapl, NextPrime(uint64_t(chunks) * 10 + 1), size_t(want), 0.0);
 }
@@ -255,6 +273,7 @@ Status Hdf5DatasetReader::CheckImagesType(hid_t type, hid_t space) {
   int rank = H5Sget_simple_extent_ndims(space);
   hsize_t dims[4] = {0, 0, 0, 0};
   if (rank >= 1 && rank <= 4) H5Sget_simple_extent_dims(space, dims, nullptr);
+  BC_RETURN_IF_ERROR(CheckDims(u8, dims));
   if (vlen_u8 && rank != 1)
     return CorruptDataError("hdf5: dataset 'images' in {} (vlen uint8) has rank {}, expected 1 "
                             "(one encoded image per sample); {}", path, rank, kFix);
@@ -267,6 +286,61 @@ Status Hdf5DatasetReader::CheckImagesType(hid_t type, hid_t space) {
     info_.raw_height = int(dims[1]);
     info_.raw_width = int(dims[2]);
     info_.raw_channels = int(dims[3]);
+  }
+  return Status::Ok();
+}
+
+// Every dimension is checked before it is used as an int or a size: a corrupt or crafted
+// header must not overflow a size computation, allocate terabytes or scan for hours.
+Status Hdf5DatasetReader::CheckDims(bool raw, const hsize_t dims[4]) const {
+  if (dims[0] > hsize_t(layout::kMaxSamples))
+    return CorruptDataError("hdf5: dataset 'images' in {} declares {} samples, more than the "
+                            "{} a file may hold; {}", info_.path, dims[0], layout::kMaxSamples,
+                            kFix);
+  if (!raw) return Status::Ok();
+  if (dims[1] > hsize_t(layout::kMaxRawSide) || dims[2] > hsize_t(layout::kMaxRawSide) ||
+      dims[3] > 4)
+    return CorruptDataError("hdf5: dataset 'images' in {} declares raw samples of {}x{}x{}; "
+                            "at most {}x{}x4 are allowed; {}", info_.path, dims[1], dims[2],
+                            dims[3], layout::kMaxRawSide, layout::kMaxRawSide, kFix);
+  return Status::Ok();
+}
+
+// The stored data must cover what the dataspace declares: a file whose dimensions claim
+// more than it stores is truncated or corrupt (and reading it would return fill values).
+Status Hdf5DatasetReader::CheckStorage(hid_t ds, const char* name, int64_t elements,
+                                       int64_t element_bytes) const {
+  if (elements == 0) return Status::Ok();
+  H5Id dcpl(H5Dget_create_plist(ds));
+  H5Id space(H5Dget_space(ds));
+  const H5D_layout_t kind = H5Pget_layout(dcpl.get());
+  if (kind == H5D_CHUNKED) {
+    hsize_t chunk[4] = {1, 1, 1, 1}, dims[4] = {1, 1, 1, 1}, nchunks = 0;
+    const int rank = H5Pget_chunk(dcpl.get(), 4, chunk);
+    H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+    uint64_t expected = 1;  // chunks the dataspace needs (each dimension rounded up)
+    for (int i = 0; i < rank && i < 4; ++i) {
+      if (chunk[i] == 0) return CorruptDataError("hdf5: dataset '{}' in {} has a chunk "
+                                                 "dimension of 0; {}", name, info_.path, kFix);
+      if (__builtin_mul_overflow(expected, (dims[i] + chunk[i] - 1) / chunk[i], &expected))
+        expected = ~0ULL;
+    }
+    if (H5Dget_num_chunks(ds, space.get(), &nchunks) < 0)
+      return Hdf5Error(StatusCode::kCorruptData,
+                       fmt::format("cannot count the chunks of dataset '{}' in {}", name, info_.path));
+    if (nchunks < expected)
+      return CorruptDataError("hdf5: dataset '{}' in {} stores {} of the {} chunks its {} "
+                              "elements need: the file is truncated or its dimensions are "
+                              "corrupt; {}", name, info_.path, nchunks, expected, elements, kFix);
+    return Status::Ok();
+  }
+  if (kind == H5D_CONTIGUOUS) {
+    const uint64_t stored = H5Dget_storage_size(ds);
+    uint64_t need = 0;
+    if (__builtin_mul_overflow(uint64_t(elements), uint64_t(element_bytes), &need) || stored < need)
+      return CorruptDataError("hdf5: dataset '{}' in {} stores {} bytes but its {} elements need "
+                              "{}: the file is truncated or its dimensions are corrupt; {}", name,
+                              info_.path, stored, elements, need, kFix);
   }
   return Status::Ok();
 }
@@ -315,6 +389,8 @@ Status Hdf5DatasetReader::LoadIntVector(const char* name, hid_t mem_type, void* 
   if (n != info_.num_samples)
     return CorruptDataError("hdf5: dataset '{}' in {} has {} entries but 'images' has {}; {}",
                             name, info_.path, n, info_.num_samples, kFix);
+  H5Id type(H5Dget_type(ds.get()));
+  BC_RETURN_IF_ERROR(CheckStorage(ds.get(), name, n, int64_t(H5Tget_size(type.get()))));
   if (n > 0 && H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
     return Hdf5Error(StatusCode::kCorruptData,
                      fmt::format("cannot read dataset '{}' in {}", name, info_.path));
@@ -357,6 +433,13 @@ Status Hdf5DatasetReader::LoadMetadata() {
   BC_RETURN_IF_ERROR(LoadIntVector(layout::kLabels, H5T_NATIVE_INT64, labels_.data()));
   BC_RETURN_IF_ERROR(LoadIntVector(layout::kWidths, H5T_NATIVE_INT32, widths_.data()));
   BC_RETURN_IF_ERROR(LoadIntVector(layout::kHeights, H5T_NATIVE_INT32, heights_.data()));
+  if (H5Lexists(file_.get(), layout::kChecksums, H5P_DEFAULT) > 0) {
+    checksums_.resize(n);
+    BC_RETURN_IF_ERROR(LoadIntVector(layout::kChecksums, H5T_NATIVE_UINT64, checksums_.data()));
+    info_.has_checksums = true;
+  } else {
+    H5Eclear2(H5E_DEFAULT);
+  }
   return LoadClassNames();
 }
 
@@ -421,6 +504,17 @@ Status Hdf5DatasetReader::ReadVlen(int64_t first, int64_t count, std::vector<uin
   return st;
 }
 
+Status Hdf5DatasetReader::VerifySample(int64_t index, std::span<const uint8_t> bytes) const {
+  if (checksums_.empty() || !InRange(index)) return Status::Ok();
+  const uint64_t want = checksums_[size_t(index)];
+  const uint64_t got = SampleChecksum(bytes, labels_[size_t(index)]);
+  if (got == want) return Status::Ok();
+  return CorruptDataError("hdf5: sample {} of {} fails its checksum (stored {:016x}, computed "
+                          "{:016x} over its {} bytes and label {}): the sample or its label "
+                          "changed after conversion; {}", index, info_.path, want, got,
+                          bytes.size(), labels_[size_t(index)], kFix);
+}
+
 Status Hdf5DatasetReader::ReadSample(int64_t index, std::vector<uint8_t>* out) const {
   if (info_.kind == SampleKind::kEncoded) return ReadVlen(index, 1, out);
   out->resize(size_t(info_.raw_height) * info_.raw_width * info_.raw_channels);
@@ -445,6 +539,14 @@ Status DatasetReader::ReadSamples(int64_t first, int64_t count,
                                   std::vector<std::vector<uint8_t>>* out) const {
   out->resize(size_t(std::max<int64_t>(count, 0)));
   for (int64_t i = 0; i < count; ++i) BC_RETURN_IF_ERROR(ReadSample(first + i, &(*out)[size_t(i)]));
+  return Status::Ok();
+}
+
+uint64_t SampleChecksum(std::span<const uint8_t> bytes, int64_t label) {
+  return uint64_t(XXH3_64bits_withSeed(bytes.data(), bytes.size(), uint64_t(label)));
+}
+
+Status DatasetReader::VerifySample(int64_t, std::span<const uint8_t>) const {
   return Status::Ok();
 }
 

@@ -116,6 +116,9 @@ Result<std::string> ReadStringAttribute(hid_t obj, const char* name, const std::
     char* text = nullptr;
     H5Id mem(H5Tcopy(H5T_C_S1));
     H5Tset_size(mem.get(), H5T_VARIABLE);
+    // h5py writes UTF-8; HDF5 has no ASCII <-> UTF-8 conversion ("no appropriate function
+    // for conversion path"), so read in the stored character set.
+    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
     if (H5Aread(attr.get(), mem.get(), &text) < 0 || text == nullptr)
       return Hdf5Error(StatusCode::kCorruptData,
                        fmt::format("cannot read attribute '{}' in {}", name, where));

@@ -19,6 +19,13 @@ bool IsImageName(const fs::path& p) {
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
+std::string IgnoredReason(const fs::path& p) {
+  const std::string ext = p.extension().string();
+  if (ext.empty()) return "no file extension (only .jpg, .jpeg and .png files are converted)";
+  return fmt::format("unsupported extension '{}' (only .jpg, .jpeg and .png files are "
+                     "converted; convert it to one of those first)", ext);
+}
+
 bool IsHidden(const fs::path& p) {
   std::string name = p.filename().string();
   return !name.empty() && name[0] == '.';
@@ -27,6 +34,7 @@ bool IsHidden(const fs::path& p) {
 Status ListClass(const fs::path& dir, int64_t label, ImageFolderListing* out) {
   std::error_code ec;
   std::vector<std::string> paths;
+  std::vector<IgnoredFile> ignored;
   fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec);
   for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (IsHidden(it->path())) {
@@ -35,11 +43,15 @@ Status ListClass(const fs::path& dir, int64_t label, ImageFolderListing* out) {
     }
     if (!it->is_regular_file(ec)) continue;
     if (IsImageName(it->path())) paths.push_back(it->path().string());
-    else ++out->ignored_files;
+    else ignored.push_back({it->path().string(), IgnoredReason(it->path())});
   }
   if (ec) return IoError("imagefolder: cannot list {}: {}", dir.string(), ec.message());
   std::sort(paths.begin(), paths.end());
+  std::sort(ignored.begin(), ignored.end(),
+            [](const IgnoredFile& a, const IgnoredFile& b) { return a.path < b.path; });
+  if (paths.empty()) out->empty_classes.push_back(dir.filename().string());
   for (auto& p : paths) out->files.push_back({std::move(p), label});
+  for (auto& f : ignored) out->ignored.push_back(std::move(f));
   return Status::Ok();
 }
 
@@ -64,7 +76,12 @@ Result<ImageFolderListing> ListImageFolder(const std::string& root) {
   for (size_t i = 0; i < out.class_names.size(); ++i)
     BC_RETURN_IF_ERROR(ListClass(fs::path(root) / out.class_names[i], int64_t(i), &out));
   if (out.files.empty())
-    return InvalidArgumentError("imagefolder: no .jpg, .jpeg or .png files under {}", root);
+    return InvalidArgumentError("imagefolder: no .jpg, .jpeg or .png files under {}{}", root,
+                                out.ignored.empty()
+                                    ? std::string()
+                                    : fmt::format(" ({} other files, e.g. {}: {})",
+                                                  out.ignored.size(), out.ignored[0].path,
+                                                  out.ignored[0].reason));
   return out;
 }
 

@@ -470,8 +470,12 @@ Status Consumer::Next(Batch* out) {
       return fail(st);
     }
     if (c.pieces.empty()) {  // carried on, dropped, or every sample was skipped
+      // The epoch's last producer batch ends this consumer's epoch even if it gives no
+      // batch (entirely skipped, or a dropped remainder), once the consumer is in it.
+      const bool ends_epoch = (d->flags & shm::kLastInEpoch) != 0 && c.index_in_epoch > 0;
+      const uint64_t epoch = d->epoch;  // `d` may be reused once the slot is given back
       c.UnrefLocked(a.seq);
-      if ((d->flags & shm::kLastInEpoch) && c.CompleteEpochLocked(d->epoch, base_b))
+      if (ends_epoch && c.CompleteEpochLocked(epoch, base_b))
         return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
       continue;
     }
@@ -512,7 +516,7 @@ Status Consumer::Next(Batch* out) {
     c.cur = shm::AcquiredBatch();
     c.pieces.clear();       // joined samples live on in their batches only
   }
-  if (out->info_.last_in_epoch) c.CompleteEpochLocked(d->epoch, base_b);
+  if (out->info_.last_in_epoch) c.CompleteEpochLocked(out->info_.epoch, base_b);
   return Status::Ok();
 }
 

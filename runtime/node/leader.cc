@@ -221,6 +221,7 @@ Status Leader::Run() {
     if (ended) return Status::Ok();
   }
   ring_->End();
+  writer_->ReportSkips();
   const LeaderStats s = stats();
   BC_LOG(Info, Node, "leader: stream complete: {} producer batches, {} samples, {} skipped, {} "
          "replayed to {} late joiner(s)", s.producer_batches, s.samples_produced,

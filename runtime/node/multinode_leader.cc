@@ -118,6 +118,7 @@ Status MultinodeLeader::Run() {
     return st;
   }
   ring_->End();
+  writer_->ReportSkips();
   const MultinodeStats s = stats();
   BC_LOG(Info, Node, "multinode leader: stream complete: {} slots, {} samples published, {} "
          "decoded here, {} skipped here, {} MiB received", s.producer_batches,
@@ -444,8 +445,11 @@ Status MultinodeLeader::FinishReplicated(InFlight* f) {
   c.skipped = static_cast<uint32_t>(f->n) - published;
   c.layout = layout_;
   BC_RETURN_IF_ERROR(writer_->Publish(f->w, c, ~0ULL, f->record).status());
-  if (f->k + 1 == f->bpe) stats_.epoch_end_ns.push_back(shm::MonotonicNs());
-  return Status::Ok();
+  if (f->k + 1 != f->bpe) return Status::Ok();
+  stats_.epoch_end_ns.push_back(shm::MonotonicNs());
+  // Every node publishes the same batches, so every node finds an epoch without a good
+  // sample at the same batch and fails the same way.
+  return writer_->EndEpoch(f->epoch);
 }
 
 // Removes positions whose id is -1 (samples skipped on some node), keeping the order.

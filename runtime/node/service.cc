@@ -147,13 +147,17 @@ Status Service::Run() {
     Status st = RunEpoch(e, e == start ? producer::ResumeFirstBatch(config_.options,
                                                                     plan_.producer_batch())
                                        : 0);
-    if (stop_.load()) return Status::Ok();
+    if (stop_.load()) {
+      writer_->ReportSkips();
+      return Status::Ok();
+    }
     if (!st.ok()) {
       ring_->Fail(st.message());
       return st;
     }
   }
   ring_->End();
+  writer_->ReportSkips();
   BC_LOG(Info, Node, "service: {} epochs complete ({} producer batches, {} replayed)",
          config_.epochs, produced_.load(), replayed_.load());
   return Status::Ok();

@@ -127,6 +127,19 @@ ImageDecoder::~ImageDecoder() {
   if (tj_ != nullptr) tjDestroy(tj_);
 }
 
+// libjpeg-turbo 2.1's tjDecompressHeader3 returns from an error without aborting the
+// decompressor: the marker reader keeps the bad marker as unread and reports it again for
+// every later image ("Unsupported marker type 0x8a" on good files). A new handle after any
+// error is the one state nothing can leak from (errors are rare; a handle costs ~10 us).
+Status ImageDecoder::RecreateHandle() {
+  if (tj_ != nullptr) tjDestroy(tj_);
+  tj_ = tjInitDecompress();
+  if (tj_ == nullptr)
+    return ResourceExhaustedError("pipeline: cannot create a jpeg decoder: {}",
+                                  tjGetErrorStr2(nullptr));
+  return Status::Ok();
+}
+
 Result<ImageHeader> ImageDecoder::ReadHeader(std::span<const uint8_t> bytes, int64_t max_pixels) {
   if (bytes.empty()) return CorruptDataError("empty image (0 bytes)");
   ImageFormat format = DetectFormat(bytes);
@@ -136,8 +149,11 @@ Result<ImageHeader> ImageDecoder::ReadHeader(std::span<const uint8_t> bytes, int
                             bytes.size(), fmt::join(bytes.first(std::min<size_t>(4, bytes.size())), " "));
   }
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
-  if (tjDecompressHeader3(tj_, bytes.data(), bytes.size(), &w, &h, &subsamp, &colorspace) != 0)
-    return CorruptDataError("jpeg header is invalid: {}", tjGetErrorStr2(tj_));
+  if (tjDecompressHeader3(tj_, bytes.data(), bytes.size(), &w, &h, &subsamp, &colorspace) != 0) {
+    Status error = CorruptDataError("jpeg header is invalid: {}", tjGetErrorStr2(tj_));
+    BC_RETURN_IF_ERROR(RecreateHandle());
+    return error;
+  }
   BC_RETURN_IF_ERROR(CheckPixels("jpeg", w, h, max_pixels));
   ImageHeader header;
   header.format = ImageFormat::kJpeg;
@@ -170,7 +186,9 @@ Status ImageDecoder::DecodeJpeg(std::span<const uint8_t> bytes, const ImageHeade
   const int flags = TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS;
   if (tjDecompress2(tj_, bytes.data(), bytes.size(), buf.data(), w, w * decoded_channels, h, pf,
                     flags) != 0) {
-    return CorruptDataError("jpeg decode failed: {}", tjGetErrorStr2(tj_));
+    Status error = CorruptDataError("jpeg decode failed: {}", tjGetErrorStr2(tj_));
+    BC_RETURN_IF_ERROR(RecreateHandle());
+    return error;
   }
   out->width = w;
   out->height = h;
@@ -197,6 +215,7 @@ Status ImageDecoder::DecodePng(std::span<const uint8_t> bytes, const ImageHeader
   if (!ctx) return ResourceExhaustedError("png decoder: out of memory");
   spng_set_image_limits(ctx.get(), header.width, header.height);
   spng_set_chunk_limits(ctx.get(), 64u << 20, 64u << 20);
+  spng_set_crc_action(ctx.get(), SPNG_CRC_ERROR, SPNG_CRC_DISCARD);
   int rc = spng_set_png_buffer(ctx.get(), bytes.data(), bytes.size());
   struct spng_ihdr ihdr;
   if (rc == 0) rc = spng_get_ihdr(ctx.get(), &ihdr);
@@ -213,6 +232,9 @@ Status ImageDecoder::DecodePng(std::span<const uint8_t> bytes, const ImageHeader
     buf.resize(size);
     rc = spng_decode_image(ctx.get(), buf.data(), size, fmt, 0);
   }
+  // spng_decode_image stops at the end of the image data, before the CRC of the last IDAT
+  // chunk is checked: read the chunks up to IEND so that a bad IDAT CRC is an error.
+  if (rc == 0) rc = spng_decode_chunks(ctx.get());
   if (rc != 0) return CorruptDataError("png decode failed: {}", spng_strerror(rc));
   out->width = header.width;
   out->height = header.height;

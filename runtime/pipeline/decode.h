@@ -5,9 +5,10 @@
 // H x W x C pixels. Every decode reads the header first and refuses images over the pixel
 // limit before anything is allocated for them (decompression bombs).
 //
-// An ImageDecoder is owned by one worker thread: it keeps its TurboJPEG handle for its
-// lifetime (tjInitDecompress is not free). Error messages name the cause only; the
-// pipeline adds the file and the sample index.
+// An ImageDecoder is owned by one worker thread: it keeps its TurboJPEG handle across
+// images (tjInitDecompress is not free) and recreates it after any failed header or
+// decode, so a bad image never affects the next one. Error messages name the cause only;
+// the pipeline adds the file and the sample index.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +71,8 @@ class ImageDecoder {
 
  private:
   explicit ImageDecoder(void* tj) : tj_(tj) {}
+  // Replaces the TurboJPEG handle after an error (see decode.cc).
+  Status RecreateHandle();
   Status DecodeJpeg(std::span<const uint8_t> bytes, const ImageHeader& header, int scale_num,
                     int channels, DecodedImage* out);
   Status DecodePng(std::span<const uint8_t> bytes, const ImageHeader& header, int channels,

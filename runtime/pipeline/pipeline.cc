@@ -13,6 +13,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "data/dataset_inspect.h"
 #include "pipeline/decode.h"
 #include "pipeline/sample_rng.h"
 #include "pipeline/transform.h"
@@ -27,6 +28,19 @@ size_t DTypeSize(DType t) {
     case DType::kInt64: return 8;
   }
   return 0;
+}
+
+std::string_view BadSampleCause(std::string_view message) {
+  // Most specific first: a read error may say "is empty", a decode error names its format.
+  static constexpr std::pair<std::string_view, std::string_view> kCauses[] = {
+      {"fails its checksum", "checksum"}, {"empty", "empty"},
+      {"max_pixels", "pixel_limit"},    {"unknown image format", "format"},
+      {"jpeg", "jpeg"},                 {"png", "png"},
+      {"raw sample has", "raw_size"},   {"read failed", "read"},
+  };
+  for (const auto& [needle, cause] : kCauses)
+    if (message.find(needle) != std::string_view::npos) return cause;
+  return "other";
 }
 
 namespace {
@@ -82,6 +96,7 @@ class PipelineImpl final : public Pipeline {
   Status RunBatch(const BatchRequest& req, BatchResult* result) override;
 
  private:
+  Status InitVerify();
   Status CheckRequest(const BatchRequest& req) const;
   Status ProcessSample(WorkerContext& ctx, int64_t index, uint64_t epoch, void* dst);
   Status LoadPixels(WorkerContext& ctx, int64_t index, uint64_t epoch, CropBox* box,
@@ -96,14 +111,17 @@ class PipelineImpl final : public Pipeline {
   CropMode crop_ = CropMode::kNone;
   // The current batch's size is an offline bucket of the file: read its pre-resized image.
   int bucket_size_ = 0;
+  bool verify_ = false;           // options.verify != off: check each sample's checksum
   OutputSpec spec_;               // layout of the current batch + the value table
   std::vector<Status> statuses_;  // per batch position, reused across batches
   int64_t skipped_total_ = 0;
 };
 
 PipelineImpl::~PipelineImpl() {
+  // The producer reports skips per cause and epoch (producer/skip_account.h); this is the
+  // pipeline's own total, for direct users of the pipeline.
   if (skipped_total_ > 0)
-    BC_LOG(Warn, Pipe, "pipeline: skipped {} bad samples of {} in total (on_bad_sample=skip)",
+    BC_LOG(Info, Pipe, "pipeline: skipped {} bad samples of {} in total (on_bad_sample=skip)",
            skipped_total_, reader_->info().path);
 }
 
@@ -131,6 +149,7 @@ Status PipelineImpl::Init() {
     }
     BuildOutputLut(mean, std, &spec_);
   }
+  BC_RETURN_IF_ERROR(InitVerify());
   cv::setNumThreads(0);  // OpenCV must not start threads of its own inside our workers
   const int threads = options_.threads > 0 ? options_.threads : AvailableCores();
   for (int w = 0; w < threads; ++w) {
@@ -142,6 +161,37 @@ Status PipelineImpl::Init() {
          spec_.layout.channels, spec_.layout.height, spec_.layout.width,
          spec_.layout.dtype == DType::kUint8 ? "uint8" : "float32",
          spec_.layout.layout == Layout::kCHW ? "chw" : "hwc", info.path);
+  return Status::Ok();
+}
+
+// verify=sample checks each sample as it is read (ProcessSample); verify=full also reads
+// and checks the whole file once now, so that a damaged file is known before training.
+// Either way a sample that fails is a bad sample under on_bad_sample.
+Status PipelineImpl::InitVerify() {
+  const data::DatasetInfo& info = reader_->info();
+  verify_ = options_.verify != "off";
+  if (!verify_) return Status::Ok();
+  if (!info.has_checksums) {
+    BC_LOG(Info, Pipe, "pipeline: {} stores no sample checksums (written before Batchcast stored "
+           "them): verify={} checks nothing; re-create it with `batchcast convert` to have them",
+           info.path, options_.verify);
+    return Status::Ok();
+  }
+  if (options_.verify != "full") return Status::Ok();
+  std::vector<data::BadSample> bad;
+  BC_ASSIGN_OR_RETURN(uint64_t checksum, data::DatasetChecksum(*reader_, nullptr, &bad));
+  if (bad.empty()) {
+    BC_LOG(Info, Pipe, "pipeline: verify=full: all {} samples of {} match their checksums "
+           "(content checksum {})", info.num_samples, info.path, data::FormatChecksum(checksum));
+    return Status::Ok();
+  }
+  const std::string what =
+      fmt::format("pipeline: verify=full: {} of {} samples of {} are bad, the first: sample {}: "
+                  "{}; list them all with `batchcast inspect --verify {}`", bad.size(),
+                  info.num_samples, info.path, bad[0].index, bad[0].cause, info.path);
+  if (options_.on_bad_sample != "skip")
+    return CorruptDataError("{}; or set on_bad_sample=skip to train without them", what);
+  BC_LOG(Warn, Pipe, "{}; they are skipped (on_bad_sample=skip)", what);
   return Status::Ok();
 }
 
@@ -216,6 +266,7 @@ Status PipelineImpl::ProcessSample(WorkerContext& ctx, int64_t index, uint64_t e
   Status s = bucket_size_ > 0 ? reader_->ReadBucketSample(bucket_size_, index, &ctx.encoded)
                               : reader_->ReadSample(index, &ctx.encoded);
   if (!s.ok()) return s.WithContext("read failed");
+  if (verify_ && bucket_size_ == 0) BC_RETURN_IF_ERROR(reader_->VerifySample(index, ctx.encoded));
   const int64_t t1 = NowNs();
   ctx.read_ns += t1 - t0;
   CropBox box;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "batchcast/options.h"
@@ -51,6 +52,10 @@ struct BatchResult {
   // Wall time per stage summed over samples (for telemetry), nanoseconds.
   int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
 };
+
+// The cause of a bad sample, from its message, for the skip counts: "checksum", "empty",
+// "pixel_limit", "format", "jpeg", "png", "raw_size", "read" or "other".
+std::string_view BadSampleCause(std::string_view message);
 
 class Pipeline {
  public:

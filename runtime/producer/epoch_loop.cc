@@ -51,7 +51,7 @@ Status RunEpochPositions(SlotWriter& writer, Admission& admission, uint64_t e, i
     counts->produced += 1;
     ++k;
   }
-  return Status::Ok();
+  return writer.EndEpoch(e);  // an epoch without a good sample is an error, not a wait
 }
 
 }  // namespace batchcast::producer

@@ -81,9 +81,7 @@ Status SlotWriter::Fill(BatchSource& source, uint64_t epoch, int image_size,
   stats_.fill_ns += t1 - t0;
   stats_.samples_decoded += static_cast<int64_t>(samples.size());
   stats_.samples_skipped += static_cast<int64_t>(result.skipped.size());
-  for (size_t i = 0; i < result.skipped.size(); ++i)
-    BC_LOG(Warn, Node, "{}: skipped sample {}: {}", who_, result.skipped[i],
-           i < result.skip_reasons.size() ? result.skip_reasons[i] : "bad sample");
+  skips_.AddSkips(epoch, result, who_);
   *written = static_cast<uint32_t>(n);
   return st;
 }
@@ -102,6 +100,7 @@ Result<uint64_t> SlotWriter::Publish(const shm::SlotWrite& w, SlotContents c, ui
   const int64_t t1 = shm::MonotonicNs();
   stats_.producer_batches += 1;
   stats_.samples_produced += c.num_samples;
+  skips_.AddPublished(c.epoch, c.num_samples);
   stats_.tail_copies += tail;
   if (receivers == 0) stats_.dropped_batches += 1;
   Record(w, c, tail, record, t0, t1, receivers);

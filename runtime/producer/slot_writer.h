@@ -4,7 +4,7 @@
 //   Acquire   wait for the slot of a position (backpressure; wait time counted), run the
 //             hook's BeforeFill;
 //   Fill      run a BatchSource straight into slot memory (images, labels, ids from
-//             result.kept), log skipped samples;
+//             result.kept), count skipped samples per epoch and cause (SkipAccount);
 //   Publish   the fill-repeat tail and descriptor (slot_fill.h), the hook's BeforePublish,
 //             the (optionally targeted) publish, and the batch's telemetry record.
 // Producers (node::Leader, node::Service, node::MultinodeLeader, node::ExternalProducer)
@@ -20,6 +20,7 @@
 #include "batchcast/status.h"
 #include "pipeline/pipeline.h"
 #include "producer/batch_source.h"
+#include "producer/skip_account.h"
 #include "producer/slot_fill.h"
 #include "producer/slot_hook.h"
 #include "producer/slot_layout.h"
@@ -81,6 +82,12 @@ class SlotWriter {
   const SlotLayout& layout() const { return layout_; }
   shm::RingLeader& ring() { return *ring_; }
   const WriterStats& stats() const { return stats_; }
+  // Skipped samples per epoch and cause, and good samples published per epoch.
+  const SkipAccount& skips() const { return skips_; }
+  // At the end of an epoch: its skip count, or the error for an epoch with no good sample.
+  Status EndEpoch(uint64_t epoch) const { return skips_.EndEpoch(epoch, who_); }
+  // Once at the end of the stream: the skip summary (log and telemetry).
+  void ReportSkips() const { skips_.Report(who_, collector_); }
   // The ring and worker gauges, once at the start of a stream.
   void RecordStart(int worker_threads);
 
@@ -90,8 +97,8 @@ class SlotWriter {
 
   // Runs `source` for `samples` into positions [pos, pos + samples.size()) of `data` (a
   // slot, or stand-in memory of a slot's size): images at `sample` layout, labels, and ids
-  // (result.kept; -1 at the positions the source left unfilled). Skipped samples are logged
-  // and counted; timings go to `record`. *written: the samples at [pos, pos + *written).
+  // (result.kept; -1 at the positions the source left unfilled). Skipped samples are counted
+  // (the first of each cause logged); timings go to `record`. *written: the samples at [pos, pos + *written).
   Status Fill(BatchSource& source, uint64_t epoch, int image_size,
               std::span<const int64_t> samples, const pipeline::SampleLayout& sample,
               uint8_t* data, int64_t pos, BatchRecord* record, uint32_t* written);
@@ -122,6 +129,7 @@ class SlotWriter {
   telemetry::Collector* collector_;
   SlotHook* hook_ = nullptr;
   WriterStats stats_;
+  SkipAccount skips_;
   int64_t wait_since_ns_ = 0;     // start of an interrupted wait (0: none)
 };
 

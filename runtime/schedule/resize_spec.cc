@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/errors.h"
+#include "core/suggest.h"
 #include "schedule/upgrade_policy.h"
 
 namespace batchcast::schedule {
@@ -22,18 +23,6 @@ constexpr std::array<std::string_view, 10> kKeys = {
 
 // Says where a piece of text came from; the argument is an offset inside the value.
 using Locator = std::function<std::string(size_t)>;
-
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
 
 // " (did you mean 'x'?)" for the closest candidate within distance 3, or "".
 template <typename Range>

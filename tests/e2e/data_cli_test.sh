@@ -125,6 +125,38 @@ PY
   grep -q "skipped: .*root/zebra/cut.jpg" err.txt || fail "--skip-bad did not report the bad file"
   [ "$("$bin" inspect --json skip.h5 | "$py" -c 'import json,sys;print(json.load(sys.stdin)["num_samples"])')" = 8 ] \
     || fail "--skip-bad wrote the wrong sample count"
+  [ "$(grep -c "cut.jpg" err.txt)" = 1 ] || { cat err.txt >&2; fail "a skipped file was reported more than once"; }
+  # Every problem at once: two bad files, an unsupported extension, an empty class.
+  printf 'nope' >root/apple/fake.jpg
+  cp root/apple/00.png root/zebra/photo.webp
+  mkdir -p root/mango
+  expect_fail "empty class: root/mango" "$bin" convert imagefolder root --out all.h5
+  grep -q "bad image: root/apple/fake.jpg" err.txt || fail "the first bad file was not listed"
+  grep -q "bad image: root/zebra/cut.jpg" err.txt || fail "the second bad file was not listed"
+  [ ! -e all.h5 ] || fail "a conversion with bad files wrote all.h5"
+  if "$bin" convert imagefolder root --check >out.txt 2>err.txt; then fail "--check passed bad files"; fi
+  for want in "bad: root/apple/fake.jpg" "bad: root/zebra/cut.jpg" \
+              "ignored: root/zebra/photo.webp: unsupported extension '.webp'" "empty class: mango"; do
+    grep -qF "$want" err.txt || { cat err.txt >&2; fail "--check did not list: $want"; }
+  done
+  grep -q "checked root: 2 bad images, 1 ignored files, 1 empty classes" out.txt || fail "--check summary"
+  "$bin" convert imagefolder root --out kept.h5 --skip-bad --allow-empty-classes >out.txt 2>err.txt
+  grep -q "8 samples" out.txt || fail "--skip-bad --allow-empty-classes wrote the wrong sample count"
+  [ "$(grep -c "photo.webp" err.txt)" = 1 ] || fail "the ignored .webp file was not named once"
+  # inspect --verify: every sample against its checksum; a changed byte is found and named.
+  "$bin" inspect --verify kept.h5 >out.txt || fail "inspect --verify failed on a good file"
+  grep -q "all 8 samples match their checksums" out.txt || fail "inspect --verify summary"
+  "$py" - kept.h5 root/apple/00.png <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+png = open(sys.argv[2], "rb").read()
+at = data.find(png[40:72])
+assert at > 0 and data.find(png[40:72], at + 1) < 0
+data[at + 5] ^= 0x10
+open(sys.argv[1], "wb").write(data)
+PY
+  expect_fail "sample 0: hdf5: sample 0 of kept.h5 fails its checksum" "$bin" inspect --verify kept.h5
+  grep -q "1 of 8 samples are bad" out.txt || fail "inspect --verify did not count the bad sample"
 }
 
 case_fashion_mnist_script() {

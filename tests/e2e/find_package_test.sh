@@ -1,41 +1,110 @@
 #!/usr/bin/env bash
-# Installs Batchcast into a temporary prefix and builds a tiny external CMake project
-# against it with find_package(Batchcast CONFIG): proves the exported package works.
-# Usage: find_package_test.sh BUILD_DIR
+# Installs Batchcast into a clean temporary prefix and builds against the installed package
+# only, as a user would (docs/api.md "Building against Batchcast"):
+#   1. a C++ trainer (the MPI Runtime) from project(x CXX) with find_package(Batchcast CONFIG)
+#   2. the C example trainer (examples/c/c_trainer.c) from project(x C) with find_package
+#   3. the same C file built with `cc $(pkg-config --cflags --libs batchcast)` alone
+# and runs each under mpirun: every rank must get every sample exactly once; then
+#   4. a Fortran 2008 consumer (examples/fortran) built with pkg-config, exactly once too.
+# Usage: find_package_test.sh BUILD_DIR SOURCE_DIR MAKE_PHOTO_DATASET MPIEXEC
 set -euo pipefail
-build=$1
+build=$1 src=$2 makeset=$3 mpiexec=$4
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
-mkdir -p "$tmp/app"
-cat > "$tmp/app/CMakeLists.txt" <<'CMAKE'
+prefix=$tmp/prefix
+cmake --install "$build" --prefix "$prefix" >/dev/null
+libdir=$(dirname "$(find "$prefix" -name 'libbatchcast.so' | head -1)")
+export LD_LIBRARY_PATH="$libdir:${LD_LIBRARY_PATH:-}"
+"$makeset" "$tmp/photos.h5" --images 48 --width 32 --height 24 >/dev/null
+
+mpirun_n() {  # N PROGRAM ARGS...: under a timeout, output kept for the checks
+  local n=$1
+  shift
+  timeout -k 5 120 "$mpiexec" --oversubscribe --bind-to none -n "$n" "$@" 2>&1
+}
+
+# --- 1. C++ from project(x CXX): the MPI Runtime; each trainer counts the sample ids ---
+mkdir -p "$tmp/cxx"
+cat > "$tmp/cxx/CMakeLists.txt" <<'CMAKE'
 cmake_minimum_required(VERSION 3.25)
-project(trainer LANGUAGES C CXX)
+project(trainer LANGUAGES CXX)
 find_package(Batchcast CONFIG REQUIRED)
 add_executable(trainer main.cc)
 target_link_libraries(trainer PRIVATE Batchcast::batchcast)
 CMAKE
-cat > "$tmp/app/main.cc" <<'CC'
+cat > "$tmp/cxx/main.cc" <<'CC'
 #include <batchcast/batchcast.h>
+#include <batchcast/runtime.h>
 #include <cstdio>
-int main() {
-  auto opts = batchcast::ResolveOptions({"--batch-size=32", "--epochs=2", "--connect-timeout=0"});
-  if (!opts.ok()) { std::printf("%s\n", opts.status().ToString().c_str()); return 1; }
+#include <vector>
+int main(int argc, char** argv) {
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  static_assert(BATCHCAST_VERSION_CODE > 0);
+  if (batchcast::VersionCode() != BATCHCAST_VERSION_CODE) return 3;
   auto bad = batchcast::ResolveOptions({"--batch-size=zero"});
-  // A consumer with no leader must fail with a clear message, not crash.
-  auto c = batchcast::Consumer::Attach("batchcast-find-package-test-nobody", *opts);
-  std::printf("batch_size=%d epochs=%d bad=%s attach=%s\n", opts->batch_size, opts->epochs,
-              bad.ok() ? "accepted" : "refused", c.ok() ? "ok" : c.status().ToString().c_str());
-  return (opts->batch_size == 32 && !bad.ok() && !c.ok()) ? 0 : 1;
+  auto opts = batchcast::ResolveOptions({argv + 1, argv + argc}).value();
+  auto rt = batchcast::Runtime::Create(opts).value();
+  int rc = 0;
+  if (rt->is_trainer()) {
+    std::vector<int> seen(48, 0);
+    for (batchcast::Batch& b : rt->consumer())
+      for (int64_t i = 0; i < b.size(); ++i) seen[b.sample_ids()[i]]++;
+    for (int n : seen) rc |= n == 1 ? 0 : 1;
+    std::printf("cxx trainer %d: bad=%s exactly-once=%s\n", rt->local_rank(),
+                bad.ok() ? "accepted" : "refused", rc == 0 ? "yes" : "no");
+  }
+  if (!rt->Finalize().ok()) rc = 1;
+  MPI_Finalize();
+  return rc;
 }
 CC
-cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
-cmake --build "$tmp/app/build" >/dev/null
-out=$(LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/app/build/trainer")
+cmake -S "$tmp/cxx" -B "$tmp/cxx/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$tmp/cxx/build" >/dev/null
+out=$(mpirun_n 3 "$tmp/cxx/build/trainer" --dataset "$tmp/photos.h5" --batch-size 8 \
+      --image-size 16 --threads 1 --seed 3)
 echo "$out"
-grep -q "batch_size=32 epochs=2 bad=refused attach=unavailable: consumer: waited .*connect_timeout=0ms.*no Batchcast leader listens" <<<"$out"
+[ "$(grep -c 'bad=refused exactly-once=yes' <<<"$out")" -eq 2 ] || { echo "FAIL: C++ trainers"; exit 1; }
+
+# --- 2. C from project(x C), find_package ---
+mkdir -p "$tmp/c"
+cp "$src/examples/c/c_trainer.c" "$tmp/c/"
+cat > "$tmp/c/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.25)
+project(c_trainer LANGUAGES C)
+find_package(Batchcast CONFIG REQUIRED)
+add_executable(c_trainer c_trainer.c)
+target_link_libraries(c_trainer PRIVATE Batchcast::batchcast MPI::MPI_C)
+CMAKE
+cmake -S "$tmp/c" -B "$tmp/c/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$tmp/c/build" >/dev/null
+check_c() {  # OUTPUT RANKS
+  echo "$1"
+  [ "$(grep -c ': OK$' <<<"$1")" -eq "$2" ] || { echo "FAIL: C trainer ($3)"; exit 1; }
+}
+check_c "$(mpirun_n 2 "$tmp/c/build/c_trainer" "$tmp/photos.h5" 48 1 8)" 2 "find_package"
+
+# --- 3. C with pkg-config only ---
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+# shellcheck disable=SC2046
+cc -std=c99 -o "$tmp/c_trainer_pc" "$src/examples/c/c_trainer.c" $(pkg-config --cflags --libs batchcast)
+out=$(mpirun_n 2 "$tmp/c_trainer_pc" "$tmp/photos.h5" 48 1 8)
+check_c "$out" 2 "pkg-config"
+# The .pc file's version is the library's (bc_get_version, printed by the trainer).
+grep -q "batchcast $(pkg-config --modversion batchcast)," <<<"$out" || {
+  echo "FAIL: pkg-config --modversion $(pkg-config --modversion batchcast) is not the library's"; exit 1; }
+
+# --- 4. Fortran 2008 (iso_c_binding) with pkg-config only: examples/fortran/consumer.f90 ---
+# shellcheck disable=SC2046
+gfortran -std=f2008 -o "$tmp/fortran_consumer" "$src/examples/fortran/consumer.f90" \
+  $(pkg-config --libs batchcast)
+out=$("$tmp/fortran_consumer" "$tmp/photos.h5" 48)
+echo "$out"
+grep -q "48 samples exactly once: OK" <<<"$out" || { echo "FAIL: Fortran consumer"; exit 1; }
+
 # Only the public API is exported from the shared library.
-if nm -D --defined-only "$tmp"/prefix/lib/libbatchcast.so | c++filt | grep -q 'batchcast::shm::'; then
+if nm -D --defined-only "$libdir/libbatchcast.so" | c++filt | grep -q 'batchcast::shm::'; then
   echo "libbatchcast.so exports internal symbols"; exit 1
 fi
 echo "find_package test: PASS"

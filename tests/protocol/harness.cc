@@ -184,7 +184,8 @@ void Engine::Signal(int i, int sig) {
 }
 
 void Engine::SignalLeader(int sig) {
-  if (leader_pid_ > 0 && !leader_exited_) kill(leader_pid_, sig);
+  // The leader process itself (under mpirun the rank, whose pid its ready line gives).
+  if (leader_pid_ > 0 && !leader_exited_) kill(leader_proc_pid_ > 0 ? leader_proc_pid_ : leader_pid_, sig);
 }
 
 std::vector<int64_t> Engine::RecvCounts() const {
@@ -253,6 +254,8 @@ bool Engine::StartLeader(bool expect_refused, std::string* out_line) {
     return ok;
   }
   leader_pid_ = sp.pid;
+  const size_t at = out_line->rfind(" pid=");
+  if (ok && at != std::string::npos) leader_proc_pid_ = std::atoi(out_line->c_str() + at + 5);
   leader_out_ = sp.out;
   leader_lines_ = lines;
   if (!ok) {

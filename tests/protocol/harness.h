@@ -116,6 +116,7 @@ class Engine {
   std::string bin_, tag_, dir_;
   std::vector<ConsumerRun> runs_;
   pid_t leader_pid_ = -1, impostor_pid_ = -1;
+  pid_t leader_proc_pid_ = -1;  // the leader process (differs from leader_pid_ under mpirun)
   int leader_out_ = -1;
   std::string leader_partial_;
   std::vector<std::string> leader_lines_;

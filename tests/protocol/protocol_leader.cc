@@ -1,6 +1,6 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 // The protocol test's leader process: one producer (producers.h) over content.h's
-// synthetic samples. Prints "ready <address>" once listening and "done <status>" at the
+// synthetic samples. Prints "ready <address> pid=<pid>" once listening and "done <status>" at the
 // end; SIGTERM stops it (the stream fails with "stopped by the protocol test driver").
 //   protocol_leader producer=leader|service|external|multinode socket=NAME [samples=N]
 //                   [p=P] [max_b=B] [slots=K] [depth=D] [hb=MS] [epochs=E] [expect=C]
@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
     return 3;
   }
   Producer& p = **created;
-  std::printf("ready %s\n", p.address().c_str());
+  // The pid: under mpirun the harness signals this process, not mpirun (SIGSTOP of a leader).
+  std::printf("ready %s pid=%d\n", p.address().c_str(), int(getpid()));
   std::fflush(stdout);
   std::thread waiter([&p, set] {
     int sig = 0;

@@ -104,8 +104,6 @@ Scenario Generate(ProducerKind kind, uint64_t seed, bool tame, Chaos* chaos_out)
               : roll < 70 ? Chaos::kLeaderStop : roll < 82 ? Chaos::kKill
               : roll < 90 ? Chaos::kImpostor : roll < 95 ? Chaos::kWrite : Chaos::kNone;
   if (tame) chaos = Chaos::kNone;
-  // Under mpirun a SIGSTOP reaches mpirun, not the leader rank: no leader stops there.
-  if (kind == ProducerKind::kMultinode && chaos == Chaos::kLeaderStop) chaos = Chaos::kNone;
   const int victim = rng.Int(0, initial - 1);
   if (chaos == Chaos::kConsumerStop || chaos == Chaos::kWrite)
     s.consumers[size_t(victim)].epochs = std::max(2, s.consumers[size_t(victim)].epochs);

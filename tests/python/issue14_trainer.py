@@ -61,20 +61,25 @@ def consumer(address, a, **kw):
 
 
 def keep_one(address, a):
-    """Case 1: keep one batch (a fixed batch to plot) and go on iterating all epochs."""
+    """Case 1: keep one batch (a fixed batch to plot) and go on iterating all epochs. With
+    variant "peek" it is next(iter(loader)) (a private copy, issue 16), otherwise the second
+    batch of the for loop (a shared view that holds its slot; the first of every iter() is a
+    private copy)."""
     loader = consumer(address, a)
-    fixed_images, fixed_labels = next(iter(loader))
-    at_receipt = checksum(fixed_images, fixed_labels)
-    batches = 1
+    fixed = next(iter(loader)) if a.get("variant") == "peek" else None
+    at_receipt = checksum(*fixed) if fixed else None
+    batches = 0
     try:
         for _ in range(a["epochs"]):
             for images, labels in loader:  # noqa: B007
                 batches += 1
+                if fixed is None and batches == 2:
+                    fixed = (images, labels)
+                    at_receipt = checksum(images, labels)
     except batchcast.FailedPreconditionError as e:
         say(refused=str(e), batches=batches)
         return
-    say(batches=batches, len=len(loader), fixed_unchanged=checksum(fixed_images, fixed_labels)
-        == at_receipt)
+    say(batches=batches, len=len(loader), fixed_unchanged=checksum(*fixed) == at_receipt)
 
 
 def finish_and_hold(address, a):
@@ -146,13 +151,16 @@ def close_with_live(address, a, ref):
 
 
 def write_in_place(address, a):
-    """Case 4: write into the first batch in place; the process must die with the guard's
-    message (torch) or get a ValueError with the hint (numpy)."""
+    """Case 4: write into a shared batch in place; the process must die with the guard's
+    message (torch) or get a ValueError with the hint (numpy). The second batch: the first
+    of every iter() is a private copy (issue 16)."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the expected SIGSEGV leaves no core
     torch.set_num_threads(1)
     variant = a["variant"]
     loader = consumer(address, a, output="numpy" if variant.startswith("numpy") else "torch")
-    images, labels = next(iter(loader))
+    it = iter(loader)
+    next(it)
+    images, labels = next(it)
     say(writing=variant)
     try:
         if variant == "fill_":

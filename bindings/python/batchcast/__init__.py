@@ -22,8 +22,9 @@ from collections import namedtuple
 import numpy as np
 
 from . import _batchcast as _bc
+from ._version import __version__  # the CMake project() version
 
-__all__ = ["Consumer", "Producer", "Leader", "Info", "Error", "SharedBatchArray",
+__all__ = ["__version__", "Consumer", "Producer", "Leader", "Info", "Error", "SharedBatchArray",
            "resolve_options"]
 
 
@@ -117,10 +118,21 @@ _READ_ONLY_HINT = (
 
 _HELD_HINT = (
     "In a `for images, labels in loader` loop the previous batch is still held by the loop "
-    "variables while the next one is fetched, so it counts too: keeping k batches across "
-    "iterations needs buffer_depth >= k + 2. Keep copies instead (images.clone(), "
-    "np.array(view)), or create the Consumer with writable=True (private copies that hold no "
-    "slot)")
+    "variables while the next one is fetched; that one is not counted (the consumer asks the "
+    "leader for buffer_depth + 1), so keeping k batches across iterations needs "
+    "buffer_depth >= k + 1, and list(loader) cannot hold a whole epoch of shared batches. "
+    "Keep copies instead (images.clone(), np.array(view)), or create the Consumer with "
+    "writable=True (private copies that hold no slot)")
+
+
+def _held_message(message):
+    """The C++ refusal, with buffer_depth as the caller set it and what to do."""
+    import re
+    m = re.search(r"\(buffer_depth=(\d+)\)", message)
+    if m:
+        message = message.replace(
+            m.group(0), f"(buffer_depth={int(m.group(1)) - 1} + the loop's batch)")
+    return f"{message}. {_HELD_HINT}"
 
 
 def _hint(err):
@@ -166,6 +178,11 @@ del _name
 
 
 def _read_only_view(array):
+    return array.view(SharedBatchArray)
+
+
+def _read_only_copy(array):
+    array.flags.writeable = False
     return array.view(SharedBatchArray)
 
 
@@ -218,6 +235,7 @@ class Consumer:
         else:
             self._convert = _from_numpy() if self._copy else _from_dlpack()
         self._ended = False
+        self._peeked = None  # the raw copy of a peeked first batch, yielded again next
         self.last_info = None
         address = address or os.environ.get("BATCHCAST_ADDRESS") or os.environ.get(
             "BATCHCAST_SOCKET")
@@ -234,41 +252,90 @@ class Consumer:
         return self._c.batches_per_epoch()
 
     def __iter__(self):
-        """One epoch: ends after the epoch's last batch, or at the end of the stream."""
-        while not self._ended:
-            item, last = self._next()
-            if item is None:
+        """One epoch: ends after the epoch's last batch, or at the end of the stream.
+
+        The first batch of every ``iter()`` is a private copy (one memcpy per epoch) that holds
+        no slot, and an iterator dropped right after its first batch is a peek: that batch
+        is also the first one the next ``iter()`` yields. So ``images, labels =
+        next(iter(loader))`` may be kept for any time, and the ``for`` loop that follows
+        still gets the whole epoch (``len(loader)`` batches).
+
+        When the epoch's last producer batches were entirely skipped as bad samples, no batch
+        is marked last: the epoch ends at the first batch of the next one, which is kept
+        (as a private copy) for the next ``iter()``."""
+        return self._epoch()
+
+    def _epoch(self):
+        first = True
+        epoch = None
+        while True:
+            if self._peeked is not None:
+                raw, self._peeked = self._peeked, None
+                images, labels, ids, info = raw  # the peek's own copy stays the caller's
+                raw = (np.array(images), np.array(labels),
+                       None if ids is None else np.array(ids), info)
+            elif self._ended:
                 return
-            yield item
+            else:
+                raw = self._fetch(copy=first or self._copy)
+                if raw is None:
+                    return
+            if epoch is not None and raw[3].epoch != epoch:
+                images, labels, ids, info = raw  # the next epoch's first batch: keep a copy
+                self._peeked = (np.array(images), np.array(labels),
+                                None if ids is None else np.array(ids), info)
+                return
+            epoch = raw[3].epoch
+            item, last = self._wrap(raw, private=first or self._copy)
+            try:
+                yield item
+            except GeneratorExit:
+                if first:
+                    self._peeked = raw
+                raise
             del item  # while the next batch is fetched only the caller's variables hold this one
+            first = False
             if last:
                 return
 
     def batches(self):
         """Every remaining batch of every epoch, without epoch boundaries."""
         while True:
-            item, _ = self._next()
-            if item is None:
-                return
+            private = self._copy or self._peeked is not None
+            if self._peeked is not None:
+                raw, self._peeked = self._peeked, None
+            else:
+                raw = self._fetch(copy=self._copy)
+                if raw is None:
+                    return
+            item, _ = self._wrap(raw, private)
             yield item
             del item
 
-    def _next(self):
+    def _fetch(self, copy):
+        """(images, labels, ids, info) from C++, or None at the end of the stream."""
         try:
-            r = self._c.next(self._with_info, self._numpy, self._copy)
+            r = self._c.next(self._with_info, self._numpy, copy)
         except FailedPreconditionError as e:
             if "unreleased batches" not in str(e):
                 raise
-            raise FailedPreconditionError(f"{e}. {_HELD_HINT}") from None
+            raise FailedPreconditionError(_held_message(str(e))) from None
         if r is None:
             self._ended = True
-            return None, True
-        images, labels, ids, info = r
-        if self._convert is not None:
-            images = self._convert(images)
-            labels = self._convert(labels)
+        return r
+
+    def _wrap(self, raw, private):
+        images, labels, ids, info = raw
+        if private and self._numpy and not self._copy:
+            convert = _read_only_copy  # numpy batches are read-only, copies or not
+        else:
+            convert = (_from_numpy() if private and not self._numpy else
+                       None if private else self._convert)
+        if convert is not None:
+            images = convert(images)
+            labels = convert(labels)
             if ids is not None:
-                ids = self._convert(ids)
+                ids = convert(ids)
         self.last_info = info
         if self._with_info:
             meta = Info(info.epoch, info.index, info.lr_factor, ids, info.repeats,
@@ -284,6 +351,12 @@ class Consumer:
 
     def stats(self):
         return self._c.stats()
+
+    @property
+    def telemetry_summary(self):
+        """The end-of-run summary and diagnosis this consumer's telemetry printed at close()
+        (with ``telemetry=...``; "" before or when off)."""
+        return self._c.telemetry_summary()
 
     def close(self):
         """Leaves the stream; the leader and the other consumers go on."""
@@ -303,14 +376,18 @@ class Leader:
 
     consumers: joins to wait for before the first batch (later joiners start at an epoch).
     max_batch_size: largest consumer batch_size admitted (default: batch_size).
-    options: Batchcast options, e.g. dataset=..., epochs=..., seed=..., producer_batch=...
+    rank: this process's rank in telemetry (default: from the MPI/Slurm environment).
+    options: Batchcast options, e.g. dataset=..., epochs=..., seed=..., producer_batch=...,
+      telemetry="json=leader.json" (files and the end-of-run summary, written when the
+      stream is over; docs/python.md, "Telemetry").
     """
 
     def __init__(self, dataset=None, *, consumers=1, max_batch_size=None, address=None,
-                 end_when_empty=True, join_timeout=120.0, **options):
+                 end_when_empty=True, join_timeout=120.0, rank=None, **options):
         opts = dict(options, dataset=dataset)
         self._l = _bc._Leader(opts, consumers, max_batch_size or 0, address or "",
-                              end_when_empty, int(join_timeout * 1000))
+                              end_when_empty, int(join_timeout * 1000),
+                              _env_rank() if rank is None else int(rank))
         self.address = self._l.address
 
     def wait(self, timeout=None):
@@ -319,6 +396,11 @@ class Leader:
         return self._l.wait(-1.0 if timeout is None else float(timeout))
 
     def stats(self):
+        """What the C++ leader knows: the slot writer's counters (producer_batches,
+        samples_produced/decoded/skipped, slot_wait_ns, fill_ns, ...), late joins and
+        replays, ``consumers`` (one dict per consumer entry: state, rank, name, pid,
+        batch_size, buffer_depth, batches, wait_ns), ``done``/``status`` and, once the
+        stream is over with ``telemetry=...`` on, ``telemetry_summary``."""
         return self._l.stats()
 
     def close(self):

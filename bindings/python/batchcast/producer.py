@@ -7,7 +7,7 @@ import threading
 import numpy as np
 
 from . import _batchcast as _bc
-from . import InvalidArgumentError
+from . import InvalidArgumentError, _env_rank
 
 _END = object()
 
@@ -87,12 +87,15 @@ class Producer:
     samples_per_epoch: for the consumers' len() (default: len(iterable.dataset)).
     sample_shape, dtype: the image layout; default: taken from the first batch.
     end_when_empty: end the stream once every consumer has left.
+    telemetry: a telemetry spec (``"json=producer.json"``, ``"hdf5=run.%r.h5,interval=1s"``,
+      ``"on"``), written with the summary when the stream ends or fails (docs/python.md).
+    rank, run_name: this process's rank and the run's name in telemetry.
     """
 
     def __init__(self, iterable, *, epochs=1, consumers=1, batch_size=None, max_batch_size=None,
                  samples_per_epoch=None, sample_shape=None, dtype=None, buffer_depth=2,
                  ring_slots=None, address=None, heartbeat_ms=10000, end_when_empty=True,
-                 join_timeout=None):
+                 join_timeout=None, telemetry=None, rank=None, run_name=None):
         self._iterable = iterable
         self._epochs = int(epochs)
         self._consumers = int(consumers)
@@ -122,7 +125,9 @@ class Producer:
         self._p = _bc._Producer(list(sample_shape), dtype, int(batch_size),
                                 int(samples_per_epoch), int(max_batch_size or batch_size),
                                 int(slots), int(heartbeat_ms), address or "",
-                                epochs=int(self._epochs))
+                                epochs=int(self._epochs),
+                                options={"telemetry": telemetry, "run_name": run_name},
+                                rank=_env_rank() if rank is None else int(rank))
         self.address = self._p.address
         self.batch_size = int(batch_size)
         self._thread = None

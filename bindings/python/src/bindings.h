@@ -11,12 +11,16 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "batchcast/batch.h"
 #include "batchcast/options.h"
 #include "batchcast/status.h"
+#include "telemetry/collector.h"
+#include "telemetry/metrics.h"
 
 namespace batchcast::python {
 
@@ -44,6 +48,15 @@ T ValueOrThrow(Result<T> r) {
 
 void RegisterErrors(py::module_& m);
 
+// In a forked child (a DataLoader worker, multiprocessing) the bound objects of the parent
+// must not be torn down: their threads do not exist there, and stopping a leader or
+// detaching a consumer would act on the shared stream in the parent's name. Their
+// destructors hand what they own to this, which leaves it to the process exit.
+template <typename T>
+void AbandonInForkedChild(T& owned) {
+  new T(std::move(owned));  // intentionally leaked
+}
+
 // Options from the registry (defaults < config file < BATCHCAST_* environment), then the
 // keyword arguments (key = registry key; None values are skipped), then validated.
 Options OptionsFromKwargs(const py::dict& kwargs);
@@ -54,14 +67,31 @@ std::string NewAddress(const char* kind);
 // Calls `step(timeout_ms)` with the GIL released until it returns true, checking for
 // Python signals (KeyboardInterrupt) between bounded chunks of `chunk_ms`. Throws
 // py::error_already_set when a signal handler raised.
+//
+// The GIL is taken back with PyEval_RestoreThread directly, not by a gil_scoped_release
+// destructor: when the interpreter finalizes while a daemon thread waits here, that call
+// ends the thread with pthread_exit, whose forced unwind must not pass a noexcept
+// destructor (that is std::terminate: the interpreter aborted at exit with code 134).
+// `step` must not throw.
+// Runs `f` (which must not throw) with the GIL released, restoring it without a noexcept
+// destructor (see WaitInterruptibly).
+template <typename F>
+auto WithoutGil(F&& f) {
+  PyThreadState* ts = PyEval_SaveThread();
+  if constexpr (std::is_void_v<decltype(f())>) {
+    f();
+    PyEval_RestoreThread(ts);
+  } else {
+    auto r = f();
+    PyEval_RestoreThread(ts);
+    return r;
+  }
+}
+
 template <typename Step>
 void WaitInterruptibly(Step&& step, int64_t chunk_ms = 100) {
   for (;;) {
-    bool done;
-    {
-      py::gil_scoped_release nogil;
-      done = step(chunk_ms);
-    }
+    bool done = WithoutGil([&] { return step(chunk_ms); });
     if (done) return;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
@@ -76,6 +106,28 @@ py::array MakeNumpyView(const TensorView& view, std::shared_ptr<void> keep);
 py::array MakeNumpyArray(const TensorView& view);
 // A 1-d int64 view of `n` sample ids at `ids`.
 TensorView IdsView(const int64_t* ids, int64_t n);
+
+// The telemetry of one Python front door (Leader, Producer, Consumer) in this process: the
+// collector `options.telemetry` asks for (null when off) with this process's rank and
+// role, and its sinks, whose paths may name the process with %r (rank), %p (pid) and %h
+// (host). Finish() stops it and writes the sinks and the end-of-run summary for this
+// process alone (no MPI): once, later calls do nothing.
+class ProcessTelemetry {
+ public:
+  ProcessTelemetry(const Options& options, int rank, telemetry::Role role);  // throws
+  ~ProcessTelemetry();
+  telemetry::Collector* collector() const { return collector_.get(); }
+  Status Finish();
+  // The summary table and diagnosis Finish() printed ("" before, or with telemetry off).
+  std::string summary() const;
+
+ private:
+  std::unique_ptr<telemetry::Collector> collector_;
+  telemetry::Sinks sinks_;
+  mutable std::mutex mu_;
+  bool finished_ = false;
+  std::string summary_;
+};
 
 void BindConsumer(py::module_& m);
 void BindProducer(py::module_& m);

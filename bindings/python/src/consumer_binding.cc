@@ -18,8 +18,12 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "batchcast/consumer.h"
 #include "bindings/python/src/bindings.h"
+#include "core/log.h"
+#include "node/consumer_internal.h"
 
 namespace batchcast::python {
 namespace {
@@ -28,6 +32,9 @@ namespace {
 // an object dropped while a request is in flight is cleaned up when the request ends.
 struct FetchState {
   std::shared_ptr<Consumer> consumer;  // also held by release="next" views (the mapping)
+  // Telemetry (null when off): finished after the consumer detached; batches still alive
+  // hold it too, since their release records a step time into its collector.
+  std::shared_ptr<ProcessTelemetry> telemetry;
   std::mutex mu;
   std::condition_variable cv;
   bool requested = false;   // a Next() is asked for or running
@@ -63,26 +70,44 @@ void FetchLoop(std::shared_ptr<FetchState> s) {
   drop_leftover.Release();
   if (s->consumer) s->consumer->Detach().IgnoreError();
   s->consumer.reset();
+  if (s->telemetry) {
+    Status st = s->telemetry->Finish();
+    if (!st.ok()) BC_LOG(Error, Telem, "consumer telemetry: {}", st.ToString());
+  }
 }
 
 class PyConsumer {
  public:
   PyConsumer(const std::string& address, py::dict kwargs, int rank, const std::string& name,
              bool release_on_next)
-      : release_on_next_(release_on_next) {
+      : release_on_next_(release_on_next), pid_(getpid()) {
     Options o = OptionsFromKwargs(kwargs);
+    // release="on_free": a `for images, labels in loader` loop still holds the previous
+    // batch while it fetches the next, so that batch is not counted against buffer_depth
+    // (buffer_depth=1 serves the usual loop; docs/python.md, "Holding batches").
+    if (!release_on_next) o.buffer_depth += 1;
     std::unique_ptr<Consumer> c;
+    Status st;
     {
       py::gil_scoped_release nogil;
       auto r = Consumer::Attach(address, o, rank, name);
-      if (!r.ok()) {
-        py::gil_scoped_acquire gil;
-        throw StatusError(r.status().WithContext("consumer: attach to '" + address + "'"));
-      }
-      c = std::move(r).value();
+      if (r.ok()) c = std::move(r).value();
+      else st = r.status();
+    }
+    if (!st.ok()) {
+      std::string context = "consumer: attach to '" + address + "'";
+      if (!release_on_next && st.message().find("buffer depth") != std::string::npos)
+        context += " (with release='on_free' the Python consumer asks for buffer_depth + 1 = " +
+                   std::to_string(o.buffer_depth) +
+                   ": the batch a for loop holds while fetching the next is not counted)";
+      throw StatusError(st.WithContext(context));
     }
     batches_per_epoch_ = c->BatchesPerEpoch();
+    auto telemetry = std::make_shared<ProcessTelemetry>(o, rank, telemetry::Role::kConsumer);
+    if (telemetry->collector() != nullptr)
+      internal::ConsumerAccess::SetCollector(*c, telemetry->collector());
     state_ = std::make_shared<FetchState>();
+    if (telemetry->collector() != nullptr) state_->telemetry = telemetry_ = std::move(telemetry);
     state_->consumer = std::move(c);
     thread_ = std::thread(FetchLoop, state_);
   }
@@ -92,6 +117,7 @@ class PyConsumer {
   // None at the end of this consumer's stream. copy=true: writable numpy arrays owning a
   // private copy of the batch, whose slot is given back before this returns.
   py::object Next(bool want_ids, bool numpy, bool copy) {
+    if (getpid() != pid_) throw StatusError(ForkedError());
     if (!state_) throw StatusError(Status(StatusCode::kFailedPrecondition,
                                           "consumer: closed; create a new Consumer"));
     auto s = state_;
@@ -102,10 +128,7 @@ class PyConsumer {
     }
     if (!in_flight) {
       // Release before asking: releasing never waits for the fetch thread then.
-      {
-        py::gil_scoped_release nogil;
-        current_.Release();
-      }
+      WithoutGil([&] { current_.Release(); });
       std::lock_guard<std::mutex> lock(s->mu);
       s->requested = true;
       s->cv.notify_all();
@@ -122,10 +145,8 @@ class PyConsumer {
       st = s->status;
       s->ready = s->requested = false;
     }
-    if (in_flight) {  // an interrupted request: the previous batch is only dropped now
-      py::gil_scoped_release nogil;
-      current_.Release();
-    }
+    if (in_flight)  // an interrupted request: the previous batch is only dropped now
+      WithoutGil([&] { current_.Release(); });
     if (st.code() == StatusCode::kEndOfStream) return py::none();
     ThrowIfError(st);
     if (copy) return WrapCopy(std::move(b), want_ids);
@@ -133,6 +154,18 @@ class PyConsumer {
   }
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
+
+  static Status ForkedError() {
+    return Status(StatusCode::kFailedPrecondition,
+                  "consumer: used in a forked child process (pid " + std::to_string(getpid()) +
+                      ", e.g. a DataLoader worker with num_workers > 0); a Consumer belongs "
+                      "to the process that created it and the leader decodes already: iterate "
+                      "it in the training process (DataLoader(..., num_workers=0); "
+                      "batchcast.torch.StreamDataset wraps it as a Dataset)");
+  }
+
+  // The summary the consumer's telemetry printed at close() ("" before, or when off).
+  std::string TelemetrySummary() const { return telemetry_ ? telemetry_->summary() : ""; }
 
   py::dict Stats() const {
     py::dict d;
@@ -151,6 +184,16 @@ class PyConsumer {
   // the fetch thread finishes it and detaches on its own.
   void Close() {
     if (!state_) return;
+    if (getpid() != pid_) {
+      // A forked copy (e.g. a DataLoader worker): the fetch thread and the membership are the
+      // parent's. Detaching here would leave the stream in the parent's name and joining
+      // would wait for a thread that does not exist in this process, so both are left alone.
+      AbandonInForkedChild(thread_);     // never joined here
+      AbandonInForkedChild(state_);      // never detached here
+      AbandonInForkedChild(current_);    // the parent's slot
+      AbandonInForkedChild(telemetry_);  // its sampler thread
+      return;
+    }
     bool busy;
     {
       py::gil_scoped_release nogil;
@@ -179,6 +222,9 @@ class PyConsumer {
     // release="next" views pin no slot, but they keep the mapping (the Consumer) alive.
     std::shared_ptr<void> keep =
         release_on_next_ ? std::shared_ptr<void>(state_->consumer) : b.KeepAlive();
+    if (state_->telemetry)
+      keep = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<ProcessTelemetry>>>(
+          std::move(keep), state_->telemetry);
     auto make = [&](const TensorView& v) -> py::object {
       if (numpy) return MakeNumpyView(v, keep);
       return MakeDLPackCapsule(v, keep);
@@ -214,8 +260,10 @@ class PyConsumer {
   }
 
   bool release_on_next_;
+  pid_t pid_;
   int64_t batches_per_epoch_ = 0;
   std::shared_ptr<FetchState> state_;
+  std::shared_ptr<ProcessTelemetry> telemetry_;  // null when telemetry is off
   std::thread thread_;
   Batch current_;  // release="next": the batch handed out last
 };
@@ -244,6 +292,7 @@ void BindConsumer(py::module_& m) {
            py::arg("copy") = false)
       .def("batches_per_epoch", &PyConsumer::batches_per_epoch)
       .def("stats", &PyConsumer::Stats)
+      .def("telemetry_summary", &PyConsumer::TelemetrySummary)
       .def("close", &PyConsumer::Close);
 }
 

@@ -5,10 +5,13 @@
 // background thread). Every wait is bounded and checks for KeyboardInterrupt.
 #include <pybind11/stl.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <thread>
 
 #include "bindings/python/src/bindings.h"
+#include "core/log.h"
 #include "producer/batch_source.h"
 #include "node/external_producer.h"
 #include "node/leader.h"
@@ -41,11 +44,42 @@ void CopyInto(const py::handle& obj, void* dst, int64_t n, int64_t per_sample, c
   std::memcpy(dst, src, bytes);
 }
 
+const char* MemberStateName(shm::MemberState s) {
+  switch (s) {
+    case shm::MemberState::kFree: return "free";
+    case shm::MemberState::kJoining: return "joining";
+    case shm::MemberState::kActive: return "active";
+    case shm::MemberState::kLeaving: return "leaving";
+    case shm::MemberState::kDraining: return "draining";
+    case shm::MemberState::kEvicted: return "evicted";
+  }
+  return "unknown";
+}
+
+// One dict per consumer entry in use, as the leader sees it (its membership table).
+py::list MemberDicts(const shm::RingLeader& ring) {
+  py::list out;
+  for (const shm::MemberInfo& m : ring.Members()) {
+    py::dict d;
+    d["id"] = m.id;
+    d["state"] = MemberStateName(m.state);
+    d["pid"] = m.pid;
+    d["rank"] = m.rank;
+    d["name"] = m.name;
+    d["batch_size"] = m.batch_size;
+    d["buffer_depth"] = m.buffer_depth;
+    d["batches"] = m.batches;
+    d["wait_ns"] = m.wait_ns;
+    out.append(d);
+  }
+  return out;
+}
+
 class PyProducer {
  public:
   PyProducer(std::vector<int> sample_shape, const std::string& dtype, int64_t producer_batch,
              int64_t epoch_samples, int max_consumer_batch, int ring_slots, int64_t heartbeat_ms,
-             const std::string& address, int64_t epochs) {
+             const std::string& address, int64_t epochs, py::dict options, int rank) {
     if (sample_shape.size() != 3)
       throw StatusError(Status(StatusCode::kInvalidArgument,
                                "producer: sample_shape must be (channels, height, width)"));
@@ -62,9 +96,17 @@ class PyProducer {
     c.heartbeat_ms = heartbeat_ms;
     c.socket_name = address.empty() ? NewAddress("producer") : address;
     c.job = "python";
+    telemetry_ = std::make_unique<ProcessTelemetry>(OptionsFromKwargs(options), rank,
+                                                    telemetry::Role::kLeader);
+    c.collector = telemetry_->collector();
     per_sample_ = int64_t(c.layout.channels) * c.layout.height * c.layout.width;
     float_ = c.layout.dtype == pipeline::DType::kFloat32;
     p_ = ValueOrThrow(node::ExternalProducer::Create(c));
+  }
+  ~PyProducer() {
+    if (getpid() == pid_) return;
+    AbandonInForkedChild(p_);  // a forked child must not end the parent's stream
+    AbandonInForkedChild(telemetry_);
   }
 
   std::string address() const { return p_->address(); }
@@ -124,10 +166,17 @@ class PyProducer {
   int AdmitJoining() { return p_->AdmitJoining(); }
   int active() const { return p_->active_consumers(); }
   int joining() const { return p_->joining_consumers(); }
-  void End() { p_->End(); }
-  void Fail(const std::string& why) { p_->Fail(why); }
+  // Ending or failing the stream also finishes the telemetry (files and summary).
+  void End() {
+    p_->End();
+    ThrowIfError(telemetry_->Finish());
+  }
+  void Fail(const std::string& why) {
+    p_->Fail(why);
+    ThrowIfError(telemetry_->Finish());
+  }
 
-  py::dict Stats() const {
+  py::dict Stats() {
     node::ExternalProducerStats s = p_->stats();
     py::dict d;
     d["batches"] = s.batches;
@@ -135,10 +184,14 @@ class PyProducer {
     d["dropped_batches"] = s.dropped_batches;
     d["tail_copies"] = s.tail_copies;
     d["slot_wait_ns"] = s.slot_wait_ns;
+    d["consumers"] = MemberDicts(p_->ring());
+    d["telemetry_summary"] = telemetry_->summary();
     return d;
   }
 
  private:
+  pid_t pid_ = getpid();
+  std::unique_ptr<ProcessTelemetry> telemetry_;  // outlives p_, which records into it
   std::unique_ptr<node::ExternalProducer> p_;
   node::ExternalSlot slot_;
   bool staged_ = false, ids_written_ = false, float_ = false;
@@ -149,9 +202,12 @@ class PyProducer {
 class PyLeader {
  public:
   PyLeader(py::dict kwargs, int expected_consumers, int max_consumer_batch,
-           const std::string& address, bool end_when_empty, int64_t join_timeout_ms) {
+           const std::string& address, bool end_when_empty, int64_t join_timeout_ms, int rank) {
     node::LeaderConfig cfg;
     cfg.options = OptionsFromKwargs(kwargs);
+    cfg.rank = rank;
+    telemetry_ = std::make_unique<ProcessTelemetry>(cfg.options, rank, telemetry::Role::kLeader);
+    cfg.collector = telemetry_->collector();
     cfg.expected_consumers = expected_consumers;
     cfg.max_consumer_batch = static_cast<uint32_t>(max_consumer_batch);
     cfg.socket_name = address.empty() ? NewAddress("leader") : address;
@@ -162,8 +218,12 @@ class PyLeader {
         ValueOrThrow(producer::MakePipelineSource(cfg.options));
     leader_ = ValueOrThrow(node::Leader::Create(cfg, std::move(source)));
     thread_ = std::thread([this] {
-      status_ = leader_->Run();
+      Status st = leader_->Run();
+      Status written = telemetry_->Finish();  // the stream is over: files and summary
+      if (st.ok()) st = written;
+      else if (!written.ok()) BC_LOG(Error, Telem, "leader telemetry: {}", written.ToString());
       std::lock_guard<std::mutex> lock(mu_);
+      status_ = st;
       done_ = true;
       cv_.notify_all();
     });
@@ -187,6 +247,12 @@ class PyLeader {
   }
 
   void Close() {
+    if (getpid() != pid_) {  // a forked child: not its stream to stop, nor its thread
+      AbandonInForkedChild(thread_);
+      AbandonInForkedChild(leader_);
+      AbandonInForkedChild(telemetry_);
+      return;
+    }
     if (!thread_.joinable()) return;
     bool done;
     {
@@ -198,18 +264,37 @@ class PyLeader {
     thread_.join();
   }
 
-  py::dict Stats() const {
+  // Everything the C++ leader knows: the slot writer's counters, late joins, the stream's
+  // shape, every consumer entry in use, and the telemetry summary once written.
+  py::dict Stats() {
     node::LeaderStats s = leader_->stats();
     py::dict d;
     d["producer_batches"] = s.producer_batches;
     d["samples_produced"] = s.samples_produced;
+    d["samples_decoded"] = s.samples_decoded;
     d["samples_skipped"] = s.samples_skipped;
+    d["tail_copies"] = s.tail_copies;
+    d["empty_positions"] = s.empty_positions;
+    d["dropped_batches"] = s.dropped_batches;
     d["slot_wait_ns"] = s.slot_wait_ns;
+    d["max_slot_wait_ns"] = s.max_slot_wait_ns;
     d["fill_ns"] = s.fill_ns;
+    d["replayed_batches"] = s.replayed_batches;
+    d["late_joins"] = s.late_joins;
+    d["producer_batch"] = leader_->producer_batch();
+    d["consumers"] = MemberDicts(leader_->ring());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      d["done"] = done_;
+      d["status"] = done_ ? status_.ToString() : std::string();
+    }
+    d["telemetry_summary"] = telemetry_->summary();
     return d;
   }
 
  private:
+  pid_t pid_ = getpid();
+  std::unique_ptr<ProcessTelemetry> telemetry_;  // outlives leader_, which records into it
   std::unique_ptr<node::Leader> leader_;
   std::thread thread_;
   std::mutex mu_;
@@ -223,10 +308,11 @@ class PyLeader {
 void BindProducer(py::module_& m) {
   py::class_<PyProducer>(m, "_Producer")
       .def(py::init<std::vector<int>, const std::string&, int64_t, int64_t, int, int, int64_t,
-                    const std::string&, int64_t>(),
+                    const std::string&, int64_t, py::dict, int>(),
            py::arg("sample_shape"), py::arg("dtype"), py::arg("producer_batch"),
            py::arg("epoch_samples"), py::arg("max_consumer_batch"), py::arg("ring_slots"),
-           py::arg("heartbeat_ms"), py::arg("address") = "", py::arg("epochs") = 0)
+           py::arg("heartbeat_ms"), py::arg("address") = "", py::arg("epochs") = 0,
+           py::arg("options") = py::dict(), py::arg("rank") = -1)
       .def_property_readonly("address", &PyProducer::address)
       .def("wait_for_consumers", &PyProducer::WaitForConsumers, py::arg("n"),
            py::arg("timeout_s") = -1.0)
@@ -244,10 +330,11 @@ void BindProducer(py::module_& m) {
 
 void BindLeader(py::module_& m) {
   py::class_<PyLeader>(m, "_Leader")
-      .def(py::init<py::dict, int, int, const std::string&, bool, int64_t>(), py::arg("options"),
-           py::arg("expected_consumers") = 1, py::arg("max_consumer_batch") = 0,
-           py::arg("address") = "", py::arg("end_when_empty") = true,
-           py::arg("join_timeout_ms") = 120000)
+      .def(py::init<py::dict, int, int, const std::string&, bool, int64_t, int>(),
+           py::arg("options"), py::arg("expected_consumers") = 1,
+           py::arg("max_consumer_batch") = 0, py::arg("address") = "",
+           py::arg("end_when_empty") = true, py::arg("join_timeout_ms") = 120000,
+           py::arg("rank") = -1)
       .def_property_readonly("address", &PyLeader::address)
       .def_property_readonly("producer_batch", &PyLeader::producer_batch)
       .def("wait", &PyLeader::Wait, py::arg("timeout_s") = -1.0)

@@ -45,6 +45,7 @@ struct BATCHCAST_API Options {
   int64_t max_pixels = 128LL << 20;  // decompression-bomb guard (width × height)
   bool dct_scaling = true;      // JPEG: decode at 1/2, 1/4, 1/8 size when the target is small
   std::string on_bad_sample = "error";  // error | skip (skips are counted and reported)
+  std::string verify = "sample";        // off | sample | full: per-sample checksums (docs/dataset-format.md)
 
   // --- node data plane ---
   int batch_size = 64;          // this consumer's batch size
@@ -94,7 +95,10 @@ struct BATCHCAST_API Options {
 
 // Resolves defaults < config file < BATCHCAST_* environment < flags. `flags` are
 // command-line words (e.g. {"--batch-size=32", "--dataset", "x.h5"}); words that are
-// not options are an error unless `rest` is given, in which case they are returned there.
+// not options are an error unless `rest` is given, in which case they are returned there,
+// except a `--flag` that looks like a mistyped option (`--batch-sze`: "did you mean
+// '--batch-size'?"), which is an error. A bare "--" and every word after it go to `rest`
+// unexamined: put your program's own flags there if they look like Batchcast options.
 BATCHCAST_API Result<Options> ResolveOptions(const std::vector<std::string>& flags,
                                              std::vector<std::string>* rest = nullptr);
 

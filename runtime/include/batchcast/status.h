@@ -39,6 +39,13 @@ enum class StatusCode : int {
 
 BATCHCAST_API const char* StatusCodeName(StatusCode code);
 
+class Status;
+namespace internal {
+// Result<T>::value() on an error: prints "batchcast: fatal: ..." with the status message
+// and the rank (when known) to stderr and aborts. Never returns.
+[[noreturn]] BATCHCAST_API void DieOnErrorValue(const Status& status);
+}  // namespace internal
+
 class [[nodiscard]] BATCHCAST_API Status {
  public:
   Status() = default;
@@ -79,15 +86,29 @@ class [[nodiscard]] Result {
   bool ok() const { return std::holds_alternative<T>(v_); }
   Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
 
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  // The value. On an error this prints the status message (and the rank) and aborts, so
+  // check ok() first where the error is expected.
+  T& value() & {
+    CheckValue();
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    CheckValue();
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    CheckValue();
+    return std::get<T>(std::move(v_));
+  }
   T& operator*() & { return value(); }
   T&& operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
  private:
+  void CheckValue() const {
+    if (!ok()) internal::DieOnErrorValue(std::get<Status>(v_));
+  }
   std::variant<T, Status> v_;
 };
 

@@ -30,6 +30,14 @@ JoinReply MakeReply(const Status& status) {
 
 }  // namespace
 
+RingLeader::ControlCounters RingLeader::control_counters() const {
+  ControlCounters c;
+  c.iterations = control_iterations_.load();
+  c.accept_attempts = accept_attempts_.load();
+  c.accept_failures = accept_failures_.load();
+  return c;
+}
+
 void RingLeader::ControlLoop() {
   int64_t tick_ms = std::max<int64_t>(20, std::min<int64_t>(250, config_.heartbeat_ms / 4));
   std::vector<pollfd> fds;
@@ -40,7 +48,8 @@ void RingLeader::ControlLoop() {
     fds.push_back({event_fd_, POLLIN, 0});
     // Out of descriptors: leave new connections in the backlog for a while instead of
     // spinning on a listen socket that stays readable.
-    const bool accepting = MonotonicNs() >= accept_paused_until_;
+    auto* clock = accept_clock_.load();
+    const bool accepting = (clock ? clock() : MonotonicNs()) >= accept_paused_until_;
     fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
     for (auto& [fd, id] : conn_member_) fds.push_back({fd, POLLIN, 0});
     int rc = poll(fds.data(), fds.size(), static_cast<int>(tick_ms));
@@ -57,10 +66,12 @@ void RingLeader::ControlLoop() {
     }
     CheckHeartbeats();
     CloseSlowHandshakes();
+    control_iterations_.fetch_add(1);
   }
 }
 
 void RingLeader::HandleAccept() {
+  accept_attempts_.fetch_add(1);
   auto conn = AcceptConnection(listen_fd_);
   if (conn.ok()) {
     conn_member_[*conn] = -1;
@@ -71,14 +82,16 @@ void RingLeader::HandleAccept() {
     }
     return;
   }
-  const int err = errno;
-  if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+  // EMFILE, ENFILE, ENOMEM (the status code, not errno: formatting the message may change it).
+  if (conn.status().code() == StatusCode::kResourceExhausted) {
+    accept_failures_.fetch_add(1);
     if (accept_paused_until_ == 0)
       BC_LOG(Warn, Shm, "ring: cannot accept a connection ({}); {} connections are open. "
              "Pausing new connections for 100 ms at a time until descriptors are free "
              "(raise `ulimit -n`, or find who opens so many)", conn.status().message(),
              conn_member_.size());
-    accept_paused_until_ = MonotonicNs() + 100 * 1000000LL;
+    auto* clock = accept_clock_.load();
+    accept_paused_until_ = (clock ? clock() : MonotonicNs()) + 100 * 1000000LL;
     return;
   }
   BC_LOG(Warn, Shm, "ring: {}", conn.status().message());

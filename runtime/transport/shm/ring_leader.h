@@ -154,6 +154,17 @@ class RingLeader {
   void Fail(const std::string& message);
   bool failed() const;
 
+  // What the control thread has done (tests: the accept back-off on fd exhaustion).
+  struct ControlCounters {
+    uint64_t iterations = 0;       // control-loop rounds (one poll each)
+    uint64_t accept_attempts = 0;  // accept() calls
+    uint64_t accept_failures = 0;  // of those, out of descriptors or memory
+  };
+  ControlCounters control_counters() const;
+  // Replaces the clock of the accept back-off (tests: a frozen clock shows that an
+  // exhausted leader does not retry before its pause is over). Call before connections come.
+  void SetAcceptClockForTesting(int64_t (*clock)()) { accept_clock_.store(clock); }
+
  private:
   explicit RingLeader(const RingConfig& config);
   Status Init();
@@ -187,6 +198,10 @@ class RingLeader {
   uint32_t slots_used_ = 0;
   std::atomic<uint32_t> pool_limit_{0};  // slots of the pool in use (<= geo_.max_slots)
   int64_t accept_paused_until_ = 0;  // fd exhaustion: accept() backs off until then (ns)
+  std::atomic<int64_t (*)()> accept_clock_{nullptr};  // nullptr: MonotonicNs
+  std::atomic<uint64_t> control_iterations_{0};
+  std::atomic<uint64_t> accept_attempts_{0};
+  std::atomic<uint64_t> accept_failures_{0};
 
   mutable std::mutex mu_;            // membership table and receiver masks
   std::condition_variable joined_cv_;

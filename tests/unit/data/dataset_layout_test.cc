@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -207,6 +209,164 @@ TEST(DatasetLayoutTest, ValidHandMadeFilesOpen) {
   auto raw = DatasetReader::Open(dir / "raw.h5");
   ASSERT_TRUE(raw.ok()) << raw.status().ToString();
   EXPECT_EQ((*raw)->info().encoding, "raw");
+}
+
+// h5py writes string attributes as variable-length UTF-8 strings by default; the reader
+// takes them wherever it reads a string attribute (here 'encoding' on images).
+TEST(DatasetLayoutTest, H5pyVariableLengthStringAttributesAreRead) {
+  TempDir dir;
+  const std::string path = dir / "handmade.h5";
+  const std::string script =
+      "import sys, h5py, numpy as np\n"
+      "png = np.frombuffer(b'\\x89PNG\\r\\n\\x1a\\n', dtype=np.uint8)\n"
+      "with h5py.File(sys.argv[1], 'w') as f:\n"
+      "    f.attrs['batchcast_schema_version'] = 1\n"
+      "    f.attrs['batchcast_created_by'] = 'h5py by hand'\n"
+      "    im = f.create_dataset('images', (3,), dtype=h5py.vlen_dtype(np.uint8))\n"
+      "    for i in range(3): im[i] = png\n"
+      "    im.attrs['encoding'] = 'png'\n"
+      "    f['labels'] = np.array([0, 1, 0], dtype=np.int64)\n"
+      "    f['widths'] = np.array([2, 2, 2], dtype=np.int32)\n"
+      "    f['heights'] = np.array([2, 2, 2], dtype=np.int32)\n"
+      "    f['class_names'] = np.array(['cat', 'dog'], dtype=h5py.string_dtype())\n"
+      "    f.attrs['batchcast_complete'] = 1\n";
+  testing::WriteBytes(dir / "make.py", std::vector<uint8_t>(script.begin(), script.end()));
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + dir / "make.py" + " " + path).c_str()), 0)
+      << "h5py (python3-h5py, installed by scripts/deps.sh) could not write " << path;
+  auto r = DatasetReader::Open(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->info().encoding, "png");
+  EXPECT_EQ((*r)->info().class_names, (std::vector<std::string>{"cat", "dog"}));
+  auto report = InspectDataset(path);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+}
+
+// Flips one byte of `needle`'s only occurrence in the file at `path` (a stored sample).
+void FlipStoredByte(const std::string& path, const std::vector<uint8_t>& needle, size_t at) {
+  auto file = testing::ReadBytes(path);
+  auto it = std::search(file.begin(), file.end(), needle.begin(), needle.end());
+  ASSERT_NE(it, file.end()) << "sample bytes not found in " << path;
+  ASSERT_EQ(std::search(it + 1, file.end(), needle.begin(), needle.end()), file.end());
+  *(it + long(at)) ^= 0x5a;
+  testing::WriteBytes(path, file);
+}
+
+void SetLabel(const std::string& path, int64_t index, int64_t label) {
+  std::lock_guard lock(Hdf5Lock());
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "labels", H5P_DEFAULT);
+  hid_t space = H5Dget_space(d);
+  hsize_t start = hsize_t(index), count = 1;
+  H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr);
+  hid_t mem = H5Screate_simple(1, &count, nullptr);
+  EXPECT_GE(H5Dwrite(d, H5T_NATIVE_INT64, mem, space, H5P_DEFAULT, &label), 0);
+  H5Sclose(mem);
+  H5Sclose(space);
+  H5Dclose(d);
+  H5Fclose(f);
+}
+
+// The writer stores a checksum per sample (over its bytes, seeded with its label); a
+// changed byte (raw or encoded) or a changed label fails VerifySample and is listed by
+// inspect's verify, every one of them, while the rest still verify.
+TEST(DatasetLayoutTest, SampleChecksumsFindEveryChangedSampleAndLabel) {
+  TempDir dir;
+  auto written = WriteEncoded(dir / "enc.h5", 40);
+  WriteRaw(dir / "raw.h5", 20, false);
+  FlipStoredByte(dir / "enc.h5", written[7], written[7].size() / 2);
+  FlipStoredByte(dir / "enc.h5", written[30], 40);
+  SetLabel(dir / "enc.h5", 12, 1 - 12 % 2);
+  std::vector<uint8_t> raw5 = Pixels(45, 5);
+  FlipStoredByte(dir / "raw.h5", raw5, 44);
+  auto enc = InspectDataset(dir / "enc.h5", true);
+  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+  EXPECT_TRUE(enc->info.has_checksums);
+  ASSERT_EQ(enc->bad_samples.size(), 3u);
+  EXPECT_EQ(enc->bad_samples[0].index, 7);
+  EXPECT_EQ(enc->bad_samples[1].index, 12);
+  EXPECT_EQ(enc->bad_samples[2].index, 30);
+  ExpectContains(enc->bad_samples[1].cause, "sample 12 of " + dir / "enc.h5" + " fails its checksum");
+  ExpectContains(SummaryToJson(*enc), "\"bad_samples\"");
+  auto raw = InspectDataset(dir / "raw.h5", true);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  ASSERT_EQ(raw->bad_samples.size(), 1u);
+  EXPECT_EQ(raw->bad_samples[0].index, 5);
+  auto r = DatasetReader::Open(dir / "raw.h5");
+  ASSERT_TRUE(r.ok());
+  std::vector<uint8_t> px;
+  ASSERT_TRUE((*r)->ReadSample(5, &px).ok());
+  EXPECT_EQ((*r)->VerifySample(5, px).code(), StatusCode::kCorruptData);
+  ASSERT_TRUE((*r)->ReadSample(6, &px).ok());
+  EXPECT_TRUE((*r)->VerifySample(6, px).ok());
+  EXPECT_EQ(SampleChecksum(px, 0), SampleChecksum(px, 0));
+  EXPECT_NE(SampleChecksum(px, 0), SampleChecksum(px, 1));
+}
+
+// Files written before checksums existed still open and read; they say they have none.
+TEST(DatasetLayoutTest, FilesWithoutChecksumsStillRead) {
+  TempDir dir;
+  WriteLayoutFile(dir / "old.h5", LayoutSpec{});
+  auto r = DatasetReader::Open(dir / "old.h5");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE((*r)->info().has_checksums);
+  std::vector<uint8_t> bytes;
+  ASSERT_TRUE((*r)->ReadSample(0, &bytes).ok());
+  EXPECT_TRUE((*r)->VerifySample(0, bytes).ok());
+  auto s = InspectDataset(dir / "old.h5", true);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->bad_samples.empty());
+  ExpectContains(SummaryToJson(*s), "\"sample_checksums\": false");
+}
+
+// New files use the HDF5 1.8+ format (metadata with checksums): superblock version >= 2.
+TEST(DatasetLayoutTest, NewFilesUseTheFormatWithMetadataChecksums) {
+  TempDir dir;
+  WriteRaw(dir / "x.h5", 3, true);
+  std::lock_guard lock(Hdf5Lock());
+  hid_t f = H5Fopen((dir / "x.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  H5F_info2_t info{};
+  ASSERT_GE(H5Fget_info2(f, &info), 0);
+  EXPECT_GE(info.super.version, 2u);
+  H5Fclose(f);
+}
+
+// A small file declaring absurd dimensions: `images` chunked, of shape `dims` (rank 4 raw,
+// or rank 1 vlen), with no data written.
+void WriteAbsurdImages(const std::string& path, std::vector<hsize_t> dims) {
+  std::lock_guard lock(Hdf5Lock());
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  testing::WriteIntAttr(f, "batchcast_schema_version", 1);
+  testing::WriteIntAttr(f, "batchcast_complete", 1);
+  const int rank = int(dims.size());
+  hid_t space = H5Screate_simple(rank, dims.data(), nullptr);
+  std::vector<hsize_t> chunk(dims.size(), 1);
+  chunk[0] = 16;
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, rank, chunk.data());
+  hid_t type = rank == 4 ? H5Tcopy(H5T_STD_U8LE) : H5Tvlen_create(H5T_STD_U8LE);
+  hid_t d = H5Dcreate2(f, "images", type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  ASSERT_GE(d, 0);
+  H5Dclose(d);
+  H5Tclose(type);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  H5Fclose(f);
+}
+
+// Dimensions come from the file: one above INT_MAX, or a sample count the file does not
+// store, is refused at open with the cause (before, inspect aborted or read fill values
+// for minutes).
+TEST(DatasetLayoutTest, AbsurdDimensionsAreRefusedAtOpen) {
+  TempDir dir;
+  WriteAbsurdImages(dir / "wide.h5", {16, 2, 3000000000ULL, 1});
+  ExpectContains(OpenError(dir / "wide.h5"), "declares raw samples of 2x3000000000x1");
+  WriteAbsurdImages(dir / "many.h5", {hsize_t(1) << 34});
+  ExpectContains(OpenError(dir / "many.h5"), "stores 0 of the 1073741824 chunks");
+  WriteAbsurdImages(dir / "huge.h5", {hsize_t(1) << 50});
+  ExpectContains(OpenError(dir / "huge.h5"), "declares 1125899906842624 samples");
+  auto inspect = InspectDataset(dir / "many.h5", true);
+  EXPECT_FALSE(inspect.ok());
 }
 
 TEST(DatasetLayoutTest, ZeroLengthEncodedSampleIsCorruptAtRead) {

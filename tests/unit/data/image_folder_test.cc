@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "data/convert.h"
 #include "data/dataset_reader.h"
 #include "data/image_encode.h"
@@ -19,6 +21,13 @@ std::vector<uint8_t> Pattern(int w, int h, int c) {
   std::vector<uint8_t> px(static_cast<size_t>(w) * h * c);
   for (size_t i = 0; i < px.size(); ++i) px[i] = uint8_t((i * 13) ^ (i >> 5));
   return px;
+}
+
+// The first half of a JPEG (the converter's trailer check refuses it).
+std::vector<uint8_t> TruncatedJpeg() {
+  auto jpg = *EncodeJpeg(Pattern(40, 30, 3), 40, 30, 3, 90);
+  jpg.resize(jpg.size() / 2);
+  return jpg;
 }
 
 // root/cat: 2 JPEGs + 1 PNG; root/ant: 1 PNG (gray) + notes.txt; root/.hidden ignored.
@@ -43,7 +52,52 @@ TEST(ImageFolderTest, ListsClassesSortedAndFilesByPath) {
   EXPECT_EQ(l->files[1].path, dir / "root/cat/a.JPEG");
   EXPECT_EQ(l->files[3].path, dir / "root/cat/sub/c.png");
   EXPECT_EQ(l->files[3].label, 1);
-  EXPECT_EQ(l->ignored_files, 1);
+  ASSERT_EQ(l->ignored.size(), 1u);
+  EXPECT_EQ(l->ignored[0].path, dir / "root/ant/notes.txt");
+  EXPECT_NE(l->ignored[0].reason.find("unsupported extension '.txt'"), std::string::npos);
+  EXPECT_TRUE(l->empty_classes.empty());
+}
+
+// One run finds every problem: each bad file with its cause, each ignored file (an
+// unsupported extension named) and each empty class; nothing is written, and the error
+// lists them all. --check lists the same without writing; the flags let it through.
+TEST(ImageFolderTest, EveryProblemIsListedAtOnceAndNothingIsWritten) {
+  TempDir dir;
+  MakeTree(dir);
+  WriteBytes(dir / "root/ant/broken.jpg", TruncatedJpeg());
+  WriteBytes(dir / "root/cat/zzz.png", {'n', 'o'});
+  WriteBytes(dir / "root/cat/photo.webp", {'R', 'I', 'F', 'F'});
+  std::filesystem::create_directories(dir / "root/dog");
+  ImageFolderConvertOptions o{.root = dir / "root", .out_path = dir / "out.h5", .threads = 3};
+  auto rep = ConvertImageFolder(o, nullptr);
+  ASSERT_FALSE(rep.ok());
+  const std::string& msg = rep.status().message();
+  for (const std::string& want : std::vector<std::string>{
+           "has 2 bad images and 1 empty classes", "bad image: " + dir / "root/ant/broken.jpg",
+        "bad image: " + dir / "root/cat/zzz.png", "empty class: " + dir / "root/dog",
+        "--skip-bad", "--allow-empty-classes"})
+    EXPECT_NE(msg.find(want), std::string::npos) << "'" << want << "' not in: " << msg;
+  EXPECT_FALSE(std::filesystem::exists(o.out_path));
+  o.check_only = true;
+  auto check = ConvertImageFolder(o, nullptr);
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  EXPECT_EQ(check->samples, 0);
+  ASSERT_EQ(check->skipped.size(), 2u);
+  EXPECT_EQ(check->empty_classes, (std::vector<std::string>{"dog"}));
+  ASSERT_EQ(check->ignored.size(), 2u);
+  EXPECT_NE(check->ignored[1].find("photo.webp: unsupported extension '.webp'"), std::string::npos)
+      << check->ignored[1];
+  EXPECT_FALSE(std::filesystem::exists(o.out_path));
+  EXPECT_EQ(ImageFolderProblems(o, *check), msg);
+  o.check_only = false;
+  o.skip_bad = true;
+  o.allow_empty_classes = true;
+  rep = ConvertImageFolder(o, nullptr);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->samples, 4);
+  auto r = DatasetReader::Open(o.out_path);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)->info().class_names, (std::vector<std::string>{"ant", "cat", "dog"}));
 }
 
 TEST(ImageFolderTest, ConversionStoresOriginalBytesLabelsAndSizes) {
@@ -87,9 +141,7 @@ TEST(ImageFolderTest, JpegOnlyTreeIsMarkedJpeg) {
 TEST(ImageFolderTest, CorruptImageFailsConversionWithItsPath) {
   TempDir dir;
   MakeTree(dir);
-  auto jpg = *EncodeJpeg(Pattern(40, 30, 3), 40, 30, 3, 90);
-  jpg.resize(jpg.size() / 2);
-  WriteBytes(dir / "root/cat/broken.jpg", jpg);
+  WriteBytes(dir / "root/cat/broken.jpg", TruncatedJpeg());
   ImageFolderConvertOptions o{.root = dir / "root", .out_path = dir / "out.h5", .threads = 2};
   auto rep = ConvertImageFolder(o, nullptr);
   ASSERT_FALSE(rep.ok());

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tests/unit/pipeline/test_images.h"
 
 namespace batchcast::pipeline {
@@ -141,6 +143,28 @@ TEST(PngDecodeTest, EveryColorTypeAndDepth) {
   ExpectSame(gray_img, MustDecode(testing::EncodePng(37, 23, 2, 8, photo.pixels), 8, 1));
 }
 
+// A PNG whose (last) IDAT chunk has a bad CRC is an error, not an image: libspng checks it
+// only when the chunks after the image data are read.
+TEST(PngDecodeTest, BadIdatCrcIsAnError) {
+  auto png = testing::EncodePng(40, 30, 2, 8, testing::Photo(40, 30).pixels);
+  const uint8_t idat[] = {'I', 'D', 'A', 'T'};
+  auto at = std::search(png.begin(), png.end(), std::begin(idat), std::end(idat));
+  ASSERT_NE(at, png.end());
+  const size_t len = (size_t(at[-4]) << 24) | (size_t(at[-3]) << 16) | (size_t(at[-2]) << 8) | at[-1];
+  auto bad = png;
+  bad[size_t(at - png.begin()) + 4 + len] ^= 0xff;  // first CRC byte
+  auto decoder = ImageDecoder::Create();
+  auto header = decoder->ReadHeader(bad, 1 << 30);
+  ASSERT_TRUE(header.ok());
+  DecodedImage out;
+  Status s = decoder->Decode(bad, *header, 8, 3, &out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("png decode failed: invalid chunk checksum"), std::string::npos)
+      << s.message();
+  header = decoder->ReadHeader(png, 1 << 30);
+  EXPECT_TRUE(decoder->Decode(png, *header, 8, 3, &out).ok());
+}
+
 TEST(DecodeTest, DetectsFormatFromMagicBytes) {
   EXPECT_EQ(DetectFormat(std::vector<uint8_t>{0xff, 0xd8, 0xff, 0xe0}), ImageFormat::kJpeg);
   EXPECT_EQ(DetectFormat(std::vector<uint8_t>{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'}),
@@ -160,6 +184,55 @@ TEST(DecodeTest, ChoosesSmallestDctScaleThatCoversTheTarget) {
   EXPECT_EQ(ChooseScaleNum(100, 100, 224, 224), 8);  // enlarging: never scale down
   EXPECT_EQ(ChooseScaleNum(300, 900, 112, 224), 4);  // 1/4 gives 75 columns: both count
   EXPECT_EQ(ChooseScaleNum(900, 300, 224, 112), 4);
+}
+
+// A JPEG whose header holds a marker libjpeg does not know ("Unsupported marker type 0x8a").
+std::vector<uint8_t> UnknownMarkerJpeg(const std::vector<uint8_t>& good) {
+  std::vector<uint8_t> bad(good.begin(), good.begin() + 2);  // SOI
+  bad.insert(bad.end(), {0xff, 0x8a, 0x00, 0x04, 0x00, 0x00});
+  bad.insert(bad.end(), good.begin() + 2, good.end());
+  return bad;
+}
+
+// Any failed header or decode leaves the decoder as new: the next (good) image decodes
+// exactly as with a fresh decoder. Before the handle was recreated, the unknown marker of
+// one sample was reported again for every later sample of the same worker.
+TEST(DecodeTest, AFailedImageNeverAffectsTheNextOnTheSameDecoder) {
+  auto good = testing::EncodeJpeg(testing::Photo(120, 90), 90, TJSAMP_420);
+  auto png = testing::EncodePng(40, 30, 2, 8, testing::Photo(40, 30).pixels);
+  auto truncated = std::vector<uint8_t>(good.begin(), good.begin() + good.size() / 2);
+  auto garbage_scan = good;
+  for (size_t i = good.size() / 2; i + 2 < good.size(); i += 7) garbage_scan[i] = 0xff;
+  auto bad_png = std::vector<uint8_t>(png.begin(), png.end() - 20);
+  const std::vector<std::pair<const char*, std::vector<uint8_t>>> bad = {
+      {"unknown marker", UnknownMarkerJpeg(good)},
+      {"truncated", truncated},
+      {"corrupt scan", garbage_scan},
+      {"truncated png", bad_png},
+      {"empty", {}},
+  };
+  const DecodedImage want = MustDecode(good, 4, 3);
+  const DecodedImage want_png = MustDecode(png, 8, 3);
+  auto decoder = ImageDecoder::Create();
+  ASSERT_TRUE(decoder.ok());
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& [name, bytes] : bad) {
+      auto header = decoder->ReadHeader(bytes, 1 << 30);
+      DecodedImage out;
+      Status s = header.ok() ? decoder->Decode(bytes, *header, 4, 3, &out) : header.status();
+      EXPECT_FALSE(s.ok()) << name;
+      for (const auto* next : {&good, &png}) {
+        auto h = decoder->ReadHeader(*next, 1 << 30);
+        ASSERT_TRUE(h.ok()) << "after " << name << ": " << h.status().ToString();
+        ASSERT_TRUE(decoder->Decode(*next, *h, 4, 3, &out).ok()) << "after " << name;
+        EXPECT_EQ(out.pixels, (next == &good ? want : want_png).pixels) << "after " << name;
+      }
+    }
+  }
+  auto header = decoder->ReadHeader(UnknownMarkerJpeg(good), 1 << 30);
+  ASSERT_FALSE(header.ok());
+  EXPECT_NE(header.status().message().find("Unsupported marker type 0x8a"), std::string::npos)
+      << header.status().message();
 }
 
 TEST(DecodeTest, HeaderRefusesImagesOverThePixelLimitBeforeDecoding) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,19 @@ class MemoryReader : public data::DatasetReader {
 
   // ReadSample(index) fails from now on (an I/O error the pipeline must report).
   void FailRead(int64_t index) { fail_index_ = index; }
+  // Stores a checksum per sample, as converted files do (VerifySample then checks it).
+  void StoreChecksums() {
+    checksums_.clear();
+    for (size_t i = 0; i < samples_.size(); ++i)
+      checksums_.push_back(data::SampleChecksum(samples_[i], Label(int64_t(i))));
+    info_.has_checksums = true;
+  }
+  Status VerifySample(int64_t index, std::span<const uint8_t> bytes) const override {
+    if (checksums_.empty() || data::SampleChecksum(bytes, Label(index)) == checksums_[size_t(index)])
+      return Status::Ok();
+    return Status(StatusCode::kCorruptData,
+                  fmt::format("memory reader: sample {} fails its checksum", index));
+  }
 
   const data::DatasetInfo& info() const override { return info_; }
   int64_t Label(int64_t index) const override { return 1000 + index; }
@@ -62,6 +76,7 @@ class MemoryReader : public data::DatasetReader {
 
  private:
   std::vector<std::vector<uint8_t>> samples_;
+  std::vector<uint64_t> checksums_;
   data::DatasetInfo info_;
   int64_t fail_index_ = -1;
 };

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <random>
 
 #include "data/dataset_writer.h"
 #include "tests/unit/pipeline/memory_reader.h"
@@ -244,24 +246,27 @@ TEST(BadInputTest, BadRequestsAndOptions) {
   EXPECT_FALSE(Pipeline::Create(o, nullptr).ok());
 }
 
+// Writes `images` (label i % 2) to an HDF5 dataset file through the converter's writer.
+void WriteDataset(const std::string& path, const std::vector<std::vector<uint8_t>>& images) {
+  data::DatasetSpec spec;
+  spec.kind = data::SampleKind::kEncoded;
+  spec.class_names = {"a", "b"};
+  spec.overwrite = true;
+  auto writer = data::DatasetWriter::Create(path, spec);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  for (size_t i = 0; i < images.size(); ++i) {
+    auto header = ImageDecoder::Create()->ReadHeader(images[i], 1 << 30);
+    ASSERT_TRUE(header.ok());
+    auto enc = header->format == ImageFormat::kJpeg ? data::ImageEncoding::kJpeg : data::ImageEncoding::kPng;
+    ASSERT_TRUE((*writer)->Append(images[i], int64_t(i % 2), header->width, header->height, enc).ok());
+  }
+  ASSERT_TRUE((*writer)->Finish().ok());
+}
+
 TEST(PipelineHdf5Test, DecodesThroughARealHdf5File) {
   std::string path = testing::TempDir() + "/pipeline_" + std::to_string(::getpid()) + ".h5";
   auto images = MixedImages(8);
-  {
-    data::DatasetSpec spec;
-    spec.kind = data::SampleKind::kEncoded;
-    spec.class_names = {"a", "b"};
-    spec.overwrite = true;
-    auto writer = data::DatasetWriter::Create(path, spec);
-    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
-    for (size_t i = 0; i < images.size(); ++i) {
-      auto header = ImageDecoder::Create()->ReadHeader(images[i], 1 << 30);
-      ASSERT_TRUE(header.ok());
-      auto enc = header->format == ImageFormat::kJpeg ? data::ImageEncoding::kJpeg : data::ImageEncoding::kPng;
-      ASSERT_TRUE((*writer)->Append(images[i], int64_t(i % 2), header->width, header->height, enc).ok());
-    }
-    ASSERT_TRUE((*writer)->Finish().ok());
-  }
+  WriteDataset(path, images);
   auto reader = data::DatasetReader::Open(path);
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   Options o;
@@ -276,6 +281,98 @@ TEST(PipelineHdf5Test, DecodesThroughARealHdf5File) {
   Batch mem = RunPipeline(o, MemoryReader::Encoded(images), Iota(8));
   EXPECT_EQ(h5.images, mem.images);
   std::filesystem::remove(path);
+}
+
+// One pixel changed inside a stored raw sample is still an image: with verify=sample (the
+// default) it fails its checksum and is a bad sample under the policy, never served as good;
+// verify=off serves it; verify=full finds it when the pipeline starts (an error unless
+// on_bad_sample=skip).
+TEST(PipelineHdf5Test, AChangedSampleIsABadSampleNeverServedAsGood) {
+  std::string path = testing::TempDir() + "/verify_" + std::to_string(::getpid()) + ".h5";
+  std::vector<std::vector<uint8_t>> samples(6, std::vector<uint8_t>(16 * 16 * 3));
+  std::mt19937 rng(7);
+  for (auto& px : samples)
+    for (auto& v : px) v = static_cast<uint8_t>(rng());
+  {
+    data::DatasetSpec spec;
+    spec.kind = data::SampleKind::kRaw;
+    spec.raw_height = spec.raw_width = 16;
+    spec.raw_channels = 3;
+    spec.compress = false;
+    spec.class_names = {"a", "b"};
+    spec.overwrite = true;
+    auto writer = data::DatasetWriter::Create(path, spec);
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    for (size_t i = 0; i < samples.size(); ++i)
+      ASSERT_TRUE((*writer)->Append(samples[i], int64_t(i % 2), 16, 16).ok());
+    ASSERT_TRUE((*writer)->Finish().ok());
+    auto file = testing::ReadFile(path);
+    auto at = std::search(file.begin(), file.end(), samples[2].begin() + 100, samples[2].begin() + 132);
+    ASSERT_NE(at, file.end());
+    *(at + 8) ^= 0x01;
+    testing::WriteFile(path, file);
+  }
+  auto reader = data::DatasetReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  Options o;
+  o.threads = 2;
+  o.image_size = 32;
+  o.verify = "off";
+  Batch served = RunPipeline(o, *reader, Iota(6));
+  ASSERT_TRUE(served.status.ok()) << served.status.ToString();
+  EXPECT_EQ(served.result.written, 6);
+  o.verify = "sample";
+  Batch err = RunPipeline(o, *reader, Iota(6));
+  ASSERT_FALSE(err.status.ok());
+  EXPECT_NE(err.status.message().find("sample 2 of " + path + " fails its checksum"),
+            std::string::npos) << err.status.message();
+  o.on_bad_sample = "skip";
+  Batch skip = RunPipeline(o, *reader, Iota(6));
+  ASSERT_TRUE(skip.status.ok()) << skip.status.ToString();
+  EXPECT_EQ(skip.result.skipped, (std::vector<int64_t>{2}));
+  EXPECT_EQ(BadSampleCause(skip.result.skip_reasons[0]), "checksum");
+  o.verify = "full";
+  o.on_bad_sample = "error";
+  auto full = Pipeline::Create(o, *reader);
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.status().message().find("verify=full: 1 of 6 samples of " + path +
+                                         " are bad, the first: sample 2"),
+            std::string::npos) << full.status().message();
+  o.on_bad_sample = "skip";
+  EXPECT_TRUE(Pipeline::Create(o, *reader).ok());
+  std::filesystem::remove(path);
+}
+
+// A corrupt header on one worker never costs the good samples after it (one worker thread:
+// every sample goes through the same decoder).
+TEST(BadInputTest, ACorruptHeaderNeverCostsTheSamplesAfterItOnTheSameWorker) {
+  auto images = MixedImages(8);
+  std::vector<uint8_t> bad(images[0].begin(), images[0].begin() + 2);
+  bad.insert(bad.end(), {0xff, 0x8a, 0x00, 0x04, 0x00, 0x00});
+  bad.insert(bad.end(), images[0].begin() + 2, images[0].end());
+  images[1] = bad;
+  Options o;
+  o.threads = 1;
+  o.image_size = 32;
+  o.on_bad_sample = "skip";
+  Batch b = RunPipeline(o, MemoryReader::Encoded(images), Iota(8));
+  ASSERT_TRUE(b.status.ok()) << b.status.ToString();
+  EXPECT_EQ(b.result.skipped, (std::vector<int64_t>{1}));
+  EXPECT_EQ(b.result.written, 7);
+  EXPECT_EQ(BadSampleCause(b.result.skip_reasons[0]), "jpeg");
+}
+
+TEST(BadInputTest, CausesOfBadSamples) {
+  EXPECT_EQ(BadSampleCause("pipeline: sample 3 of x.h5: empty image (0 bytes)"), "empty");
+  EXPECT_EQ(BadSampleCause("pipeline: sample 3 of x.h5: read failed: hdf5: sample 3 in x.h5 is "
+                           "empty (0 bytes)"), "empty");
+  EXPECT_EQ(BadSampleCause("jpeg image is 9x9 = 81 pixels, over the limit max_pixels=80"),
+            "pixel_limit");
+  EXPECT_EQ(BadSampleCause("png decode failed: invalid chunk checksum"), "png");
+  EXPECT_EQ(BadSampleCause("read failed: hdf5: sample 1 of x.h5 fails its checksum"), "checksum");
+  EXPECT_EQ(BadSampleCause("read failed: injected"), "read");
+  EXPECT_EQ(BadSampleCause("raw sample has 40 bytes, expected 48"), "raw_size");
+  EXPECT_EQ(BadSampleCause("something else"), "other");
 }
 
 }  // namespace

@@ -1,14 +1,19 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 // The shared-memory ring on its own: targeted publishing, carving arithmetic.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
 #include "core/random.h"
 #include "transport/shm/carving.h"
+#include "transport/shm/control.h"
 #include "transport/shm/ring_consumer.h"
 #include "transport/shm/ring_leader.h"
 
@@ -190,6 +195,92 @@ TEST(RingTest, StreamSegmentCannotBeMappedWritable) {
   EXPECT_NE(mprotect(base, 4096, PROT_READ | PROT_WRITE), 0);
   EXPECT_EQ(errno, EACCES);
   (*leader)->End();
+}
+
+// The accept back-off's clock, frozen by the test below and moved by hand.
+std::atomic<int64_t> g_accept_clock{1'000'000'000'000};
+int64_t TestAcceptClock() { return g_accept_clock.load(); }
+
+// Polls a condition of the leader's control thread (a wait on a condition, not a timing:
+// the 60 s only turn a hang into a failure).
+template <typename Pred>
+bool Eventually(Pred pred) {
+  for (int i = 0; i < 60000; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return pred();
+}
+
+// Issue 14, case 8: a leader out of descriptors must not spin on a listen socket that stays
+// readable. With the back-off's clock frozen, the control thread goes round its loop without
+// calling accept() again; when the pause is over it retries; once descriptors are free it
+// accepts the waiting connection. Before the back-off every round called accept().
+TEST(RingTest, OutOfDescriptorsTheLeaderBacksOffInsteadOfSpinning) {
+  RingConfig rc = SmallRing("emfile");
+  rc.heartbeat_ms = 100;  // a control round every 25 ms
+  auto created = RingLeader::Create(rc);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto leader = std::move(created).value();
+  leader->SetAcceptClockForTesting(&TestAcceptClock);
+
+  // Fill the descriptor table up to a lowered limit, then give its last free entry to the
+  // client socket: the leader's accept() then fails with EMFILE.
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  std::vector<int> fillers;
+  struct Restore {
+    rlimit limit;
+    std::vector<int>* fds;
+    ~Restore() {
+      for (int fd : *fds) close(fd);
+      fds->clear();
+      setrlimit(RLIMIT_NOFILE, &limit);
+    }
+  } restore{saved, &fillers};
+  rlimit low = saved;
+  low.rlim_cur = 512;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  for (;;) {
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    fillers.push_back(fd);
+  }
+  ASSERT_EQ(errno, EMFILE);
+  ASSERT_FALSE(fillers.empty());
+  close(fillers.back());
+  fillers.pop_back();
+  auto client = ConnectAbstract(rc.socket_name);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+
+  ASSERT_TRUE(Eventually([&] { return leader->control_counters().accept_failures >= 1; }));
+  const auto first = leader->control_counters();
+  ASSERT_TRUE(Eventually(
+      [&] { return leader->control_counters().iterations >= first.iterations + 5; }));
+  EXPECT_EQ(leader->control_counters().accept_attempts, first.accept_attempts)
+      << "the control thread called accept() again inside its back-off";
+
+  // The pause is over: it tries again, still out of descriptors, and pauses again.
+  g_accept_clock += 100'000'001;
+  ASSERT_TRUE(Eventually([&] {
+    return leader->control_counters().accept_failures >= first.accept_failures + 1;
+  }));
+  const auto second = leader->control_counters();
+  ASSERT_TRUE(Eventually(
+      [&] { return leader->control_counters().iterations >= second.iterations + 5; }));
+  EXPECT_EQ(leader->control_counters().accept_attempts, second.accept_attempts);
+
+  // Descriptors are free again: the waiting connection is accepted.
+  for (int fd : fillers) close(fd);
+  fillers.clear();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  g_accept_clock += 100'000'001;
+  ASSERT_TRUE(Eventually([&] {
+    auto c = leader->control_counters();
+    return c.accept_attempts > c.accept_failures;
+  }));
+  EXPECT_EQ(leader->control_counters().accept_failures, second.accept_failures);
+  close(*client);
 }
 
 TEST(CarvingTest, EveryPlanCoversEachSampleOnceWithBoundedRepeats) {

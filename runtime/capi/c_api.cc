@@ -1,0 +1,283 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The C API (batchcast/batchcast_c.h) over the C++ consumer and the node leader. Every entry
+// point runs its body inside Guard(): a Status becomes a bc_status_t plus the thread's last
+// error, and an exception (std::bad_alloc, a bug) becomes BC_ERR_INTERNAL: none crosses the
+// C boundary.
+#include "batchcast/batchcast_c.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "batchcast/consumer.h"
+#include "batchcast/options.h"
+#include "batchcast/status.h"
+#include "capi/guard.h"
+#include "core/errors.h"
+#include "capi/handles.h"
+#include "capi/struct_io.h"
+#include "node/leader.h"
+#include "producer/batch_source.h"
+
+struct bc_leader_s {
+  std::unique_ptr<batchcast::node::Leader> leader;
+  std::thread thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  batchcast::Status status;
+};
+
+namespace batchcast::capi {
+namespace {
+
+// "--a 1 --b" -> {"--a", "1", "--b"} (words split at whitespace).
+std::vector<std::string> SplitWords(const char* text) {
+  std::vector<std::string> words;
+  if (text == nullptr) return words;
+  std::istringstream in(text);
+  std::string w;
+  while (in >> w) words.push_back(w);
+  return words;
+}
+
+Result<Options> ConsumerOptions(const bc_consumer_config_t& c) {
+  BC_ASSIGN_OR_RETURN(Options o, ResolveOptions(SplitWords(c.options)));
+  if (c.batch_size < 0 || c.buffer_depth < 0 || c.epochs < 0) {
+    return InvalidArgumentError("bc_consumer_attach: batch_size, buffer_depth and epochs must be >= 0 "
+                   "(0 keeps the option's value)");
+  }
+  if (c.batch_size > 0) o.batch_size = c.batch_size;
+  if (c.buffer_depth > 0) o.buffer_depth = c.buffer_depth;
+  if (c.epochs > 0) o.epochs = c.epochs;
+  if (c.world_size != 0) {
+    return Unsupported("bc_consumer_attach: world_size is not supported yet by this library; "
+                       "leave it 0 (data-parallel sharding: the leader's --mode shard)");
+  }
+  if (c.timeout_ms != 0) {
+    return Unsupported("bc_consumer_attach: timeout_ms is not supported yet by this library; "
+                       "leave it 0 (address NULL waits up to 60 s for batchcast-run's leader)");
+  }
+  if (c.reserved0 != 0) return InvalidArgumentError("bc_consumer_attach: reserved0 must be 0");
+  return o;
+}
+
+void FillTensor(const TensorView& v, bc_tensor_t* t) {
+  t->data = v.data;
+  t->dtype = static_cast<int32_t>(v.dtype);
+  t->ndim = v.ndim;
+  for (int i = 0; i < 4; ++i) t->shape[i] = v.shape[i];
+  t->nbytes = v.nbytes;
+}
+
+bc_batch_info_t InfoOf(const Batch& b) {
+  bc_batch_info_t i;
+  bc_batch_info_init(&i);
+  FillTensor(b.images(), &i.images);
+  FillTensor(b.labels(), &i.labels);
+  const BatchInfo& in = b.info();
+  i.sample_ids = b.sample_ids();
+  i.size = in.size;
+  i.epoch = in.epoch;
+  i.index = in.index;
+  i.producer_seq = in.producer_seq;
+  i.lr_factor = in.lr_factor;
+  i.layout = in.channels_last ? BC_LAYOUT_NHWC : BC_LAYOUT_NCHW;
+  i.repeats = in.repeats;
+  i.image_size = in.image_size;
+  i.last_in_epoch = in.last_in_epoch ? 1 : 0;
+  return i;
+}
+
+std::atomic<uint64_t> g_leader_counter{0};
+
+}  // namespace
+}  // namespace batchcast::capi
+
+using namespace batchcast;        // NOLINT(google-build-using-namespace): this file is the C API
+using namespace batchcast::capi;  // NOLINT(google-build-using-namespace)
+
+extern "C" {
+
+const char* bc_status_string(bc_status_t status) {
+  switch (status) {
+    case BC_SUCCESS: return "success";
+    case BC_END_OF_STREAM: return "end of stream";
+    case BC_ERR_UNSUPPORTED: return "unsupported";
+    default: break;
+  }
+  if (status > BC_SUCCESS && status <= BC_ERR_INTERNAL) {
+    return StatusCodeName(static_cast<StatusCode>(status));
+  }
+  return "unknown status";
+}
+
+const char* bc_last_error(void) { return LastError(); }
+
+int bc_get_version(const char** text) {
+  if (text != nullptr) *text = Version();
+  return VersionCode();
+}
+
+bc_status_t bc_consumer_attach(const bc_consumer_config_t* config, bc_consumer_t* out) {
+  return Guard("bc_consumer_attach", [&]() -> Status {
+    if (out == nullptr) return InvalidArgumentError("bc_consumer_attach: out is NULL");
+    *out = nullptr;
+    bc_consumer_config_t c;
+    bc_consumer_config_init(&c);
+    BC_RETURN_IF_ERROR(StructIn("bc_consumer_config_t", config, &c));
+    BC_ASSIGN_OR_RETURN(Options o, ConsumerOptions(c));
+    std::unique_ptr<Consumer> consumer;
+    if (c.address == nullptr) {
+      if (c.rank >= 0) {
+        return InvalidArgumentError("bc_consumer_attach: rank is taken from RANK when address is NULL "
+                       "(batchcast-run); leave rank -1 or give the address");
+      }
+      BC_ASSIGN_OR_RETURN(consumer, AttachFromEnvironment(o));
+    } else {
+      BC_ASSIGN_OR_RETURN(consumer, Consumer::Attach(c.address, o, c.rank));
+    }
+    auto handle = std::make_unique<bc_consumer_s>();
+    handle->consumer = std::move(consumer);
+    *out = handle.release();
+    return Status::Ok();
+  });
+}
+
+bc_status_t bc_consumer_next(bc_consumer_t consumer, bc_batch_t* batch, bc_batch_info_t* info) {
+  return Guard("bc_consumer_next", [&]() -> Status {
+    if (consumer == nullptr || batch == nullptr) {
+      return InvalidArgumentError("bc_consumer_next: consumer or batch is NULL");
+    }
+    *batch = nullptr;
+    if (info != nullptr) BC_RETURN_IF_ERROR(CheckStructSize("bc_batch_info_t", info));
+    auto b = std::make_unique<bc_batch_s>();
+    BC_RETURN_IF_ERROR(consumer->consumer->Next(&b->batch));
+    if (info != nullptr) {
+      bc_batch_info_t full = InfoOf(b->batch);
+      StructOut(full, info);
+    }
+    *batch = b.release();
+    return Status::Ok();
+  });
+}
+
+bc_status_t bc_batch_info(bc_batch_t batch, bc_batch_info_t* info) {
+  return Guard("bc_batch_info", [&]() -> Status {
+    if (batch == nullptr || info == nullptr) return InvalidArgumentError("bc_batch_info: batch or info is NULL");
+    BC_RETURN_IF_ERROR(CheckStructSize("bc_batch_info_t", info));
+    bc_batch_info_t full = InfoOf(batch->batch);
+    StructOut(full, info);
+    return Status::Ok();
+  });
+}
+
+bc_status_t bc_batch_release(bc_batch_t batch) {
+  return Guard("bc_batch_release", [&]() -> Status {
+    delete batch;  // the Batch's destructor gives the slot back
+    return Status::Ok();
+  });
+}
+
+bc_status_t bc_consumer_batches_per_epoch(bc_consumer_t consumer, uint64_t epoch, int64_t* out) {
+  return Guard("bc_consumer_batches_per_epoch", [&]() -> Status {
+    if (consumer == nullptr || out == nullptr) {
+      return InvalidArgumentError("bc_consumer_batches_per_epoch: consumer or out is NULL");
+    }
+    *out = consumer->consumer->BatchesPerEpoch(epoch);
+    return Status::Ok();
+  });
+}
+
+bc_status_t bc_consumer_detach(bc_consumer_t consumer) {
+  return Guard("bc_consumer_detach", [&]() -> Status {
+    if (consumer == nullptr) return InvalidArgumentError("bc_consumer_detach: consumer is NULL");
+    std::unique_ptr<bc_consumer_s> owned(consumer);
+    return owned->consumer->Detach();
+  });
+}
+
+bc_status_t bc_leader_start(const bc_leader_config_t* config, bc_leader_t* out) {
+  return Guard("bc_leader_start", [&]() -> Status {
+    if (out == nullptr) return InvalidArgumentError("bc_leader_start: out is NULL");
+    *out = nullptr;
+    bc_leader_config_t c;
+    bc_leader_config_init(&c);
+    BC_RETURN_IF_ERROR(StructIn("bc_leader_config_t", config, &c));
+    if (c.expected_consumers < 0 || c.max_consumer_batch < 0) {
+      return InvalidArgumentError("bc_leader_start: expected_consumers and max_consumer_batch must be >= 0");
+    }
+    node::LeaderConfig cfg;
+    BC_ASSIGN_OR_RETURN(cfg.options, ResolveOptions(SplitWords(c.options)));
+    cfg.expected_consumers = c.expected_consumers;
+    cfg.max_consumer_batch = static_cast<uint32_t>(c.max_consumer_batch);
+    cfg.socket_name = c.address != nullptr
+                          ? std::string(c.address)
+                          : "batchcast-c-" + std::to_string(getpid()) + "-" +
+                                std::to_string(g_leader_counter.fetch_add(1));
+    cfg.job = "c-api";
+    cfg.join_timeout_ms = c.join_timeout_ms;
+    BC_ASSIGN_OR_RETURN(auto source, producer::MakePipelineSource(cfg.options));
+    auto handle = std::make_unique<bc_leader_s>();
+    BC_ASSIGN_OR_RETURN(handle->leader, node::Leader::Create(cfg, std::move(source)));
+    bc_leader_s* h = handle.get();
+    h->thread = std::thread([h] {
+      Status s = h->leader->Run();
+      std::lock_guard<std::mutex> lock(h->mu);
+      h->status = s;
+      h->done = true;
+      h->cv.notify_all();
+    });
+    *out = handle.release();
+    return Status::Ok();
+  });
+}
+
+const char* bc_leader_address(bc_leader_t leader) {
+  if (leader == nullptr) return "";
+  return leader->leader->address().c_str();
+}
+
+bc_status_t bc_leader_wait(bc_leader_t leader, int64_t timeout_ms) {
+  return Guard("bc_leader_wait", [&]() -> Status {
+    if (leader == nullptr) return InvalidArgumentError("bc_leader_wait: leader is NULL");
+    std::unique_lock<std::mutex> lock(leader->mu);
+    if (timeout_ms < 0) {
+      leader->cv.wait(lock, [&] { return leader->done; });
+    } else if (!leader->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                                    [&] { return leader->done; })) {
+      return DeadlineExceededError("bc_leader_wait: the stream at {} is not complete after {} ms",
+                                   leader->leader->address(), timeout_ms);
+    }
+    return leader->status;
+  });
+}
+
+bc_status_t bc_leader_destroy(bc_leader_t leader) {
+  return Guard("bc_leader_destroy", [&]() -> Status {
+    if (leader == nullptr) return InvalidArgumentError("bc_leader_destroy: leader is NULL");
+    std::unique_ptr<bc_leader_s> owned(leader);
+    bool done;
+    {
+      std::lock_guard<std::mutex> lock(owned->mu);
+      done = owned->done;
+    }
+    if (!done) owned->leader->Abort("leader: destroyed by bc_leader_destroy before the end");
+    owned->thread.join();
+    Status s = owned->status;
+    if (!done && s.code() == StatusCode::kCancelled) return Status::Ok();
+    return s;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,16 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+#include "capi/guard.h"
+
+namespace batchcast::capi {
+namespace {
+thread_local std::string t_last_error;
+}  // namespace
+
+const char* LastError() { return t_last_error.c_str(); }
+
+bc_status_t Fail(bc_status_t code, std::string message) {
+  t_last_error = std::move(message);
+  return code;
+}
+
+}  // namespace batchcast::capi

@@ -1,0 +1,83 @@
+# Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+"""setuptools glue for pyproject.toml: the extension is built by the project's CMake.
+
+Only the `_batchcast` target and what it links are built, in build/pip/cmake (or in the
+existing build tree PY_BATCHCAST_BUILD_DIR names, which is only brought up to date), with
+ccache when it is installed. CMAKE_ARGS adds configure arguments; CMAKE_BUILD_PARALLEL_LEVEL
+sets the build jobs (default: all cores).
+"""
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def project_version():
+    with open(os.path.join(HERE, "CMakeLists.txt")) as f:
+        m = re.search(r"project\(\s*Batchcast\s+VERSION\s+([0-9.]+)", f.read())
+    if not m:
+        raise RuntimeError("setup.py: no `project(Batchcast VERSION x.y.z)` in CMakeLists.txt")
+    return m.group(1)
+
+
+def run(cmd):
+    print("batchcast setup.py:", " ".join(shlex.quote(c) for c in cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        build_dir = os.environ.get("PY_BATCHCAST_BUILD_DIR")
+        if build_dir:
+            if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
+                raise RuntimeError(f"setup.py: PY_BATCHCAST_BUILD_DIR={build_dir} is not a "
+                                   "configured CMake build tree (no CMakeCache.txt)")
+        else:
+            build_dir = os.path.join(HERE, "build", "pip", "cmake")
+            self.configure(build_dir)
+        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
+        run(["cmake", "--build", build_dir, "--target", "_batchcast", "-j", jobs])
+        built = os.path.join(build_dir, "python", "batchcast")
+        suffix = sysconfig.get_config_var("EXT_SUFFIX")
+        so = os.path.join(built, "_batchcast" + suffix)
+        if not os.path.exists(so):
+            found = [f for f in os.listdir(built) if f.startswith("_batchcast")]
+            raise RuntimeError(
+                f"setup.py: {build_dir} built {found} but this Python ({sys.executable}) "
+                f"needs _batchcast{suffix}; configure that tree with "
+                f"-DPython_EXECUTABLE={sys.executable}, or leave PY_BATCHCAST_BUILD_DIR unset")
+        dest = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(so, dest)
+        shutil.copyfile(os.path.join(built, "_version.py"),
+                        os.path.join(os.path.dirname(dest), "_version.py"))
+
+    @staticmethod
+    def configure(build_dir):
+        cmd = ["cmake", "-S", HERE, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
+               f"-DPython_EXECUTABLE={sys.executable}", "-DBATCHCAST_PYTHON=ON",
+               "-DBATCHCAST_BUILD_TESTS=OFF", "-DBATCHCAST_BUILD_BENCHMARKS=OFF",
+               "-DBATCHCAST_TORCH=OFF"]
+        if shutil.which("ccache"):
+            cmd += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_C_COMPILER_LAUNCHER=ccache"]
+        cmd += shlex.split(os.environ.get("CMAKE_ARGS", ""))
+        run(cmd)
+
+
+setup(
+    version=project_version(),
+    packages=["batchcast"],
+    package_dir={"batchcast": "bindings/python/batchcast"},
+    ext_modules=[Extension("batchcast._batchcast", sources=[])],
+    cmdclass={"build_ext": CMakeBuild},
+    options={"build": {"build_base": os.path.join("build", "pip")}},
+    zip_safe=False,
+)

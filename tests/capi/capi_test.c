@@ -1,0 +1,213 @@
+/* Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+ *
+ * The C API from C (label unit): versions, status strings, errors that name their cause,
+ * size-prefixed structs from older and newer headers, fields refused as unsupported, a
+ * leader and a consumer in one process, back-pressure as an error, DLPack export that
+ * outlives the batch. Usage: capi_test DATASET.h5 SAMPLES (a dataset with SAMPLES images).
+ */
+#include <dlpack/dlpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <batchcast/batchcast_c.h>
+
+static int failures = 0;
+
+#define EXPECT(cond)                                                                 \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      fprintf(stderr, "capi_test:%d: expected %s (last error: %s)\n", __LINE__, #cond, \
+              bc_last_error());                                                      \
+      ++failures;                                                                    \
+    }                                                                                \
+  } while (0)
+#define EXPECT_STATUS(call, want)                                                    \
+  do {                                                                               \
+    bc_status_t got_ = (call);                                                       \
+    if (got_ != (want)) {                                                            \
+      fprintf(stderr, "capi_test:%d: %s returned %s, expected %s (last error: %s)\n", \
+              __LINE__, #call, bc_status_string(got_), bc_status_string(want),       \
+              bc_last_error());                                                      \
+      ++failures;                                                                    \
+    }                                                                                \
+  } while (0)
+#define EXPECT_ERROR_HAS(text) EXPECT(strstr(bc_last_error(), (text)) != NULL)
+
+static void TestVersionAndStrings(void) {
+  const char* text = NULL;
+  EXPECT(bc_get_version(&text) == BATCHCAST_VERSION_CODE);
+  char want[64];
+  snprintf(want, sizeof(want), "%d.%d.%d", BATCHCAST_VERSION_MAJOR, BATCHCAST_VERSION_MINOR,
+           BATCHCAST_VERSION_PATCH);
+  EXPECT(text != NULL && strcmp(text, want) == 0);
+  EXPECT(strcmp(bc_status_string(BC_SUCCESS), "success") == 0);
+  EXPECT(strcmp(bc_status_string(BC_ERR_UNAVAILABLE), "unavailable") == 0);
+  EXPECT(strcmp(bc_status_string(BC_ERR_UNSUPPORTED), "unsupported") == 0);
+  EXPECT(strcmp(bc_status_string((bc_status_t)77), "unknown status") == 0);
+}
+
+static void TestArgumentErrors(void) {
+  bc_consumer_t c = NULL;
+  EXPECT_STATUS(bc_consumer_attach(NULL, &c), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("bc_consumer_config_t is NULL");
+  bc_batch_t b;
+  EXPECT_STATUS(bc_consumer_next(NULL, &b, NULL), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(bc_consumer_detach(NULL), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(bc_batch_release(NULL), BC_SUCCESS);
+  EXPECT_STATUS(bc_leader_wait(NULL, 0), BC_ERR_INVALID_ARGUMENT);
+
+  bc_consumer_config_t cfg;
+  memset(&cfg, 0, sizeof(cfg)); /* forgot bc_consumer_config_init */
+  cfg.address = "nobody";
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("bc_consumer_config_init");
+
+  bc_consumer_config_init(&cfg);
+  cfg.address = "batchcast-capi-test-nobody";
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_UNAVAILABLE);
+  EXPECT_ERROR_HAS("no Batchcast leader listens");
+  EXPECT(c == NULL);
+
+  cfg.world_size = 4; /* not yet: refused, never ignored */
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_UNSUPPORTED);
+  EXPECT_ERROR_HAS("world_size");
+  cfg.world_size = 0;
+  cfg.timeout_ms = 5000;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_UNSUPPORTED);
+  EXPECT_ERROR_HAS("timeout_ms");
+  cfg.timeout_ms = 0;
+  cfg.options = "--batch-sze 32";
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("did you mean 'batch_size'");
+
+  /* A newer header's struct: unknown fields that are 0 are fine, others are refused. */
+  struct {
+    bc_consumer_config_t cfg;
+    int64_t newer_field;
+  } newer;
+  bc_consumer_config_init(&newer.cfg);
+  newer.cfg.struct_size = sizeof(newer);
+  newer.cfg.address = "batchcast-capi-test-nobody";
+  newer.newer_field = 0;
+  EXPECT_STATUS(bc_consumer_attach(&newer.cfg, &c), BC_ERR_UNAVAILABLE);
+  newer.newer_field = 1;
+  EXPECT_STATUS(bc_consumer_attach(&newer.cfg, &c), BC_ERR_UNSUPPORTED);
+  EXPECT_ERROR_HAS("does not know");
+
+  bc_leader_config_t lc;
+  bc_leader_config_init(&lc);
+  lc.options = "--dataset /nonexistent/batchcast-capi.h5";
+  bc_leader_t l = NULL;
+  EXPECT(bc_leader_start(&lc, &l) != BC_SUCCESS);
+  EXPECT_ERROR_HAS("/nonexistent/batchcast-capi.h5");
+  EXPECT(l == NULL);
+}
+
+/* A DLPack tensor keeps the batch's memory after bc_batch_release until its deleter. */
+static void TestDlpack(bc_batch_t batch, const bc_batch_info_t* info) {
+  struct DLManagedTensor* t = NULL;
+  EXPECT_STATUS(bc_batch_to_dlpack(batch, BC_TENSOR_IMAGES, &t), BC_SUCCESS);
+  EXPECT_STATUS(bc_batch_to_dlpack(batch, (bc_tensor_kind_t)9, &t), BC_ERR_INVALID_ARGUMENT);
+  struct DLManagedTensor* labels = NULL;
+  EXPECT_STATUS(bc_batch_to_dlpack(batch, BC_TENSOR_LABELS, &labels), BC_SUCCESS);
+  if (t == NULL || labels == NULL) return;
+  EXPECT(t->dl_tensor.data == info->images.data);
+  EXPECT(t->dl_tensor.ndim == 4 && t->dl_tensor.shape[0] == info->size);
+  EXPECT(t->dl_tensor.dtype.code == kDLUInt && t->dl_tensor.dtype.bits == 8);
+  EXPECT(labels->dl_tensor.ndim == 1 && labels->dl_tensor.dtype.code == kDLInt &&
+         labels->dl_tensor.dtype.bits == 64);
+  struct DLManagedTensorVersioned* v = NULL;
+  bc_status_t vs = bc_batch_to_dlpack_versioned(batch, BC_TENSOR_IMAGES, &v);
+#if DLPACK_VERSION < 100
+  EXPECT(vs == BC_ERR_UNSUPPORTED && v == NULL);
+  EXPECT_ERROR_HAS("DLManagedTensorVersioned");
+#else
+  EXPECT(vs == BC_SUCCESS && v != NULL);
+  if (v != NULL) v->deleter(v);
+#endif
+  int64_t first_label = ((const int64_t*)labels->dl_tensor.data)[0];
+  EXPECT_STATUS(bc_batch_release(batch), BC_SUCCESS);
+  /* Still readable: the tensors hold the slot. */
+  EXPECT(((const int64_t*)labels->dl_tensor.data)[0] == first_label);
+  t->deleter(t);
+  labels->deleter(labels);
+}
+
+static void TestStream(const char* dataset, int samples) {
+  char options[512];
+  snprintf(options, sizeof(options),
+           "--dataset %s --epochs 1 --batch-size 8 --image-size 16 --threads 1 --buffer-depth 2",
+           dataset);
+  bc_leader_config_t lc;
+  bc_leader_config_init(&lc);
+  lc.options = options;
+  bc_leader_t leader = NULL;
+  EXPECT_STATUS(bc_leader_start(&lc, &leader), BC_SUCCESS);
+  if (leader == NULL) return;
+  EXPECT(strncmp(bc_leader_address(leader), "batchcast-c-", 12) == 0);
+
+  bc_consumer_config_t cfg;
+  bc_consumer_config_init(&cfg);
+  cfg.address = bc_leader_address(leader);
+  cfg.options = options;
+  cfg.rank = 3;
+  bc_consumer_t c = NULL;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  if (c == NULL) return;
+  int64_t per_epoch = 0;
+  EXPECT_STATUS(bc_consumer_batches_per_epoch(c, 0, &per_epoch), BC_SUCCESS);
+  EXPECT(per_epoch == (samples + 7) / 8);
+
+  /* A newer header's info struct: the library fills what it knows, zeroes the rest. */
+  struct {
+    bc_batch_info_t info;
+    int64_t newer_field;
+  } newer;
+  bc_batch_info_init(&newer.info);
+  newer.info.struct_size = sizeof(newer);
+  newer.newer_field = -1;
+  bc_batch_t held[2];
+  EXPECT_STATUS(bc_consumer_next(c, &held[0], &newer.info), BC_SUCCESS);
+  EXPECT(newer.newer_field == 0 && newer.info.struct_size == sizeof(newer));
+  EXPECT(newer.info.size == 8 && newer.info.epoch == 0 && newer.info.index == 0);
+  EXPECT(newer.info.images.ndim == 4 && newer.info.images.shape[0] == 8);
+  EXPECT(newer.info.images.shape[2] == 16 && newer.info.layout == BC_LAYOUT_NCHW);
+  bc_batch_info_t info;
+  bc_batch_info_init(&info);
+  EXPECT_STATUS(bc_consumer_next(c, &held[1], &info), BC_SUCCESS);
+  EXPECT(info.index == 1 && info.lr_factor == 1.0f);
+  /* buffer_depth batches held: another is an error, not a deadlock. */
+  bc_batch_t extra = NULL;
+  EXPECT_STATUS(bc_consumer_next(c, &extra, &info), BC_ERR_FAILED_PRECONDITION);
+  EXPECT(extra == NULL);
+  TestDlpack(held[0], &newer.info);
+  EXPECT_STATUS(bc_batch_info(held[1], &info), BC_SUCCESS);
+  EXPECT(info.index == 1);
+  EXPECT_STATUS(bc_batch_release(held[1]), BC_SUCCESS);
+
+  int64_t got = 16;
+  bc_batch_t b;
+  bc_status_t st;
+  while ((st = bc_consumer_next(c, &b, &info)) == BC_SUCCESS) {
+    got += info.size - info.repeats;
+    EXPECT_STATUS(bc_batch_release(b), BC_SUCCESS);
+  }
+  EXPECT(st == BC_END_OF_STREAM);
+  EXPECT(got == samples);
+  EXPECT_STATUS(bc_consumer_detach(c), BC_SUCCESS);
+  EXPECT_STATUS(bc_leader_wait(leader, -1), BC_SUCCESS);
+  EXPECT_STATUS(bc_leader_destroy(leader), BC_SUCCESS);
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: capi_test DATASET.h5 SAMPLES\n");
+    return 2;
+  }
+  TestVersionAndStrings();
+  TestArgumentErrors();
+  TestStream(argv[1], atoi(argv[2]));
+  if (failures == 0) printf("capi_test: PASS\n");
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,66 @@
+# Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+"""Telemetry from the Python front doors (issue 16): Leader, Producer and Consumer record
+through runtime/telemetry (the MPI runtime's collector, sinks and summary), one file set per
+process; Leader.stats() reports the C++ leader's view; a bad spec is an error."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import batchcast
+
+BATCHES = 12
+
+
+def series_total(rank, column):
+    return sum(v for v in rank["series"][column] if v is not None)
+
+
+def test_leader_and_consumer_write_their_own_files(fmnist, tmp_path, capfd):
+    leader = batchcast.Leader(fmnist["train"], consumers=1, epochs=1, batch_size=16,
+                              limit_samples=16 * BATCHES, rank=0,
+                              telemetry=f"json={tmp_path}/run.%r.json,csv={tmp_path}/l.csv,"
+                                        f"trace={tmp_path}/l.trace.json")
+    loader = batchcast.Consumer(leader.address, batch_size=16, rank=1,
+                                telemetry=f"json={tmp_path}/run.%r.json,hdf5={tmp_path}/c.h5")
+    assert sum(1 for _ in loader) == BATCHES
+    leader.wait()
+    loader.close()
+    mine = json.load(open(tmp_path / "run.0.json"))
+    assert [(r["rank"], r["role"]) for r in mine["ranks"]] == [(0, "leader")]
+    assert series_total(mine["ranks"][0], "samples_produced") == 16 * BATCHES
+    assert mine["diagnosis"]["bottleneck"]                 # the summary's diagnosis
+    theirs = json.load(open(tmp_path / "run.1.json"))
+    assert [(r["rank"], r["role"]) for r in theirs["ranks"]] == [(1, "consumer")]
+    assert series_total(theirs["ranks"][0], "batches_received") == BATCHES
+    for f in ("l.csv", "l.trace.json", "c.h5"):
+        assert (tmp_path / f).stat().st_size > 0, f
+    stats = leader.stats()
+    printed = capfd.readouterr().out  # the summaries, printed by C++ on stdout
+    assert "diagnosis" in stats["telemetry_summary"] and stats["telemetry_summary"] in printed
+    assert "diagnosis" in loader.telemetry_summary and loader.telemetry_summary in printed
+    # The C++ leader's view: its counters and every consumer entry it knows.
+    assert stats["done"] and stats["samples_produced"] == 16 * BATCHES
+    assert stats["producer_batch"] > 0 and stats["fill_ns"] > 0
+    assert [c["rank"] for c in stats["consumers"]] in ([1], [])
+
+
+def test_producer_records_telemetry(tmp_path):
+    batches = [(np.full((8, 1, 4, 4), k, np.uint8), np.arange(8)) for k in range(5)]
+    producer = batchcast.Producer(batches, epochs=1, telemetry=f"json={tmp_path}/p.json",
+                                  rank=3).start()
+    loader = batchcast.Consumer(producer.address, batch_size=8)
+    assert sum(1 for _ in loader) == 5
+    producer.join()
+    data = json.load(open(tmp_path / "p.json"))
+    assert [(r["rank"], r["role"]) for r in data["ranks"]] == [(3, "leader")]
+    assert producer.stats()["telemetry_summary"]
+
+
+def test_a_bad_telemetry_spec_is_an_error(fmnist):
+    with pytest.raises(batchcast.InvalidArgumentError, match="telemetry"):
+        batchcast.Leader(fmnist["train"], telemetry="json=a.json,bogus=1")
+    with pytest.raises(batchcast.InvalidArgumentError, match="telemetry"):
+        batchcast.Producer([(np.zeros((2, 1, 1, 1), np.uint8), np.zeros(2))],
+                           telemetry="interval=soon")
