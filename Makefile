@@ -2,6 +2,8 @@
 #   make demo    installs what is needed, builds, and runs the main demo
 #   make test    installs what is needed, builds, and runs the whole test suite, then `sanitize`
 #   make sanitize  the unit and service tests under ThreadSanitizer and ASan+UBSan (docs/testing.md)
+#   make fuzz    each libFuzzer target for FUZZ_SECONDS (default 600) (docs/testing.md)
+#   make test-repeat N=20 LABEL=mpi   a ctest label N times, failures per test (LOAD=1: one core busy)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -10,8 +12,17 @@ B ?= decode
 BUILD_TSAN ?= build-tsan
 BUILD_ASAN ?= build-asan
 SANITIZE_JOBS ?= 2
+# libFuzzer targets (scripts/fuzz.sh): own build dir with clang; `test` fuzzes each briefly.
+BUILD_FUZZ ?= build-fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_CI_SECONDS ?= 12
+# test-repeat: a label N times (scripts/test_repeat.sh).
+N ?= 20
+LABEL ?= mpi
+LOAD ?= 0
 
-.PHONY: deps configure build demo test bench install clean soak sanitize tsan asan
+.PHONY: deps configure build demo test bench install clean soak sanitize tsan asan fuzz fuzz-ci \
+        test-repeat
 
 deps:
 	@bash scripts/deps.sh
@@ -28,21 +39,24 @@ demo: deps
 	@$(MAKE) --no-print-directory build
 	bash scripts/demo.sh $(BUILD)
 
-# The sanitizer runs follow the normal suite even when it failed; either failing fails `test`.
-# While the normal suite runs, both sanitizer trees are built in the background at the lowest
-# CPU priority (nice 19): they take only the CPU the tests leave idle (waiting on daemons,
-# heartbeats, mpirun), so the tests see no more load than a busy node gives them and the
-# builds cost little wall time. Their output goes to $(BUILD)/sanitizer-builds.log, printed
-# when a build fails.
+# The sanitizer runs and the short fuzzing step follow the normal suite even when it failed;
+# any of them failing fails `test`.
+# While the normal suite runs, both sanitizer trees and the fuzz targets are built in the
+# background at the lowest CPU priority (nice 19): they take only the CPU the tests leave idle
+# (waiting on daemons, heartbeats, mpirun), so the tests see no more load than a busy node
+# gives them and the builds cost little wall time. Their output goes to
+# $(BUILD)/sanitizer-builds.log, printed when a build fails.
 test: deps
 	@$(MAKE) --no-print-directory build
 	@status=0; \
 	( JOBS=$(SANITIZE_JOBS) nice -n 19 bash scripts/sanitize.sh thread $(BUILD_TSAN) --build-only && \
-	  JOBS=$(SANITIZE_JOBS) nice -n 19 bash scripts/sanitize.sh address $(BUILD_ASAN) --build-only \
+	  JOBS=$(SANITIZE_JOBS) nice -n 19 bash scripts/sanitize.sh address $(BUILD_ASAN) --build-only && \
+	  JOBS=$(SANITIZE_JOBS) nice -n 19 bash scripts/fuzz.sh build $(BUILD_FUZZ) \
 	) > $(BUILD)/sanitizer-builds.log 2>&1 & bg=$$!; \
 	bash scripts/test.sh $(BUILD) || status=1; \
 	if ! wait $$bg; then cat $(BUILD)/sanitizer-builds.log; status=1; fi; \
 	$(MAKE) --no-print-directory sanitize || status=1; \
+	$(MAKE) --no-print-directory fuzz-ci || status=1; \
 	exit $$status
 
 # Both sanitizers, each in its own build dir; the second runs even when the first fails.
@@ -57,6 +71,18 @@ tsan:
 
 asan:
 	JOBS=$(SANITIZE_JOBS) bash scripts/sanitize.sh address $(BUILD_ASAN)
+
+# Each libFuzzer target for FUZZ_SECONDS after replaying its corpus (FUZZ_TARGETS to pick).
+fuzz: deps
+	JOBS=$(SANITIZE_JOBS) FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh run $(BUILD_FUZZ)
+
+# The CI step of `make test`: replay the corpus, fuzz each target FUZZ_CI_SECONDS.
+fuzz-ci:
+	JOBS=$(SANITIZE_JOBS) FUZZ_CI_SECONDS=$(FUZZ_CI_SECONDS) bash scripts/fuzz.sh ci $(BUILD_FUZZ)
+
+test-repeat: deps
+	@$(MAKE) --no-print-directory build
+	LOAD=$(LOAD) bash scripts/test_repeat.sh $(BUILD) $(LABEL) $(N)
 
 bench: deps
 	@$(MAKE) --no-print-directory build
@@ -79,4 +105,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN) $(BUILD_FUZZ)

@@ -17,6 +17,7 @@ PACKAGES=(
   libtorch-dev python3-torch
   dataset-fashion-mnist python3-skimage
   iproute2 procps util-linux
+  clang libclang-rt-14-dev stress-ng   # make fuzz (libFuzzer), make test-repeat LOAD=1
 )
 
 missing=()

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <memory>
 
@@ -15,6 +16,7 @@ namespace {
 constexpr int kIdxUnsignedByte = 0x08;
 constexpr int kIdxMaxDims = 4;
 constexpr int64_t kIdxMaxBytes = int64_t(1) << 34;  // 16 GiB: anything larger is a bad header
+constexpr size_t kIdxReadChunk = size_t(16) << 20;    // the most the data grows by at once
 
 struct GzCloser {
   void operator()(gzFile_s* f) const { gzclose(f); }
@@ -58,9 +60,11 @@ Result<std::vector<int64_t>> ReadHeader(gzFile f, const std::string& path) {
     uint8_t b[4];
     BC_RETURN_IF_ERROR(ReadExactly(f, path, b, 4, "the dimensions"));
     d = BigEndian32(b);
-    total *= std::max<int64_t>(d, 1);
-    if (total > kIdxMaxBytes)
+    // total <= kIdxMaxBytes (2^34) and d < 2^32: checked by division, never by an overflowing
+    // product.
+    if (std::max<int64_t>(d, 1) > kIdxMaxBytes / total)
       return CorruptDataError("idx: {} declares more than {} bytes of data", path, kIdxMaxBytes);
+    total *= std::max<int64_t>(d, 1);
   }
   return dims;
 }
@@ -78,8 +82,15 @@ Result<IdxArray> ReadIdxFile(const std::string& path) {
   BC_ASSIGN_OR_RETURN(out.dims, ReadHeader(f.get(), path));
   size_t total = 1;
   for (int64_t d : out.dims) total *= static_cast<size_t>(d);
-  out.data.resize(total);
-  BC_RETURN_IF_ERROR(ReadExactly(f.get(), path, out.data.data(), total, "the data"));
+  // The header is not trusted with memory: the data grows as it arrives (doubling, at most
+  // kIdxReadChunk at a time), so a short file declaring 16 GiB fails as truncated having
+  // allocated about twice what it holds, not 16 GiB.
+  while (out.data.size() < total) {
+    const size_t have = out.data.size();
+    const size_t chunk = std::min({total - have, std::max(have, size_t(64) << 10), kIdxReadChunk});
+    out.data.resize(have + chunk);
+    BC_RETURN_IF_ERROR(ReadExactly(f.get(), path, out.data.data() + have, chunk, "the data"));
+  }
   uint8_t extra;
   if (gzread(f.get(), &extra, 1) != 0)
     return CorruptDataError("idx: {} has bytes after the {} declared by its header", path, total);

@@ -102,11 +102,11 @@ Status MultinodeLeader::Run() {
   if (config_.expected_consumers > 0) {
     Status st = ring_->WaitForJoined(config_.expected_consumers, config_.join_timeout_ms);
     if (!st.ok()) {
-      ring_->Fail(st.message());
       if (multi_.mode == MultinodeMode::kReplicate) {
         bool go = false;
-        Agree(true, &go).IgnoreError();  // let the other leaders fail instead of hanging
+        Agree(st, &go).IgnoreError();  // let the other leaders fail instead of hanging
       }
+      ring_->Fail(st.message());
       return st;
     }
   }
@@ -214,26 +214,36 @@ int64_t MaxShare(int64_t n, int nodes) { return (n + nodes - 1) / nodes; }
 
 // Once, before the stream: {failed, has consumers, -depth} under MPI_MAX, so that every
 // leader learns whether to start and uses the same window (the smallest proposed).
-Status MultinodeLeader::Agree(bool failed, bool* go) {
+Status MultinodeLeader::Agree(const Status& local, bool* go) {
   const int slots = static_cast<int>(ring_->config().num_slots);
   const int local_depth = std::max(1, std::min(multi_.exchange_depth, slots - 1));
-  int mine[3] = {failed ? 1 : 0, admission_->Attached() > 0 ? 1 : 0, -local_depth};
+  int mine[3] = {local.ok() ? 0 : 1, admission_->Attached() > 0 ? 1 : 0, -local_depth};
   int all[3] = {0, 0, 0};
   BC_MPI(MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MAX, multi_.leaders),
          "MPI_Allreduce (node leaders: start, exchange depth)");
   depth_ = -all[2];
-  if (all[0] != 0 && !failed)
-    return UnavailableError("multinode leader: another node leader failed before the stream "
-                            "started (its rank printed the cause); stopping node {}",
-                            multi_.node_index);
   *go = all[0] == 0 && all[1] != 0;
-  return Status::Ok();
+  if (all[0] == 0) return Status::Ok();
+  return StopTogether(local.ok() ? UnavailableError("multinode leader: another node leader failed "
+                                                    "before the stream started (its rank printed "
+                                                    "the cause); stopping node {}",
+                                                    multi_.node_index)
+                                 : local);
+}
+
+Status MultinodeLeader::StopTogether(const Status& why) {
+  BC_LOG(Error, Node, "multinode leader of node {}: {}", multi_.node_index, why.message());
+  BC_MPI(MPI_Barrier(multi_.leaders), "MPI_Barrier (node leaders: every report printed before "
+                                      "the stream fails)");
+  return why;
 }
 
 Status MultinodeLeader::RunReplicate() {
   bool go = false;
-  BC_RETURN_IF_ERROR(Agree(abort_.load(), &go));
-  if (abort_.load()) return CancelledError("multinode leader: aborted before the stream started");
+  BC_RETURN_IF_ERROR(Agree(abort_.load() ? CancelledError("multinode leader: aborted before the "
+                                                          "stream started")
+                                         : Status::Ok(),
+                           &go));
   if (!go) {
     BC_LOG(Info, Node, "multinode leader: no consumer on any node; ending");
     return Status::Ok();
@@ -256,11 +266,15 @@ Status MultinodeLeader::RunReplicate() {
   }
 drain:
   while (!in_flight_.empty()) BC_RETURN_IF_ERROR(FinishOldest());
-  if (!local_error_.ok()) return local_error_;
+  // Every leader read the same failed flag: all stop together, each report printed first.
   if (stop_failed_)
-    return UnavailableError("multinode leader: node leader {} (rank {}) failed (its rank printed "
-                            "the cause); stopping node {}", failed_node_, failed_rank_,
-                            multi_.node_index);
+    return StopTogether(!local_error_.ok() ? local_error_
+                                           : UnavailableError("multinode leader: node leader {} "
+                                                              "(rank {}) failed (its rank printed "
+                                                              "the cause); stopping node {}",
+                                                              failed_node_, failed_rank_,
+                                                              multi_.node_index));
+  if (!local_error_.ok()) return local_error_;
   if (stop_at_ != UINT64_MAX)
     BC_LOG(Info, Node, "multinode leader: no consumer left on any node after producer batch "
            "{}; ending", stop_at_);

@@ -118,8 +118,15 @@ class MultinodeLeader {
     std::vector<uint8_t> scratch;    // after a local failure: stands in for the slot
     uint8_t* data = nullptr;         // the slot's memory (or scratch)
   };
-  // Replicate: tells the others that this leader failed (used before the stream starts).
-  Status Agree(bool failed, bool* go);
+  // Replicate, before the stream: the exchange window and whether to start. `local` is this
+  // leader's own failure (ok: none). When any leader failed, every leader
+  // stops together (StopTogether) and gets its cause or "another node leader failed".
+  Status Agree(const Status& local, bool* go);
+  // The stream stops for a failure every leader knows of: prints `why` (the failing leader
+  // its cause, the others the failing leader's node and rank), waits until every leader has
+  // printed, and returns `why`. Only then may a leader fail its ring (its trainers exit and
+  // the launcher ends the job), so no report is lost to an early exit (docs/multinode.md).
+  Status StopTogether(const Status& why);
   Status StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, uint64_t index);
   Status DecodeSlice(InFlight* f, std::span<const int64_t> samples, int64_t pos);
   // Tests every in-flight exchange and finishes the completed ones at the front, in order.

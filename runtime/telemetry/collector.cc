@@ -12,6 +12,7 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "telemetry/process_stats.h"
+#include "telemetry/spec.h"
 
 namespace batchcast::telemetry {
 
@@ -246,6 +247,25 @@ RankData Collector::Snapshot() {
   std::lock_guard lock(sample_mu_);
   TakeRow();
   return BuildRankData();
+}
+
+// Declared in telemetry/spec.h; here so that the spec parser (spec.cc) stands alone (the
+// libFuzzer target tests/fuzz/fuzz_spec.cc links it without the collector).
+Result<std::unique_ptr<Collector>> CreateCollector(const Options& options, int rank,
+                                                   int local_rank, Role role, Sinks* sinks) {
+  Result<TelemetrySpec> parsed = ParseTelemetrySpec(options.telemetry);
+  if (!parsed.ok()) return parsed.status().WithContext("option 'telemetry'");
+  TelemetrySpec spec = std::move(parsed).value();
+  if (sinks != nullptr) *sinks = spec.sinks;
+  if (!spec.enabled) return std::unique_ptr<Collector>();
+  Tags tags;
+  tags.experiment = options.experiment;
+  tags.workload = options.workload;
+  tags.run = options.run_name;
+  tags.rank = rank;
+  tags.local_rank = local_rank;
+  tags.role = role;
+  return Collector::Create(std::move(tags), spec.collector);
 }
 
 }  // namespace batchcast::telemetry

@@ -100,21 +100,4 @@ Result<TelemetrySpec> ParseTelemetrySpec(std::string_view text) {
   return spec;
 }
 
-Result<std::unique_ptr<Collector>> CreateCollector(const Options& options, int rank,
-                                                   int local_rank, Role role, Sinks* sinks) {
-  Result<TelemetrySpec> parsed = ParseTelemetrySpec(options.telemetry);
-  if (!parsed.ok()) return parsed.status().WithContext("option 'telemetry'");
-  TelemetrySpec spec = std::move(parsed).value();
-  if (sinks != nullptr) *sinks = spec.sinks;
-  if (!spec.enabled) return std::unique_ptr<Collector>();
-  Tags tags;
-  tags.experiment = options.experiment;
-  tags.workload = options.workload;
-  tags.run = options.run_name;
-  tags.rank = rank;
-  tags.local_rank = local_rank;
-  tags.role = role;
-  return Collector::Create(std::move(tags), spec.collector);
-}
-
 }  // namespace batchcast::telemetry

@@ -2,6 +2,7 @@
 #include "data/idx_reader.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include "tests/unit/data/data_test_util.h"
 
@@ -72,6 +73,23 @@ TEST(IdxReaderTest, NonByteElementTypeIsRejected) {
   auto a = ReadIdxFile(dir / "float.idx");
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("element type"), std::string::npos);
+}
+
+// Found by fuzzing (tests/fuzz/corpus/fuzz_idx/regress-oom-declared-size): a 16-byte file
+// whose header declares 3 x 1024 x 1024 x 1024 bytes made the reader allocate (and zero)
+// all of it before reading the first byte of data. It must fail as truncated, having
+// allocated no more than one read chunk.
+TEST(IdxReaderTest, HeaderDeclaringGigabytesOfAShortFileAllocatesNoMore) {
+  TempDir dir;
+  WriteBytes(dir / "huge.idx", {0, 0, 8, 3, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 12, 0, 1, 2, 3, 4});
+  rusage before{}, after{};
+  getrusage(RUSAGE_SELF, &before);
+  auto a = ReadIdxFile(dir / "huge.idx");
+  getrusage(RUSAGE_SELF, &after);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("truncated"), std::string::npos) << a.status().message();
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024)  // KiB: far below the 3 GiB declared
+      << "the reader's peak memory grew by " << (after.ru_maxrss - before.ru_maxrss) << " KiB";
 }
 
 }  // namespace
