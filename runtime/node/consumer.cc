@@ -470,10 +470,9 @@ Status Consumer::Next(Batch* out) {
       return fail(st);
     }
     if (c.pieces.empty()) {  // carried on, dropped, or every sample was skipped
-      // The epoch's last producer batch ends this consumer's epoch even if it gives no
-      // batch (entirely skipped, or a dropped remainder), once the consumer is in it.
-      const bool ends_epoch = (d->flags & shm::kLastInEpoch) != 0 && c.index_in_epoch > 0;
-      const uint64_t epoch = d->epoch;  // `d` may be reused once the slot is given back
+      // Read the descriptor before the slot goes back: the leader may reuse it at once.
+      const bool ends_epoch = (d->flags & shm::kLastInEpoch) != 0;
+      const uint64_t epoch = d->epoch;
       c.UnrefLocked(a.seq);
       if (ends_epoch && c.CompleteEpochLocked(epoch, base_b))
         return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
