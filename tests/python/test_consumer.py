@@ -70,8 +70,8 @@ def test_numpy_output_aliases_too(fmnist):
 
 @pytest.mark.parametrize("batch_size", [64, 100, 128])
 def test_len_is_exact(fmnist, batch_size):
-    # producer batch 256, 1000 samples: 3 full producer batches and one of 232. Batches
-    # span producer batches as a DataLoader's do: ceil(N / b), whatever the producer batch.
+    # producer batch 256, 1000 samples: 3 full producer batches and one of 232; the
+    # consumer's batches are a DataLoader's (exact, across producer batches): ceil(1000 / b).
     leader = batchcast.Leader(fmnist["train"], consumers=1, max_batch_size=128, epochs=2,
                               batch_size=128, limit_samples=1000, producer_batch=256)
     loader = batchcast.Consumer(leader.address, batch_size=batch_size)
