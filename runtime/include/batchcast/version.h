@@ -18,8 +18,9 @@
 #define BATCHCAST_VERSION_PATCH 0
 
 #define BATCHCAST_VERSION_NUMBER(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
-#define BATCHCAST_VERSION_CODE \
-  BATCHCAST_VERSION_NUMBER(BATCHCAST_VERSION_MAJOR, BATCHCAST_VERSION_MINOR, BATCHCAST_VERSION_PATCH)
+#define BATCHCAST_VERSION_CODE                                               \
+  BATCHCAST_VERSION_NUMBER(BATCHCAST_VERSION_MAJOR, BATCHCAST_VERSION_MINOR, \
+                           BATCHCAST_VERSION_PATCH)
 
 #ifdef __cplusplus
 #include "batchcast/export.h"

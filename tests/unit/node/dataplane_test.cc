@@ -183,83 +183,6 @@ INSTANTIATE_TEST_SUITE_P(Consumers, ExactlyOnceTest,
                                            ExactlyOnceCase{4, false, true},
                                            ExactlyOnceCase{8, true, true}));
 
-// Which samples of each producer batch a SkippingSource drops, drawn from a seed: scattered
-// samples, runs of 3 to 5 entirely bad producer batches, an epoch's last 1 to 3 batches
-// entirely bad, or all of these. Every epoch keeps at least its first batch good.
-SkippingSource::BadFn RandomSkipPattern(uint64_t seed, int epochs, int64_t batches) {
-  std::mt19937_64 rng(seed);
-  const int kind = static_cast<int>(seed % 4);
-  auto whole = std::make_shared<std::set<std::pair<uint64_t, int64_t>>>();
-  for (int e = 0; e < epochs; ++e) {
-    if (kind == 1 || kind == 3) {
-      const int64_t start = 1 + static_cast<int64_t>(rng() % uint64_t(batches - 5));
-      for (int64_t k = start; k < start + 3 + int64_t(rng() % 3); ++k) whole->insert({e, k});
-    }
-    if (kind == 2 || kind == 3)
-      for (int64_t k = batches - 1 - int64_t(rng() % 3); k < batches; ++k) whole->insert({e, k});
-  }
-  const double p = kind == 1 || kind == 2 ? 0.0 : 0.3;
-  return [whole, p, seed](uint64_t e, int64_t fill, size_t pos) {
-    if (whole->count({e, fill})) return true;
-    return fill > 0 && double(Mix64(HashCombine(seed, e * 1000003 + uint64_t(fill) * 1009 + pos)) %
-                              1000) < p * 1000;
-  };
-}
-
-// A bad sample costs only itself, in any pattern: every consumer gets every good sample of
-// every epoch exactly once (plus the fill repeats it is told of), none of the bad ones,
-// every epoch completes and the stream ends. Three or more entirely bad producer batches
-// in a row, and an epoch whose last producer batches are entirely bad, included.
-TEST(SkipPolicyTest, GoodSamplesExactlyOnceUnderRandomSkipPatterns) {
-  const int64_t n = 150, producer_batch = 10, batches = 15;
-  const int epochs = 3;
-  for (uint64_t seed = 1; seed <= 12; ++seed) {
-    SCOPED_TRACE("skip pattern seed " + std::to_string(seed));
-    Options o = BaseOptions(epochs, producer_batch);
-    o.batch_size = 8;
-    auto source = std::make_unique<SkippingSource>(n, RandomSkipPattern(seed, epochs, batches));
-    SkippingSource* src = source.get();
-    auto h = MakeLeader(o, 2, 8, n, true, std::move(source));
-    h->Start();
-    const int sizes[] = {4, 7};
-    std::vector<std::unique_ptr<Consumer>> consumers;
-    for (int i = 0; i < 2; ++i) {
-      Options co = o;
-      co.batch_size = sizes[i];
-      co.carve_offset = i == 1;
-      auto c = Consumer::Attach(h->leader->address(), co, i);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
-      consumers.push_back(std::move(c).value());
-    }
-    std::vector<Seen> seen(2);
-    std::thread other(Consume, consumers[1].get(), &seen[1], 0, 3);
-    Consume(consumers[0].get(), &seen[0], 0, 2);
-    other.join();
-    h->thread.join();
-    ASSERT_TRUE(h->status.ok()) << h->status.ToString();
-    int64_t skipped_total = 0;
-    for (const auto& [e, ids] : src->skipped()) skipped_total += int64_t(ids.size());
-    EXPECT_EQ(h->leader->stats().samples_skipped, skipped_total);
-    for (int i = 0; i < 2; ++i) {
-      SCOPED_TRACE("consumer " + std::to_string(i));
-      const Seen& s = seen[i];
-      ASSERT_TRUE(s.status.ok()) << s.status.ToString();
-      EXPECT_EQ(s.bad_pixels, 0);
-      EXPECT_EQ(s.bad_labels, 0);
-      EXPECT_EQ(s.stats.epochs_completed, epochs);
-      ASSERT_EQ(int(s.counts.size()), epochs);
-      int64_t extra = 0;
-      for (const auto& [e, counts] : s.counts) {
-        const auto it = src->skipped().find(e);
-        const std::set<int64_t> none;
-        const std::set<int64_t>& bad = it == src->skipped().end() ? none : it->second;
-        EXPECT_EQ(int64_t(counts.size()) + int64_t(bad.size()), n) << "epoch " << e;
-        for (const auto& [id, k] : counts) {
-          EXPECT_EQ(bad.count(id), 0u) << "skipped sample " << id << " served in epoch " << e;
-          extra += k - 1;
-        }
-      }
-      EXPECT_EQ(extra, s.repeats) << "repeats must be exactly the reported fill repeats";
 // What one consumer received, batch by batch.
 struct Received {
   struct One {
@@ -373,29 +296,6 @@ TEST(ExactBatchesTest, EveryBatchSizeGivesTheDataLoaderBatches) {
   }
 }
 
-// An epoch with no good sample at all ends the stream with an error naming the epoch, for
-// the leader and every consumer, instead of a wait.
-TEST(SkipPolicyTest, AnEpochWithoutAGoodSampleIsAnErrorNotAWait) {
-  Options o = BaseOptions(3, 10);
-  o.batch_size = 8;
-  auto source = std::make_unique<SkippingSource>(
-      60, [](uint64_t e, int64_t, size_t) { return e == 1; });
-  auto h = MakeLeader(o, 1, 8, 60, true, std::move(source));
-  h->Start();
-  Options co = o;
-  co.batch_size = 8;
-  auto c = Consumer::Attach(h->leader->address(), co, 0);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  Seen seen;
-  Consume(c->get(), &seen, 0, 1);
-  h->thread.join();
-  ASSERT_FALSE(h->status.ok());
-  EXPECT_NE(h->status.message().find("epoch 1 has no good sample"), std::string::npos)
-      << h->status.message();
-  EXPECT_NE(seen.status.message().find("epoch 1 has no good sample"), std::string::npos)
-      << seen.status.ToString();
-  EXPECT_EQ(seen.counts.size(), 1u);  // epoch 0 was delivered whole
-  EXPECT_EQ(seen.counts[0].size(), 60u);
 // Sharding (mode=shard) like DistributedSampler + DataLoader: W ranks on one node stream
 // take disjoint parts of each epoch's order, the same number of batches each; over the
 // ranks every sample arrives exactly once per epoch plus the repeats they report.
@@ -773,6 +673,112 @@ TEST(ConnectTimeoutTest, ConsumerStartedBeforeItsLeaderAttachesWhenItListens) {
   int64_t batches = 0;
   for ([[maybe_unused]] Batch& b : **c) ++batches;
   EXPECT_EQ(batches, 8);
+}
+
+// Which samples of each producer batch a SkippingSource drops, drawn from a seed: scattered
+// samples, runs of 3 to 5 entirely bad producer batches, an epoch's last 1 to 3 batches
+// entirely bad, or all of these. Every epoch keeps at least its first batch good.
+SkippingSource::BadFn RandomSkipPattern(uint64_t seed, int epochs, int64_t batches) {
+  std::mt19937_64 rng(seed);
+  const int kind = static_cast<int>(seed % 4);
+  auto whole = std::make_shared<std::set<std::pair<uint64_t, int64_t>>>();
+  for (int e = 0; e < epochs; ++e) {
+    if (kind == 1 || kind == 3) {
+      const int64_t start = 1 + static_cast<int64_t>(rng() % uint64_t(batches - 5));
+      for (int64_t k = start; k < start + 3 + int64_t(rng() % 3); ++k) whole->insert({e, k});
+    }
+    if (kind == 2 || kind == 3)
+      for (int64_t k = batches - 1 - int64_t(rng() % 3); k < batches; ++k) whole->insert({e, k});
+  }
+  const double p = kind == 1 || kind == 2 ? 0.0 : 0.3;
+  return [whole, p, seed](uint64_t e, int64_t fill, size_t pos) {
+    if (whole->count({e, fill})) return true;
+    return fill > 0 && double(Mix64(HashCombine(seed, e * 1000003 + uint64_t(fill) * 1009 + pos)) %
+                              1000) < p * 1000;
+  };
+}
+
+// A bad sample costs only itself, in any pattern: every consumer gets every good sample of
+// every epoch exactly once (plus the fill repeats it is told of), none of the bad ones,
+// every epoch completes and the stream ends. Three or more entirely bad producer batches
+// in a row, and an epoch whose last producer batches are entirely bad, included.
+TEST(SkipPolicyTest, GoodSamplesExactlyOnceUnderRandomSkipPatterns) {
+  const int64_t n = 150, producer_batch = 10, batches = 15;
+  const int epochs = 3;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    SCOPED_TRACE("skip pattern seed " + std::to_string(seed));
+    Options o = BaseOptions(epochs, producer_batch);
+    o.batch_size = 8;
+    auto source = std::make_unique<SkippingSource>(n, RandomSkipPattern(seed, epochs, batches));
+    SkippingSource* src = source.get();
+    auto h = MakeLeader(o, 2, 8, n, true, std::move(source));
+    h->Start();
+    const int sizes[] = {4, 7};
+    std::vector<std::unique_ptr<Consumer>> consumers;
+    for (int i = 0; i < 2; ++i) {
+      Options co = o;
+      co.batch_size = sizes[i];
+      co.carve_offset = i == 1;
+      auto c = Consumer::Attach(h->leader->address(), co, i);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      consumers.push_back(std::move(c).value());
+    }
+    std::vector<Seen> seen(2);
+    std::thread other(Consume, consumers[1].get(), &seen[1], 0, 3);
+    Consume(consumers[0].get(), &seen[0], 0, 2);
+    other.join();
+    h->thread.join();
+    ASSERT_TRUE(h->status.ok()) << h->status.ToString();
+    int64_t skipped_total = 0;
+    for (const auto& [e, ids] : src->skipped()) skipped_total += int64_t(ids.size());
+    EXPECT_EQ(h->leader->stats().samples_skipped, skipped_total);
+    for (int i = 0; i < 2; ++i) {
+      SCOPED_TRACE("consumer " + std::to_string(i));
+      const Seen& s = seen[i];
+      ASSERT_TRUE(s.status.ok()) << s.status.ToString();
+      EXPECT_EQ(s.bad_pixels, 0);
+      EXPECT_EQ(s.bad_labels, 0);
+      EXPECT_EQ(s.stats.epochs_completed, epochs);
+      ASSERT_EQ(int(s.counts.size()), epochs);
+      int64_t extra = 0;
+      for (const auto& [e, counts] : s.counts) {
+        const auto it = src->skipped().find(e);
+        const std::set<int64_t> none;
+        const std::set<int64_t>& bad = it == src->skipped().end() ? none : it->second;
+        EXPECT_EQ(int64_t(counts.size()) + int64_t(bad.size()), n) << "epoch " << e;
+        for (const auto& [id, k] : counts) {
+          EXPECT_EQ(bad.count(id), 0u) << "skipped sample " << id << " served in epoch " << e;
+          extra += k - 1;
+        }
+      }
+      EXPECT_EQ(extra, s.repeats) << "repeats must be exactly the reported fill repeats";
+    }
+  }
+}
+
+// An epoch with no good sample at all ends the stream with an error naming the epoch, for
+// the leader and every consumer, instead of a wait.
+TEST(SkipPolicyTest, AnEpochWithoutAGoodSampleIsAnErrorNotAWait) {
+  Options o = BaseOptions(3, 10);
+  o.batch_size = 8;
+  auto source = std::make_unique<SkippingSource>(
+      60, [](uint64_t e, int64_t, size_t) { return e == 1; });
+  auto h = MakeLeader(o, 1, 8, 60, true, std::move(source));
+  h->Start();
+  Options co = o;
+  co.batch_size = 8;
+  auto c = Consumer::Attach(h->leader->address(), co, 0);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  Seen seen;
+  Consume(c->get(), &seen, 0, 1);
+  h->thread.join();
+  ASSERT_FALSE(h->status.ok());
+  EXPECT_NE(h->status.message().find("epoch 1 has no good sample"), std::string::npos)
+      << h->status.message();
+  EXPECT_NE(seen.status.message().find("epoch 1 has no good sample"), std::string::npos)
+      << seen.status.ToString();
+  EXPECT_EQ(seen.counts.size(), 1u);  // epoch 0 was delivered whole
+  EXPECT_EQ(seen.counts[0].size(), 60u);
 }
 
 TEST(DataPlaneTest, SameOptionsGiveTheSameStream) {
