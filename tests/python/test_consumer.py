@@ -133,7 +133,7 @@ def test_errors_carry_the_cpp_message(fmnist):
         batchcast.Consumer("unused", batch_size=0)
     assert isinstance(e.value, ValueError)
     with pytest.raises(batchcast.Error) as e:
-        batchcast.Consumer("batchcast-no-such-leader", batch_size=8)
+        batchcast.Consumer("batchcast-no-such-leader", batch_size=8, connect_timeout=0)
     assert "batchcast-no-such-leader" in str(e.value)
     with pytest.raises(batchcast.NotFoundError, match="/no/such/file.h5"):
         batchcast.Leader("/no/such/file.h5")
