@@ -70,8 +70,8 @@ def test_numpy_output_aliases_too(fmnist):
 
 @pytest.mark.parametrize("batch_size", [64, 100, 128])
 def test_len_is_exact(fmnist, batch_size):
-    # producer batch 256, 1000 samples: 3 full producer batches and one of 232; the
-    # consumer's batches are a DataLoader's (exact, across producer batches): ceil(1000 / b).
+    # producer batch 256, 1000 samples: exact batches across producer batches (issue 16 A),
+    # one partial last batch, as a DataLoader.
     leader = batchcast.Leader(fmnist["train"], consumers=1, max_batch_size=128, epochs=2,
                               batch_size=128, limit_samples=1000, producer_batch=256)
     loader = batchcast.Consumer(leader.address, batch_size=batch_size)
@@ -133,7 +133,7 @@ def test_errors_carry_the_cpp_message(fmnist):
         batchcast.Consumer("unused", batch_size=0)
     assert isinstance(e.value, ValueError)
     with pytest.raises(batchcast.Error) as e:
-        batchcast.Consumer("batchcast-no-such-leader", batch_size=8)
+        batchcast.Consumer("batchcast-no-such-leader", batch_size=8, connect_timeout=0)
     assert "batchcast-no-such-leader" in str(e.value)
     with pytest.raises(batchcast.NotFoundError, match="/no/such/file.h5"):
         batchcast.Leader("/no/such/file.h5")
