@@ -30,8 +30,10 @@ module batchcast_c
     integer(c_size_t) :: struct_size
     type(c_ptr) :: address, options
     integer(c_int32_t) :: batch_size = 0, buffer_depth = 0, epochs = 0, rank = -1
-    integer(c_int32_t) :: world_size = 0, reserved0 = 0
+    integer(c_int32_t) :: world_size = 0, drop_last = 0
     integer(c_int64_t) :: timeout_ms = 0
+    integer(c_int32_t) :: pad_last = 0, start_epoch = 0
+    integer(c_int64_t) :: start_batch = 0
   end type
   type, bind(c) :: bc_leader_config
     integer(c_size_t) :: struct_size

@@ -52,25 +52,24 @@ std::vector<std::string> SplitWords(const char* text) {
 
 Result<Options> ConsumerOptions(const bc_consumer_config_t& c) {
   BC_ASSIGN_OR_RETURN(Options o, ResolveOptions(SplitWords(c.options)));
-  if (c.batch_size < 0 || c.buffer_depth < 0 || c.epochs < 0) {
+  if (c.batch_size < 0 || c.buffer_depth < 0 || c.epochs < 0 || c.world_size < 0 ||
+      c.timeout_ms < 0 || c.start_epoch < 0 || c.start_batch < 0) {
     return InvalidArgumentError(
-        "bc_consumer_attach: batch_size, buffer_depth and epochs must be >= 0 "
-        "(0 keeps the option's value)");
+        "bc_consumer_attach: batch_size, buffer_depth, epochs, world_size, timeout_ms, "
+        "start_epoch and start_batch must be >= 0 (0 keeps the option's value)");
   }
+  if (c.rank < -1) return InvalidArgumentError("bc_consumer_attach: rank {} < -1", c.rank);
   if (c.batch_size > 0) o.batch_size = c.batch_size;
   if (c.buffer_depth > 0) o.buffer_depth = c.buffer_depth;
   if (c.epochs > 0) o.epochs = c.epochs;
-  if (c.world_size != 0) {
-    return Unsupported(
-        "bc_consumer_attach: world_size is not supported yet by this library; "
-        "leave it 0 (data-parallel sharding: the leader's --mode shard)");
-  }
-  if (c.timeout_ms != 0) {
-    return Unsupported(
-        "bc_consumer_attach: timeout_ms is not supported yet by this library; "
-        "leave it 0 (address NULL waits up to 60 s for batchcast-run's leader)");
-  }
-  if (c.reserved0 != 0) return InvalidArgumentError("bc_consumer_attach: reserved0 must be 0");
+  if (c.rank >= 0 && o.mode == "shard") o.rank = c.rank;  // else a label only
+  if (c.world_size > 0) o.world_size = c.world_size;
+  if (c.timeout_ms > 0) o.connect_timeout = c.timeout_ms;
+  if (c.drop_last != 0) o.drop_last = true;
+  if (c.pad_last != 0) o.pad_last = true;
+  if (c.start_epoch > 0) o.start_epoch = c.start_epoch;
+  if (c.start_batch > 0) o.start_batch = c.start_batch;
+  BC_RETURN_IF_ERROR(ValidateOptions(o).WithContext("bc_consumer_attach"));
   return o;
 }
 
@@ -141,11 +140,6 @@ bc_status_t bc_consumer_attach(const bc_consumer_config_t* config, bc_consumer_t
     BC_ASSIGN_OR_RETURN(Options o, ConsumerOptions(c));
     std::unique_ptr<Consumer> consumer;
     if (c.address == nullptr) {
-      if (c.rank >= 0) {
-        return InvalidArgumentError(
-            "bc_consumer_attach: rank is taken from RANK when address is NULL "
-            "(batchcast-run); leave rank -1 or give the address");
-      }
       BC_ASSIGN_OR_RETURN(consumer, AttachFromEnvironment(o));
     } else {
       BC_ASSIGN_OR_RETURN(consumer, Consumer::Attach(c.address, o, c.rank));
@@ -189,6 +183,18 @@ bc_status_t bc_batch_info(bc_batch_t batch, bc_batch_info_t* info) {
 bc_status_t bc_batch_release(bc_batch_t batch) {
   return Guard("bc_batch_release", [&]() -> Status {
     delete batch;  // the Batch's destructor gives the slot back
+    return Status::Ok();
+  });
+}
+
+bc_status_t bc_consumer_position(bc_consumer_t consumer, uint64_t* epoch, uint64_t* batch) {
+  return Guard("bc_consumer_position", [&]() -> Status {
+    if (consumer == nullptr || epoch == nullptr || batch == nullptr) {
+      return InvalidArgumentError("bc_consumer_position: consumer, epoch or batch is NULL");
+    }
+    StreamPosition p = consumer->consumer->Position();
+    *epoch = p.epoch;
+    *batch = p.batch;
     return Status::Ok();
   });
 }

@@ -21,12 +21,12 @@ namespace batchcast::capi {
 template <typename T>
 constexpr size_t kFirstSize = 0;
 template <>
-inline constexpr size_t kFirstSize<bc_consumer_config_t> = 56;
+inline constexpr size_t kFirstSize<bc_consumer_config_t> = 72;
 template <>
 inline constexpr size_t kFirstSize<bc_leader_config_t> = 40;
 template <>
 inline constexpr size_t kFirstSize<bc_batch_info_t> = 184;
-static_assert(sizeof(void*) != 8 || sizeof(bc_consumer_config_t) >= 56);
+static_assert(sizeof(void*) != 8 || sizeof(bc_consumer_config_t) >= 72);
 static_assert(sizeof(void*) != 8 || sizeof(bc_leader_config_t) >= 40);
 static_assert(sizeof(void*) != 8 || sizeof(bc_batch_info_t) >= 184);
 

@@ -470,8 +470,11 @@ Status Consumer::Next(Batch* out) {
       return fail(st);
     }
     if (c.pieces.empty()) {  // carried on, dropped, or every sample was skipped
+      // Read the descriptor before the slot goes back: the leader may reuse it at once.
+      const bool ends_epoch = (d->flags & shm::kLastInEpoch) != 0;
+      const uint64_t epoch = d->epoch;
       c.UnrefLocked(a.seq);
-      if ((d->flags & shm::kLastInEpoch) && c.CompleteEpochLocked(d->epoch, base_b))
+      if (ends_epoch && c.CompleteEpochLocked(epoch, base_b))
         return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
       continue;
     }
@@ -512,7 +515,7 @@ Status Consumer::Next(Batch* out) {
     c.cur = shm::AcquiredBatch();
     c.pieces.clear();       // joined samples live on in their batches only
   }
-  if (out->info_.last_in_epoch) c.CompleteEpochLocked(d->epoch, base_b);
+  if (out->info_.last_in_epoch) c.CompleteEpochLocked(out->info_.epoch, base_b);
   return Status::Ok();
 }
 

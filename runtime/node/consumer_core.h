@@ -232,7 +232,10 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
     epoch_repeats += info.repeats;
     ring->RecordBatch();
   }
-  // The consumer's epoch `e` is complete; true when that was its last (it finished).
+  // The epoch is over for this consumer: its last batch was handed out, or its last
+  // producer batches gave it none (entirely skipped as bad, or a dropped remainder). Counts
+  // it once; true when this consumer's epochs are complete (then it drains at once, so that
+  // a batch kept after the loop never holds the other consumers back).
   bool CompleteEpochLocked(uint64_t e, uint32_t base_b) {
     if (completed_epoch == e) return finished;  // already, at its predicted last batch
     completed_epoch = e;

@@ -6,11 +6,10 @@
 #include <cstddef>
 #include <cstdio>
 
-#include "batchcast/batch.h"
+// The umbrella header and the C header: this file is compiled with no MPI include path (and
+// as C++20), so it also proves that batchcast/batchcast.h needs no <mpi.h> (issue 17).
+#include "batchcast/batchcast.h"
 #include "batchcast/batchcast_c.h"
-#include "batchcast/consumer.h"
-#include "batchcast/gpu.h"
-#include "batchcast/options.h"
 
 namespace {
 
@@ -41,6 +40,10 @@ int main() {
   BC_STRUCT(batchcast::Batch);
   End();
   BC_STRUCT(batchcast::ConsumerStats);
+  End();
+  BC_STRUCT(batchcast::StreamPosition);
+  BC_FIELD(batchcast::StreamPosition, epoch);
+  BC_FIELD(batchcast::StreamPosition, batch);
   End();
   BC_STRUCT(batchcast::DeviceBatch);
   End();
@@ -83,8 +86,11 @@ int main() {
   BC_FIELD(bc_consumer_config_t, epochs);
   BC_FIELD(bc_consumer_config_t, rank);
   BC_FIELD(bc_consumer_config_t, world_size);
-  BC_FIELD(bc_consumer_config_t, reserved0);
+  BC_FIELD(bc_consumer_config_t, drop_last);
   BC_FIELD(bc_consumer_config_t, timeout_ms);
+  BC_FIELD(bc_consumer_config_t, pad_last);
+  BC_FIELD(bc_consumer_config_t, start_epoch);
+  BC_FIELD(bc_consumer_config_t, start_batch);
   End();
   BC_STRUCT(bc_batch_info_t);
   BC_FIELD(bc_batch_info_t, struct_size);

@@ -65,19 +65,30 @@ static void TestArgumentErrors(void) {
 
   bc_consumer_config_init(&cfg);
   cfg.address = "batchcast-capi-test-nobody";
+  cfg.options = "--connect-timeout 0"; /* try once */
   EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_UNAVAILABLE);
   EXPECT_ERROR_HAS("no Batchcast leader listens");
   EXPECT(c == NULL);
 
-  cfg.world_size = 4; /* not yet: refused, never ignored */
-  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_UNSUPPORTED);
-  EXPECT_ERROR_HAS("world_size");
+  /* Fields are checked like the options they set. */
+  cfg.options = "--connect-timeout 0 --mode shard";
+  cfg.rank = 5;
+  cfg.world_size = 4;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("0 <= rank < world_size");
+  cfg.options = "--connect-timeout 0";
+  cfg.rank = -1;
   cfg.world_size = 0;
-  cfg.timeout_ms = 5000;
-  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_UNSUPPORTED);
+  cfg.drop_last = 1;
+  cfg.pad_last = 1;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("drop_last");
+  cfg.drop_last = cfg.pad_last = 0;
+  cfg.timeout_ms = -5;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
   EXPECT_ERROR_HAS("timeout_ms");
   cfg.timeout_ms = 0;
-  cfg.options = "--batch-sze 32";
+  cfg.options = "--connect-timeout 0 --batch-sze 32";
   EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
   EXPECT_ERROR_HAS("did you mean 'batch_size'");
 
@@ -89,6 +100,7 @@ static void TestArgumentErrors(void) {
   bc_consumer_config_init(&newer.cfg);
   newer.cfg.struct_size = sizeof(newer);
   newer.cfg.address = "batchcast-capi-test-nobody";
+  newer.cfg.options = "--connect-timeout 0";
   newer.newer_field = 0;
   EXPECT_STATUS(bc_consumer_attach(&newer.cfg, &c), BC_ERR_UNAVAILABLE);
   newer.newer_field = 1;
@@ -134,26 +146,46 @@ static void TestDlpack(bc_batch_t batch, const bc_batch_info_t* info) {
   labels->deleter(labels);
 }
 
-static void TestStream(const char* dataset, int samples) {
-  char options[512];
+/* A leader over `dataset` (one epoch, batches of 8 images of 16 x 16) with `extra` options;
+ * NULL on a failure. */
+static bc_leader_t StartLeader(const char* dataset, const char* extra) {
+  static char options[512];
   snprintf(options, sizeof(options),
-           "--dataset %s --epochs 1 --batch-size 8 --image-size 16 --threads 1 --buffer-depth 2",
-           dataset);
+           "--dataset %s --epochs 1 --batch-size 8 --image-size 16 --threads 1 %s", dataset,
+           extra);
   bc_leader_config_t lc;
   bc_leader_config_init(&lc);
   lc.options = options;
   bc_leader_t leader = NULL;
   EXPECT_STATUS(bc_leader_start(&lc, &leader), BC_SUCCESS);
-  if (leader == NULL) return;
-  EXPECT(strncmp(bc_leader_address(leader), "batchcast-c-", 12) == 0);
+  return leader;
+}
 
+/* One consumer of it, labelled `rank`, starting at batch `start_batch`; NULL on a failure. */
+static bc_consumer_t AttachTo(bc_leader_t leader, int rank, int64_t start_batch) {
   bc_consumer_config_t cfg;
   bc_consumer_config_init(&cfg);
   cfg.address = bc_leader_address(leader);
-  cfg.options = options;
-  cfg.rank = 3;
+  cfg.options = "--epochs 1 --batch-size 8 --buffer-depth 2";
+  cfg.rank = rank;
+  cfg.start_batch = start_batch; /* the field, not the option string */
   bc_consumer_t c = NULL;
   EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  return c;
+}
+
+/* Detaches and waits for the leader's clean end. */
+static void Finish(bc_consumer_t c, bc_leader_t leader) {
+  EXPECT_STATUS(bc_consumer_detach(c), BC_SUCCESS);
+  EXPECT_STATUS(bc_leader_wait(leader, -1), BC_SUCCESS);
+  EXPECT_STATUS(bc_leader_destroy(leader), BC_SUCCESS);
+}
+
+static void TestStream(const char* dataset, int samples) {
+  bc_leader_t leader = StartLeader(dataset, "");
+  if (leader == NULL) return;
+  EXPECT(strncmp(bc_leader_address(leader), "batchcast-c-", 12) == 0);
+  bc_consumer_t c = AttachTo(leader, 3, 0);
   if (c == NULL) return;
   int64_t per_epoch = 0;
   EXPECT_STATUS(bc_consumer_batches_per_epoch(c, 0, &per_epoch), BC_SUCCESS);
@@ -177,6 +209,9 @@ static void TestStream(const char* dataset, int samples) {
   bc_batch_info_init(&info);
   EXPECT_STATUS(bc_consumer_next(c, &held[1], &info), BC_SUCCESS);
   EXPECT(info.index == 1 && info.lr_factor == 1.0f);
+  uint64_t pos_epoch = 9, pos_batch = 9;
+  EXPECT_STATUS(bc_consumer_position(c, &pos_epoch, &pos_batch), BC_SUCCESS);
+  EXPECT(pos_epoch == 0 && pos_batch == 2);
   /* buffer_depth batches held: another is an error, not a deadlock. */
   bc_batch_t extra = NULL;
   EXPECT_STATUS(bc_consumer_next(c, &extra, &info), BC_ERR_FAILED_PRECONDITION);
@@ -195,9 +230,27 @@ static void TestStream(const char* dataset, int samples) {
   }
   EXPECT(st == BC_END_OF_STREAM);
   EXPECT(got == samples);
-  EXPECT_STATUS(bc_consumer_detach(c), BC_SUCCESS);
-  EXPECT_STATUS(bc_leader_wait(leader, -1), BC_SUCCESS);
-  EXPECT_STATUS(bc_leader_destroy(leader), BC_SUCCESS);
+  Finish(c, leader);
+}
+
+/* Resume: a consumer started at (epoch 0, batch 3) gets batches 3.. of the epoch only. */
+static void TestResume(const char* dataset, int samples) {
+  bc_leader_t leader = StartLeader(dataset, "--start-batch 3");
+  if (leader == NULL) return;
+  bc_consumer_t c = AttachTo(leader, -1, 3);
+  if (c == NULL) return;
+  bc_batch_t b;
+  bc_batch_info_t info;
+  bc_batch_info_init(&info);
+  int64_t got = 0, first_index = -1;
+  while (bc_consumer_next(c, &b, &info) == BC_SUCCESS) {
+    if (first_index < 0) first_index = (int64_t)info.index;
+    got += info.size;
+    bc_batch_release(b);
+  }
+  EXPECT(first_index == 3);
+  EXPECT(got == samples - 3 * 8);
+  Finish(c, leader);
 }
 
 int main(int argc, char** argv) {
@@ -208,6 +261,7 @@ int main(int argc, char** argv) {
   TestVersionAndStrings();
   TestArgumentErrors();
   TestStream(argv[1], atoi(argv[2]));
+  TestResume(argv[1], atoi(argv[2]));
   if (failures == 0) printf("capi_test: PASS\n");
   return failures == 0 ? 0 : 1;
 }

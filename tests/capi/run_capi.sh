@@ -2,7 +2,6 @@
 # Drivers of the C API tests (tests/capi/CMakeLists.txt).
 #   run_capi.sh c_api MAKE_PHOTO_DATASET DATA_DIR CAPI_TEST
 #   run_capi.sh c_trainer MAKE_PHOTO_DATASET DATA_DIR C_TRAINER MPIEXEC
-#   run_capi.sh headers CC CXX INCLUDE_DIR
 #   run_capi.sh abi LIB ABI_LAYOUT BASELINE ABI_CHECK_PY
 set -euo pipefail
 case=$1
@@ -26,24 +25,6 @@ case $case in
     # Every rank saw the same pixels: one checksum in all three lines.
     [ "$(grep -o 'checksum [0-9a-f]*' <<<"$out" | sort -u | wc -l)" -eq 1 ] || {
       echo "FAIL: ranks report different checksums"; exit 1; }
-    ;;
-  headers)
-    cc=$1 cxx=$2 inc=$3
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
-    # A consumer-only C++ TU: no MPI include path is given, so <mpi.h> would fail.
-    printf '#include <batchcast/batchcast.h>\nint main() { return batchcast::VersionCode() > 0 ? 0 : 1; }\n' \
-      > "$tmp/consumer_only.cc"
-    "$cxx" -std=c++20 -fsyntax-only -Wall -Wextra -Werror -I"$inc" "$tmp/consumer_only.cc"
-    if "$cxx" -std=c++20 -fsyntax-only -I"$inc" -x c++ - <<<'#include <batchcast/runtime.h>' 2>/dev/null; then
-      echo "note: <mpi.h> is on the default include path here; the umbrella check above still held"
-    fi
-    printf '#include <batchcast/batchcast_c.h>\nint main(void) { bc_consumer_config_t c; bc_consumer_config_init(&c); return c.rank == -1 ? 0 : 1; }\n' \
-      > "$tmp/c99.c"
-    "$cc" -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$inc" "$tmp/c99.c"
-    cp "$tmp/c99.c" "$tmp/cxx.cc"
-    "$cxx" -std=c++11 -Wall -Wextra -Werror -fsyntax-only -I"$inc" "$tmp/cxx.cc"
-    echo "headers: PASS"
     ;;
   abi)
     lib=$1 layout=$2 baseline=$3 check=$4

@@ -179,6 +179,15 @@ class PyConsumer {
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
 
+  // (epoch, batch) of the batch the next call returns (Consumer::Position()).
+  std::pair<uint64_t, uint64_t> Position() const {
+    if (!state_ || !state_->consumer)
+      throw StatusError(Status(StatusCode::kFailedPrecondition,
+                               "consumer: closed; save its state_dict() before close()"));
+    StreamPosition p = state_->consumer->Position();
+    return {p.epoch, p.batch};
+  }
+
   static Status ForkedError() {
     return Status(StatusCode::kFailedPrecondition,
                   "consumer: used in a forked child process (pid " + std::to_string(getpid()) +
@@ -314,6 +323,7 @@ void BindConsumer(py::module_& m) {
       .def("next", &PyConsumer::Next, py::arg("want_ids") = false, py::arg("numpy") = false,
            py::arg("copy") = false)
       .def("batches_per_epoch", &PyConsumer::batches_per_epoch)
+      .def("position", &PyConsumer::Position)
       .def("stats", &PyConsumer::Stats)
       .def("telemetry_summary", &PyConsumer::TelemetrySummary)
       .def("close", &PyConsumer::Close);

@@ -101,11 +101,16 @@ typedef struct bc_consumer_config {
   int32_t batch_size;    /* 0: the options' batch_size (default 64) */
   int32_t buffer_depth;  /* unreleased batches you may hold; 0: the options' (default 2) */
   int32_t epochs;        /* 0: the options' epochs; BC_EPOCHS_UNTIL_STREAM_ENDS */
-  int32_t rank;          /* a label in logs and errors; -1: none */
-  int32_t world_size;    /* not yet: must be 0 (BC_ERR_UNSUPPORTED otherwise) */
-  int32_t reserved0;     /* must be 0 */
-  int64_t timeout_ms;    /* not yet: must be 0 (BC_ERR_UNSUPPORTED otherwise); with
-                            address NULL the wait for the leader is 60 s */
+  int32_t rank;          /* the label in logs and errors; with mode=shard (in options) also
+                            the data-parallel rank; -1: none (mode=shard: RANK) */
+  int32_t world_size;    /* data-parallel ranks with mode=shard; 0: the options' (WORLD_SIZE) */
+  int32_t drop_last;     /* 1: drop the epoch's partial last batch (DataLoader drop_last) */
+  int64_t timeout_ms;    /* how long to wait for the leader to listen; 0: the options'
+                            connect_timeout (default 30 s; "--connect-timeout 0": try once) */
+  int32_t pad_last;      /* 1: pad the partial last batch with repeats of its own samples */
+  int32_t start_epoch;   /* resume at this epoch (bc_consumer_position of the interrupted run;
+                            the leader needs the same --start-epoch / --start-batch) */
+  int64_t start_batch;   /* resume at this batch within start_epoch */
 } bc_consumer_config_t;
 
 static inline void bc_consumer_config_init(bc_consumer_config_t* config) {
@@ -157,6 +162,11 @@ BC_API bc_status_t bc_batch_info(bc_batch_t batch, bc_batch_info_t* info);
 /* Gives the batch's slot back (tensors exported with bc_batch_to_dlpack keep it alive until
  * their deleter runs). The handle is invalid afterwards. NULL is accepted. */
 BC_API bc_status_t bc_batch_release(bc_batch_t batch);
+/* Where to resume: the epoch and batch index (in this consumer's batch size) of the batch
+ * bc_consumer_next returns next. Save it with a checkpoint; attach with start_epoch and
+ * start_batch set to it (and the leader's --start-epoch/--start-batch) to go on from there. */
+BC_API bc_status_t bc_consumer_position(bc_consumer_t consumer, uint64_t* epoch,
+                                        uint64_t* batch);
 /* Batches this consumer gets in stream epoch `epoch` (0 past the end). */
 BC_API bc_status_t bc_consumer_batches_per_epoch(bc_consumer_t consumer, uint64_t epoch,
                                                  int64_t* out);
