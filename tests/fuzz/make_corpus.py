@@ -6,8 +6,10 @@ Usage: /usr/bin/python3 tests/fuzz/make_corpus.py BATCHCAST_CLI [OUT_DIR]
 Images come from PIL (small JPEG and PNG files of every kind the decoder handles), the
 HDF5 datasets from the project's own converter (`batchcast convert`, encoded and raw), the
 IDX files, spec strings and control-socket scripts are written here. Every seed is small
-(the HDF5 ones a few KB) so the corpus stays in the repository. Regression inputs found by
-fuzzing are kept beside the seeds as regress-*; this script never removes them.
+(the HDF5 ones about 25 KB) so the corpus stays in the repository. Regression inputs found by
+fuzzing are kept beside the seeds as regress-*, and fuzz_hdf5's legacy-*.h5 are the same
+datasets as written before the converters stored checksums and used HDF5's newer format
+bounds (older files users still have); this script never removes either.
 """
 import gzip
 import io
