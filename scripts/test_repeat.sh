@@ -24,7 +24,7 @@ out=$(cd "$out" && pwd)
 stress_pid=
 if [ "${LOAD:-0}" = 1 ]; then
   command -v stress-ng >/dev/null || { echo "test-repeat: LOAD=1 needs stress-ng (scripts/deps.sh)"; exit 2; }
-  stress-ng --cpu 1 --quiet &
+  stress-ng --cpu 1 --quiet &  # one core busy for the whole repetition
   stress_pid=$!
   trap 'kill "$stress_pid" 2>/dev/null; wait "$stress_pid" 2>/dev/null' EXIT
 fi
@@ -36,6 +36,14 @@ for ((run = 1; run <= n; run++)); do
   junit=$out/run$run.xml
   (cd "$build" && ctest -L "^${label}$" --timeout 600 -j "${CTEST_JOBS:-2}" --output-junit "$junit" \
       "$@" >"$out/run$run.out" 2>&1)
+  if [ ! -s "$junit" ]; then  # ctest itself failed (e.g. listing a gtest binary): a failed run
+    seen["(ctest)"]=1
+    fails["(ctest)"]=$((${fails["(ctest)"]:-0} + 1))
+    cp "$out/run$run.out" "$out/(ctest).$run.log"
+    echo "test-repeat: run $run: ctest ran no test:"
+    tail -n 12 "$out/run$run.out"
+    continue
+  fi
   # One line per test: "name status" from ctest's JUnit file.
   while read -r name status; do
     seen[$name]=1
