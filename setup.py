@@ -21,11 +21,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def project_version():
-    with open(os.path.join(HERE, "CMakeLists.txt")) as f:
-        m = re.search(r"project\(\s*Batchcast\s+VERSION\s+([0-9.]+)", f.read())
-    if not m:
-        raise RuntimeError("setup.py: no `project(Batchcast VERSION x.y.z)` in CMakeLists.txt")
-    return m.group(1)
+    """The version the CMake project() takes: the macros in batchcast/version.h."""
+    path = os.path.join(HERE, "runtime", "include", "batchcast", "version.h")
+    with open(path) as f:
+        parts = dict(re.findall(r"^#define BATCHCAST_VERSION_(MAJOR|MINOR|PATCH) ([0-9]+)$",
+                                f.read(), re.M))
+    if len(parts) != 3:
+        raise RuntimeError(f"setup.py: no BATCHCAST_VERSION_MAJOR/MINOR/PATCH in {path}")
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}"
 
 
 def run(cmd):

@@ -237,6 +237,27 @@ class DecodeOnly {
   std::vector<double> rates_;
 };
 
+// What verify=sample adds per sample, alone: the checksum of its stored bytes. Runs the
+// set `rounds` times per epoch so that the time is well above the clock's resolution.
+class ChecksumOnly {
+ public:
+  explicit ChecksumOnly(const std::vector<std::vector<uint8_t>>* set) : set_(set) {}
+  void Epoch(int rounds = 20) {
+    double t0 = NowSeconds();
+    for (int r = 0; r < rounds; ++r)
+      for (size_t i = 0; i < set_->size(); ++i) sink_ ^= data::SampleChecksum((*set_)[i], int64_t(i));
+    rates_.push_back(double(set_->size()) * rounds / (NowSeconds() - t0));
+  }
+  const std::vector<double>& rates() const { return rates_; }
+  void ResetRates() { rates_.clear(); }
+  uint64_t sink() const { return sink_; }
+
+ private:
+  const std::vector<std::vector<uint8_t>>* set_;
+  std::vector<double> rates_;
+  uint64_t sink_ = 0;
+};
+
 Args ParseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -283,6 +304,7 @@ int Main(int argc, char** argv) {
   configs.emplace_back("rrc224 dct 1 thread verify=off", 1, 224, true, reader, a.batch, "off");
   std::vector<DecodeOnly> decode_only;
   for (int num : {8, 4, 1}) decode_only.emplace_back(num, &set);
+  ChecksumOnly checksum(&set);
   for (auto& c : configs) c.Epoch(0);  // warm-up: caches, allocations, page faults
   for (auto& d : decode_only) d.Epoch();
   for (auto& c : configs) c.ResetRates();
@@ -290,6 +312,7 @@ int Main(int argc, char** argv) {
   for (int rep = 0; rep < a.reps; ++rep) {
     for (auto& c : configs) c.Epoch(1 + rep);
     for (auto& d : decode_only) d.Epoch();
+    checksum.Epoch();
   }
 
   const auto& r1 = configs[0].rates();
@@ -307,6 +330,8 @@ int Main(int argc, char** argv) {
   table.Add("dct speedup at 224 (rate/naive rate)", Summarize(Ratios(r1, configs[3].rates(), 1)), "x");
   table.Add("verify cost (rate verify=off / rate verify=sample)",
             Summarize(Ratios(configs[5].rates(), r1, 1)), "target <= 1.02");
+  table.Add("checksum share (rrc224 rate / checksum-only rate)",
+            Summarize(Ratios(r1, checksum.rates(), 1)), "of a sample's time");
   table.Add("dct speedup at 112 (rate/naive rate)", Summarize(Ratios(r112, configs[4].rates(), 1)), "x");
   for (const auto& c : configs)
     table.Add(c.name() + " decode share", Stats{c.DecodeShare(), c.DecodeShare(), c.DecodeShare()}, "of worker time");
@@ -326,6 +351,8 @@ int Main(int argc, char** argv) {
   json.Add("naive_rate_1", Summarize(configs[3].rates()).median);
   json.Add("rate_112_1", rate_112);
   json.Add("verify_cost_ratio", Summarize(Ratios(configs[5].rates(), r1, 1)).median);
+  json.Add("checksum_share", Summarize(Ratios(r1, checksum.rates(), 1)).median);
+  if (checksum.sink() == 42) std::printf(" \n");  // keeps the checksums from being optimised away
   // Lower bound of half_res_cost_ratio for any DCT-scaled decode of these baseline JPEGs.
   json.Add("entropy_floor_ratio", rate_1 / Summarize(decode_only[2].rates()).median);
   json.Print();

@@ -12,7 +12,9 @@
    the CPU of its working phase (itself and its DataLoader workers), after imports.
 
 Prints a table, then one JSON line last. Usage:
-  bench_python.py --build BUILD [--reps 3] [--samples 6000]
+  bench_python.py --build BUILD [--reps 3] [--samples 6000] [--baseline BUILD0] [--consumer-only]
+With --baseline, the Python consumer of BUILD0 (e.g. the previous commit) runs against the
+same leader definition in the same repetitions, for a before/after of the per-batch cost.
 """
 import argparse
 import json
@@ -47,12 +49,13 @@ def role_pyconsumer(address, batch):
     c = batchcast.Consumer(address, batch_size=int(batch))
     samples = checksum = 0
     t0 = None
-    for images, labels in c.batches():
-        if t0 is None:  # from the first batch on (waiting for it is the leader's start-up)
-            t0 = time.perf_counter()
-            wait0 = c.stats()["wait_ns"]
-        checksum += int(images[:, 0, 0, 0].sum()) + int(labels.sum())
-        samples += labels.shape[0]
+    while not c.ended:  # the usual loop: one `for` per epoch
+        for images, labels in c:
+            if t0 is None:  # from the first batch on (waiting for it is the leader's start-up)
+                t0 = time.perf_counter()
+                wait0 = c.stats()["wait_ns"]
+            checksum += int(images[:, 0, 0, 0].sum()) + int(labels.sum())
+            samples += labels.shape[0]
     secs = time.perf_counter() - t0
     print(json.dumps({"samples": samples, "seconds": secs, "wait_ns": c.stats()["wait_ns"] - wait0,
                       "checksum": checksum}), flush=True)
@@ -125,8 +128,10 @@ ROLES = {"leader": role_leader, "pyconsumer": role_pyconsumer, "direct": role_di
 
 
 # ---------------------------------------------------------------- driver
-def spawn(*args):
+def spawn(*args, python_dir=None):
     env = dict(os.environ)
+    if python_dir:  # another build's batchcast package (--baseline)
+        env["PYTHONPATH"] = python_dir
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", *map(str, args)],
                             stdout=subprocess.PIPE, text=True, env=env)
 
@@ -146,13 +151,13 @@ def first_json(proc):
     return json.loads(proc.stdout.readline())
 
 
-def consumer_rate(kind, build, train, batch, limit):
+def consumer_rate(kind, build, train, batch, limit, python_dir=None):
     leader = spawn("leader", train, 2, batch, limit)
     address = first_json(leader)["address"]
     if kind == "cpp":
         c = spawn_cmd([os.path.join(build, "benchmarks", "bench_python_consumer"), address, batch])
     else:
-        c = spawn("pyconsumer", address, batch)
+        c = spawn("pyconsumer", address, batch, python_dir=python_dir)
     r = last_json(c)
     leader.wait(timeout=900)
     busy = r["seconds"] - r["wait_ns"] * 1e-9
@@ -193,6 +198,10 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--samples", type=int, default=6000, help="PNG samples per epoch (part 2)")
     ap.add_argument("--data", default=None, help="Fashion-MNIST dir (default BUILD/data)")
+    ap.add_argument("--baseline", default=None,
+                    help="another build dir: its Python consumer is measured too, side by side "
+                         "(e.g. a build of the previous commit)")
+    ap.add_argument("--consumer-only", action="store_true", help="skip part 2 (Producer CPU)")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     data = a.data or os.path.join(build, "data")
@@ -209,8 +218,13 @@ def main():
     batch, limit, trainers = 64, 60000, 4
     rows = {k: [] for k in ("cpp_rate", "py_rate", "ratio", "cpp_busy", "py_busy",
                             "cpu_ratio", "cpu_shared", "cpu_direct", "rate_shared",
-                            "rate_direct")}
+                            "rate_direct", "py_busy_base", "py_rate_base")}
+    base_dir = os.path.join(os.path.abspath(a.baseline), "python") if a.baseline else None
     for _ in range(a.reps):
+        if base_dir:  # interleaved with the measured build, same leader, same loop
+            rate, busy = consumer_rate("py", build, train, batch, limit, python_dir=base_dir)
+            rows["py_rate_base"].append(rate)
+            rows["py_busy_base"].append(busy)
         cpp_rate, cpp_busy = consumer_rate("cpp", build, train, batch, limit)
         py_rate, py_busy = consumer_rate("py", build, train, batch, limit)
         rows["cpp_rate"].append(cpp_rate)
@@ -218,6 +232,8 @@ def main():
         rows["ratio"].append(py_rate / cpp_rate)
         rows["cpp_busy"].append(cpp_busy)
         rows["py_busy"].append(py_busy)
+        if a.consumer_only:
+            continue
         ratio, cs, cd, rs, rd = producer_cpu(png, a.samples, 100, 1, trainers)
         rows["cpu_ratio"].append(ratio)
         rows["cpu_shared"].append(cs)
@@ -241,7 +257,13 @@ def main():
           "batch 100, 1 worker)")
     print(f"{'metric':<58} {'min':>10} {'median':>10} {'max':>10}  unit")
     print("-" * 100)
+    if base_dir:
+        table[5:5] = [("Python consumer samples/s, --baseline build", "py_rate_base", "samples/s"),
+                      ("Python consumer busy time per batch, --baseline build", "py_busy_base",
+                       "us")]
     for label, key, unit in table:
+        if not rows[key]:
+            continue
         lo, med, hi = summarize(rows[key])
         print(f"{label:<58} {lo:>10.4g} {med:>10.4g} {hi:>10.4g}  {unit}")
     out = {"bench": "python", "reps": a.reps, "cores": os.cpu_count()}
@@ -249,7 +271,10 @@ def main():
                       ("cpp_rate", "cpp_samples_per_s"), ("py_rate", "py_samples_per_s"),
                       ("cpp_busy", "cpp_busy_us_per_batch"), ("py_busy", "py_busy_us_per_batch"),
                       ("rate_shared", "shared_samples_per_s"),
-                      ("rate_direct", "independent_samples_per_s")):
+                      ("rate_direct", "independent_samples_per_s"),
+                      ("py_busy_base", "baseline_py_busy_us_per_batch")):
+        if not rows[key]:
+            continue
         lo, med, hi = summarize(rows[key])
         out[name] = round(med, 4)
         out[name + "_min"] = round(lo, 4)

@@ -20,6 +20,7 @@
 #include "gpu/gpu_runtime.h"
 #include "gpu/gpu_stager.h"
 #include "node/leader.h"
+#include "node/task_telemetry.h"
 #include "run/mps.h"
 
 namespace batchcast::run {
@@ -51,9 +52,14 @@ struct LeaderState {
   }
 };
 
-Result<std::unique_ptr<node::Leader>> CreateLeader(const TaskContext& t) {
+Result<std::unique_ptr<node::Leader>> CreateLeader(const TaskContext& t,
+                                                   telemetry::Collector* collector) {
   node::LeaderConfig cfg;
+  cfg.collector = collector;
   cfg.options = t.options;
+  // mode=shard: the trainers cut their shards from this node's stream (docs/data-plane.md);
+  // the trainers' world size places a resumed stream's first producer batch exactly.
+  if (t.options.mode == "shard") cfg.options.world_size = t.plan.trainer_world_size;
   cfg.expected_consumers = t.plan.trainers_on_node;
   cfg.max_consumer_batch =
       static_cast<uint32_t>(t.max_batch_size > 0 ? t.max_batch_size : t.options.batch_size);
@@ -146,7 +152,17 @@ int RunLeaderTask(const TaskContext& t) {
       return 1;
     }
   }
-  auto leader = CreateLeader(t);
+  // The `telemetry` option: this leader task's own files (run.node<N>-leader.h5, ...);
+  // each trainer writes its own (AttachFromEnvironment: run.rank<R>.h5).
+  auto telemetry = node::TaskTelemetry::Start(
+      t.options, t.env.rank, t.env.local_rank, telemetry::Role::kLeader,
+      fmt::format("node{}-leader", t.plan.node_id));
+  if (!telemetry.ok()) {
+    std::fprintf(stderr, "batchcast-run: leader %s: %s\n", TaskName(t).c_str(),
+                 telemetry.status().message().c_str());
+    return 1;
+  }
+  auto leader = CreateLeader(t, telemetry.value() ? telemetry.value()->collector() : nullptr);
   if (!leader.ok()) {
     std::fprintf(stderr, "batchcast-run: leader %s could not start: %s\n", TaskName(t).c_str(),
                  leader.status().message().c_str());
@@ -193,6 +209,11 @@ int RunLeaderTask(const TaskContext& t) {
     run_status = l->WaitUntilEmpty(24LL * 3600 * 1000);
   node::LeaderStats stats = l->stats();
   std::string failure = state->Failure();
+  if (telemetry.value()) {
+    Status st = telemetry.value()->Finish();
+    if (!st.ok()) std::fprintf(stderr, "batchcast-run: leader %s: telemetry: %s\n",
+                               TaskName(t).c_str(), st.message().c_str());
+  }
   if (mps) {
     Status st = mps->Stop();
     if (!st.ok()) std::fprintf(stderr, "batchcast-run: %s\n", st.message().c_str());

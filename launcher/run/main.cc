@@ -168,6 +168,11 @@ Result<TaskContext> Prepare(int argc, char** argv, bool* dry_run) {
                                 rest[0], best.empty() ? "" : " (did you mean '" + best + "'?)");
   }
   BC_RETURN_IF_ERROR(ValidateOptions(options));
+  if (options.rank >= 0 || options.world_size > 0)
+    return InvalidArgumentError(
+        "batchcast-run: options 'rank'/'world_size' would give every trainer the same shard; "
+        "batchcast-run sets each trainer's RANK and WORLD_SIZE (the trainers-only world), which "
+        "mode=shard uses. Unset them");
   EnvMap env = CurrentEnvironment();
   BC_ASSIGN_OR_RETURN(LaunchEnv launch, DetectLaunchEnv(env));
   TaskContext t;

@@ -4,8 +4,6 @@
 // point runs its body inside Guard(): a Status becomes a bc_status_t plus the thread's last
 // error, and an exception (std::bad_alloc, a bug) becomes BC_ERR_INTERNAL: none crosses the
 // C boundary.
-#include "batchcast/batchcast_c.h"
-
 #include <unistd.h>
 
 #include <atomic>
@@ -19,13 +17,14 @@
 #include <thread>
 #include <vector>
 
+#include "batchcast/batchcast_c.h"
 #include "batchcast/consumer.h"
 #include "batchcast/options.h"
 #include "batchcast/status.h"
 #include "capi/guard.h"
-#include "core/errors.h"
 #include "capi/handles.h"
 #include "capi/struct_io.h"
+#include "core/errors.h"
 #include "node/leader.h"
 #include "producer/batch_source.h"
 
@@ -54,19 +53,22 @@ std::vector<std::string> SplitWords(const char* text) {
 Result<Options> ConsumerOptions(const bc_consumer_config_t& c) {
   BC_ASSIGN_OR_RETURN(Options o, ResolveOptions(SplitWords(c.options)));
   if (c.batch_size < 0 || c.buffer_depth < 0 || c.epochs < 0) {
-    return InvalidArgumentError("bc_consumer_attach: batch_size, buffer_depth and epochs must be >= 0 "
-                   "(0 keeps the option's value)");
+    return InvalidArgumentError(
+        "bc_consumer_attach: batch_size, buffer_depth and epochs must be >= 0 "
+        "(0 keeps the option's value)");
   }
   if (c.batch_size > 0) o.batch_size = c.batch_size;
   if (c.buffer_depth > 0) o.buffer_depth = c.buffer_depth;
   if (c.epochs > 0) o.epochs = c.epochs;
   if (c.world_size != 0) {
-    return Unsupported("bc_consumer_attach: world_size is not supported yet by this library; "
-                       "leave it 0 (data-parallel sharding: the leader's --mode shard)");
+    return Unsupported(
+        "bc_consumer_attach: world_size is not supported yet by this library; "
+        "leave it 0 (data-parallel sharding: the leader's --mode shard)");
   }
   if (c.timeout_ms != 0) {
-    return Unsupported("bc_consumer_attach: timeout_ms is not supported yet by this library; "
-                       "leave it 0 (address NULL waits up to 60 s for batchcast-run's leader)");
+    return Unsupported(
+        "bc_consumer_attach: timeout_ms is not supported yet by this library; "
+        "leave it 0 (address NULL waits up to 60 s for batchcast-run's leader)");
   }
   if (c.reserved0 != 0) return InvalidArgumentError("bc_consumer_attach: reserved0 must be 0");
   return o;
@@ -140,8 +142,9 @@ bc_status_t bc_consumer_attach(const bc_consumer_config_t* config, bc_consumer_t
     std::unique_ptr<Consumer> consumer;
     if (c.address == nullptr) {
       if (c.rank >= 0) {
-        return InvalidArgumentError("bc_consumer_attach: rank is taken from RANK when address is NULL "
-                       "(batchcast-run); leave rank -1 or give the address");
+        return InvalidArgumentError(
+            "bc_consumer_attach: rank is taken from RANK when address is NULL "
+            "(batchcast-run); leave rank -1 or give the address");
       }
       BC_ASSIGN_OR_RETURN(consumer, AttachFromEnvironment(o));
     } else {
@@ -174,7 +177,8 @@ bc_status_t bc_consumer_next(bc_consumer_t consumer, bc_batch_t* batch, bc_batch
 
 bc_status_t bc_batch_info(bc_batch_t batch, bc_batch_info_t* info) {
   return Guard("bc_batch_info", [&]() -> Status {
-    if (batch == nullptr || info == nullptr) return InvalidArgumentError("bc_batch_info: batch or info is NULL");
+    if (batch == nullptr || info == nullptr)
+      return InvalidArgumentError("bc_batch_info: batch or info is NULL");
     BC_RETURN_IF_ERROR(CheckStructSize("bc_batch_info_t", info));
     bc_batch_info_t full = InfoOf(batch->batch);
     StructOut(full, info);
@@ -215,16 +219,16 @@ bc_status_t bc_leader_start(const bc_leader_config_t* config, bc_leader_t* out) 
     bc_leader_config_init(&c);
     BC_RETURN_IF_ERROR(StructIn("bc_leader_config_t", config, &c));
     if (c.expected_consumers < 0 || c.max_consumer_batch < 0) {
-      return InvalidArgumentError("bc_leader_start: expected_consumers and max_consumer_batch must be >= 0");
+      return InvalidArgumentError(
+          "bc_leader_start: expected_consumers and max_consumer_batch must be >= 0");
     }
     node::LeaderConfig cfg;
     BC_ASSIGN_OR_RETURN(cfg.options, ResolveOptions(SplitWords(c.options)));
     cfg.expected_consumers = c.expected_consumers;
     cfg.max_consumer_batch = static_cast<uint32_t>(c.max_consumer_batch);
-    cfg.socket_name = c.address != nullptr
-                          ? std::string(c.address)
-                          : "batchcast-c-" + std::to_string(getpid()) + "-" +
-                                std::to_string(g_leader_counter.fetch_add(1));
+    cfg.socket_name = c.address != nullptr ? std::string(c.address)
+                                           : "batchcast-c-" + std::to_string(getpid()) + "-" +
+                                                 std::to_string(g_leader_counter.fetch_add(1));
     cfg.job = "c-api";
     cfg.join_timeout_ms = c.join_timeout_ms;
     BC_ASSIGN_OR_RETURN(auto source, producer::MakePipelineSource(cfg.options));

@@ -83,6 +83,13 @@ const std::vector<Entry>& Registry() {
       BC_OPT(experiment, kString, "telemetry tag: experiment name (e.g. the sweep)"),
       BC_OPT(workload, kString, "telemetry tag: workload name (a set of collocated runs)"),
       BC_OPT(run_name, kString, "telemetry tag: name of this run / trial"),
+      BC_OPT(drop_last, kBool, "this consumer drops the epoch's partial last batch (N mod batch_size samples), like DataLoader(drop_last=True); default: an exact partial last batch"),
+      BC_OPT(connect_timeout, kDuration, "a consumer (C++, Python, a trainer under batchcast-run) waits this long for its leader or service to listen before it fails, naming the address; 0 = try once; accepts ms/s/m suffixes"),
+      BC_OPT(rank, kInt, "mode=shard: this consumer's data-parallel rank (-1 = RANK from the environment); the MPI Runtime derives it and refuses it"),
+      BC_OPT(world_size, kInt, "mode=shard: the number of data-parallel ranks sharing the stream (0 = WORLD_SIZE from the environment); the MPI Runtime derives it and refuses it"),
+      BC_OPT(start_epoch, kInt, "resume: the epoch to start at (Consumer::Position().epoch of the interrupted run); the leader produces epochs start_epoch..epochs-1 and a consumer runs them"),
+      BC_OPT(start_batch, kInt64, "resume: the batch within start_epoch to start at, in the consumer's batch_size (Consumer::Position().batch); the leader starts at the producer batch holding it"),
+      BC_OPT(pad_last, kBool, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
   };
   return kRegistry;
 }
@@ -433,6 +440,16 @@ Status ValidateOptions(const Options& o) {
   if (o.producer_batch > 0 && o.producer_batch < o.batch_size)
     return InvalidArgumentError("option 'producer_batch' ({}) is smaller than 'batch_size' ({})",
                                 o.producer_batch, o.batch_size);
+  if (o.rank < -1 || o.world_size < 0 || (o.world_size > 0 && o.rank >= o.world_size))
+    return InvalidArgumentError("options 'rank' ({}) and 'world_size' ({}) must satisfy "
+                                "0 <= rank < world_size (or -1 / 0: from RANK / WORLD_SIZE)",
+                                o.rank, o.world_size);
+  if (o.start_epoch < 0 || o.start_batch < 0)
+    return InvalidArgumentError("options 'start_epoch' ({}) and 'start_batch' ({}) must be >= 0",
+                                o.start_epoch, o.start_batch);
+  if (o.drop_last && o.pad_last)
+    return InvalidArgumentError("options 'drop_last' and 'pad_last' exclude each other: the "
+                                "partial last batch is either dropped or padded; set one");
   if (o.ring_slots == 1) return InvalidArgumentError("option 'ring_slots' must be 0 (auto) or >= 2");
   if (o.trainers_per_gpu < 0)
     return InvalidArgumentError("option 'trainers_per_gpu' must be >= 0 (0 = spread), got {}",

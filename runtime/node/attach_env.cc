@@ -4,19 +4,15 @@
 // leader's address as BATCHCAST_ADDRESS and the trainers-only rank as RANK.
 #include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdlib>
-#include <thread>
 
 #include "batchcast/consumer.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "node/task_telemetry.h"
 
 namespace batchcast {
 namespace {
-
-constexpr int64_t kAttachWaitMs = 60000;
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -44,19 +40,17 @@ Result<std::unique_ptr<Consumer>> AttachFromEnvironment(const Options& options) 
   std::string name = rank >= 0 ? "rank " + std::to_string(rank) : "";
   if (std::string host = Env("SLURMD_NODENAME"); !host.empty()) name += " on " + host;
   // batchcast-run starts a trainer once the leader listens; a trainer started some other
-  // way may come up first, so an absent leader is retried for a bounded time.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kAttachWaitMs);
-  auto pause = std::chrono::milliseconds(5);
-  for (;;) {
-    auto c = Consumer::Attach(address, options, rank, name);
-    if (c.ok() || c.status().code() != StatusCode::kUnavailable ||
-        std::chrono::steady_clock::now() > deadline) {
-      if (!c.ok()) return c.status().WithContext("attach from environment (BATCHCAST_ADDRESS)");
-      return c;
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(200));
-  }
+  // way may come up first: Attach waits options.connect_timeout_ms for the leader.
+  auto c = Consumer::Attach(address, options, rank, name);
+  if (!c.ok()) return c.status().WithContext("attach from environment (BATCHCAST_ADDRESS)");
+  // The `telemetry` option (batchcast-run exports it): this trainer's own per-rank files.
+  const std::string local = Env("LOCAL_RANK");
+  auto telemetry = node::TaskTelemetry::Start(
+      options, rank, local.empty() ? -1 : std::atoi(local.c_str()), telemetry::Role::kConsumer,
+      rank >= 0 ? "rank" + std::to_string(rank) : "pid" + std::to_string(getpid()));
+  if (!telemetry.ok()) return telemetry.status().WithContext("attach from environment");
+  node::OwnTelemetry(**c, std::move(telemetry).value());
+  return c;
 }
 
 }  // namespace batchcast

@@ -7,7 +7,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -21,6 +23,7 @@
 #include "transport/shm/control.h"
 #include "transport/shm/futex.h"
 #include "transport/shm/ring_consumer.h"
+#include "node/consumer_core.h"
 #include "node/consumer_internal.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
@@ -28,120 +31,9 @@
 namespace batchcast {
 namespace internal {
 
-struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
-  std::unique_ptr<shm::RingConsumer> ring;
-  Options options;
-  int rank = -1;
-
-  std::mutex mu;
-  shm::AcquiredBatch cur;              // producer batch being carved (cur.desc == null: none)
-  shm::CarvePlan plan;
-  uint32_t carve_b = 0;                // this consumer's batch size for `cur` (resize-scaled)
-  uint32_t next_carve = 0;
-  struct SlotRef {
-    shm::AcquiredBatch batch;
-    int refs = 0;                      // batches alive (+1 while still carving)
-  };
-  std::map<uint64_t, SlotRef> slot_refs;  // seq -> producer batch held
-  struct Held {
-    uint64_t epoch = 0, index = 0, seq = 0;
-  };
-  std::map<uint64_t, Held> held;       // serial -> consumer batch alive (error messages)
-  uint64_t next_serial = 0;
-  int outstanding = 0;                 // consumer batches alive
-  bool in_next = false;                // a Next() is blocked without the lock
-  bool admitted = false;
-  uint64_t start_seq = 0;              // first stream position (0: there from the start)
-  bool finished = false;               // no more batches for this consumer
-  bool drained = false;                // the leader was told (it no longer addresses us)
-  bool detached = false;               // left the stream: nothing may be released any more
-  uint64_t first_epoch = ~0ULL;
-  uint64_t epoch = ~0ULL;
-  uint64_t index_in_epoch = 0;
-  int64_t epoch_repeats = 0;
-  Status status;
-  ConsumerStats stats;
-  telemetry::Collector* collector = nullptr;
-  std::function<void(const Status&)> error_handler;
-  // What this consumer received per image size in the current epoch (progressive
-  // resizing; annotated into telemetry at the epoch's end): size -> batches, samples,
-  // batch size, LR factor.
-  struct SizeMix {
-    int64_t batches = 0, samples = 0, batch = 0;
-    float lr = 1.0f;
-  };
-  std::map<int32_t, SizeMix> epoch_mix;
-  // Progressive resizing: this consumer's batches per stream epoch, derived once from the
-  // schedule the segment header names (resize_mu guards them; derived = true once tried).
-  std::mutex resize_mu;
-  bool resize_derived = false;
-  std::vector<int64_t> resize_batches;
-
-  // Drops one reference to a producer batch; the last one gives the slot back.
-  void UnrefLocked(uint64_t seq) {
-    auto it = slot_refs.find(seq);
-    if (it == slot_refs.end()) return;
-    if (--it->second.refs == 0) {
-      if (!detached) ring->Release(it->second.batch);
-      slot_refs.erase(it);
-    }
-  }
-  // Lifecycle (docs/data-plane.md): a consumer that is done drains at once (the leader
-  // stops addressing it, so it never holds the others back) and leaves only when its last
-  // batch view is gone (the leader never reuses a slot it may still read).
-  void DrainLocked() {
-    if (drained || detached) return;
-    drained = true;
-    Status st = ring->Drain();
-    if (!st.ok()) BC_LOG(Warn, Node, "consumer: drain: {}", st.message());
-  }
-  void MaybeDetachLocked() {
-    if (!finished || detached) return;
-    DrainLocked();
-    if (outstanding > 0 || !slot_refs.empty() || in_next) return;
-    detached = true;
-    Status st = ring->Detach();
-    if (!st.ok()) BC_LOG(Warn, Node, "consumer: detach: {}", st.message());
-  }
-  void FinishLocked() {
-    finished = true;
-    if (cur.desc != nullptr) {  // the rest of the producer batch is not needed any more
-      UnrefLocked(cur.seq);
-      cur = shm::AcquiredBatch();
-    }
-    MaybeDetachLocked();
-  }
-  // The epoch is over for this consumer: its last batch was handed out, or its last
-  // producer batches were entirely skipped as bad. Counts it; true when this consumer's
-  // epochs are complete (then it drains at once, so that a batch kept after the loop never
-  // holds the other consumers back; the slot stays ours until that batch is released).
-  bool EndEpochLocked() {
-    stats.epochs_completed += 1;
-    stats.repeats_per_epoch.push_back(epoch_repeats);
-    BC_LOG(Info, Node, "consumer: epoch {} complete: {} batches, {} fill repeats", epoch,
-           index_in_epoch, epoch_repeats);
-    if (collector != nullptr && !epoch_mix.empty()) {
-      std::string line = fmt::format("consumer b={}: epoch {}: {} batches, {} fill repeats:",
-                                     options.batch_size, epoch, index_in_epoch, epoch_repeats);
-      for (const auto& [size, m] : epoch_mix)
-        line += fmt::format(" @{} {} x {} lr x{:.3g};", size, m.batches, m.batch, m.lr);
-      collector->Annotate(line);
-    }
-    if (stats.epochs_completed < options.epochs) return false;
-    FinishLocked();
-    return true;
-  }
-  std::string HeldList() const {
-    std::string out;
-    for (const auto& [serial, h] : held)
-      out += fmt::format("{}epoch {} batch {} (producer batch {})", out.empty() ? "" : ", ",
-                         h.epoch, h.index, h.seq);
-    return out;
-  }
-};
-
 struct BatchRef {
   std::shared_ptr<ConsumerCore> core;
+  std::shared_ptr<OwnedSamples> owned;  // the batch's samples when they were copied
   uint64_t seq = 0;
   uint64_t serial = 0;
   int64_t acquired_ns = 0;
@@ -167,6 +59,11 @@ telemetry::Collector* ConsumerAccess::GetCollector(const Consumer& c) {
 
 const shm::SegmentView* ConsumerAccess::Segment(const Consumer& c) {
   return c.core_->ring ? &c.core_->ring->view() : nullptr;
+}
+
+void ConsumerAccess::OwnTelemetry(Consumer& c, std::shared_ptr<void> owned) {
+  std::lock_guard<std::mutex> lock(c.core_->mu);
+  c.core_->owned_telemetry = std::move(owned);
 }
 
 void ConsumerAccess::SetCollector(Consumer& c, telemetry::Collector* collector) {
@@ -210,6 +107,94 @@ void DefaultErrorHandler(const Status& st) {
   std::exit(1);
 }
 
+// Attaches the ring, waiting up to `timeout_ms` for a leader to listen on `address` (a
+// trainer may start before its leader); every other failure returns at once.
+Result<std::unique_ptr<shm::RingConsumer>> AttachRing(const std::string& address,
+                                                      const shm::ConsumerConfig& cfg,
+                                                      int64_t timeout_ms) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  auto pause = std::chrono::milliseconds(5);
+  for (int attempt = 1;; ++attempt) {
+    auto ring = shm::RingConsumer::Attach(address, cfg);
+    if (ring.ok() || !shm::NoListener(ring.status())) return ring;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                          start).count();
+      return MakeError(StatusCode::kUnavailable,
+                       "consumer: waited {:.1f}s ({} attempts, connect_timeout={}ms) for a "
+                       "Batchcast leader at {}: {}. Start the leader (or batchcast serve) "
+                       "first, check the address, or raise connect_timeout",
+                       waited, attempt, timeout_ms, shm::DisplayAddress(address),
+                       ring.status().message());
+    }
+    std::this_thread::sleep_for(pause);  // a retry interval, not synchronisation
+    pause = std::min(pause * 2, std::chrono::milliseconds(200));
+  }
+}
+
+// mode=shard: this consumer's rank and world size, from the options or RANK / WORLD_SIZE.
+Status ResolveShard(const Options& o, const shm::StreamHeader* h, uint32_t* world,
+                    uint32_t* rank) {
+  *world = 1, *rank = 0;
+  if (o.mode != "shard") {
+    if (o.rank >= 0 || o.world_size > 0)
+      return InvalidArgumentError(
+          "options 'rank'/'world_size' are set but mode={}: they only choose a shard. Set "
+          "mode=shard for data-parallel training, or unset them", o.mode);
+    return Status::Ok();
+  }
+  auto from_env = [](const char* var, int given, int* out) -> Status {
+    if (given >= 0) {
+      *out = given;
+      return Status::Ok();
+    }
+    const char* v = std::getenv(var);
+    char* end = nullptr;
+    const long x = v == nullptr ? -1 : std::strtol(v, &end, 10);
+    if (v == nullptr || *v == '\0' || *end != '\0' || x < 0 || x > (1L << 30))
+      return InvalidArgumentError(
+          "mode=shard needs this consumer's rank and world size: set options 'rank' and "
+          "'world_size', or RANK and WORLD_SIZE in the environment (torchrun and batchcast-run "
+          "set them); {} is {}", var, v == nullptr ? "not set" : fmt::format("'{}'", v));
+    *out = static_cast<int>(x);
+    return Status::Ok();
+  };
+  int w = 0, r = 0;
+  BC_RETURN_IF_ERROR(from_env("WORLD_SIZE", o.world_size > 0 ? o.world_size : -1, &w));
+  BC_RETURN_IF_ERROR(from_env("RANK", o.rank, &r));
+  if (w < 1 || r >= w)
+    return InvalidArgumentError("mode=shard: rank {} is not in a world of {} ranks", r, w);
+  if (w > 1 && (o.carve_offset || o.carve_shuffle || h->resize_spec[0]))
+    return InvalidArgumentError(
+        "mode=shard cuts the epoch into global batches of world_size x batch_size and cannot "
+        "be combined with {}; unset it", h->resize_spec[0] ? "the leader's progressive "
+        "resizing" : "carve_offset / carve_shuffle");
+  *world = static_cast<uint32_t>(w), *rank = static_cast<uint32_t>(r);
+  return Status::Ok();
+}
+
+// Resume (options start_epoch / start_batch) and this consumer's epoch budget.
+Status StartAt(const Options& o, const shm::StreamHeader* h, internal::ConsumerCore* c) {
+  c->epoch_budget = o.epochs >= kEpochsUntilStreamEnds ? o.epochs : o.epochs - o.start_epoch;
+  c->next_position = {static_cast<uint64_t>(o.start_epoch), static_cast<uint64_t>(o.start_batch)};
+  if (o.start_epoch == 0 && o.start_batch == 0) return Status::Ok();
+  if (c->epoch_budget <= 0)
+    return InvalidArgumentError("option 'start_epoch' ({}) must be below 'epochs' ({}): epochs "
+                                "counts the whole run, start_epoch where it resumes",
+                                o.start_epoch, o.epochs);
+  if (o.start_batch > 0 && (o.carve_offset || o.carve_shuffle || h->resize_spec[0]))
+    return InvalidArgumentError(
+        "option 'start_batch' counts exact batches of batch_size, but {} carves each producer "
+        "batch on its own; resume these at an epoch start (start_batch=0)",
+        h->resize_spec[0] ? "progressive resizing" : "carve_offset / carve_shuffle");
+  c->resuming = true;
+  c->resume_epoch = static_cast<uint64_t>(o.start_epoch);
+  c->resume_pos = static_cast<uint64_t>(o.start_batch) * static_cast<uint64_t>(o.batch_size) *
+                  c->shard_world;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
@@ -226,8 +211,9 @@ Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
   cfg.name = name;
   cfg.heartbeat_ms = options.heartbeat_ms;
   cfg.allowed_leader_uid = options.allowed_leader_uid;
-  auto ring = shm::RingConsumer::Attach(address, cfg);
-  if (!ring.ok()) return ring.status();
+  BC_ASSIGN_OR_RETURN(std::unique_ptr<shm::RingConsumer> attached,
+                      AttachRing(address, cfg, options.connect_timeout));
+  Result<std::unique_ptr<shm::RingConsumer>> ring(std::move(attached));
   const shm::StreamHeader* h = (*ring)->header();
   if (h->stream_epochs > 0 && options.epochs < kEpochsUntilStreamEnds &&
       static_cast<uint64_t>(options.epochs) > h->stream_epochs)
@@ -236,8 +222,21 @@ Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
         "with a silently shorter run. Ask for at most {} epochs, or start the leader with "
         "epochs >= {}", options.epochs, shm::DisplayAddress(address), h->stream_epochs,
         h->stream_epochs, options.epochs);
+  if (options.drop_last && (options.carve_offset || options.carve_shuffle || h->resize_spec[0]))
+    return InvalidArgumentError(
+        "option 'drop_last' needs exact carving, but {} carves each producer batch on its own "
+        "(fill repeats complete its last batch; there is no partial batch to drop). Unset "
+        "drop_last, or {}", h->resize_spec[0] ? "the leader's progressive-resizing schedule"
+                                              : "carve_offset / carve_shuffle",
+        h->resize_spec[0] ? "attach to a leader without resize" : "unset carve_offset and "
+                                                                  "carve_shuffle");
+  uint32_t shard_world = 1, shard_rank = 0;
+  BC_RETURN_IF_ERROR(ResolveShard(options, h, &shard_world, &shard_rank));
   std::unique_ptr<Consumer> c(new Consumer());
   c->core_ = std::make_shared<internal::ConsumerCore>();
+  c->core_->shard_world = shard_world;
+  c->core_->shard_rank = shard_rank;
+  BC_RETURN_IF_ERROR(StartAt(options, h, c->core_.get()));
   c->core_->ring = std::move(ring).value();
   c->core_->options = options;
   c->core_->rank = rank;
@@ -262,6 +261,11 @@ Status Consumer::Detach() {
 Status Consumer::status() const {
   std::lock_guard<std::mutex> lock(core_->mu);
   return core_->status;
+}
+
+StreamPosition Consumer::Position() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->next_position;
 }
 
 ConsumerStats Consumer::stats() const {
@@ -322,43 +326,14 @@ int64_t Consumer::BatchesPerEpoch(uint64_t epoch) const {
     return epoch < c.resize_batches.size() ? c.resize_batches[epoch] : 0;
   }
   if (h->stream_epochs > 0 && epoch >= h->stream_epochs) return 0;
-  int64_t n = static_cast<int64_t>(h->epoch_samples);
-  int64_t p = h->producer_batch;
-  int64_t b = core_->options.batch_size;
+  const int64_t n = static_cast<int64_t>(h->epoch_samples);
+  const int64_t p = h->producer_batch;
+  const int64_t b = core_->options.batch_size;
   if (p <= 0) return 0;
-  int64_t full = n / p, rem = n % p;
+  if (const int64_t exact = core_->ExactBatchesPerEpoch(0); exact >= 0) return exact;
+  const int64_t full = n / p, rem = n % p;
   return full * ((p + b - 1) / b) + (rem + b - 1) / b;
 }
-
-namespace {
-
-// The image view and repeat count of carve `carve` of producer batch `d`.
-void FillImages(const shm::SlotDesc* d, const uint8_t* data, const shm::CarvePlan& plan,
-                uint32_t carve, uint32_t b, TensorView* images, BatchInfo* info) {
-  uint64_t start = plan.offset + uint64_t(carve) * b;
-  // Positions >= n + offset repeat samples this consumer already got from this batch.
-  uint64_t fresh_end = uint64_t(d->num_samples) + plan.offset;
-  uint64_t end = start + b;
-  info->repeats = static_cast<int32_t>(end > fresh_end ? end - std::max(start, fresh_end) : 0);
-  info->size = b;
-  info->image_size = d->image_size;
-  info->lr_factor = d->lr_factor;
-  info->channels_last = d->layout == 1;
-  TensorView img;
-  img.data = const_cast<uint8_t*>(data + d->images_offset + start * d->sample_bytes);
-  img.dtype = static_cast<DType>(d->dtype);
-  img.ndim = 4;
-  img.shape[0] = b;
-  if (d->layout == 1) {
-    img.shape[1] = d->height, img.shape[2] = d->width, img.shape[3] = d->channels;
-  } else {
-    img.shape[1] = d->channels, img.shape[2] = d->height, img.shape[3] = d->width;
-  }
-  img.nbytes = b * d->sample_bytes;
-  *images = img;
-}
-
-}  // namespace
 
 Status Consumer::Next(Batch* out) {
   auto& c = *core_;
@@ -391,12 +366,12 @@ Status Consumer::Next(Batch* out) {
       // never a silently shorter run. (A consumer there from the start may legitimately
       // get fewer epochs' batches, e.g. a shard rank with nothing in a short last batch.)
       if (h->stream_epochs > 0 && c.options.epochs < kEpochsUntilStreamEnds &&
-          c.start_seq > 0 && c.stats.epochs_completed < c.options.epochs) {
+          c.start_seq > 0 && c.stats.epochs_completed < c.epoch_budget) {
         c.status = FailedPreconditionError(
             "the stream ended after this consumer completed {} of the {} epochs it asked for: "
             "it was admitted {} a stream of {} epochs, after the late-join window. Attach "
             "before the stream starts or within the window, or ask for fewer epochs",
-            c.stats.epochs_completed, c.options.epochs,
+            c.stats.epochs_completed, c.epoch_budget,
             c.first_epoch == ~0ULL ? std::string("after the last epoch began, in")
                                    : fmt::format("at epoch {} of", c.first_epoch),
             h->stream_epochs);
@@ -438,23 +413,40 @@ Status Consumer::Next(Batch* out) {
       c.UnrefLocked(a.seq);
       return fail(Status::Ok());
     }
+    if (c.resuming && c.first_epoch == ~0ULL) {
+      if (d->epoch < c.resume_epoch) {  // a shared stream before this consumer's position
+        c.UnrefLocked(a.seq);
+        continue;
+      }
+      if (Status st = c.CheckResumePoint(*d); !st.ok()) {
+        c.UnrefLocked(a.seq);
+        return fail(st);
+      }
+    }
     if (c.first_epoch == ~0ULL) c.first_epoch = d->epoch;
-    if (d->epoch >= c.first_epoch + static_cast<uint64_t>(c.options.epochs)) {
+    if (d->epoch >= c.first_epoch + static_cast<uint64_t>(c.epoch_budget)) {
       c.UnrefLocked(a.seq);
       c.FinishLocked();
       return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
     }
     if (d->epoch != c.epoch) {
+      if (c.carry) {  // cannot happen: the epoch's last producer batch ends the carry
+        BC_LOG(Warn, Node, "consumer: {} samples of epoch {} were still waiting for their "
+               "batch when epoch {} began; dropped", c.carry->count, c.epoch, d->epoch);
+        c.carry.reset();
+      }
+      c.shard_tail.reset();
       c.epoch = d->epoch;
+      c.epoch_pos = d->batch_in_epoch * c.ring->header()->producer_batch;
       c.index_in_epoch = 0;
+      if (c.resuming && d->epoch == c.resume_epoch) {
+        c.index_in_epoch = static_cast<uint64_t>(c.options.start_batch);
+      } else {
+        c.resuming = false;
+      }
       c.epoch_repeats = 0;
       c.epoch_mix.clear();
     }
-    // Progressive resizing scales this consumer's batch with the batch's image size.
-    c.carve_b = shm::ScaledConsumerBatch(base_b, d->scale_num, d->scale_den, d->scale_cap);
-    c.plan = shm::PlanCarves(d->seq, d->num_samples, d->tail, c.carve_b,
-                             c.ring->config().flags, c.ring->config().order_seed);
-    c.next_carve = 0;
     c.stats.wait_ns += waited;
     if (c.collector != nullptr && waited > 0) {
       int64_t now = shm::MonotonicNs();
@@ -463,10 +455,26 @@ Status Consumer::Next(Batch* out) {
     }
     out->info_.wait_ns = waited;
     out->info_.handoff_ns = waited > 0 ? shm::MonotonicNs() - d->publish_ns : 0;
-    if (c.plan.count == 0) {  // every sample of this producer batch was skipped
-      const bool ends_epoch = (d->flags & shm::kLastInEpoch) != 0 && c.index_in_epoch > 0;
+    c.pieces.clear();
+    c.next_piece = 0;
+    const uint32_t flags = c.ring->config().flags;
+    if (shm::CarvesPerProducerBatch(flags, d->scale_den)) {
+      // Progressive resizing scales this consumer's batch with the batch's image size.
+      const uint32_t b = shm::ScaledConsumerBatch(base_b, d->scale_num, d->scale_den,
+                                                  d->scale_cap);
+      c.pieces = internal::PerBatchPieces(d, b, flags, c.ring->config().order_seed);
+    } else if (Status st = c.shard_world > 1 ? internal::ShardPieces(c, a, base_b, &c.pieces)
+                                             : internal::ExactPieces(c, a, base_b, &c.pieces);
+               !st.ok()) {
       c.UnrefLocked(a.seq);
-      if (ends_epoch && c.EndEpochLocked())
+      return fail(st);
+    }
+    if (c.pieces.empty()) {  // carried on, dropped, or every sample was skipped
+      // Read the descriptor before the slot goes back: the leader may reuse it at once.
+      const bool ends_epoch = (d->flags & shm::kLastInEpoch) != 0;
+      const uint64_t epoch = d->epoch;
+      c.UnrefLocked(a.seq);
+      if (ends_epoch && c.CompleteEpochLocked(epoch, base_b))
         return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
       continue;
     }
@@ -476,58 +484,38 @@ Status Consumer::Next(Batch* out) {
   // producer batch the others have moved on from.
   if (Status addressed = c.ring->CheckAddressed(); !addressed.ok()) return fail(addressed);
   const shm::SlotDesc* d = c.cur.desc;
-  const uint8_t* data = c.cur.data;
-  uint32_t carve = c.plan.order[c.next_carve++];
-  const uint32_t b = c.carve_b;
-  FillImages(d, data, c.plan, carve, b, &out->images_, &out->info_);
-  out->info_.lr_factor = shm::ConsumerLrFactor(base_b, b, d->lr_rule, d->lr_factor);
-  uint64_t start = c.plan.offset + uint64_t(carve) * b;
-  out->labels_.data = const_cast<uint8_t*>(data + d->labels_offset + start * sizeof(int64_t));
-  out->labels_.dtype = DType::kInt64;
-  out->labels_.ndim = 1;
-  out->labels_.shape[0] = b;
-  out->labels_.nbytes = b * sizeof(int64_t);
-  out->ids_ = reinterpret_cast<const int64_t*>(data + d->ids_offset) + start;
-  out->info_.epoch = d->epoch;
-  out->info_.producer_seq = d->seq;
-  out->info_.producer_batch = d->batch_in_epoch;
+  const internal::Piece piece = c.pieces[c.next_piece++];
+  const bool last_piece = c.next_piece == c.pieces.size();
+  const internal::PieceViews views = internal::ViewPiece(c, piece, &out->info_);
+  out->images_ = views.images;
+  out->labels_ = views.labels;
+  out->ids_ = views.ids;
+  out->info_.lr_factor = shm::ConsumerLrFactor(base_b, piece.size, d->lr_rule, d->lr_factor);
   out->info_.index = c.index_in_epoch++;
-  bool last_carve = c.next_carve == c.plan.count;
-  out->info_.last_in_epoch = last_carve && (d->flags & shm::kLastInEpoch);
+  // The epoch's last batch: the last piece of its last producer batch, or, for exact and
+  // sharded carving, the count the stream definition gives (with drop_last the dropped
+  // remainder may arrive in a later producer batch).
+  const int64_t expected = c.ExactBatchesPerEpoch(d->scale_den);
+  out->info_.last_in_epoch = (last_piece && (d->flags & shm::kLastInEpoch)) ||
+                             (expected > 0 && out->info_.index + 1 == uint64_t(expected));
   c.slot_refs[d->seq].refs += 1;
   ++c.outstanding;
   auto ref = std::make_shared<internal::BatchRef>();
   ref->core = core_;
+  ref->owned = piece.owned;
   ref->seq = d->seq;
   ref->serial = c.next_serial++;
   c.held[ref->serial] = internal::ConsumerCore::Held{d->epoch, out->info_.index, d->seq};
   ref->acquired_ns = shm::MonotonicNs();
   out->ref_ = std::move(ref);
-  if (c.collector != nullptr) {
-    c.collector->Add(telemetry::Counter::kBatchesReceived, 1);
-    c.collector->Add(telemetry::Counter::kSamplesReceived, b);
-    c.collector->SetGauge(telemetry::Gauge::kBufferOccupancy, c.outstanding);
-    if (d->scale_den != 0) {  // progressive resizing: what this consumer trains with
-      c.collector->SetGauge(telemetry::Gauge::kImageSize, d->image_size);
-      c.collector->SetGauge(telemetry::Gauge::kBatchSize, b);
-      c.collector->SetGauge(telemetry::Gauge::kLrFactor, out->info_.lr_factor);
-      auto& mix = c.epoch_mix[d->image_size];
-      mix.batches += 1;
-      mix.samples += b;
-      mix.batch = b;
-      mix.lr = out->info_.lr_factor;
-    }
-  }
-  c.stats.batches += 1;
-  c.stats.samples += b;
-  c.stats.repeats += out->info_.repeats;
-  c.epoch_repeats += out->info_.repeats;
-  c.ring->RecordBatch();
-  if (last_carve) {
+  c.RecordHandedOut(*d, out->info_);
+  c.next_position = {d->epoch, out->info_.index + 1};
+  if (last_piece) {
     c.UnrefLocked(d->seq);  // the carving reference
     c.cur = shm::AcquiredBatch();
+    c.pieces.clear();       // joined samples live on in their batches only
   }
-  if (out->info_.last_in_epoch) c.EndEpochLocked();
+  if (out->info_.last_in_epoch) c.CompleteEpochLocked(out->info_.epoch, base_b);
   return Status::Ok();
 }
 

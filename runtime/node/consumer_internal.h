@@ -2,6 +2,8 @@
 // Runtime-internal hooks into a Consumer (not part of the public API).
 #pragma once
 
+#include <memory>
+
 #include "batchcast/consumer.h"
 
 namespace batchcast::telemetry {
@@ -17,6 +19,9 @@ struct ConsumerAccess {
   // Records this consumer's events into `collector` (not owned; must outlive the batches).
   static void SetCollector(Consumer& consumer, telemetry::Collector* collector);
   static telemetry::Collector* GetCollector(const Consumer& consumer);
+  // Keeps `owned` (a node::TaskTelemetry) alive as long as the consumer's state: it is
+  // destroyed (and its files written) once the consumer and its last batch are gone.
+  static void OwnTelemetry(Consumer& consumer, std::shared_ptr<void> owned);
   // The mapped segments (GPU staging maps host view pointers to device slots with them).
   static const shm::SegmentView* Segment(const Consumer& consumer);
 };

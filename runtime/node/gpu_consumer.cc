@@ -68,8 +68,11 @@ Status GpuConsumerCore::ToDevice(std::shared_ptr<GpuConsumerCore> self, Batch&& 
   const uint8_t* base0 = v.data(0);
   const auto* img = static_cast<const uint8_t*>(batch.images().data);
   if (img < base0 || img >= base0 + uint64_t(v.geo.max_slots) * v.geo.slot_bytes)
-    return InternalError("gpu: batch {} does not lie in the leader's ring",
-                         batch.info().producer_seq);
+    return FailedPreconditionError(
+        "gpu: batch {} of epoch {} spans two producer batches (or is the padded last one), so "
+        "the consumer joined it in private host memory, which the device path cannot map "
+        "(docs/data-plane.md, exact batches); use a producer_batch that is a multiple of "
+        "batch_size and no pad_last, or gpu=off", batch.info().index, batch.info().epoch);
   const uint32_t slot = static_cast<uint32_t>((img - base0) / v.geo.slot_bytes);
   const uint8_t* slot_base = v.data(slot);
   const shm::SlotDesc& d = v.slot(slot).desc;

@@ -34,6 +34,14 @@ Result<std::unique_ptr<Leader>> Leader::Create(const LeaderConfig& config,
   const uint32_t max_b = sizes.max_consumer_batch;
   if (source->num_samples() <= 0)
     return InvalidArgumentError("leader: the dataset has no samples");
+  if (o.start_epoch >= o.epochs)
+    return InvalidArgumentError("leader: option 'start_epoch' ({}) must be below 'epochs' ({}): "
+                                "epochs counts the whole run, start_epoch where it resumes",
+                                o.start_epoch, o.epochs);
+  if (o.start_batch > 0 && !o.resize.empty())
+    return InvalidArgumentError("leader: option 'start_batch' with a progressive-resizing "
+                                "schedule: its producer batches change size per epoch; resume "
+                                "at an epoch start (start_batch=0)");
   if (!(config.late_join_window >= 0.0 && config.late_join_window <= 1.0))
     return InvalidArgumentError("leader: late_join_window {} is outside [0, 1]",
                                 config.late_join_window);
@@ -159,6 +167,11 @@ Result<int64_t> Leader::BeginEpoch(uint64_t epoch) {
   return static_cast<int64_t>(epoch_batches_.size());
 }
 
+int64_t Leader::FirstPosition() const {
+  return schedule_ != nullptr ? 0 : producer::ResumeFirstBatch(config_.options,
+                                                               plan_.producer_batch());
+}
+
 Leader::BatchPlan Leader::PlanBatch(uint64_t epoch, int64_t k) {
   BatchPlan bp;
   if (schedule_ == nullptr) {
@@ -189,14 +202,17 @@ Status Leader::Run() {
     }
   }
   writer_->RecordStart(source_->threads());
-  for (uint64_t e = 0; e < static_cast<uint64_t>(config_.options.epochs); ++e) {
+  const Options& o = config_.options;
+  for (uint64_t e = static_cast<uint64_t>(o.start_epoch); e < static_cast<uint64_t>(o.epochs);
+       ++e) {
     auto epoch_batches = BeginEpoch(e);
     if (!epoch_batches.ok()) {
       ring_->Fail(epoch_batches.status().message());
       return epoch_batches.status();
     }
     bool ended = false;
-    Status st = RunEpoch(e, *epoch_batches, &ended);
+    const int64_t first = e == static_cast<uint64_t>(o.start_epoch) ? FirstPosition() : 0;
+    Status st = RunEpoch(e, *epoch_batches, first, &ended);
     if (!st.ok()) {
       if (abort_.load()) return CancelledError("leader: aborted");
       ring_->Fail(st.message());
@@ -214,9 +230,10 @@ Status Leader::Run() {
 }
 
 // One epoch: producer::RunEpochPositions settles membership before every position.
-Status Leader::RunEpoch(uint64_t e, int64_t bpe, bool* ended) {
+Status Leader::RunEpoch(uint64_t e, int64_t bpe, int64_t first, bool* ended) {
   producer::EpochPolicy policy;
   policy.who = "leader";
+  policy.first = std::min(first, bpe);
   policy.produce = [&](int64_t k, uint64_t only, const producer::AcquireWait& wait) {
     return ProduceOne(e, k, bpe, only, wait);
   };

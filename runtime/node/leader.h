@@ -96,7 +96,9 @@ class Leader {
   Status InitResize(int64_t producer_batch, uint32_t max_consumer_batch);
   // Prepares epoch e; returns its number of producer batches.
   Result<int64_t> BeginEpoch(uint64_t epoch);
-  Status RunEpoch(uint64_t epoch, int64_t batches_per_epoch, bool* ended);
+  Status RunEpoch(uint64_t epoch, int64_t batches_per_epoch, int64_t first, bool* ended);
+  // Resume: the first producer batch of options.start_epoch (producer::ResumeFirstBatch).
+  int64_t FirstPosition() const;
   BatchPlan PlanBatch(uint64_t epoch, int64_t k);
   // Produces position k of the epoch for the consumers in `only` (nullopt: the slot wait
   // was interrupted by a joiner).

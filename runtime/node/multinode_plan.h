@@ -9,8 +9,8 @@
 //   q = R / T, r = R % T; trainer t gets count q + (t < r) starting at t*q + min(t, r).
 // A full global batch (R = T*b) gives trainer t exactly [t*b, (t+1)*b). The last global
 // batch of an epoch may be partial: it is spread as evenly as possible so that every
-// trainer takes one step (padded to b with fill repeats that Batch::info().repeats
-// reports); only when R < T do trainers t >= R get no batch for it.
+// trainer takes one step (an exact partial batch; padded to b with reported repeats only
+// with pad_last); only when R < T do trainers t >= R get no batch for it.
 //
 // Replicate mode: node j of N decodes [j*n/N, (j+1)*n/N) of a producer batch of n samples,
 // in `chunks` consecutive chunks so that the exchange of chunk c overlaps the decode of

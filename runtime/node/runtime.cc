@@ -131,6 +131,13 @@ Status PlanMultinode(internal::RuntimeState* s) {
           first_rank, first_b, r, row[1]);
   }
   s->use_multi = shard || s->num_nodes > 1;
+  if (s->use_multi && (s->options.start_epoch > 0 || s->options.start_batch > 0))
+    return InvalidArgumentError(
+        "resume (start_epoch={}, start_batch={}) is supported by the node leader of one node in "
+        "replicate mode, batchcast-run, batchcast serve and the Python Leader, not yet by the "
+        "multi-node leader ({}); resume such a job from the start of the run, or run it under "
+        "batchcast-run --mode shard", s->options.start_epoch, s->options.start_batch,
+        shard ? "mode=shard" : fmt::format("{} nodes", s->num_nodes));
   if (!shard && s->num_nodes > 1) {
     int provided = MPI_THREAD_SINGLE;
     BC_MPI(MPI_Query_thread(&provided), "MPI_Query_thread");
@@ -279,7 +286,13 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
   BC_MPI(MPI_Comm_rank(s->world, &s->world_rank), "MPI_Comm_rank");
   BC_MPI(MPI_Comm_size(s->world, &s->world_size), "MPI_Comm_size");
   s->finalized = true;  // until the job is fully up, destroying the Runtime just frees it
-  BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(s->world, ValidateOptions(options)));
+  Status valid = ValidateOptions(options);
+  if (valid.ok() && (options.rank >= 0 || options.world_size > 0))
+    valid = InvalidArgumentError(
+        "runtime: options 'rank'/'world_size' are for consumers outside an MPI job; the MPI "
+        "Runtime takes them from the communicator (mode=shard shards over its trainers). "
+        "Unset them (and RANK/WORLD_SIZE are not read here)");
+  BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(s->world, valid));
   BC_RETURN_IF_ERROR(SplitNodes(s));
   BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(s->world, PlanMultinode(s)));
 
@@ -310,7 +323,11 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
     });
   }
   if (s->trainer) {
-    auto c = Consumer::Attach(address, options, s->world_rank);
+    // mode=shard: the node leader (MultinodeLeader) already publishes this trainer's part
+    // to it alone; the consumer takes every batch it receives.
+    Options consumer_options = options;
+    consumer_options.mode = "replicate";
+    auto c = Consumer::Attach(address, consumer_options, s->world_rank);
     st = c.ok() ? Status::Ok() : c.status();
     if (c.ok()) {
       s->consumer = std::move(c).value();

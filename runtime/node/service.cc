@@ -44,6 +44,11 @@ Result<std::unique_ptr<Service>> Service::Create(const ServiceConfig& config,
   if (config.epochs < 0)
     return InvalidArgumentError("service: epochs {} is negative (0 runs until stopped)",
                                 config.epochs);
+  if (o.drop_last || o.pad_last || o.rank >= 0 || o.world_size > 0 || o.mode != "replicate")
+    return InvalidArgumentError(
+        "service: options drop_last, pad_last, mode, rank and world_size are each trial's own "
+        "(a sharded DDP job and a sweep share one service stream); set them on the trials' "
+        "consumers, not on `batchcast serve`");
   if (source->num_samples() <= 0) return InvalidArgumentError("service: the dataset has no samples");
   BC_ASSIGN_OR_RETURN(producer::BatchSizes sizes,
                       producer::ResolveBatchSizes(o, config.max_consumer_batch, "service"));
@@ -135,8 +140,13 @@ void Service::WaitForMembers() {
 
 Status Service::Run() {
   writer_->RecordStart(source_->threads());
-  for (uint64_t e = 0; config_.epochs == 0 || e < static_cast<uint64_t>(config_.epochs); ++e) {
-    Status st = RunEpoch(e);
+  // Resume (options start_epoch / start_batch): the stream starts there.
+  const auto start = static_cast<uint64_t>(config_.options.start_epoch);
+  for (uint64_t e = start; config_.epochs == 0 || e < static_cast<uint64_t>(config_.epochs);
+       ++e) {
+    Status st = RunEpoch(e, e == start ? producer::ResumeFirstBatch(config_.options,
+                                                                    plan_.producer_batch())
+                                       : 0);
     if (stop_.load()) {
       writer_->ReportSkips();
       return Status::Ok();
@@ -155,11 +165,12 @@ Status Service::Run() {
 
 // One epoch of the stream (producer::RunEpochPositions settles membership before every
 // position): nobody attached blocks until someone joins (no decoding, no polling).
-Status Service::RunEpoch(uint64_t e) {
+Status Service::RunEpoch(uint64_t e, int64_t first) {
   epoch_.store(e);
   stats_.epochs_started += 1;
   producer::EpochPolicy policy;
   policy.who = "service";
+  policy.first = std::min(first, plan_.BatchesPerEpoch());
   policy.produce = [&](int64_t k, uint64_t only, const producer::AcquireWait& wait) {
     return Produce(e, k, only, wait);
   };

@@ -81,7 +81,7 @@ class Service {
 
  private:
   Service(const ServiceConfig& config, std::unique_ptr<producer::BatchSource> source, int64_t p);
-  Status RunEpoch(uint64_t epoch);
+  Status RunEpoch(uint64_t epoch, int64_t first);  // first: the first position (resume)
   // Produces batch k of `epoch` for the consumers in `only` (nullopt: the slot wait was
   // interrupted by a joiner; membership is settled again first).
   Result<std::optional<uint64_t>> Produce(uint64_t epoch, int64_t k, uint64_t only,

@@ -17,11 +17,12 @@ Status RunEpochPositions(SlotWriter& writer, Admission& admission, uint64_t e, i
                          const EpochPolicy& policy, EpochCounts* counts, bool* ended) {
   *ended = false;
   const AcquireWait interruptible = InterruptOnJoin(admission);
-  int64_t k = 0;
+  int64_t k = policy.first;
   while (k < bpe) {
     BC_RETURN_IF_ERROR(policy.check_stop());
     if (policy.at_position) policy.at_position(k);
-    const Settled settled = admission.Settle(k, bpe);
+    // A stream that starts mid-epoch (resume) admits its first joiners at its first position.
+    const Settled settled = admission.Settle(k - policy.first, bpe - policy.first);
     switch (settled.step) {
       case Step::kIdle:
         if (policy.idle(k)) {
@@ -35,8 +36,9 @@ Status RunEpochPositions(SlotWriter& writer, Admission& admission, uint64_t e, i
         continue;
       case Step::kReplay:
         BC_LOG(Info, Node, "{}: late join at epoch {} batch {}: replaying {} batches to consumers "
-               "0x{:x} while the others wait", policy.who, e, k, k, settled.replay_to);
-        for (int64_t j = 0; j < k; ++j) {
+               "0x{:x} while the others wait", policy.who, e, k, k - policy.first,
+               settled.replay_to);
+        for (int64_t j = policy.first; j < k; ++j) {
           BC_RETURN_IF_ERROR(policy.produce(j, settled.replay_to, AcquireWait{}).status());
           counts->replayed_batches += 1;
         }

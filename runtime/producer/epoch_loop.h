@@ -30,6 +30,8 @@ struct EpochPolicy {
   std::function<Status()> check_stop;
   // Optional: told the position about to be settled (status displays).
   std::function<void(int64_t k)> at_position;
+  // The first position (a resumed stream starts mid-epoch; late joiners' replays too).
+  int64_t first = 0;
 };
 
 struct EpochCounts {

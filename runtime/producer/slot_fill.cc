@@ -14,7 +14,7 @@ uint32_t TailForReceivers(const shm::RingLeader& ring, uint64_t seq, uint64_t on
   for (const auto& r : ring.Receivers(seq)) {
     if ((shm::RingLeader::MemberBit(r.id) & only) == 0) continue;
     uint32_t b = shm::ScaledConsumerBatch(r.batch_size, c.scale_num, c.scale_den, c.scale_cap);
-    tail = std::max(tail, shm::TailNeeded(c.num_samples, b, r.flags));
+    tail = std::max(tail, shm::TailNeeded(c.num_samples, b, r.flags, c.scale_den));
   }
   return tail;
 }

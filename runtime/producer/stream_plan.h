@@ -9,10 +9,12 @@
 //   order_e        = Fisher-Yates permutation keyed by (seed, e), or identity without shuffle
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "batchcast/options.h"
 #include "core/random.h"
 
 namespace batchcast::producer {
@@ -55,5 +57,16 @@ class StreamPlan {
   uint64_t cached_epoch_ = ~0ULL;
   std::vector<int64_t> order_;
 };
+
+// Resume (options start_epoch / start_batch, docs/launch.md): the producer batch of
+// start_epoch that holds the consumers' position, sample start_batch x batch_size (x
+// world_size in shard mode; world size unknown counts as 1, which starts earlier, never
+// later). A consumer whose position lies later skips to it; one whose position lies earlier
+// (a smaller batch size) is told at its first batch that the stream passed it.
+inline int64_t ResumeFirstBatch(const Options& o, int64_t producer_batch) {
+  if (o.start_batch <= 0 || producer_batch <= 0) return 0;
+  const int64_t world = o.mode == "shard" ? std::max(1, o.world_size) : 1;
+  return o.start_batch * o.batch_size * world / producer_batch;
+}
 
 }  // namespace batchcast::producer

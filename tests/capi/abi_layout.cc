@@ -18,8 +18,8 @@ bool first_struct = true;
 bool first_field = true;
 
 void Begin(const char* name, size_t size, size_t align) {
-  std::printf("%s\n  \"%s\": {\"size\": %zu, \"align\": %zu, \"fields\": {", first_struct ? "" : ",",
-              name, size, align);
+  std::printf("%s\n  \"%s\": {\"size\": %zu, \"align\": %zu, \"fields\": {",
+              first_struct ? "" : ",", name, size, align);
   first_struct = false;
   first_field = true;
 }

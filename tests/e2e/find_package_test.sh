@@ -97,7 +97,7 @@ grep -q "batchcast $(pkg-config --modversion batchcast)," <<<"$out" || {
 
 # --- 4. Fortran 2008 (iso_c_binding) with pkg-config only: examples/fortran/consumer.f90 ---
 # shellcheck disable=SC2046
-gfortran -std=f2008 -o "$tmp/fortran_consumer" "$src/examples/fortran/consumer.f90" \
+gfortran -std=f2008 -J "$tmp" -o "$tmp/fortran_consumer" "$src/examples/fortran/consumer.f90" \
   $(pkg-config --libs batchcast)
 out=$("$tmp/fortran_consumer" "$tmp/photos.h5" 48)
 echo "$out"

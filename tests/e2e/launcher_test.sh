@@ -82,6 +82,25 @@ case_mpirun_trainer_fails() {
     || fail "no message naming trainer rank 1 and its status"
 }
 
+# --mode shard: two trainers (a DDP job) take disjoint halves of every epoch that together
+# hold every sample once (600 samples, b=32: 9 global batches of 64, then 12 each); with
+# --telemetry every task (the leader and both trainers) writes its own file.
+case_shard() {
+  make_dataset
+  mpirun3 3 "$run" "${DATA_OPTS[@]}" --mode shard --telemetry 'telemetry(json=t.json)' \
+    -- "$trainer" --samples $SAMPLES >out.txt 2>&1 || fail "shard job failed"
+  for f in t.node0-leader.json t.rank0.json t.rank1.json; do  # every task records telemetry
+    [ -s "$f" ] || fail "--telemetry wrote no $f: $(ls)"
+  done
+  expect_lines "^trainer-result RANK=[01] shard=ok epochs=2 samples=600 " 2
+  [ "$(cat shard-ids.0.txt shard-ids.1.txt | sort -u | wc -l)" -eq $((2 * SAMPLES)) ] ||
+    fail "the two ranks' parts do not cover every sample of both epochs"
+  [ "$(cat shard-ids.0.txt shard-ids.1.txt | wc -l)" -eq $((2 * SAMPLES)) ] ||
+    fail "the two ranks' parts overlap"
+  expect_fail "options 'rank'/'world_size' would give every trainer the same shard" \
+    "$run" "${DATA_OPTS[@]}" --mode shard --world-size 2 -- "$trainer" --samples $SAMPLES
+}
+
 # torchrun-style: three processes with RANK/LOCAL_RANK/WORLD_SIZE/LOCAL_WORLD_SIZE set by hand,
 # as a custom launcher would.
 case_torchrun_style() {

@@ -32,6 +32,34 @@ int Fail(const std::string& why) {
   return 1;
 }
 
+// mode=shard: this trainer's part of each epoch goes to shard-ids.<RANK>.txt ("epoch id" per
+// sample, repeats included) for the test to check that the ranks' parts are disjoint and
+// cover every sample; here: the same count every epoch, no duplicate beyond the repeats.
+int ShardResult(const batchcast::Options& o,
+                const std::map<uint64_t, std::map<int64_t, int>>& counts, int64_t repeats,
+                const char* host) {
+  if (static_cast<int>(counts.size()) != o.epochs)
+    return Fail("saw " + std::to_string(counts.size()) + " epochs in shard mode");
+  FILE* out = std::fopen(("shard-ids." + Env("RANK") + ".txt").c_str(), "w");
+  if (out == nullptr) return Fail("cannot write shard-ids");
+  int64_t arrivals = 0, distinct = 0;
+  for (const auto& [epoch, ids] : counts)
+    for (const auto& [id, k] : ids) {
+      for (int i = 0; i < k; ++i) std::fprintf(out, "%llu %lld\n", (unsigned long long)epoch,
+                                               (long long)id);
+      arrivals += k;
+      distinct += 1;
+    }
+  std::fclose(out);
+  if (arrivals - distinct != repeats)
+    return Fail(std::to_string(arrivals - distinct) + " duplicates but " +
+                std::to_string(repeats) + " reported repeats");
+  std::printf("trainer-result RANK=%s shard=ok epochs=%zu samples=%lld host=%s\n",
+              Env("RANK").c_str(), counts.size(), static_cast<long long>(arrivals), host);
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,6 +111,7 @@ int main(int argc, char** argv) {
       std::_Exit(3);  // no detach: the leader sees a dead trainer
     }
   }
+  if (options.value().mode == "shard") return ShardResult(options.value(), counts, repeats, host);
   if (static_cast<int>(counts.size()) != options.value().epochs)
     return Fail("saw " + std::to_string(counts.size()) + " epochs, expected " +
                 std::to_string(options.value().epochs));

@@ -143,7 +143,9 @@ class Checker {
     const int64_t size = batch.size();
     const int64_t fresh = size - info.repeats;
     const int64_t* ids = batch.sample_ids();
-    if (info.epoch >= uint64_t(o_.epochs) || size != o_.batch_size || fresh <= 0) {
+    // Exact batches (docs/data-plane.md): b samples, the epoch's last one partial.
+    const bool size_ok = size == o_.batch_size || (size < o_.batch_size && info.last_in_epoch);
+    if (info.epoch >= uint64_t(o_.epochs) || !size_ok || fresh <= 0) {
       Fail(fmt::format("batch {} of epoch {}: size {}, repeats {} (b={}, epochs={})", info.index,
                        info.epoch, size, info.repeats, o_.batch_size, o_.epochs));
       return;
@@ -159,7 +161,13 @@ class Checker {
           Fail(fmt::format("epoch {} global batch {} position {}: sample {}, expected {}",
                            info.epoch, info.producer_batch, i, ids[i], pb[size_t(part.begin + i)]));
     } else {
+      // A batch joined across two producer batches (skipped samples shift the carving)
+      // starts in the one before.
       std::set<int64_t> members(pb.begin(), pb.end());
+      if (info.producer_batch > 0) {
+        std::span<const int64_t> prev = plan_->Batch(info.epoch, int64_t(info.producer_batch) - 1);
+        members.insert(prev.begin(), prev.end());
+      }
       for (int64_t i = 0; i < size; ++i)
         if (!members.count(ids[i]))
           Fail(fmt::format("epoch {} producer batch {}: sample {} is not in it", info.epoch,

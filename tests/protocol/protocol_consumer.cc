@@ -122,6 +122,9 @@ class Runner {
     o.seed = static_cast<uint64_t>(Num("seed", 1));
     o.carve_offset = Num("offset", 0) != 0;
     o.carve_shuffle = Num("shuffle", 0) != 0;
+    // The harness starts consumers once their leader listens; a late joiner of a leader that
+    // is gone must fail at once, as the model expects (no connect_timeout wait).
+    o.connect_timeout = 0;
     samples_ = Num("samples", 0);
     hold_ = std::max<int64_t>(1, Num("hold", 1));
     auto c = Consumer::Attach(address, o, static_cast<int>(Num("rank", -1)),

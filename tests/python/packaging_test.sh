@@ -10,7 +10,8 @@ set -euo pipefail
 src=$1 build=$2 python=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-version=$(sed -n 's/^project(Batchcast VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
+v() { sed -n "s/^#define BATCHCAST_VERSION_$1 \([0-9]*\)$/\1/p" "$src/runtime/include/batchcast/version.h"; }
+version=$(v MAJOR).$(v MINOR).$(v PATCH)
 export PY_BATCHCAST_BUILD_DIR=$build PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
 

@@ -187,7 +187,7 @@ def _read_only_copy(array):
 
 
 def _env_rank():
-    for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+    for k in ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
         if os.environ.get(k, "").isdigit():
             return int(os.environ[k])
     return -1
@@ -243,6 +243,8 @@ class Consumer:
             raise InvalidArgumentError(
                 "consumer: no leader address: pass address=..., set BATCHCAST_ADDRESS (the "
                 "launcher does), or start a batchcast.Leader / batchcast.Producer first")
+        if rank is not None and opts.get("mode") == "shard":
+            opts["rank"] = rank  # the data-parallel rank (default: RANK from the environment)
         rank = _env_rank() if rank is None else rank
         self._c = _bc._Consumer(address, opts, rank, name, release == "next")
         self.address = address
@@ -270,10 +272,8 @@ class Consumer:
         epoch = None
         while True:
             if self._peeked is not None:
-                raw, self._peeked = self._peeked, None
-                images, labels, ids, info = raw  # the peek's own copy stays the caller's
-                raw = (np.array(images), np.array(labels),
-                       None if ids is None else np.array(ids), info)
+                # A fresh copy: the peek's own arrays stay the caller's.
+                raw, self._peeked = self._private_copy(self._peeked), None
             elif self._ended:
                 return
             else:
@@ -281,9 +281,7 @@ class Consumer:
                 if raw is None:
                     return
             if epoch is not None and raw[3].epoch != epoch:
-                images, labels, ids, info = raw  # the next epoch's first batch: keep a copy
-                self._peeked = (np.array(images), np.array(labels),
-                                None if ids is None else np.array(ids), info)
+                self._peeked = self._private_copy(raw)  # the next epoch's first batch
                 return
             epoch = raw[3].epoch
             item, last = self._wrap(raw, private=first or self._copy)
@@ -297,6 +295,17 @@ class Consumer:
             first = False
             if last:
                 return
+
+    def _private_copy(self, raw):
+        """`raw` (numpy arrays, or DLPack capsules of a shared batch) as new numpy arrays."""
+        def copy(a):
+            if a is None:
+                return None
+            if not isinstance(a, np.ndarray):  # a capsule: torch takes it, numpy copies it
+                a = self._convert(a).numpy()
+            return np.array(a)
+        images, labels, ids, info = raw
+        return copy(images), copy(labels), copy(ids), info
 
     def batches(self):
         """Every remaining batch of every epoch, without epoch boundaries."""
@@ -343,6 +352,28 @@ class Consumer:
                         info.image_size, info.wait_ns, info.handoff_ns)
             return (images, labels, meta), info.last_in_epoch
         return (images, labels), info.last_in_epoch
+
+    def state_dict(self):
+        """Where this consumer is in its stream: ``{"start_epoch": e, "start_batch": b}``, the
+        batch the next iteration yields (a pending peek included). Save it with a checkpoint
+        and resume with the same options plus these, on the leader and the consumer:
+        ``Leader(..., **state)`` and ``Consumer(..., **state)`` deliver exactly the batches
+        an uninterrupted run delivers from there (docs/python.md, "Resume")."""
+        if self._peeked is not None:
+            info = self._peeked[3]
+            return {"start_epoch": int(info.epoch), "start_batch": int(info.index)}
+        epoch, batch = self._c.position()
+        return {"start_epoch": int(epoch), "start_batch": int(batch)}
+
+    def load_state_dict(self, state):
+        """A Consumer starts where its options say (start_epoch / start_batch, at attach):
+        loading a different position into an attached one is refused with what to do."""
+        if state == self.state_dict():
+            return
+        raise FailedPreconditionError(
+            f"consumer: load_state_dict({state}) on a consumer already at "
+            f"{self.state_dict()}: the position is chosen at attach. Create the Consumer (and "
+            "the Leader) with the saved state instead: batchcast.Consumer(..., **state)")
 
     @property
     def ended(self):

@@ -76,6 +76,36 @@ void FetchLoop(std::shared_ptr<FetchState> s) {
   }
 }
 
+// Consumer::Attach (which may wait connect_timeout for the leader to listen) on a helper
+// thread, so that Ctrl-C interrupts the wait; an interrupted attach finishes on its own and
+// the consumer it made leaves the stream at once.
+Status AttachInterruptibly(const std::string& address, const Options& o, int rank,
+                           const std::string& name, std::unique_ptr<Consumer>* out) {
+  struct Pending {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+    std::unique_ptr<Consumer> consumer;
+  };
+  auto p = std::make_shared<Pending>();
+  std::thread([p, address, o, rank, name] {
+    auto r = Consumer::Attach(address, o, rank, name);
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (r.ok()) p->consumer = std::move(r).value();
+    else p->status = r.status();
+    p->done = true;
+    p->cv.notify_all();
+  }).detach();
+  WaitInterruptibly([&](int64_t chunk_ms) {
+    std::unique_lock<std::mutex> lock(p->mu);
+    return p->cv.wait_for(lock, std::chrono::milliseconds(chunk_ms), [&] { return p->done; });
+  });
+  std::lock_guard<std::mutex> lock(p->mu);
+  *out = std::move(p->consumer);
+  return p->status;
+}
+
 class PyConsumer {
  public:
   PyConsumer(const std::string& address, py::dict kwargs, int rank, const std::string& name,
@@ -87,13 +117,7 @@ class PyConsumer {
     // (buffer_depth=1 serves the usual loop; docs/python.md, "Holding batches").
     if (!release_on_next) o.buffer_depth += 1;
     std::unique_ptr<Consumer> c;
-    Status st;
-    {
-      py::gil_scoped_release nogil;
-      auto r = Consumer::Attach(address, o, rank, name);
-      if (r.ok()) c = std::move(r).value();
-      else st = r.status();
-    }
+    Status st = AttachInterruptibly(address, o, rank, name, &c);
     if (!st.ok()) {
       std::string context = "consumer: attach to '" + address + "'";
       if (!release_on_next && st.message().find("buffer depth") != std::string::npos)
@@ -154,6 +178,15 @@ class PyConsumer {
   }
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
+
+  // (epoch, batch) of the batch the next call returns (Consumer::Position()).
+  std::pair<uint64_t, uint64_t> Position() const {
+    if (!state_ || !state_->consumer)
+      throw StatusError(Status(StatusCode::kFailedPrecondition,
+                               "consumer: closed; save its state_dict() before close()"));
+    StreamPosition p = state_->consumer->Position();
+    return {p.epoch, p.batch};
+  }
 
   static Status ForkedError() {
     return Status(StatusCode::kFailedPrecondition,
@@ -249,13 +282,12 @@ class PyConsumer {
     void* labels_to = labels.mutable_data();
     void* ids_to = want_ids ? id_array.mutable_data() : nullptr;
     py::object info = py::cast(b.info());
-    {
-      py::gil_scoped_release nogil;
+    WithoutGil([&] {
       std::memcpy(images_to, b.images().data, b.images().nbytes);
       std::memcpy(labels_to, b.labels().data, b.labels().nbytes);
       if (want_ids) std::memcpy(ids_to, ids.data, ids.nbytes);
       b.Release();
-    }
+    });
     return py::make_tuple(images, labels, want_ids ? py::object(id_array) : py::none(), info);
   }
 
@@ -291,6 +323,7 @@ void BindConsumer(py::module_& m) {
       .def("next", &PyConsumer::Next, py::arg("want_ids") = false, py::arg("numpy") = false,
            py::arg("copy") = false)
       .def("batches_per_epoch", &PyConsumer::batches_per_epoch)
+      .def("position", &PyConsumer::Position)
       .def("stats", &PyConsumer::Stats)
       .def("telemetry_summary", &PyConsumer::TelemetrySummary)
       .def("close", &PyConsumer::Close);

@@ -39,15 +39,34 @@ struct ConsumerStats {
   int64_t wait_ns = 0;           // blocked waiting for data
   int64_t epochs_completed = 0;
   std::vector<int64_t> repeats_per_epoch;
+  // Samples copied out of the ring to join a batch that spans two producer batches, or to
+  // pad the last one (exact carving, docs/data-plane.md); 0 when batch_size divides the
+  // producer batch and nothing is padded.
+  int64_t copied = 0;
+};
+
+// A consumer's place in its stream (docs/launch.md "Resume"): the batch Next() returns
+// next, as the stream epoch (BatchInfo::epoch) and the batch index within that epoch in
+// this consumer's batch size (BatchInfo::index). Save it with a checkpoint; a run started
+// with options start_epoch = epoch and start_batch = batch (on the leader and the consumer)
+// delivers exactly the batches an uninterrupted run delivers from there.
+struct StreamPosition {
+  uint64_t epoch = 0;
+  uint64_t batch = 0;
 };
 
 class BATCHCAST_API Consumer {
  public:
   // Attaches to the leader listening on `address` (an abstract socket name, as printed by
   // the leader or `batchcast serve`). Uses options.batch_size, buffer_depth, epochs,
-  // carve_offset, carve_shuffle, seed, heartbeat_ms, allowed_leader_uid. `rank` is only a
-  // label (-1: none). Asking for more epochs than the leader's stream has is an error here
-  // (kFailedPrecondition), unless epochs is kEpochsUntilStreamEnds.
+  // drop_last, pad_last, carve_offset, carve_shuffle, seed, heartbeat_ms,
+  // allowed_leader_uid and connect_timeout (milliseconds to wait for a leader to listen on
+  // `address`: a trainer may start first). Batches are exact, like a DataLoader's: every
+  // sample of an epoch once, in batches of batch_size and one partial last batch (dropped
+  // with drop_last, padded with pad_last); carve_offset / carve_shuffle and progressive
+  // resizing carve each producer batch on its own instead (fill repeats, reported).
+  // `rank` is only a label (-1: none). Asking for more epochs than the leader's stream has
+  // is an error here (kFailedPrecondition), unless epochs is kEpochsUntilStreamEnds.
   static Result<std::unique_ptr<Consumer>> Attach(const std::string& address,
                                                   const Options& options, int rank = -1,
                                                   const std::string& name = "");
@@ -64,6 +83,9 @@ class BATCHCAST_API Consumer {
   // The status that ended iteration (OK after a normal end).
   Status status() const;
   ConsumerStats stats() const;
+  // Where to resume: the position of the batch Next() returns next (after the batches
+  // returned so far; options start_epoch / start_batch before the first).
+  StreamPosition Position() const;
   // Batches this consumer gets per epoch (exact, from the stream definition; samples
   // skipped as bad by on_bad_sample=skip are not foreseen). Under a progressive-resizing
   // schedule the count differs per epoch: this is the count of the epoch of the last batch
@@ -100,8 +122,9 @@ class BATCHCAST_API Consumer {
 
 // Attaches to the node leader that `batchcast-run` started (docs/launch.md): the address
 // comes from BATCHCAST_ADDRESS and the rank label from RANK (the trainers-only world).
-// Waits up to 60 s for the leader to listen. Options usually come from
-// ResolveOptions(), which reads the BATCHCAST_* variables batchcast-run exports.
+// Waits up to options.connect_timeout for the leader to listen (as Consumer::Attach).
+// Options usually come from ResolveOptions(), which reads the BATCHCAST_* variables
+// batchcast-run exports.
 BATCHCAST_API Result<std::unique_ptr<Consumer>> AttachFromEnvironment(const Options& options);
 
 }  // namespace batchcast

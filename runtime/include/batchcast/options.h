@@ -78,6 +78,19 @@ struct BATCHCAST_API Options {
 
   // Where each value came from ("default", "file", "env", "flag"), by key.
   std::vector<std::pair<std::string, std::string>> sources;
+
+  // --- DataLoader semantics (docs/data-plane.md "Exact batches"); added last for the ABI ---
+  bool drop_last = false;       // this consumer drops the epoch's partial last batch
+  bool pad_last = false;        // ... or pads it to batch_size with repeats of its own samples
+  int64_t connect_timeout = 30000;  // ms a consumer waits for its leader to listen (0: once)
+  // mode=shard outside the MPI Runtime: this consumer's data-parallel rank and world size
+  // (-1 / 0: from RANK / WORLD_SIZE in the environment, as torchrun and batchcast-run set).
+  int rank = -1;
+  int world_size = 0;
+  // Resume (Consumer::Position()): the stream epoch and the batch within it, in the
+  // consumer's batch_size, to start at; the leader starts its stream there too.
+  int start_epoch = 0;
+  int64_t start_batch = 0;
 };
 
 // Resolves defaults < config file < BATCHCAST_* environment < flags. `flags` are

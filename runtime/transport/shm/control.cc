@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <memory>
+#include <string_view>
 
 #include "core/errors.h"
 
@@ -58,6 +59,15 @@ Result<int> ListenAbstract(const std::string& name) {
   return fd;
 }
 
+namespace {
+constexpr std::string_view kNoListener = "no Batchcast leader listens on";
+}  // namespace
+
+bool NoListener(const Status& st) {
+  return st.code() == StatusCode::kUnavailable &&
+         st.message().find(kNoListener) != std::string::npos;
+}
+
 Result<int> ConnectAbstract(const std::string& name) {
   sockaddr_un addr;
   BC_ASSIGN_OR_RETURN(socklen_t len, MakeAddress(name, &addr));
@@ -69,9 +79,8 @@ Result<int> ConnectAbstract(const std::string& name) {
     close(fd);
     if (err == ECONNREFUSED || err == ENOENT)
       return MakeError(StatusCode::kUnavailable,
-                       "no Batchcast leader listens on {} (is it running on this node, as this "
-                       "user, with the same job id?)",
-                       DisplayAddress(name));
+                       "{} {} (is it running on this node, as this user, with the same job id?)",
+                       kNoListener, DisplayAddress(name));
     return ErrnoError(err, "control socket: connect {}", DisplayAddress(name));
   }
   return fd;

@@ -126,6 +126,9 @@ std::string DisplayAddress(const std::string& name);
 
 Result<int> ListenAbstract(const std::string& name);
 Result<int> ConnectAbstract(const std::string& name);
+// Whether `st` is ConnectAbstract's "nothing listens there" (ECONNREFUSED, ENOENT): the one
+// failure worth retrying while a leader may still be starting (Consumer connect_timeout).
+bool NoListener(const Status& st);
 Result<int> AcceptConnection(int listen_fd);
 
 // Peer credentials of a connected Unix socket.

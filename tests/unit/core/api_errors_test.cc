@@ -24,7 +24,9 @@ namespace {
 #define BC_SKIP_DEATH_UNDER_TSAN() (void)0
 #endif
 
-Result<int> Missing() { return Status(StatusCode::kNotFound, "dataset '/data/x.h5' does not exist"); }
+Result<int> Missing() {
+  return Status(StatusCode::kNotFound, "dataset '/data/x.h5' does not exist");
+}
 
 TEST(ResultDeathTest, ValueOnErrorPrintsTheStatus) {
   BC_SKIP_DEATH_UNDER_TSAN();
@@ -62,8 +64,8 @@ TEST(LeftoverFlagTest, MistypedOptionIsAnErrorWithAHint) {
 
 TEST(LeftoverFlagTest, ProgramFlagsThatLookUnlikeOptionsPassThrough) {
   std::vector<std::string> rest;
-  auto r = ResolveOptions({"--lrs=0.1,0.2", "--results", "out.json", "--bs", "8", "--width",
-                           "4", "--sharing", "--epochs", "2"},
+  auto r = ResolveOptions({"--lrs=0.1,0.2", "--results", "out.json", "--bs", "8", "--width", "4",
+                           "--sharing", "--epochs", "2"},
                           &rest);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->epochs, 2);

@@ -3,6 +3,7 @@
 // The node data plane end to end without MPI: a leader thread, consumers as threads
 // and as forked processes, real shared memory and the real control socket.
 #include <dirent.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,7 +18,11 @@
 #include <thread>
 
 #include "batchcast/consumer.h"
+#include "core/random.h"
 #include "node/leader.h"
+#include "node/service.h"
+#include "node/task_telemetry.h"
+#include "producer/stream_plan.h"
 #include "tests/unit/node/synthetic_source.h"
 
 namespace batchcast::node {
@@ -42,12 +47,13 @@ struct LeaderHarness {
 
 std::unique_ptr<LeaderHarness> MakeLeader(const Options& o, int expected, uint32_t max_b,
                                           int64_t n, bool end_when_empty = true,
-                                          std::unique_ptr<producer::BatchSource> source = {}) {
+                                          std::unique_ptr<producer::BatchSource> source = {},
+                                          const std::string& socket = "") {
   LeaderConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = expected;
   cfg.max_consumer_batch = max_b;
-  cfg.socket_name = UniqueSocket("dp");
+  cfg.socket_name = socket.empty() ? UniqueSocket("dp") : socket;
   cfg.job = "test";
   cfg.join_timeout_ms = 30000;
   cfg.end_when_empty = end_when_empty;
@@ -176,6 +182,498 @@ INSTANTIATE_TEST_SUITE_P(Consumers, ExactlyOnceTest,
                                            ExactlyOnceCase{2, true, false},
                                            ExactlyOnceCase{4, false, true},
                                            ExactlyOnceCase{8, true, true}));
+
+// What one consumer received, batch by batch.
+struct Received {
+  struct One {
+    uint64_t epoch = 0;
+    std::vector<int64_t> ids;
+    int32_t repeats = 0;
+    bool last = false;
+  };
+  std::vector<One> batches;
+  int64_t bad = 0;  // pixels or labels that do not belong to the sample id
+  Status status;
+  ConsumerStats stats;
+};
+
+void ConsumeAll(Consumer* c, Received* r) {
+  Batch batch;
+  for (;;) {
+    Status st = c->Next(&batch);
+    if (!st.ok()) {
+      if (st.code() != StatusCode::kEndOfStream) r->status = st;
+      break;
+    }
+    Received::One one;
+    one.epoch = batch.info().epoch;
+    one.repeats = batch.info().repeats;
+    one.last = batch.info().last_in_epoch;
+    const size_t sb = batch.images().nbytes / static_cast<size_t>(batch.size());
+    const auto* px = static_cast<const uint8_t*>(batch.images().data);
+    const auto* labels = static_cast<const int64_t*>(batch.labels().data);
+    for (int64_t i = 0; i < batch.size(); ++i) {
+      const int64_t id = batch.sample_ids()[i];
+      one.ids.push_back(id);
+      for (size_t k = 0; k < sb; ++k) r->bad += px[i * sb + k] != SyntheticPixel(id, k);
+      r->bad += labels[i] != id % 10;
+    }
+    r->batches.push_back(std::move(one));
+  }
+  r->stats = c->stats();
+}
+
+// Exact batches, like DataLoader(batch_size=b, drop_last) over the stream's sampler: random
+// dataset sizes, producer batches and consumer batch sizes from 1 to the largest; every
+// batch's ids, pixels and labels are checked against the epoch's permutation cut in b.
+TEST(ExactBatchesTest, EveryBatchSizeGivesTheDataLoaderBatches) {
+  const uint64_t seed = 0x16a0;
+  for (int round = 0; round < 10; ++round) {
+    CounterRng rng(HashCombine(seed, uint64_t(round), 2));
+    const int64_t n = 1 + int64_t(rng.Below(260));
+    const uint32_t max_b = 1 + uint32_t(rng.Below(24));
+    const int p = int(max_b * (1 + rng.Below(3)) + rng.Below(max_b));
+    const int epochs = 2, consumers = 1 + int(rng.Below(3));
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " round " << round << ": n " << n
+                                    << " producer batch " << p << " max_b " << max_b);
+    Options o = BaseOptions(epochs, p);
+    o.seed = rng.Next();
+    auto h = MakeLeader(o, consumers, max_b, n);
+    h->Start();
+    std::vector<std::unique_ptr<Consumer>> cs;
+    std::vector<Options> cos;
+    for (int i = 0; i < consumers; ++i) {
+      Options co = o;
+      co.batch_size = i == 0 ? int(max_b) : 1 + int(rng.Below(max_b));
+      const int mode = int(rng.Below(3));
+      co.drop_last = mode == 1;
+      co.pad_last = mode == 2;
+      auto c = Consumer::Attach(h->leader->address(), co, i);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      cs.push_back(std::move(c).value());
+      cos.push_back(co);
+    }
+    std::vector<Received> got(static_cast<size_t>(consumers));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < consumers; ++i) threads.emplace_back(ConsumeAll, cs[i].get(), &got[i]);
+    for (auto& t : threads) t.join();
+    h->thread.join();
+    ASSERT_TRUE(h->status.ok()) << h->status.ToString();
+    producer::StreamPlan plan(n, p, o.seed, o.shuffle);
+    for (int i = 0; i < consumers; ++i) {
+      const Options& co = cos[i];
+      const int64_t b = co.batch_size;
+      SCOPED_TRACE(testing::Message() << "consumer b " << b << " drop_last " << co.drop_last
+                                      << " pad_last " << co.pad_last);
+      ASSERT_TRUE(got[i].status.ok()) << got[i].status.ToString();
+      EXPECT_EQ(got[i].bad, 0);
+      std::vector<Received::One> want;  // what a DataLoader over the same order gives
+      for (int e = 0; e < epochs; ++e) {
+        const auto& order = plan.EpochOrder(uint64_t(e));
+        for (int64_t s = 0; s < n; s += b) {
+          Received::One one;
+          one.epoch = uint64_t(e);
+          one.ids.assign(order.begin() + s, order.begin() + std::min(n, s + b));
+          const int64_t k = static_cast<int64_t>(one.ids.size());
+          if (k < b && co.drop_last) break;
+          for (int64_t j = k; co.pad_last && j < b; ++j) one.ids.push_back(one.ids[j % k]);
+          one.repeats = static_cast<int32_t>(one.ids.size() - k);
+          one.last = s + b >= n;
+          want.push_back(std::move(one));
+        }
+        if (!want.empty() && want.back().epoch == uint64_t(e)) want.back().last = true;
+      }
+      ASSERT_EQ(got[i].batches.size(), want.size());
+      for (size_t j = 0; j < want.size(); ++j) {
+        EXPECT_EQ(got[i].batches[j].epoch, want[j].epoch) << "batch " << j;
+        EXPECT_EQ(got[i].batches[j].ids, want[j].ids) << "batch " << j;
+        EXPECT_EQ(got[i].batches[j].repeats, want[j].repeats) << "batch " << j;
+        EXPECT_EQ(got[i].batches[j].last, want[j].last) << "batch " << j;
+      }
+      EXPECT_EQ(cs[i]->BatchesPerEpoch() * epochs, int64_t(want.size()));
+      EXPECT_EQ(got[i].stats.epochs_completed, epochs);
+    }
+  }
+}
+
+// Sharding (mode=shard) like DistributedSampler + DataLoader: W ranks on one node stream
+// take disjoint parts of each epoch's order, the same number of batches each; over the
+// ranks every sample arrives exactly once per epoch plus the repeats they report.
+TEST(ShardTest, RanksTakeDisjointEqualPartsOfEveryEpoch) {
+  const uint64_t seed = 0x16a1;
+  for (int round = 0; round < 8; ++round) {
+    CounterRng rng(HashCombine(seed, uint64_t(round), 3));
+    const int world = 2 + int(rng.Below(3));
+    const int b = 1 + int(rng.Below(12));
+    const int64_t n = 1 + int64_t(rng.Below(300));
+    const int p = b * (1 + int(rng.Below(4))) + int(rng.Below(uint64_t(b)));
+    const int mode = int(rng.Below(3));
+    const int epochs = 2;
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " round " << round << ": n " << n
+                                    << " world " << world << " b " << b << " producer batch "
+                                    << p << " mode " << mode);
+    Options o = BaseOptions(epochs, p);
+    o.seed = rng.Next();
+    o.batch_size = b;
+    auto h = MakeLeader(o, world, uint32_t(b), n);
+    h->Start();
+    std::vector<std::unique_ptr<Consumer>> cs;
+    for (int r = 0; r < world; ++r) {
+      Options co = o;
+      co.mode = "shard";
+      co.rank = r;
+      co.world_size = world;
+      co.drop_last = mode == 1;
+      co.pad_last = mode == 2;
+      auto c = Consumer::Attach(h->leader->address(), co, r);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      cs.push_back(std::move(c).value());
+    }
+    std::vector<Received> got(static_cast<size_t>(world));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) threads.emplace_back(ConsumeAll, cs[r].get(), &got[r]);
+    for (auto& t : threads) t.join();
+    h->thread.join();
+    ASSERT_TRUE(h->status.ok()) << h->status.ToString();
+    producer::StreamPlan plan(n, p, o.seed, o.shuffle);
+    const int64_t g = int64_t(world) * b, full = n / g, tail = n % g;
+    for (int e = 0; e < epochs; ++e) {
+      const auto& order = plan.EpochOrder(uint64_t(e));
+      std::map<int64_t, int> count;
+      int64_t repeats = 0;
+      for (int r = 0; r < world; ++r) {
+        SCOPED_TRACE(testing::Message() << "epoch " << e << " rank " << r);
+        ASSERT_TRUE(got[r].status.ok()) << got[r].status.ToString();
+        EXPECT_EQ(got[r].bad, 0);
+        std::vector<const Received::One*> mine;
+        for (const auto& one : got[r].batches)
+          if (one.epoch == uint64_t(e)) mine.push_back(&one);
+        const int64_t want_batches = full + (tail > 0 && mode != 1 ? 1 : 0);
+        ASSERT_EQ(int64_t(mine.size()), want_batches) << "every rank takes the same steps";
+        EXPECT_EQ(cs[r]->BatchesPerEpoch(), want_batches);
+        for (int64_t j = 0; j < full; ++j) {  // rank r's part of global batch j
+          std::vector<int64_t> want(order.begin() + j * g + r * b,
+                                    order.begin() + j * g + (r + 1) * b);
+          EXPECT_EQ(mine[j]->ids, want) << "batch " << j;
+        }
+        for (const auto* one : mine) {
+          for (int64_t id : one->ids) count[id] += 1;
+          repeats += one->repeats;
+        }
+        if (want_batches > full) {
+          const int64_t per = (tail + world - 1) / world;
+          EXPECT_EQ(int64_t(mine.back()->ids.size()), mode == 2 ? std::max<int64_t>(b, per) : per);
+          EXPECT_TRUE(mine.back()->last);
+        }
+      }
+      const int64_t covered = mode == 1 ? full * g : n;
+      ASSERT_EQ(int64_t(count.size()), covered) << "epoch " << e << ": union over ranks";
+      int64_t extra = 0;
+      for (const auto& [id, k] : count) extra += k - 1;
+      EXPECT_EQ(extra, repeats) << "epoch " << e << ": duplicates are the reported repeats";
+    }
+  }
+}
+
+TEST(ShardTest, TheServiceRefusesEachTrialsOwnOptions) {
+  ServiceConfig cfg;
+  cfg.options = BaseOptions(1, 16);
+  cfg.options.mode = "shard";
+  cfg.socket_name = UniqueSocket("svc-opts");
+  auto s = Service::Create(cfg, std::make_unique<SyntheticSource>(64));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("each trial's own"), std::string::npos)
+      << s.status().message();
+}
+
+TEST(ShardTest, ShardNeedsRankAndWorldSizeAndReplicateRefusesThem) {
+  Options o = BaseOptions(1000, 16);  // a stream that outlives the refused attaches
+  o.batch_size = 8;
+  auto h = MakeLeader(o, 0, 8, 64, /*end_when_empty=*/false);
+  h->Start();
+  Options co = o;
+  co.mode = "shard";
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  auto c = Consumer::Attach(h->leader->address(), co, 0);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("RANK and WORLD_SIZE"), std::string::npos)
+      << c.status().message();
+  co.mode = "replicate";
+  co.rank = 0;
+  co.world_size = 2;
+  c = Consumer::Attach(h->leader->address(), co, 0);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("but mode=replicate"), std::string::npos)
+      << c.status().message();
+  h->leader->Abort("test over");
+}
+
+// ---------------------------------------------------------------------------- resume
+
+// A job for the resume tests: a leader (or a service) and `world` consumers as threads,
+// each starting at its own position; every batch becomes a line
+// "rank epoch index checksum next_epoch next_batch" (next_*: Consumer::Position() after it,
+// what a trainer saves with its checkpoint), written to `fd` as it is consumed (one write:
+// a killed job leaves whole lines) and returned per rank.
+struct ResumeJob {
+  int world = 1;
+  bool shard = false, service = false;
+  int64_t n = 0;
+  int p = 0, b = 0, epochs = 0;
+  uint64_t seed = 0;
+};
+
+uint64_t BatchChecksum(const Batch& batch) {
+  uint64_t h = 1469598103934665603ULL;
+  auto mix = [&h](const void* data, size_t bytes) {
+    for (size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const uint8_t*>(data)[i]) * 1099511628211ULL;
+  };
+  mix(batch.images().data, batch.images().nbytes);
+  mix(batch.labels().data, batch.labels().nbytes);
+  mix(batch.sample_ids(), static_cast<size_t>(batch.size()) * sizeof(int64_t));
+  return h;
+}
+
+std::vector<std::vector<std::string>> RunResumeJob(const ResumeJob& job,
+                                                   const std::vector<StreamPosition>& start,
+                                                   int fd, int ack_fd = -1) {
+  Options o = BaseOptions(job.epochs, job.p);
+  o.seed = job.seed;
+  o.batch_size = job.b;
+  Options lo = o;  // the leader starts at the earliest position
+  const StreamPosition first = *std::min_element(
+      start.begin(), start.end(), [](const StreamPosition& x, const StreamPosition& y) {
+        return std::tie(x.epoch, x.batch) < std::tie(y.epoch, y.batch);
+      });
+  int attached = 0;
+  for (const auto& pos : start) attached += pos.epoch < uint64_t(job.epochs) ? 1 : 0;
+  lo.start_epoch = static_cast<int>(first.epoch);
+  lo.start_batch = static_cast<int64_t>(first.batch);
+  if (job.shard) {
+    lo.mode = "shard";
+    lo.world_size = job.world;
+  }
+  std::unique_ptr<LeaderHarness> leader;
+  std::unique_ptr<Service> service;
+  std::thread service_thread;
+  std::string address;
+  if (job.service) {
+    ServiceConfig cfg;
+    cfg.options = lo;
+    cfg.socket_name = UniqueSocket("resume");
+    cfg.epochs = job.epochs;
+    auto created = Service::Create(cfg, std::make_unique<SyntheticSource>(job.n));
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    service = std::move(created).value();
+    address = service->socket_name();
+  } else {
+    leader = MakeLeader(lo, attached, uint32_t(job.b), job.n);
+    address = leader->leader->address();
+  }
+  std::vector<std::unique_ptr<Consumer>> cs(static_cast<size_t>(job.world));
+  for (int r = 0; r < job.world; ++r) {
+    if (start[r].epoch >= uint64_t(job.epochs)) continue;  // this rank had finished
+    Options co = o;
+    co.start_epoch = static_cast<int>(start[r].epoch);
+    co.start_batch = static_cast<int64_t>(start[r].batch);
+    if (job.shard) {
+      co.mode = "shard";
+      co.rank = r;
+      co.world_size = job.world;
+    }
+    auto c = Consumer::Attach(address, co, r);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (!c.ok()) return {};
+    cs[r] = std::move(c).value();
+  }
+  if (service) service_thread = std::thread([&] { EXPECT_TRUE(service->Run().ok()); });
+  if (leader) leader->Start();
+  std::vector<std::vector<std::string>> lines(static_cast<size_t>(job.world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < job.world; ++r)
+    threads.emplace_back([&, r] {
+      if (!cs[r]) return;
+      Batch batch;
+      while (cs[r]->Next(&batch).ok()) {
+        const StreamPosition next = cs[r]->Position();
+        std::string line = fmt::format("{} {} {} {:x} {} {}\n", r, batch.info().epoch,
+                                       batch.info().index, BatchChecksum(batch), next.epoch,
+                                       next.batch);
+        if (fd >= 0) {
+          EXPECT_EQ(write(fd, line.data(), line.size()), ssize_t(line.size()));
+        }
+        char ack = 0;  // the test reads each line before the job goes on: the kill is mid-run
+        if (ack_fd >= 0) {
+          EXPECT_GE(read(ack_fd, &ack, 1), 0);
+        }
+        lines[r].push_back(line);
+      }
+      EXPECT_TRUE(cs[r]->status().ok()) << cs[r]->status().ToString();
+    });
+  for (auto& t : threads) t.join();
+  if (service) {
+    service->Stop("test over");
+    service_thread.join();
+  }
+  return lines;
+}
+
+// SIGKILLs a job at a random batch, resumes every rank from the last position it saved and
+// checks, per rank, that the resumed job delivers byte for byte the batches an
+// uninterrupted job delivers from there.
+void KillAndResume(const ResumeJob& job, uint64_t seed) {
+  signal(SIGPIPE, SIG_IGN);  // a child that dies early must fail the test, not kill it
+  CounterRng rng(seed);
+  const std::vector<StreamPosition> zero(static_cast<size_t>(job.world));
+  const auto reference = RunResumeJob(job, zero, -1);
+  size_t total = 0;
+  for (const auto& r : reference) total += r.size();
+  ASSERT_GT(total, 2u);
+  const size_t kill_after = 1 + rng.Below(total - 2);
+  int fds[2], acks[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(pipe(acks), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    close(acks[1]);
+    RunResumeJob(job, zero, fds[1], acks[0]);
+    _exit(0);
+  }
+  close(fds[1]);
+  close(acks[0]);
+  FILE* in = fdopen(fds[0], "r");
+  std::vector<StreamPosition> saved(static_cast<size_t>(job.world));
+  std::vector<size_t> done(static_cast<size_t>(job.world), 0);
+  char buf[256];
+  size_t read_lines = 0;
+  while (std::fgets(buf, sizeof(buf), in) != nullptr) {
+    if (++read_lines == kill_after) {
+      kill(child, SIGKILL);  // the whole job, mid-stream
+      close(acks[1]);
+      acks[1] = -1;
+    } else if (acks[1] >= 0) {
+      ASSERT_EQ(write(acks[1], "a", 1), 1);
+    }
+    int r = 0;
+    unsigned long long e = 0, i = 0, ne = 0, nb = 0;
+    char sum[32];
+    ASSERT_EQ(std::sscanf(buf, "%d %llu %llu %31s %llu %llu", &r, &e, &i, sum, &ne, &nb), 6);
+    ASSERT_EQ(std::string(buf), reference[r][done[r]]) << "the killed run differs before the kill";
+    done[r] += 1;
+    saved[r] = {ne, nb};
+  }
+  std::fclose(in);
+  if (acks[1] >= 0) close(acks[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  SCOPED_TRACE(testing::Message() << "seed " << seed << ": killed after " << read_lines
+                                  << " of " << total << " batches");
+  const auto resumed = RunResumeJob(job, saved, -1);
+  for (int r = 0; r < job.world; ++r) {
+    const std::vector<std::string> want(reference[r].begin() + done[r], reference[r].end());
+    EXPECT_EQ(resumed[r], want) << "rank " << r << " resumed at epoch " << saved[r].epoch
+                                << " batch " << saved[r].batch;
+  }
+}
+
+TEST(ResumeTest, KilledReplicateJobResumesByteForByte) {
+  KillAndResume({1, false, false, 203, 24, 10, 3, 77}, 0x16a2);
+}
+
+TEST(ResumeTest, KilledShardJobResumesByteForByte) {
+  KillAndResume({2, true, false, 157, 20, 8, 3, 78}, 0x16a3);
+}
+
+TEST(ResumeTest, KilledJobResumesByteForByteFromAService) {
+  KillAndResume({1, false, true, 181, 16, 12, 3, 79}, 0x16a4);
+}
+
+TEST(ResumeTest, AStreamPastThePositionIsRefusedNamingTheFix) {
+  Options o = BaseOptions(4, 16);
+  o.batch_size = 8;
+  o.start_epoch = 2;
+  auto h = MakeLeader(o, 1, 8, 64);
+  Options co = o;
+  co.start_epoch = 1;
+  co.start_batch = 3;
+  auto c = Consumer::Attach(h->leader->address(), co, 0);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  h->Start();
+  Batch batch;
+  Status st = (*c)->Next(&batch);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("resumes at epoch 1 batch 3"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("start_epoch / start_batch"), std::string::npos) << st.message();
+  c->reset();
+  h->thread.join();
+}
+
+TEST(ExactBatchesTest, DropLastAndPadLastExcludeEachOther) {
+  Options o;
+  o.drop_last = o.pad_last = true;
+  Status st = ValidateOptions(o);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("'drop_last' and 'pad_last'"), std::string::npos) << st.message();
+}
+
+TEST(ExactBatchesTest, DropLastIsRefusedWithPerProducerBatchCarving) {
+  Options o = BaseOptions(1, 16);
+  o.batch_size = 8;
+  auto h = MakeLeader(o, 0, 8, 64, /*end_when_empty=*/false);
+  h->Start();
+  Options co = o;
+  co.drop_last = true;
+  co.carve_shuffle = true;
+  auto c = Consumer::Attach(h->leader->address(), co, 0);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("'drop_last' needs exact carving"), std::string::npos)
+      << c.status().message();
+  h->leader->Abort("test over");
+}
+
+TEST(TaskTelemetryTest, EveryProcessWritesItsOwnTaggedFiles) {
+  EXPECT_EQ(TaggedPath("run.h5", "rank3"), "run.rank3.h5");
+  EXPECT_EQ(TaggedPath("out/run.trace.json", "node0-leader"), "out/run.node0-leader.trace.json");
+  EXPECT_EQ(TaggedPath("out.d/run", "rank1"), "out.d/run.rank1");
+  EXPECT_EQ(TaggedPath("", "rank1"), "");
+  Options off;  // telemetry off: no collector, nothing to finish
+  auto t = TaskTelemetry::Start(off, 0, 0, telemetry::Role::kLeader, "x");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t.value(), nullptr);
+}
+
+TEST(ConnectTimeoutTest, NoLeaderFailsAfterTheTimeoutNamingWhatItWaitedFor) {
+  Options o = BaseOptions(1, 16);
+  o.batch_size = 8;
+  o.connect_timeout = 150;
+  const std::string name = UniqueSocket("nobody");
+  auto c = Consumer::Attach(name, o, 0);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+  const std::string& m = c.status().message();
+  EXPECT_NE(m.find("connect_timeout=150ms"), std::string::npos) << m;
+  EXPECT_NE(m.find("for a Batchcast leader at"), std::string::npos) << m;
+  EXPECT_NE(m.find(name), std::string::npos) << m;
+}
+
+TEST(ConnectTimeoutTest, ConsumerStartedBeforeItsLeaderAttachesWhenItListens) {
+  Options o = BaseOptions(1, 16);
+  o.batch_size = 8;
+  o.connect_timeout = 120000;
+  const std::string name = UniqueSocket("early");
+  Result<std::unique_ptr<Consumer>> c(Status(StatusCode::kInternal, "not attached"));
+  std::thread early([&] { c = Consumer::Attach(name, o, 0); });  // no leader yet
+  auto h = MakeLeader(o, 1, 8, 64, true, nullptr, name);
+  h->Start();
+  early.join();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  int64_t batches = 0;
+  for ([[maybe_unused]] Batch& b : **c) ++batches;
+  EXPECT_EQ(batches, 8);
+}
 
 // Which samples of each producer batch a SkippingSource drops, drawn from a seed: scattered
 // samples, runs of 3 to 5 entirely bad producer batches, an epoch's last 1 to 3 batches
@@ -431,7 +929,9 @@ TEST(DataPlaneTest, RefusesBadRequestsWithClearMessages) {
   auto d = Consumer::Attach(h->leader->address(), deep, 0);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("ring_slots"), std::string::npos);
-  auto none = Consumer::Attach("batchcast-test-nobody-listens", o, 0);
+  Options once = o;
+  once.connect_timeout = 0;  // one try (the wait is ConnectTimeoutTest's)
+  auto none = Consumer::Attach("batchcast-test-nobody-listens", once, 0);
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
   h->leader->Abort("test over");

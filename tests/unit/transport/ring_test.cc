@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/random.h"
 #include "transport/shm/carving.h"
 #include "transport/shm/control.h"
 #include "transport/shm/ring_consumer.h"
@@ -286,7 +287,8 @@ TEST(CarvingTest, EveryPlanCoversEachSampleOnceWithBoundedRepeats) {
   for (uint32_t n : {1u, 5u, 16u, 17u, 63u, 64u}) {
     for (uint32_t b : {1u, 3u, 8u, 16u}) {
       for (uint32_t flags : {0u, uint32_t(kCarveOffset), uint32_t(kCarveOffset | kCarveShuffle)}) {
-        uint32_t tail = TailNeeded(n, b, flags);
+        // Per-producer-batch carving: flags 0 carves so under progressive resizing (den 1).
+        uint32_t tail = TailNeeded(n, b, flags, 1);
         for (uint64_t seq = 0; seq < 5; ++seq) {
           CarvePlan plan = PlanCarves(seq, n, tail, b, flags, 99);
           std::vector<int> seen(n, 0);
@@ -305,6 +307,86 @@ TEST(CarvingTest, EveryPlanCoversEachSampleOnceWithBoundedRepeats) {
         }
       }
     }
+  }
+}
+
+TEST(CarvingTest, ExactCarvingNeedsNoTail) {
+  EXPECT_EQ(TailNeeded(17, 8, 0, 0), 0u);
+  EXPECT_GT(TailNeeded(17, 8, 0, 1), 0u);
+  EXPECT_GT(TailNeeded(17, 8, kCarveShuffle, 0), 0u);
+}
+
+// Exact carving over random epochs: producer batches of random sizes (a short last one,
+// skipped samples, empty ones), every batch size; the consumer's batches, as PlanExact
+// tells it to build them, hold every sample of the epoch once, in order, b at a time, with
+// one partial last batch of N mod b (dropped with drop_last, padded with pad_last).
+TEST(CarvingTest, ExactCarvingGivesEverySampleOnceWithOnePartialBatch) {
+  uint64_t seed = 0x16a;
+  for (int round = 0; round < 400; ++round) {
+    CounterRng rng(HashCombine(seed, uint64_t(round), 1));
+    const uint32_t b = 1 + uint32_t(rng.Below(40));
+    const int mode = int(rng.Below(3));  // 0 exact, 1 drop_last, 2 pad_last
+    std::vector<uint32_t> sizes(1 + rng.Below(12));
+    for (auto& n : sizes) n = uint32_t(rng.Below(rng.Below(4) == 0 ? 5 : 90));
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " round " << round << " b " << b
+                                    << " mode " << mode);
+    std::vector<int64_t> carried;  // sample ids waiting for their batch
+    std::vector<std::vector<int64_t>> batches;
+    std::vector<uint32_t> repeats;
+    int64_t next_id = 0;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      const uint32_t n = sizes[k];
+      const bool last = k + 1 == sizes.size();
+      std::vector<int64_t> slot(n);
+      for (auto& id : slot) id = next_id++;
+      ExactCarve x = PlanExact(uint32_t(carried.size()), n, b, last, mode == 1, mode == 2);
+      ASSERT_LE(x.join, n);
+      carried.insert(carried.end(), slot.begin(), slot.begin() + x.join);
+      if (x.joined_batch) {
+        ASSERT_EQ(carried.size(), b);
+        batches.push_back(std::exchange(carried, {}));
+        repeats.push_back(0);
+      }
+      for (uint32_t i = 0; i < x.count; ++i) {
+        batches.emplace_back(slot.begin() + x.first + i * b, slot.begin() + x.first + (i + 1) * b);
+        repeats.push_back(0);
+      }
+      ASSERT_EQ(x.rest_begin + x.rest, n);
+      if (x.final_in_place) {
+        ASSERT_TRUE(carried.empty());
+        ASSERT_EQ(x.final_size, x.rest);
+        batches.emplace_back(slot.begin() + x.rest_begin, slot.end());
+        repeats.push_back(0);
+        continue;
+      }
+      carried.insert(carried.end(), slot.begin() + x.rest_begin, slot.end());
+      if (!last) {
+        ASSERT_EQ(x.carry_out, carried.size());
+        ASSERT_LT(carried.size(), b);
+      } else if (x.final_size > 0) {
+        std::vector<int64_t> fin = carried;
+        for (uint32_t j = uint32_t(fin.size()); j < x.final_size; ++j)
+          fin.push_back(carried[j % carried.size()]);
+        ASSERT_EQ(x.final_repeats, x.final_size - carried.size());
+        batches.push_back(fin);
+        repeats.push_back(x.final_repeats);
+      } else {
+        ASSERT_EQ(x.dropped, carried.size());
+      }
+    }
+    const int64_t total = next_id;
+    const uint64_t expected_batches = mode == 2 ? ExactBatchesPerEpoch(total, b, false)
+                                                : ExactBatchesPerEpoch(total, b, mode == 1);
+    ASSERT_EQ(batches.size(), expected_batches) << total << " samples";
+    int64_t want = 0;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const bool final_batch = i + 1 == batches.size();
+      if (!final_batch || mode == 2) {
+        ASSERT_EQ(batches[i].size(), b);
+      }
+      for (size_t j = 0; j + repeats[i] < batches[i].size(); ++j) ASSERT_EQ(batches[i][j], want++);
+    }
+    EXPECT_EQ(want, mode == 1 ? total - total % b : total) << "samples delivered exactly once";
   }
 }
 

@@ -1,0 +1,155 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Carving producer batches into one consumer's batches (transport/shm/carving.h is the
+// arithmetic; this file applies it to the slots a consumer acquires).
+#include <algorithm>
+#include <utility>
+
+#include "node/consumer_core.h"
+
+namespace batchcast::internal {
+namespace {
+
+// The image view of `size` samples of geometry `d` whose first image is at `first`.
+TensorView ImageView(const shm::SlotDesc& d, const uint8_t* first, uint32_t size) {
+  TensorView img;
+  img.data = const_cast<uint8_t*>(first);
+  img.dtype = static_cast<DType>(d.dtype);
+  img.ndim = 4;
+  img.shape[0] = size;
+  if (d.layout == 1) {
+    img.shape[1] = d.height, img.shape[2] = d.width, img.shape[3] = d.channels;
+  } else {
+    img.shape[1] = d.channels, img.shape[2] = d.height, img.shape[3] = d.width;
+  }
+  img.nbytes = size * d.sample_bytes;
+  return img;
+}
+
+}  // namespace
+
+// Per-producer-batch carving (carve_offset, carve_shuffle, progressive resizing): k carves
+// of b; positions >= n + offset repeat samples this consumer already got from this batch.
+std::vector<Piece> PerBatchPieces(const shm::SlotDesc* d, uint32_t b, uint32_t flags,
+                                  uint64_t order_seed) {
+  const shm::CarvePlan plan = shm::PlanCarves(d->seq, d->num_samples, d->tail, b, flags,
+                                              order_seed);
+  std::vector<Piece> pieces;
+  const uint64_t fresh_end = uint64_t(d->num_samples) + plan.offset;
+  for (uint32_t carve : plan.order) {
+    const uint64_t start = plan.offset + uint64_t(carve) * b, end = start + b;
+    const uint64_t repeats = end > fresh_end ? end - std::max(start, fresh_end) : 0;
+    pieces.push_back({static_cast<uint32_t>(start), b, static_cast<uint32_t>(repeats), nullptr});
+  }
+  return pieces;
+}
+
+// Exact carving (carving.h PlanExact) of producer batch `a`: joins the samples carried from
+// the producer batches before it, hands out in-place batches, carries the rest.
+Status ExactPieces(ConsumerCore& c, const shm::AcquiredBatch& a, uint32_t b,
+                   std::vector<Piece>* out) {
+  const shm::SlotDesc* d = a.desc;
+  const bool last = (d->flags & shm::kLastInEpoch) != 0;
+  const uint32_t carried = c.carry ? c.carry->count : 0;
+  // Resuming: the samples before the consumer's position are skipped (o: slot offset).
+  const uint32_t o = static_cast<uint32_t>(std::min<uint64_t>(d->num_samples,
+                                                              c.SkipInEpoch(*d)));
+  c.epoch_pos += d->num_samples;
+  const shm::ExactCarve x = shm::PlanExact(carried, d->num_samples - o, b, last,
+                                           c.options.drop_last, c.options.pad_last);
+  auto append = [&](uint32_t begin, uint32_t k) -> Status {
+    if (k == 0) return Status::Ok();
+    if (!c.carry) c.carry = std::make_shared<OwnedSamples>();
+    c.stats.copied += k;
+    return c.carry->Append(d, a.data, o + begin, k);
+  };
+  BC_RETURN_IF_ERROR(append(0, x.join));
+  if (x.joined_batch) out->push_back({0, b, 0, std::exchange(c.carry, nullptr)});
+  for (uint32_t i = 0; i < x.count; ++i) out->push_back({o + x.first + i * b, b, 0, nullptr});
+  if (x.final_in_place) {
+    out->push_back({o + x.rest_begin, x.final_size, 0, nullptr});
+    return Status::Ok();
+  }
+  BC_RETURN_IF_ERROR(append(x.rest_begin, x.rest));
+  if (x.final_size > 0) {
+    if (x.final_repeats > 0) c.carry->Pad(b);
+    out->push_back({0, x.final_size, x.final_repeats, std::exchange(c.carry, nullptr)});
+  } else if (last) {
+    c.carry.reset();  // drop_last: the epoch's partial batch is dropped
+  }
+  return Status::Ok();
+}
+
+// Sharded carving (carving.h PlanShard) of producer batch `a`: this rank's batches, whole
+// ones in place, spanning ones joined; the epoch's tail global batch is collected and cut
+// at the epoch's last producer batch.
+Status ShardPieces(ConsumerCore& c, const shm::AcquiredBatch& a, uint32_t b,
+                   std::vector<Piece>* out) {
+  const shm::SlotDesc* d = a.desc;
+  const auto segments = shm::PlanShard(c.epoch_pos, d->num_samples,
+                                       c.ring->header()->epoch_samples, b, c.shard_world,
+                                       c.shard_rank);
+  const uint64_t skip = c.SkipInEpoch(*d);  // resuming: before the consumer's position
+  c.epoch_pos += d->num_samples;
+  auto append = [&](std::shared_ptr<OwnedSamples>* to, const shm::ShardSegment& seg) {
+    if (!*to) *to = std::make_shared<OwnedSamples>();
+    c.stats.copied += seg.count;
+    return (*to)->Append(d, a.data, seg.begin, seg.count);
+  };
+  for (const shm::ShardSegment& seg : segments) {
+    if (seg.begin < skip) continue;  // positions are global-batch aligned: whole segments
+    if (seg.whole) {
+      out->push_back({seg.begin, b, 0, nullptr});
+      continue;
+    }
+    BC_RETURN_IF_ERROR(append(seg.tail ? &c.shard_tail : &c.carry, seg));
+    if (seg.ends_batch) out->push_back({0, b, 0, std::exchange(c.carry, nullptr)});
+  }
+  if (!(d->flags & shm::kLastInEpoch)) return Status::Ok();
+  if (c.carry)  // the epoch ended early (skipped samples): what there is, as it is
+    out->push_back({0, c.carry->count, 0, std::exchange(c.carry, nullptr)});
+  std::shared_ptr<OwnedSamples> tail = std::exchange(c.shard_tail, nullptr);
+  const uint32_t tail_n = tail ? tail->count : 0;
+  const shm::ShardTail part = shm::ShardTailPart(tail_n, b, c.shard_world, c.shard_rank,
+                                                 c.options.drop_last, c.options.pad_last);
+  if (part.size == 0) return Status::Ok();
+  auto mine = std::make_shared<OwnedSamples>();
+  for (uint32_t i = 0; i < part.per; ++i) mine->AppendSample(*tail, (part.begin + i) % tail_n);
+  if (part.size > part.per) mine->Pad(part.size);
+  out->push_back({0, part.size, part.repeats, std::move(mine)});
+  return Status::Ok();
+}
+
+PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info) {
+  const shm::SlotDesc* d = c.cur.desc;
+  const uint8_t *images, *labels;
+  PieceViews v;
+  const shm::SlotDesc* geo = d;
+  if (piece.owned) {
+    geo = &piece.owned->desc;
+    images = piece.owned->images.data();
+    labels = reinterpret_cast<const uint8_t*>(piece.owned->labels.data());
+    v.ids = piece.owned->ids.data();
+  } else {
+    const uint8_t* data = c.cur.data;
+    images = data + d->images_offset + uint64_t(piece.start) * d->sample_bytes;
+    labels = data + d->labels_offset + uint64_t(piece.start) * sizeof(int64_t);
+    v.ids = reinterpret_cast<const int64_t*>(data + d->ids_offset) + piece.start;
+  }
+  v.images = ImageView(*geo, images, piece.size);
+  v.labels.data = const_cast<uint8_t*>(labels);
+  v.labels.dtype = DType::kInt64;
+  v.labels.ndim = 1;
+  v.labels.shape[0] = piece.size;
+  v.labels.nbytes = piece.size * sizeof(int64_t);
+  info->repeats = static_cast<int32_t>(piece.repeats);
+  info->size = piece.size;
+  info->image_size = d->image_size;
+  info->channels_last = d->layout == 1;
+  info->epoch = d->epoch;
+  info->producer_seq = d->seq;
+  info->producer_batch = d->batch_in_epoch;
+  return v;
+}
+
+}  // namespace batchcast::internal

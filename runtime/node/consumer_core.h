@@ -1,0 +1,286 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The consumer's state (runtime-internal): the producer batch being carved, the batches
+// alive, and the carving of producer batches into this consumer's batches
+// (consumer_carving.cc: exact, sharded, per producer batch; docs/data-plane.md).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "batchcast/batch.h"
+#include "batchcast/consumer.h"
+#include "batchcast/options.h"
+#include "core/errors.h"
+#include "core/log.h"
+#include "telemetry/collector.h"
+#include "telemetry/metrics.h"
+#include "transport/shm/carving.h"
+#include "transport/shm/ring_consumer.h"
+
+namespace batchcast::internal {
+
+// Samples copied out of the ring: a batch that spans two producer batches (exact carving),
+// or the epoch's last batch padded with pad_last.
+struct OwnedSamples {
+  shm::SlotDesc desc{};                // geometry of the samples (of the first slot)
+  std::vector<uint8_t> images;
+  std::vector<int64_t> labels, ids;
+  uint32_t count = 0;
+
+  // Appends slot samples [begin, begin + k) of producer batch `d` (slot memory `data`).
+  Status Append(const shm::SlotDesc* d, const uint8_t* data, uint32_t begin, uint32_t k) {
+    if (k == 0) return Status::Ok();
+    if (count == 0) desc = *d;
+    if (d->sample_bytes != desc.sample_bytes || d->dtype != desc.dtype)
+      return InternalError("consumer: producer batches {} and {} of epoch {} differ in sample "
+                           "geometry; a batch cannot span them", desc.seq, d->seq, d->epoch);
+    const uint64_t sb = d->sample_bytes;
+    const uint8_t* img = data + d->images_offset + uint64_t(begin) * sb;
+    images.insert(images.end(), img, img + uint64_t(k) * sb);
+    const auto* lab = reinterpret_cast<const int64_t*>(data + d->labels_offset) + begin;
+    labels.insert(labels.end(), lab, lab + k);
+    const auto* id = reinterpret_cast<const int64_t*>(data + d->ids_offset) + begin;
+    ids.insert(ids.end(), id, id + k);
+    count += k;
+    return Status::Ok();
+  }
+  // Appends sample i of `src`.
+  void AppendSample(const OwnedSamples& src, uint32_t i) {
+    if (count == 0) desc = src.desc;
+    const uint64_t sb = src.desc.sample_bytes;
+    images.insert(images.end(), src.images.begin() + i * sb, src.images.begin() + (i + 1) * sb);
+    labels.push_back(src.labels[i]);
+    ids.push_back(src.ids[i]);
+    count += 1;
+  }
+  // Repeats sample j mod count at positions count..b-1 (pad_last).
+  void Pad(uint32_t b) {
+    const uint64_t sb = desc.sample_bytes;
+    const uint32_t n = count;
+    images.resize(uint64_t(b) * sb);
+    for (uint32_t j = n; j < b; ++j) {
+      std::memcpy(images.data() + uint64_t(j) * sb, images.data() + uint64_t(j % n) * sb, sb);
+      labels.push_back(labels[j % n]);
+      ids.push_back(ids[j % n]);
+    }
+    count = b;
+  }
+};
+
+// One batch this consumer hands out from the producer batch it carves: `size` samples in
+// place at slot position `start`, or `owned` (copied).
+struct Piece {
+  uint32_t start = 0, size = 0, repeats = 0;
+  std::shared_ptr<OwnedSamples> owned;
+};
+
+struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
+  // Declared first, destroyed last: a telemetry the consumer owns (node::TaskTelemetry)
+  // finishes after everything that records into it.
+  std::shared_ptr<void> owned_telemetry;
+  std::unique_ptr<shm::RingConsumer> ring;
+  Options options;
+  int rank = -1;
+
+  std::mutex mu;
+  shm::AcquiredBatch cur;              // producer batch being carved (cur.desc == null: none)
+  std::vector<Piece> pieces;           // this consumer's batches from `cur`, in order
+  size_t next_piece = 0;
+  // Exact carving: samples of the epoch waiting for the rest of their batch (null: none).
+  std::shared_ptr<OwnedSamples> carry;
+  // Sharding (mode=shard; carving.h PlanShard): this consumer's rank in a world of
+  // shard_world (1: no sharding), the epoch position of the next producer batch, and the
+  // epoch's tail global batch collected so far.
+  uint32_t shard_world = 1, shard_rank = 0;
+  uint64_t epoch_pos = 0;
+  std::shared_ptr<OwnedSamples> shard_tail;
+  struct SlotRef {
+    shm::AcquiredBatch batch;
+    int refs = 0;                      // batches alive (+1 while still carving)
+  };
+  std::map<uint64_t, SlotRef> slot_refs;  // seq -> producer batch held
+  struct Held {
+    uint64_t epoch = 0, index = 0, seq = 0;
+  };
+  std::map<uint64_t, Held> held;       // serial -> consumer batch alive (error messages)
+  uint64_t next_serial = 0;
+  int outstanding = 0;                 // consumer batches alive
+  bool in_next = false;                // a Next() is blocked without the lock
+  bool admitted = false;
+  uint64_t start_seq = 0;              // first stream position (0: there from the start)
+  bool finished = false;               // no more batches for this consumer
+  bool drained = false;                // the leader was told (it no longer addresses us)
+  bool detached = false;               // left the stream: nothing may be released any more
+  uint64_t first_epoch = ~0ULL;
+  uint64_t completed_epoch = ~0ULL;    // the last epoch counted complete
+  int64_t epoch_budget = 0;            // epochs this consumer runs (options.epochs - start_epoch)
+  // Resume (options start_epoch / start_batch): the stream epoch and the epoch position (in
+  // samples) this consumer starts at; batches before it are skipped. Cleared once there.
+  bool resuming = false;
+  uint64_t resume_epoch = 0, resume_pos = 0;
+  StreamPosition next_position;        // of the batch Next() returns next
+  uint64_t epoch = ~0ULL;
+  uint64_t index_in_epoch = 0;
+  int64_t epoch_repeats = 0;
+  Status status;
+  ConsumerStats stats;
+  telemetry::Collector* collector = nullptr;
+  std::function<void(const Status&)> error_handler;
+  // What this consumer received per image size in the current epoch (progressive
+  // resizing; annotated into telemetry at the epoch's end): size -> batches, samples,
+  // batch size, LR factor.
+  struct SizeMix {
+    int64_t batches = 0, samples = 0, batch = 0;
+    float lr = 1.0f;
+  };
+  std::map<int32_t, SizeMix> epoch_mix;
+  // Progressive resizing: this consumer's batches per stream epoch, derived once from the
+  // schedule the segment header names (resize_mu guards them; derived = true once tried).
+  std::mutex resize_mu;
+  bool resize_derived = false;
+  std::vector<int64_t> resize_batches;
+
+  // Drops one reference to a producer batch; the last one gives the slot back.
+  void UnrefLocked(uint64_t seq) {
+    auto it = slot_refs.find(seq);
+    if (it == slot_refs.end()) return;
+    if (--it->second.refs == 0) {
+      if (!detached) ring->Release(it->second.batch);
+      slot_refs.erase(it);
+    }
+  }
+  // Lifecycle (docs/data-plane.md): a consumer that is done drains at once (the leader
+  // stops addressing it, so it never holds the others back) and leaves only when its last
+  // batch view is gone (the leader never reuses a slot it may still read).
+  void DrainLocked() {
+    if (drained || detached) return;
+    drained = true;
+    Status st = ring->Drain();
+    if (!st.ok()) BC_LOG(Warn, Node, "consumer: drain: {}", st.message());
+  }
+  void MaybeDetachLocked() {
+    if (!finished || detached) return;
+    DrainLocked();
+    if (outstanding > 0 || !slot_refs.empty() || in_next) return;
+    detached = true;
+    Status st = ring->Detach();
+    if (!st.ok()) BC_LOG(Warn, Node, "consumer: detach: {}", st.message());
+  }
+  void FinishLocked() {
+    finished = true;
+    if (cur.desc != nullptr) {  // the rest of the producer batch is not needed any more
+      UnrefLocked(cur.seq);
+      cur = shm::AcquiredBatch();
+    }
+    MaybeDetachLocked();
+  }
+  // A resuming consumer's first producer batch at or after its epoch: the stream must not
+  // have passed its position (it then skips to it: ExactPieces / ShardPieces).
+  Status CheckResumePoint(const shm::SlotDesc& d) {
+    const uint64_t at = d.batch_in_epoch * ring->header()->producer_batch;
+    if (d.epoch == resume_epoch && at <= resume_pos) return Status::Ok();
+    return FailedPreconditionError(
+        "consumer: resumes at epoch {} batch {} (sample {} of the epoch), but the stream it "
+        "attached to is already at epoch {} sample {}: it cannot give this consumer the "
+        "batches it missed. Start the leader at (or before) this position (its options "
+        "start_epoch / start_batch), or resume a trial of a shared service only from a "
+        "position the service's stream has not passed", resume_epoch,
+        options.start_batch, resume_pos, d.epoch, at);
+  }
+  // Batches per epoch under exact or sharded carving (-1: per-producer-batch carving).
+  int64_t ExactBatchesPerEpoch(uint32_t scale_den) const {
+    if (shm::CarvesPerProducerBatch(ring->config().flags, scale_den)) return -1;
+    const uint64_t n = ring->header()->epoch_samples;
+    const auto b = static_cast<uint32_t>(options.batch_size);
+    return static_cast<int64_t>(shard_world > 1
+                                    ? shm::ShardBatchesPerEpoch(n, b, shard_world, options.drop_last)
+                                    : shm::ExactBatchesPerEpoch(n, b, options.drop_last));
+  }
+  // Resuming: samples of producer batch `d` before this consumer's position (0: none).
+  uint64_t SkipInEpoch(const shm::SlotDesc& d) const {
+    if (!resuming || d.epoch != resume_epoch || resume_pos <= epoch_pos) return 0;
+    return resume_pos - epoch_pos;
+  }
+  // Counts a batch handed out (stats, telemetry).
+  void RecordHandedOut(const shm::SlotDesc& d, const BatchInfo& info) {
+    const int64_t b = info.size;
+    if (collector != nullptr) {
+      collector->Add(telemetry::Counter::kBatchesReceived, 1);
+      collector->Add(telemetry::Counter::kSamplesReceived, b);
+      collector->SetGauge(telemetry::Gauge::kBufferOccupancy, outstanding);
+      if (d.scale_den != 0) {  // progressive resizing: what this consumer trains with
+        collector->SetGauge(telemetry::Gauge::kImageSize, d.image_size);
+        collector->SetGauge(telemetry::Gauge::kBatchSize, b);
+        collector->SetGauge(telemetry::Gauge::kLrFactor, info.lr_factor);
+        auto& mix = epoch_mix[d.image_size];
+        mix.batches += 1;
+        mix.samples += b;
+        mix.batch = b;
+        mix.lr = info.lr_factor;
+      }
+    }
+    stats.batches += 1;
+    stats.samples += b;
+    stats.repeats += info.repeats;
+    epoch_repeats += info.repeats;
+    ring->RecordBatch();
+  }
+  // The epoch is over for this consumer: its last batch was handed out, or its last
+  // producer batches gave it none (entirely skipped as bad, or a dropped remainder). Counts
+  // it once; true when this consumer's epochs are complete (then it drains at once, so that
+  // a batch kept after the loop never holds the other consumers back).
+  bool CompleteEpochLocked(uint64_t e, uint32_t base_b) {
+    if (completed_epoch == e) return finished;  // already, at its predicted last batch
+    completed_epoch = e;
+    stats.epochs_completed += 1;
+    next_position = {e + 1, 0};
+    stats.repeats_per_epoch.push_back(epoch_repeats);
+    BC_LOG(Info, Node, "consumer: epoch {} complete: {} batches, {} fill repeats", e,
+           index_in_epoch, epoch_repeats);
+    if (collector != nullptr && !epoch_mix.empty()) {
+      std::string line = fmt::format("consumer b={}: epoch {}: {} batches, {} fill repeats:",
+                                     base_b, e, index_in_epoch, epoch_repeats);
+      for (const auto& [size, m] : epoch_mix)
+        line += fmt::format(" @{} {} x {} lr x{:.3g};", size, m.batches, m.batch, m.lr);
+      collector->Annotate(line);
+    }
+    // Done: drain now, so that a batch kept after the loop (a loop variable) never holds
+    // the other consumers back; the slot stays ours until that batch is released.
+    if (stats.epochs_completed < epoch_budget) return false;
+    FinishLocked();
+    return true;
+  }
+  std::string HeldList() const {
+    std::string out;
+    for (const auto& [serial, h] : held)
+      out += fmt::format("{}epoch {} batch {} (producer batch {})", out.empty() ? "" : ", ",
+                         h.epoch, h.index, h.seq);
+    return out;
+  }
+};
+
+// This consumer's batches from producer batch `a` (appended to *out), by the carving the
+// consumer uses: per producer batch (carve_offset / carve_shuffle / progressive resizing),
+// exact (the default), or sharded (mode=shard).
+std::vector<Piece> PerBatchPieces(const shm::SlotDesc* d, uint32_t b, uint32_t flags,
+                                  uint64_t order_seed);
+Status ExactPieces(ConsumerCore& c, const shm::AcquiredBatch& a, uint32_t b,
+                   std::vector<Piece>* out);
+Status ShardPieces(ConsumerCore& c, const shm::AcquiredBatch& a, uint32_t b,
+                   std::vector<Piece>* out);
+
+// The views and info of `piece` of the producer batch being carved.
+struct PieceViews {
+  TensorView images, labels;
+  const int64_t* ids = nullptr;
+};
+PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info);
+
+}  // namespace batchcast::internal
