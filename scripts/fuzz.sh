@@ -23,7 +23,8 @@ jobs=${JOBS:-2}
 die() { echo "fuzz: $*" >&2; exit 2; }
 
 build_targets() {
-  command -v clang++ >/dev/null || die "clang++ not found: run scripts/deps.sh (Debian package clang)"
+  command -v clang++ >/dev/null ||
+    die "clang++ not found: run scripts/deps.sh (Debian packages clang, libclang-rt-14-dev)"
   if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$root/tests/fuzz" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
       -DCMAKE_BUILD_TYPE=None ${FUZZ_CMAKE_FLAGS:-} >/dev/null || die "configure of $build failed"
@@ -47,14 +48,13 @@ fuzz_one() {
   [ "$t" = fuzz_hdf5 ] && asan=$asan:allocator_may_return_null=1:max_allocation_size_mb=1024
   local args=(-timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}"
               -artifact_prefix="$art" -print_final_stats=1 -detect_leaks=1)
-  local rc
+  local rc ubsan=print_stacktrace=1:halt_on_error=1
   if [ "$secs" -gt 0 ]; then
-    ASAN_OPTIONS=${ASAN_OPTIONS:-$asan} \
-    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    ASAN_OPTIONS=${ASAN_OPTIONS:-$asan} UBSAN_OPTIONS=${UBSAN_OPTIONS:-$ubsan} \
       "$build/$t" "${args[@]}" -max_total_time="$secs" "$work" "$seeds" >"$log" 2>&1
     rc=$?
   else
-    ASAN_OPTIONS=${ASAN_OPTIONS:-$asan} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    ASAN_OPTIONS=${ASAN_OPTIONS:-$asan} UBSAN_OPTIONS=${UBSAN_OPTIONS:-$ubsan} \
       "$build/$t" "${args[@]}" -runs=0 "$seeds" >"$log" 2>&1
     rc=$?
   fi

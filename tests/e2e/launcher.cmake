@@ -9,7 +9,7 @@ target_compile_options(launcher_trainer PRIVATE ${BATCHCAST_WARNINGS})
 add_executable(launcher_placement_test ${CMAKE_CURRENT_LIST_DIR}/launcher_placement_test.cc)
 target_link_libraries(launcher_placement_test PRIVATE bc_launch_run GTest::gtest_main)
 target_compile_options(launcher_placement_test PRIVATE ${BATCHCAST_WARNINGS})
-gtest_discover_tests(launcher_placement_test DISCOVERY_MODE PRE_TEST
+gtest_discover_tests(launcher_placement_test DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 120
                      PROPERTIES LABELS "unit;e2e" TIMEOUT 60)
 
 set(launcher_env LAUNCHER_RUN_BIN=$<TARGET_FILE:batchcast_run>

@@ -5,9 +5,10 @@
 // socket); each input is a script of client operations on up to four connections to it:
 // connect, send raw bytes (truncated, split or malformed messages), send a join, status,
 // drain or leave message built from the input's bytes (magic, version, type and size
-// sometimes wrong), admit the joining members, close. After the script every connection
-// is closed and the leader must still answer status queries, not have failed its stream,
-// and soon show no member left (every closed connection reaped, whatever it sent).
+// sometimes wrong), admit the joining members, write a member's heartbeat, position or
+// releases into the control segment, publish a position, close. After the script every
+// connection is closed and the leader must still answer status queries, not have failed its
+// stream, and soon show no member left (every closed connection reaped, whatever it sent).
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +24,8 @@
 #include "core/log.h"
 #include "fuzz_util.h"
 #include "transport/shm/control.h"
+#include "transport/shm/futex.h"
+#include "transport/shm/segment.h"
 #include "transport/shm/ring_leader.h"
 
 namespace {
@@ -97,7 +100,8 @@ void SendMessage(int fd, Script* s) {
     msg.join.flags = s->Byte() % 8;
     msg.join.order_seed = s->Word();
     s->Bytes(msg.join.name, sizeof(msg.join.name));  // not always terminated
-  } else if (type == uint32_t(shm::MessageType::kDrain) || type == uint32_t(shm::MessageType::kLeave)) {
+  } else if (type == uint32_t(shm::MessageType::kDrain) ||
+             type == uint32_t(shm::MessageType::kLeave)) {
     msg.member.position = s->Word();
     len = sizeof(shm::MemberMessage);
   }
@@ -107,6 +111,34 @@ void SendMessage(int fd, Script* s) {
   if (kind & 0x20) len = std::min<size_t>(len, s->Byte() % (sizeof(msg) + 1));
   if (kind & 0x40) len = (kind & 0x80) ? sizeof(shm::JoinRequest) : sizeof(shm::MemberMessage);
   SendAll(fd, msg.bytes, len);
+}
+
+// What a consumer process writes into the shared control segment, with values from the
+// script (hostile ones included): its heartbeat (last_seen_ns, an old one gets it evicted),
+// its position, its counters, and releases (its bit cleared from a slot's pending mask).
+// Only its own entry and bit, as a consumer does: the segment is writable by any process of
+// the leader's uid, so other entries are not a boundary the leader can defend.
+void MemberWrites(shm::RingLeader* leader, Script* s) {
+  std::vector<shm::MemberInfo> members = leader->Members();
+  if (members.empty()) return;
+  const uint32_t id = members[s->Byte() % members.size()].id;
+  shm::ConsumerEntry& e = leader->view().control->consumers[id];
+  const uint8_t what = s->Byte();
+  const uint64_t value = (uint64_t(s->Word()) << 32) | s->Word();
+  switch (what % 5) {
+    case 0: e.last_seen_ns.store(shm::MonotonicNs()); break;          // a heartbeat
+    case 1: e.last_seen_ns.store(static_cast<int64_t>(value)); break;  // a stale or odd one
+    case 2: e.position.store(leader->next_seq() - (value % 8)); break;  // acquired up to here
+    case 3: e.position.store(value); break;                             // garbage
+    case 4: {                                                           // a release
+      const uint32_t slot = static_cast<uint32_t>(value % leader->max_slots());
+      leader->view().pending(slot).fetch_and(~shm::RingLeader::MemberBit(id));
+      leader->view().control->release_futex.fetch_add(1);
+      break;
+    }
+  }
+  e.batches.fetch_add(what);
+  e.wait_ns.store(value);
 }
 
 }  // namespace
@@ -123,7 +155,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<int> conns;
   auto pick = [&](uint8_t b) { return conns[b % conns.size()]; };
   for (int ops = 0; ops < 64 && !s.done(); ++ops) {
-    switch (s.Byte() % 5) {
+    switch (s.Byte() % 7) {
       case 0:  // connect
         if (conns.size() < kMaxConnections) {
           auto fd = shm::ConnectAbstract(leader->socket_name());
@@ -153,6 +185,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           conns.erase(it);
         }
         break;
+      case 5:  // a member writes its entry of the control segment
+        MemberWrites(leader, &s);
+        break;
+      case 6: {  // the producer publishes the next position if a slot is free now
+        auto slot = leader->AcquireSlot(0);
+        if (slot.ok()) leader->Publish(*slot);
+        break;
+      }
     }
   }
   for (int fd : conns) close(fd);

@@ -3,7 +3,8 @@
 // libFuzzer target: the HDF5 dataset reader (data::DatasetReader) on mutated dataset files.
 // The input is written to a memfd and opened by path with the real reader, as the leader
 // opens a dataset: Open (layout, metadata, labels, buckets), then the labels, sizes and
-// the stored bytes of a few samples, singly and as one range read.
+// the stored bytes of a few samples (checked against their stored checksums), singly and as
+// one range read.
 #include <hdf5.h>
 
 #include <algorithm>
@@ -34,7 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (*reader)->Label(i);
     (*reader)->OriginalWidth(i);
     (*reader)->OriginalHeight(i);
-    (*reader)->ReadSample(i, &sample).IgnoreError();
+    if ((*reader)->ReadSample(i, &sample).ok())
+      (*reader)->VerifySample(i, sample).IgnoreError();  // the stored checksum, when there is one
     for (int s : info.bucket_sizes) (*reader)->ReadBucketSample(s, i, &sample).IgnoreError();
   }
   std::vector<std::vector<uint8_t>> range;

@@ -27,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::MemFile file(data, size);
   auto from_file = schedule::ResizeSpecFromConfigFile(file.path());
   if (from_file.ok())
-    fuzz::Check(schedule::ValidateResizeSpec(*from_file).ok(), "ResizeSpecFromConfigFile: validates");
+    fuzz::Check(schedule::ValidateResizeSpec(*from_file).ok(),
+                "ResizeSpecFromConfigFile: validates");
   auto telemetry = telemetry::ParseTelemetrySpec(text);
   if (telemetry.ok() && telemetry->enabled)
     fuzz::Check(telemetry->collector.interval_ms >= 10, "ParseTelemetrySpec: interval >= 10ms");

@@ -6,8 +6,10 @@ Usage: /usr/bin/python3 tests/fuzz/make_corpus.py BATCHCAST_CLI [OUT_DIR]
 Images come from PIL (small JPEG and PNG files of every kind the decoder handles), the
 HDF5 datasets from the project's own converter (`batchcast convert`, encoded and raw), the
 IDX files, spec strings and control-socket scripts are written here. Every seed is small
-(the HDF5 ones a few KB) so the corpus stays in the repository. Regression inputs found by
-fuzzing are kept beside the seeds as regress-*; this script never removes them.
+(the HDF5 ones about 25 KB) so the corpus stays in the repository. Regression inputs found by
+fuzzing are kept beside the seeds as regress-*, and fuzz_hdf5's legacy-*.h5 are the same
+datasets as written before the converters stored checksums and used HDF5's newer format
+bounds (older files users still have); this script never removes either.
 """
 import gzip
 import io
@@ -135,7 +137,7 @@ def specs(out):
 
 
 # Control-socket scripts (tests/fuzz/fuzz_control.cc): op bytes 0 connect, 1 raw bytes,
-# 2 protocol message, 3 admit, 4 close.
+# 2 protocol message, 3 admit, 4 close, 5 a member writes its control entry, 6 publish.
 def join(conn, batch=2, depth=1, flags=0, name=b"trainer"):
     payload = struct.pack(">IIBBBI", 4242, 0, batch, depth, flags, 7) + name.ljust(32, b"\0")
     return bytes([2, conn, 0, 0]) + payload
@@ -158,6 +160,10 @@ def control(out):
                              bytes([4, 0])]
     seeds["raw-garbage"] += [bytes([1, 0, 10]) + b"BCC1garbag"]
     seeds["truncated-join"] += [join(0)[:3] + bytes([0x20]) + join(0)[4:] + bytes([40])]
+    # member write: 5, member, what (0 heartbeat, 2 position, 4 release), 8 value bytes
+    seeds["publish-heartbeat-release"] = [0, join(0), 3, 6, bytes([5, 0, 0]) + bytes(8),
+                                          bytes([5, 0, 4]) + bytes(8), bytes([5, 0, 2]) + bytes(8),
+                                          6, member(0, 2), bytes([4, 0])]
     for name, parts in seeds.items():
         write(out, t, name, b"".join(bytes([p]) if isinstance(p, int) else p for p in parts))
 

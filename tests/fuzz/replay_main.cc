@@ -4,7 +4,7 @@
 // harness (the normal build's ctests fuzz_corpus_<target>, label fuzz), so the seed and
 // regression inputs of tests/fuzz/corpus/ run with the compiler and flags users build with.
 //
-//   fuzz_replay TARGET DIR|FILE...      TARGET: fuzz_image fuzz_hdf5 fuzz_idx fuzz_spec fuzz_control
+//   fuzz_replay TARGET DIR|FILE...   TARGET: fuzz_image fuzz_hdf5 fuzz_idx fuzz_spec fuzz_control
 //
 // tests/CMakeLists.txt compiles each harness with its LLVMFuzzer* entry points renamed
 // (BcFuzz<Name>One / BcFuzz<Name>Init) so that all of them link into this one executable.
@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
   if (target->init != nullptr) target->init(&argc, &argv);
   for (const fs::path& p : inputs) {
     std::ifstream f(p, std::ios::binary);
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                               std::istreambuf_iterator<char>());
     std::fprintf(stderr, "fuzz_replay: %s %s (%zu bytes)\n", target->name, p.c_str(), bytes.size());
     target->one(bytes.data(), bytes.size());  // a finding aborts (fuzz::Check) or crashes
   }
