@@ -61,6 +61,28 @@ const shm::SegmentView* ConsumerAccess::Segment(const Consumer& c) {
   return c.core_->ring ? &c.core_->ring->view() : nullptr;
 }
 
+Status ConsumerAccess::CheckDeviceCarving(const Consumer& consumer) {
+  const internal::ConsumerCore& c = *consumer.core_;
+  if (!c.ring) return FailedPreconditionError("gpu: the consumer has no mapped ring; attach it first");
+  const shm::StreamHeader* h = c.ring->header();
+  // Per-producer-batch carving (carve_offset, carve_shuffle, progressive resizing) never joins.
+  if ((c.ring->config().flags & (shm::kCarveOffset | shm::kCarveShuffle)) || h->resize_spec[0])
+    return Status::Ok();
+  const auto b = static_cast<uint32_t>(c.options.batch_size);
+  const char* why = c.shard_world > 1 ? "mode=shard collects each epoch's tail batch"
+                    : c.options.pad_last ? "pad_last pads the epoch's last batch"
+                    : (b == 0 || h->producer_batch % b != 0)
+                        ? "batch_size does not divide the producer batch, so batches span two"
+                        : nullptr;
+  if (why == nullptr) return Status::Ok();
+  return FailedPreconditionError(
+      "gpu: this consumer (batch_size {}, producer batch {}) would get batches joined in private "
+      "host memory, which the device path cannot map: {}. Use a batch_size that divides the "
+      "producer batch (or a producer_batch that is a multiple of it), no pad_last and "
+      "mode=replicate, or carve_offset=true (per-producer-batch carving with fill repeats), "
+      "or gpu=off (docs/gpu.md)", b, h->producer_batch, why);
+}
+
 void ConsumerAccess::OwnTelemetry(Consumer& c, std::shared_ptr<void> owned) {
   std::lock_guard<std::mutex> lock(c.core_->mu);
   c.core_->owned_telemetry = std::move(owned);

@@ -24,6 +24,11 @@ struct ConsumerAccess {
   static void OwnTelemetry(Consumer& consumer, std::shared_ptr<void> owned);
   // The mapped segments (GPU staging maps host view pointers to device slots with them).
   static const shm::SegmentView* Segment(const Consumer& consumer);
+  // The device path maps slot memory only: refuses (FailedPrecondition, naming the fix) a
+  // consumer whose exact carving joins batches in private host memory by construction
+  // (batch_size not dividing the producer batch, pad_last, mode=shard). Skipped samples can
+  // still make a joined batch at run time; ToDevice then fails with the same advice.
+  static Status CheckDeviceCarving(const Consumer& consumer);
 };
 
 }  // namespace batchcast::internal

@@ -128,6 +128,7 @@ Result<std::unique_ptr<GpuConsumer>> GpuConsumerFactory::Make(
   core->segment = ConsumerAccess::Segment(consumer);
   if (core->segment == nullptr)
     return FailedPreconditionError("gpu: the consumer has no mapped ring; attach it first");
+  BC_RETURN_IF_ERROR(ConsumerAccess::CheckDeviceCarving(consumer));
   core->map = std::move(map);
   std::unique_ptr<GpuConsumer> g(new GpuConsumer());
   g->core_ = std::move(core);

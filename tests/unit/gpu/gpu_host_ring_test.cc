@@ -279,11 +279,46 @@ TEST(GpuHostRingTest, OneConsumerExactlyOnceFromDeviceViews) {
   RunAndCheck({{8}, 2, 96, 4, 2});
 }
 
+// Batch sizes that divide the producer batch of 16: exact batches stay in slot memory.
 TEST(GpuHostRingTest, FourConsumersOneCopyPerProducerBatch) {
-  RunAndCheck({{8, 5, 7, 8}, 3, 96, 4, 2});
+  RunAndCheck({{8, 4, 2, 8}, 3, 96, 4, 2});
 }
 
-TEST(GpuHostRingTest, TwoSlotRingNeverRestagesAHeldSlot) { RunAndCheck({{8, 3}, 4, 64, 2, 1}); }
+TEST(GpuHostRingTest, TwoSlotRingNeverRestagesAHeldSlot) { RunAndCheck({{8, 4}, 4, 64, 2, 1}); }
+
+// A batch size that does not divide the producer batch would make the consumer join batches
+// in private host memory, which the device path cannot map: refused when the device consumer
+// is made, naming the fix, not at the first joined batch.
+TEST(GpuHostRingTest, BatchesThatWouldBeJoinedAreRefusedAtAttach) {
+  Options o;
+  o.batch_size = 8;
+  o.producer_batch = 16;
+  o.epochs = 1;
+  LeaderConfig cfg;
+  cfg.options = o;
+  cfg.expected_consumers = 1;
+  cfg.max_consumer_batch = 8;
+  cfg.socket_name = "bc-gpu-host-refuse-" + std::to_string(getpid());
+  cfg.job = "test";
+  cfg.join_timeout_ms = 30000;
+  auto leader = Leader::Create(cfg, std::make_unique<SyntheticSource>(32, 8));
+  ASSERT_TRUE(leader.ok()) << leader.status().ToString();
+  HostRing ring(cuda::DeviceRingConfig{});
+  Options co = o;
+  co.batch_size = 5;
+  auto c = Consumer::Attach((*leader)->address(), co, 0);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto gpu = internal::GpuConsumerFactory::Make(**c, std::make_unique<HostMap>(ring));
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(gpu.status().message().find("batch_size does not divide the producer batch"),
+            std::string::npos) << gpu.status().message();
+  co.batch_size = 4;
+  co.carve_offset = false;
+  auto ok = Consumer::Attach((*leader)->address(), co, 1);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(internal::GpuConsumerFactory::Make(**ok, std::make_unique<HostMap>(ring)).ok());
+}
 
 TEST(GpuHostRingTest, FinishSpecOnlyForUint8WithFinishOn) {
   Options o;
