@@ -15,7 +15,7 @@ SANITIZE_JOBS ?= 2
 # libFuzzer targets (scripts/fuzz.sh): own build dir with clang; `test` fuzzes each briefly.
 BUILD_FUZZ ?= build-fuzz
 FUZZ_SECONDS ?= 600
-FUZZ_CI_SECONDS ?= 12
+FUZZ_CI_SECONDS ?= 8
 # test-repeat: a label N times (scripts/test_repeat.sh).
 N ?= 20
 LABEL ?= mpi

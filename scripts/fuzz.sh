@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh build [BUILD_DIR]          configure (clang) and build every target
 #   scripts/fuzz.sh run   [BUILD_DIR]          fuzz each target FUZZ_SECONDS (default 600)
 #   scripts/fuzz.sh ci    [BUILD_DIR]          replay the corpus, then fuzz each target
-#                                              FUZZ_CI_SECONDS (default 12): `make test`
+#                                              FUZZ_CI_SECONDS (default 8): `make test`
 #
 # FUZZ_TARGETS restricts the targets (default: all). Each run starts from the checked-in
 # seed corpus tests/fuzz/corpus/<target>/ and keeps what it finds in BUILD_DIR/corpus/<target>
@@ -70,14 +70,30 @@ fuzz_one() {
   printf '%-14s %6ss %10s execs  ok (corpus %s)\n' "$t" "$secs" "${execs:-?}" "$corpus"
 }
 
+# One target: the corpus replayed, then fuzzing for `secs` seconds.
+one_target() {
+  local t=$1 secs=$2
+  if [ "${FUZZ_REPLAY:-1}" = 1 ] && [ "$secs" -gt 0 ]; then
+    fuzz_one "$t" 0 >/dev/null || { fuzz_one "$t" 0; return 1; }
+  fi
+  fuzz_one "$t" "$secs"
+}
+
+# Every target, JOBS (default 2) at a time: a libFuzzer process uses one core. Each target's
+# report is printed in the usual order once all are done.
 run_all() {
-  local secs=$1 rc=0 t
+  local secs=$1 rc=0 t parallel=${JOBS:-2} out=$build/logs/summary
+  rm -rf "$out"
+  mkdir -p "$out"
   printf '%-14s %7s %10s\n' target seconds executions
   for t in $targets; do
-    if [ "${FUZZ_REPLAY:-1}" = 1 ] && [ "$secs" -gt 0 ]; then
-      fuzz_one "$t" 0 >/dev/null || { fuzz_one "$t" 0; rc=1; continue; }
-    fi
-    fuzz_one "$t" "$secs" || rc=1
+    while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+    ( one_target "$t" "$secs" >"$out/$t.txt" 2>&1; echo $? >"$out/$t.rc" ) &
+  done
+  wait
+  for t in $targets; do
+    cat "$out/$t.txt"
+    [ "$(cat "$out/$t.rc" 2>/dev/null)" = 0 ] || rc=1
   done
   return $rc
 }
@@ -85,6 +101,6 @@ run_all() {
 case "$cmd" in
   build) build_targets ;;
   run) build_targets && run_all "${FUZZ_SECONDS:-600}" ;;
-  ci) build_targets && run_all "${FUZZ_CI_SECONDS:-12}" ;;
+  ci) build_targets && run_all "${FUZZ_CI_SECONDS:-8}" ;;
   *) die "usage: scripts/fuzz.sh build|run|ci [BUILD_DIR] (docs/testing.md)" ;;
 esac

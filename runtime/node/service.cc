@@ -27,6 +27,8 @@ Service::Service(const ServiceConfig& config, std::unique_ptr<producer::BatchSou
             p, config.options.seed, config.options.shuffle) {}
 
 Service::~Service() {
+  // A look-ahead fill still writes into a slot of the ring: finish it before the ring goes.
+  if (writer_ != nullptr) writer_->DrainLookahead();
   if (ring_ == nullptr) return;
   if (!ring_->failed()) ring_->End();
   ring_.reset();  // joins the control thread, whose status provider reads this object
