@@ -17,17 +17,6 @@
 namespace batchcast::cli {
 namespace {
 
-const char* StateName(uint32_t s) {
-  switch (static_cast<shm::MemberState>(s)) {
-    case shm::MemberState::kJoining: return "joining";
-    case shm::MemberState::kActive: return "active";
-    case shm::MemberState::kLeaving: return "leaving";
-    case shm::MemberState::kDraining: return "draining";  // done; still holds batches
-    case shm::MemberState::kEvicted: return "evicted";    // no heartbeat; holds its batches
-    default: return "free";
-  }
-}
-
 const char* StreamName(uint32_t s) {
   switch (static_cast<shm::StreamState>(s)) {
     case shm::StreamState::kRunning: return "running";
@@ -60,7 +49,7 @@ nlohmann::json ToJson(const std::string& socket, const shm::StatusReply& r) {
     c["name"] = std::string(m.name, strnlen(m.name, sizeof(m.name)));
     c["pid"] = m.pid;
     c["rank"] = m.rank;
-    c["state"] = StateName(m.state);
+    c["state"] = shm::MemberStateName(static_cast<shm::MemberState>(m.state));
     c["batch_size"] = m.batch_size;
     c["buffer_depth"] = m.buffer_depth;
     c["start_position"] = m.start_seq == shm::kNoSeq ? nlohmann::json() : nlohmann::json(m.start_seq);

@@ -44,25 +44,13 @@ void CopyInto(const py::handle& obj, void* dst, int64_t n, int64_t per_sample, c
   std::memcpy(dst, src, bytes);
 }
 
-const char* MemberStateName(shm::MemberState s) {
-  switch (s) {
-    case shm::MemberState::kFree: return "free";
-    case shm::MemberState::kJoining: return "joining";
-    case shm::MemberState::kActive: return "active";
-    case shm::MemberState::kLeaving: return "leaving";
-    case shm::MemberState::kDraining: return "draining";
-    case shm::MemberState::kEvicted: return "evicted";
-  }
-  return "unknown";
-}
-
 // One dict per consumer entry in use, as the leader sees it (its membership table).
 py::list MemberDicts(const shm::RingLeader& ring) {
   py::list out;
   for (const shm::MemberInfo& m : ring.Members()) {
     py::dict d;
     d["id"] = m.id;
-    d["state"] = MemberStateName(m.state);
+    d["state"] = shm::MemberStateName(m.state);
     d["pid"] = m.pid;
     d["rank"] = m.rank;
     d["name"] = m.name;

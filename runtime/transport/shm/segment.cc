@@ -9,6 +9,18 @@ uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
 
+const char* MemberStateName(MemberState s) {
+  switch (s) {
+    case MemberState::kFree: return "free";
+    case MemberState::kJoining: return "joining";
+    case MemberState::kActive: return "active";
+    case MemberState::kLeaving: return "leaving";
+    case MemberState::kDraining: return "draining";
+    case MemberState::kEvicted: return "evicted";
+  }
+  return "unknown";
+}
+
 SegmentGeometry ComputeGeometry(uint32_t max_slots, uint64_t slot_bytes) {
   SegmentGeometry g;
   g.max_slots = max_slots;

@@ -51,6 +51,10 @@ enum class MemberState : uint32_t {
   kEvicted = 5,
 };
 
+// "free", "joining", "active", "leaving", "draining" (done; still holds batches), "evicted"
+// (no heartbeat; holds its batches), "unknown": status reports (CLI, Python).
+const char* MemberStateName(MemberState s);
+
 enum SlotFlags : uint32_t {
   kLastInEpoch = 1u << 0,
 };
