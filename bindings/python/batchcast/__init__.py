@@ -213,7 +213,10 @@ class Consumer:
     address: the leader's address; default $BATCHCAST_ADDRESS (set by the launcher), or,
       inside an MPI job with mpi4py imported, the node leader formed by the MPI runtime.
     epochs: epochs to consume; None follows the leader to the end of its stream.
-    options: any Batchcast option (batch_size, buffer_depth, carve_offset, heartbeat_ms, ...).
+    options: any option a consumer reads (batch_size, buffer_depth, carve_offset, heartbeat_ms,
+      mode, rank, world_size, drop_last, start_epoch, ...); an option only the leader reads
+      (dataset, threads, image_size, producer_batch, ...) is refused with InvalidArgumentError
+      naming where it belongs.
     """
 
     def __init__(self, address=None, *, batch_size=None, buffer_depth=None, epochs=None,
