@@ -57,9 +57,10 @@ case "$case" in
     # Resume at a random position (printed): 5 trainers on 2 virtual nodes; shard: 6 global
     # batches of 5 x 8 per epoch; replicate: 29 batches of 8 per trainer, producer batch 24
     # (the position usually lies inside a producer batch, whose head the trainers skip).
+    # (start_batch >= 1: a real resume point; the leader must start there.)
     e=$((RANDOM % 2))
-    if [ "$case" = shard_resume ]; then b=$((RANDOM % 6)); mode=(--mode=shard)
-    else b=$((RANDOM % 29)); mode=(--mode=replicate --producer_batch=24); fi
+    if [ "$case" = shard_resume ]; then b=$((1 + RANDOM % 5)); mode=(--mode=shard)
+    else b=$((1 + RANDOM % 28)); mode=(--mode=replicate --producer_batch=24); fi
     echo "resume at start_epoch=$e start_batch=$b"
     run 150 -n 7 "$prog" "${common[@]}" "${mode[@]}" --ranks_per_node=4 --start_epoch=$e \
       --start_batch=$b && expect_pass ;;
