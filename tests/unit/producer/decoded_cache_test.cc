@@ -256,6 +256,25 @@ TEST_F(CacheSourceTest, ABudgetUnderOneProducerBatchIsRefusedNamingWhatToSet) {
   o.cache = 8 << 20;
   auto ok = MakePipelineSource(o);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  o.batch_size = 1;   // producer batch 2: about 160 KB
+  o.cache = 400 << 10;  // over one producer batch, about an eighth of the dataset: a WARN only
+  auto small = MakePipelineSource(o);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+}
+
+TEST(DecodedCacheTest, TheOptionIsASizeOffByDefault) {
+  EXPECT_EQ(Options().cache, 0);
+  auto r = ResolveOptions({"--cache=8g"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->cache, 8LL << 30);
+  auto bad = ResolveOptions({"--cache=8x"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cache"), std::string::npos) << bad.status().message();
+  Options o;
+  o.cache = -1;
+  Status st = ValidateOptions(o);
+  EXPECT_NE(st.message().find("option 'cache' must be a size >= 0"), std::string::npos)
+      << st.ToString();
 }
 
 TEST_F(CacheSourceTest, TheSourceGivesTheSameBatchesWithTheCacheAndCountsHits) {
