@@ -7,12 +7,12 @@
 #include <opencv2/core.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <sstream>
 
+#include "core/clock.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "data/dataset_inspect.h"
@@ -49,12 +49,6 @@ std::string_view BadSampleCause(std::string_view message) {
 namespace {
 
 enum class CropMode { kNone, kCenter, kRandom };
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // "0.485,0.456,0.406" → values; 1 value is broadcast to every channel.
 Result<std::vector<double>> ParseChannelValues(const std::string& key, const std::string& text,
@@ -323,12 +317,12 @@ Status PipelineImpl::LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t
 
 Status PipelineImpl::ReadSample(WorkerContext& ctx, int bucket_size, int64_t index,
                                 SampleTimes* times) {
-  const int64_t t0 = NowNs();
+  const int64_t t0 = core::SteadyNowNs();
   Status s = bucket_size > 0 ? reader_->ReadBucketSample(bucket_size, index, &ctx.encoded)
                              : reader_->ReadSample(index, &ctx.encoded);
   if (!s.ok()) return s.WithContext("read failed");
   if (verify_ && bucket_size == 0) BC_RETURN_IF_ERROR(reader_->VerifySample(index, ctx.encoded));
-  times->read_ns += NowNs() - t0;
+  times->read_ns += core::SteadyNowNs() - t0;
   return Status::Ok();
 }
 
@@ -383,9 +377,9 @@ Status PipelineImpl::LoadCached(WorkerContext& ctx, const BatchJob& job, int64_t
   } else {
     ++times->cache_misses;
     BC_RETURN_IF_ERROR(ReadSample(ctx, job.bucket_size, index, times));
-    const int64_t t0 = NowNs();
+    const int64_t t0 = core::SteadyNowNs();
     BC_RETURN_IF_ERROR(DecodeWhole(ctx, job, &s));
-    times->decode_ns += NowNs() - t0;
+    times->decode_ns += core::SteadyNowNs() - t0;
     cache_->Offer(key, s);  // only a sample decoded without error is offered
   }
   const CropBox full_box = ChooseBox(s.stored_width, s.stored_height, index, job.req.epoch);
@@ -422,11 +416,11 @@ Status PipelineImpl::ProcessSample(WorkerContext& ctx, const BatchJob& job, int6
     BC_RETURN_IF_ERROR(LoadCached(ctx, job, index, &box, &view, times));
   } else {
     BC_RETURN_IF_ERROR(ReadSample(ctx, job.bucket_size, index, times));
-    const int64_t t1 = NowNs();
+    const int64_t t1 = core::SteadyNowNs();
     BC_RETURN_IF_ERROR(LoadPixels(ctx, job, index, &box, &view));
-    times->decode_ns += NowNs() - t1;
+    times->decode_ns += core::SteadyNowNs() - t1;
   }
-  const int64_t t2 = NowNs();
+  const int64_t t2 = core::SteadyNowNs();
   const SampleLayout& l = job.spec.layout;
   const bool flip =
       options_.flip && SampleRng(options_.seed, epoch, static_cast<uint64_t>(index), RngStream::kFlip)
@@ -440,7 +434,7 @@ Status PipelineImpl::ProcessSample(WorkerContext& ctx, const BatchJob& job, int6
              view.channels == l.channels) {
     // The resize is the final pass: it writes the slot itself.
     ResizeBox(view, box, l.width, l.height, static_cast<uint8_t*>(dst), size_t(l.width) * l.channels);
-    times->transform_ns += NowNs() - t2;
+    times->transform_ns += core::SteadyNowNs() - t2;
     return Status::Ok();
   } else {
     const size_t stride = size_t(l.width) * view.channels;
@@ -449,7 +443,7 @@ Status PipelineImpl::ProcessSample(WorkerContext& ctx, const BatchJob& job, int6
     view = PixelView{ctx.resized.data(), stride, l.width, l.height, view.channels};
   }
   WriteOutput(view, flip, job.spec, dst);
-  times->transform_ns += NowNs() - t2;
+  times->transform_ns += core::SteadyNowNs() - t2;
   return Status::Ok();
 }
 
