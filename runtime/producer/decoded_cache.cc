@@ -16,7 +16,10 @@ struct DecodedCache::Entry {
 
 namespace {
 
-std::string Megabytes(double bytes) { return fmt::format("{:.1f} MB", bytes / 1e6); }
+// "12.3 MB", or "45.6 kB" under a megabyte (MNIST-sized samples).
+std::string Megabytes(double bytes) {
+  return bytes < 1e6 ? fmt::format("{:.1f} kB", bytes / 1e3) : fmt::format("{:.1f} MB", bytes / 1e6);
+}
 
 // A size as the option `cache` takes it, rounded up to whole megabytes.
 std::string SizeOption(double bytes) {
