@@ -34,6 +34,14 @@ case "$name" in
     # Replicate mode over 2 and 3 virtual nodes: the benchmark runs mpirun of itself; the
     # real-photo JPEG set (500x375, q90) is built once and cached in the build directory.
     exec "$bin" --cache "$build/benchmarks/multinode_set" --mpirun "$(command -v mpirun)" "$@" ;;
+  profile)
+    # The decoded-sample cache on the decode benchmark's real-photo JPEG set (built by one
+    # quick bench_decode run when missing).
+    set="$build/benchmarks/decode_set/500x375_q90_n300"
+    if [ ! -f "$set/complete" ]; then
+      "$build/benchmarks/bench_decode" --cache "$build/benchmarks/decode_set" --reps 1 > /dev/null
+    fi
+    exec "$bin" --set "$set" "$@" ;;
   fanout)
     # The real-photo JPEG set (500x375, q90) as HDF5, built once and cached in the build dir.
     exec "$bin" --cache "$build/benchmarks/fanout_set" "$@" ;;
