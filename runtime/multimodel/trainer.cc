@@ -134,6 +134,12 @@ struct ModelState {
   double train_s = 0, test_accuracy = -1;
 };
 
+// The files of the checkpoint after `epochs` epochs: one pair per epoch, so that the
+// state.json naming them is replaced last and a kill at any moment leaves one whole pair.
+std::string CheckpointFile(const ModelState& m, int epochs, const char* what) {
+  return m.dir + "/checkpoint-e" + std::to_string(epochs) + what + ".pt";
+}
+
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const ModelSpec& s,
                                                        std::vector<torch::Tensor> params) {
   switch (s.optimizer) {
@@ -182,7 +188,8 @@ struct MultiModelTrainer::Impl {
   Status Step(ModelState& m, const Batch& batch, EpochRecord* rec);
   Status EndEpoch(ModelState& m, EpochRecord& rec);
   Status Checkpoint(ModelState& m);
-  Status Finish(ModelState& m);
+  Status SaveFinal(ModelState& m);
+  void Release(ModelState& m);
   Status RunConcurrent();
   Status RunSequential();
   Status WriteResults();
@@ -263,7 +270,7 @@ Status MultiModelTrainer::Impl::LoadModel(ModelState& m) {
           s.name, m.epochs_done, s.epochs, m.dir);
     if (m.finished) return Status::Ok();
   }
-  const std::string from = m.epochs_done > 0 ? m.dir + "/checkpoint.pt" : s.path;
+  const std::string from = m.epochs_done > 0 ? CheckpointFile(m, m.epochs_done, "") : s.path;
   try {
     m.module = std::make_unique<torch::jit::Module>(torch::jit::load(from));
   } catch (const c10::Error& e) {
@@ -283,12 +290,13 @@ Status MultiModelTrainer::Impl::LoadModel(ModelState& m) {
   m.optimizer = MakeOptimizer(s, params);
   if (m.epochs_done > 0) {
     try {
-      torch::load(*m.optimizer, m.dir + "/checkpoint_optimizer.pt");
+      torch::load(*m.optimizer, CheckpointFile(m, m.epochs_done, "_optimizer"));
     } catch (const c10::Error& e) {
       return CorruptDataError(
-          "train-many: model '{}': optimizer state {}/checkpoint_optimizer.pt cannot be loaded "
-          "({}); delete {} to train it from scratch",
-          s.name, m.dir, FirstLine(e.what_without_backtrace()), m.dir);
+          "train-many: model '{}': optimizer state {} cannot be loaded ({}); delete {} to train "
+          "it from scratch",
+          s.name, CheckpointFile(m, m.epochs_done, "_optimizer"), FirstLine(e.what_without_backtrace()),
+          m.dir);
     }
   }
   return Status::Ok();
@@ -378,19 +386,22 @@ Status MultiModelTrainer::Impl::Checkpoint(ModelState& m) {
              {"params", m.params}, {"epochs", m.epochs}, {"train_s", m.train_s},
              {"test_accuracy", m.test_accuracy}};
   if (!m.finished) {
-    try {  // the model and optimizer first, then the state that points at them
-      m.module->save(m.dir + "/checkpoint.pt.tmp");
-      torch::save(*m.optimizer, m.dir + "/checkpoint_optimizer.pt.tmp");
+    try {  // the model and optimizer first, then the state that names them
+      m.module->save(CheckpointFile(m, m.epochs_done, ""));
+      torch::save(*m.optimizer, CheckpointFile(m, m.epochs_done, "_optimizer"));
     } catch (const c10::Error& e) {
       return IoError("train-many: cannot checkpoint model '{}' in {}: {}", m.spec->name, m.dir,
                      FirstLine(e.what_without_backtrace()));
     }
-    std::error_code ec;
-    fs::rename(m.dir + "/checkpoint.pt.tmp", m.dir + "/checkpoint.pt", ec);
-    if (!ec) fs::rename(m.dir + "/checkpoint_optimizer.pt.tmp", m.dir + "/checkpoint_optimizer.pt", ec);
-    if (ec) return IoError("train-many: cannot checkpoint model '{}' in {}: {}", m.spec->name, m.dir, ec.message());
   }
-  return WriteFileAtomically(m.dir + "/state.json", st.dump(1));
+  BC_RETURN_IF_ERROR(WriteFileAtomically(m.dir + "/state.json", st.dump(1)));
+  std::error_code ec;  // the previous pair (and, once finished, the last) is no longer named
+  for (int e : {m.epochs_done - 1, m.finished ? m.epochs_done : -1}) {
+    if (e < 1) continue;
+    fs::remove(CheckpointFile(m, e, ""), ec);
+    fs::remove(CheckpointFile(m, e, "_optimizer"), ec);
+  }
+  return Status::Ok();
 }
 
 double Evaluate(torch::jit::Module& module, const torch::Tensor& x, const torch::Tensor& y) {
@@ -404,8 +415,8 @@ double Evaluate(torch::jit::Module& module, const torch::Tensor& x, const torch:
   return x.size(0) > 0 ? double(correct) / double(x.size(0)) : 0.0;
 }
 
-// The separator: save the finished model and its optimizer, then release both at once.
-Status MultiModelTrainer::Impl::Finish(ModelState& m) {
+// The separator, part one: evaluate and save the finished model and its optimizer.
+Status MultiModelTrainer::Impl::SaveFinal(ModelState& m) {
   if (test.first.defined()) m.test_accuracy = Evaluate(*m.module, test.first, test.second);
   try {
     m.module->save(m.dir + "/model.pt");
@@ -415,21 +426,29 @@ Status MultiModelTrainer::Impl::Finish(ModelState& m) {
                    FirstLine(e.what_without_backtrace()));
   }
   m.finished = true;
-  BC_RETURN_IF_ERROR(Checkpoint(m));
+  return Status::Ok();
+}
+
+// Part two, once its state says finished: free the module and the optimizer at once.
+void MultiModelTrainer::Impl::Release(ModelState& m) {
   Event(m, "finished", {{"epochs_done", m.epochs_done}, {"steps", m.steps},
                         {"test_accuracy", m.test_accuracy}, {"model_file", m.dir + "/model.pt"}});
   const double before = CurrentRssMib();
   m.optimizer.reset();
   m.module.reset();
   Event(m, "released", {{"rss_mib_before", before}, {"rss_mib_after", CurrentRssMib()}});
-  return Status::Ok();
 }
 
+// The checkpoint (state.json) is the record of a model's epochs; events.jsonl is a log
+// written after it, so a kill between the two loses a log line, never an epoch.
 Status MultiModelTrainer::Impl::EndEpoch(ModelState& m, EpochRecord& rec) {
   ++m.epochs_done;
   m.train_s += rec.step_s;
   json j = rec.ToJson();
   m.epochs.push_back(j);
+  const bool last = m.epochs_done == m.spec->epochs;
+  if (last) BC_RETURN_IF_ERROR(SaveFinal(m));
+  BC_RETURN_IF_ERROR(Checkpoint(m));
   Event(m, "epoch", j);
   if (options.collector != nullptr)  // the per-model series `batchcast report` tabulates
     options.collector->Annotate(fmt::format(
@@ -437,8 +456,8 @@ Status MultiModelTrainer::Impl::EndEpoch(ModelState& m, EpochRecord& rec) {
         "peak_rss_mib={:.1f}",
         m.spec->name, rec.epoch, j["loss"].get<double>(), j["accuracy"].get<double>(),
         j["samples_per_s"].get<double>(), j["step_ms"].get<double>(), j["peak_rss_mib"].get<double>()));
-  if (m.epochs_done == m.spec->epochs) return Finish(m);
-  return Checkpoint(m);
+  if (last) Release(m);
+  return Status::Ok();
 }
 
 Result<int> MultiModelTrainer::Impl::RunEpochs(ModelState& m, int epochs) {

@@ -2,6 +2,9 @@
 # Checks of one train-many run (tests/multimodel/train_many_test.sh), from its output_dir:
 #   check_run.py order OUTDIR CONFIG PARAMS_JSON   the epochs ran in the policy's order
 #   check_run.py once OUTDIR N                     every model epoch saw samples 0..N-1 once
+#   check_run.py record OUTDIR N EPOCHS_JSON       results.json (the checkpointed record, over
+#                                                  restarts) has every model epoch once, each
+#                                                  with samples 0..N-1 once
 #   check_run.py field OUTDIR MODEL KEY            a key of a model in results.json
 # The expected order comes from a reference of the documented policies (docs/multi-model.md),
 # written apart from the C++ planner.
@@ -90,6 +93,21 @@ elif mode == "once":
     if count == 0:
         fail("no epoch was recorded in " + out)
     print("exactly once ok: %d model epochs of %d samples" % (count, n))
+elif mode == "record":
+    n, want = int(sys.argv[3]), json.loads(sys.argv[4])
+    want_hash = sum(mix(i) for i in range(n)) & M64
+    res = json.load(open(out + "/results.json"))
+    got = {m["name"]: [e["epoch"] for e in m["epochs"]] for m in res["models"]}
+    if got != {k: list(range(v)) for k, v in want.items()}:
+        fail("model epochs over the runs: %s; expected epochs %s once each" % (got, want))
+    for m in res["models"]:
+        for e in m["epochs"]:
+            if e["samples"] != n or e["distinct"] != n or int(e["id_hash"]) != want_hash:
+                fail("model %s epoch %d saw %d samples, %d distinct" % (m["name"], e["epoch"],
+                                                                       e["samples"], e["distinct"]))
+        if not m["finished"] or m["epochs_done"] != want[m["name"]]:
+            fail("model %s: finished %s after %d epochs" % (m["name"], m["finished"], m["epochs_done"]))
+    print("record ok: %s" % got)
 elif mode == "field":
     res = json.load(open(out + "/results.json"))
     print([m for m in res["models"] if m["name"] == sys.argv[3]][0][sys.argv[4]])

@@ -9,7 +9,8 @@
 #               and of completion; concurrent; every model epoch sees every sample once
 #   separator   pause by name, a finished model saved and released while the others are
 #               paused (no consumer left attached), SIGKILL, restart continuing every model
-#               from its checkpoint, resume by name during the run
+#               from its checkpoint, resume by name during the run; then SIGKILL at an
+#               arbitrary moment of a round-robin run and a restart
 set -euo pipefail
 case_name=${1:?case}
 bin=${BATCHCAST_BIN:?set BATCHCAST_BIN}
@@ -164,6 +165,8 @@ case_separator() {
   wait "$train_pid" 2>/dev/null || true
   train_pid=
   grep -q '"epochs_done": 1' out/lenet/state.json || fail "lenet's checkpoint is not at epoch 1"
+  [ -s out/lenet/checkpoint-e1.pt ] && [ -s out/lenet/checkpoint-e1_optimizer.pt ] ||
+    fail "lenet's checkpoint files of epoch 1 are missing"
   # Restart: lenet stays paused (by name, no epoch), resnet continues; then lenet resumes.
   printf 'lenet\n' >control
   train run.json >run2.log 2>&1 &
@@ -190,6 +193,18 @@ assert [e["event"] for e in ev if e["model"] == "lenet"].count("resumed") == 1, 
 print("restart ok:", {m["name"]: m["steps"] for m in res["models"]})
 PY
   "$py" "$here/check_run.py" once out "$n"
+  # A kill at an arbitrary moment (as a rule inside an epoch) under a sequential policy: the
+  # restart redoes only the interrupted epoch. Wherever the kill lands, the checkpointed record
+  # must hold every model epoch once, each with every sample once.
+  write_config rr.json round-robin out-rr
+  train rr.json >rr1.log 2>&1 &
+  train_pid=$!
+  wait_for "a first epoch" grep -q '"event":"epoch"' out-rr/events.jsonl
+  kill -KILL "$train_pid"
+  wait "$train_pid" 2>/dev/null || true
+  train_pid=
+  train rr.json >rr2.log 2>&1 || { cat rr2.log >&2; fail "the run restarted after SIGKILL failed"; }
+  "$py" "$here/check_run.py" record out-rr "$n" '{"mlp": 1, "lenet": 3, "resnet": 2}'
 }
 
 "case_$case_name"
