@@ -17,9 +17,10 @@
 namespace batchcast::cli {
 
 void RegisterTrainMany(CLI::App& app, int* exit_code) {
-  CLI::App* cmd = app.add_subcommand(
-      "train-many", "train several TorchScript models in one process on one batch stream "
-                    "(docs/multi-model.md; runs batchcast-train-many)");
+  CLI::App* cmd =
+      app.add_subcommand("train-many",
+                         "train several TorchScript models in one process on one batch stream "
+                         "(docs/multi-model.md; runs batchcast-train-many)");
   cmd->prefix_command();  // every word goes to batchcast-train-many, --help included
   cmd->set_help_flag();
   cmd->callback([cmd, exit_code] {

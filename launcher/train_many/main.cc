@@ -81,7 +81,9 @@ int ParseArgs(int argc, char** argv, Args* a) {
 
 // The leader's address, or a refusal under mpirun (the MPI Runtime gives a rank one consumer).
 batchcast::Result<std::string> LeaderAddress(const Args& a) {
-  auto bare = [](std::string s) { return s.rfind('@', 0) == 0 ? s.substr(1) : s; };  // "@name" as printed
+  auto bare = [](std::string s) {
+    return s.rfind('@', 0) == 0 ? s.substr(1) : s;
+  };  // "@name" as printed
   if (!a.address.empty()) return bare(a.address);
   if (std::string env = Env("BATCHCAST_ADDRESS"); !env.empty()) return bare(env);
   if (!Env("OMPI_COMM_WORLD_SIZE").empty() || !Env("PMI_SIZE").empty() || !Env("PMIX_RANK").empty())
@@ -108,8 +110,9 @@ int main(int argc, char** argv) {
   if (!options.ok()) return Fail(options.status());
   auto address = LeaderAddress(a);
   if (!address.ok()) return Fail(address.status());
-  auto telemetry = batchcast::node::TaskTelemetry::Start(
-      *options, -1, -1, batchcast::telemetry::Role::kConsumer, "train-many-" + std::to_string(getpid()));
+  auto telemetry =
+      batchcast::node::TaskTelemetry::Start(*options, -1, -1, batchcast::telemetry::Role::kConsumer,
+                                            "train-many-" + std::to_string(getpid()));
   if (!telemetry.ok()) return Fail(telemetry.status());
   batchcast::multimodel::TrainManyOptions to;
   to.stream = *options;

@@ -31,7 +31,8 @@ std::string Hint(const std::string& word, const std::vector<std::string>& candid
 }
 
 // Every key of `obj` must be in `allowed`; an unknown one names the closest allowed key.
-Status CheckKeys(const json& obj, const std::vector<std::string>& allowed, const std::string& where) {
+Status CheckKeys(const json& obj, const std::vector<std::string>& allowed,
+                 const std::string& where) {
   for (const auto& [key, value] : obj.items()) {
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
     return InvalidArgumentError("train-many: {}: unknown key '{}'{}; known keys: {}", where, key,
@@ -65,7 +66,8 @@ Status GetInt(const json& obj, const std::string& key, const std::string& where,
   return Status::Ok();
 }
 
-Status GetString(const json& obj, const std::string& key, const std::string& where, std::string* out) {
+Status GetString(const json& obj, const std::string& key, const std::string& where,
+                 std::string* out) {
   if (!obj.contains(key)) return Status::Ok();
   if (!obj.at(key).is_string() || obj.at(key).get<std::string>().empty())
     return InvalidArgumentError("train-many: {}: '{}' is {}; expected a non-empty string", where,
@@ -99,7 +101,8 @@ Status ParseSchedule(const json& m, const std::string& where, ModelSpec* s) {
   if (!m.contains("scheduler")) return Status::Ok();
   const json& sch = m.at("scheduler");
   const std::vector<std::string> names = {"none", "step", "cosine"};
-  const std::vector<LrSchedule> values = {LrSchedule::kNone, LrSchedule::kStep, LrSchedule::kCosine};
+  const std::vector<LrSchedule> values = {LrSchedule::kNone, LrSchedule::kStep,
+                                          LrSchedule::kCosine};
   if (sch.is_string()) return GetChoice(m, "scheduler", where, names, values, &s->schedule);
   if (!sch.is_object())
     return InvalidArgumentError(
@@ -120,9 +123,11 @@ Result<ModelSpec> ParseModel(const json& m, size_t index, const std::string& dir
   std::string where = "models[" + std::to_string(index) + "]";
   if (!m.is_object())
     return InvalidArgumentError("train-many: {}: is {}; expected an object", where, m.dump());
-  if (m.contains("name") && m.at("name").is_string()) where += " ('" + m.at("name").get<std::string>() + "')";
-  BC_RETURN_IF_ERROR(CheckKeys(m, {"name", "model", "lr", "batch_size", "optimizer", "momentum",
-                                   "weight_decay", "scheduler", "criterion", "epochs", "priority"},
+  if (m.contains("name") && m.at("name").is_string())
+    where += " ('" + m.at("name").get<std::string>() + "')";
+  BC_RETURN_IF_ERROR(CheckKeys(m,
+                               {"name", "model", "lr", "batch_size", "optimizer", "momentum",
+                                "weight_decay", "scheduler", "criterion", "epochs", "priority"},
                                where));
   ModelSpec s;
   for (const char* required : {"name", "model"})
@@ -145,11 +150,13 @@ Result<ModelSpec> ParseModel(const json& m, size_t index, const std::string& dir
   BC_RETURN_IF_ERROR(GetNumber(m, "lr", where, 0.0, 1e3, &s.lr));
   BC_RETURN_IF_ERROR(GetInt(m, "batch_size", where, 1, 1 << 20, &s.batch_size));
   BC_RETURN_IF_ERROR(GetChoice(m, "optimizer", where, {"sgd", "adam", "adamw"},
-                               {Optimizer::kSgd, Optimizer::kAdam, Optimizer::kAdamW}, &s.optimizer));
+                               {Optimizer::kSgd, Optimizer::kAdam, Optimizer::kAdamW},
+                               &s.optimizer));
   BC_RETURN_IF_ERROR(GetNumber(m, "momentum", where, 0.0, 1.0, &s.momentum));
   if (m.contains("momentum") && s.optimizer != Optimizer::kSgd)
     return InvalidArgumentError(
-        "train-many: {}: 'momentum' applies to optimizer sgd only; remove it or use \"sgd\"", where);
+        "train-many: {}: 'momentum' applies to optimizer sgd only; remove it or use \"sgd\"",
+        where);
   BC_RETURN_IF_ERROR(GetNumber(m, "weight_decay", where, 0.0, 1.0, &s.weight_decay));
   BC_RETURN_IF_ERROR(ParseSchedule(m, where, &s));
   BC_RETURN_IF_ERROR(GetChoice(m, "criterion", where, {"cross_entropy", "nll"},
@@ -170,17 +177,18 @@ Result<TrainManyConfig> ParseTrainManyConfig(const std::string& text, const std:
   }
   if (!j.is_object())
     return InvalidArgumentError("train-many: {}: expected a JSON object with \"models\"", path);
-  BC_RETURN_IF_ERROR(CheckKeys(j, {"policy", "sjf_by", "output_dir", "control_file", "test_dataset",
-                                   "test_limit", "mean", "std", "models"},
+  BC_RETURN_IF_ERROR(CheckKeys(j,
+                               {"policy", "sjf_by", "output_dir", "control_file", "test_dataset",
+                                "test_limit", "mean", "std", "models"},
                                path));
   const std::string dir = std::filesystem::absolute(path).parent_path().string();
   TrainManyConfig c;
-  BC_RETURN_IF_ERROR(GetChoice(j, "policy", path, {"concurrent", "fcfs", "priority", "sjf", "round-robin"},
-                               {Policy::kConcurrent, Policy::kFcfs, Policy::kPriority, Policy::kSjf,
-                                Policy::kRoundRobin},
-                               &c.policy));
-  BC_RETURN_IF_ERROR(GetChoice(j, "sjf_by", path, {"params", "epochs"}, {SjfBy::kParams, SjfBy::kEpochs},
-                               &c.sjf_by));
+  BC_RETURN_IF_ERROR(GetChoice(
+      j, "policy", path, {"concurrent", "fcfs", "priority", "sjf", "round-robin"},
+      {Policy::kConcurrent, Policy::kFcfs, Policy::kPriority, Policy::kSjf, Policy::kRoundRobin},
+      &c.policy));
+  BC_RETURN_IF_ERROR(GetChoice(j, "sjf_by", path, {"params", "epochs"},
+                               {SjfBy::kParams, SjfBy::kEpochs}, &c.sjf_by));
   if (j.contains("sjf_by") && c.policy != Policy::kSjf)
     return InvalidArgumentError(
         "train-many: {}: 'sjf_by' applies to policy sjf only; remove it or set \"policy\": \"sjf\"",
@@ -241,8 +249,8 @@ double LearningRate(const ModelSpec& s, int epoch) {
     case LrSchedule::kStep: return s.lr * std::pow(s.gamma, epoch / s.step_size);
     case LrSchedule::kCosine:
       // PyTorch's CosineAnnealingLR with T_max = epochs, stepped once per epoch.
-      return s.eta_min + (s.lr - s.eta_min) * 0.5 *
-                             (1.0 + std::cos(M_PI * double(epoch) / double(s.epochs)));
+      return s.eta_min +
+             (s.lr - s.eta_min) * 0.5 * (1.0 + std::cos(M_PI * double(epoch) / double(s.epochs)));
   }
   return s.lr;
 }

@@ -32,11 +32,8 @@ std::vector<Turn> PlanTurns(const TrainManyConfig& c, const std::vector<int64_t>
     for (int m : order) turns.push_back({m, epochs_left[size_t(m)]});
   };
   switch (c.policy) {
-    case Policy::kConcurrent:
-      break;
-    case Policy::kFcfs:
-      all_of_each();
-      break;
+    case Policy::kConcurrent: break;
+    case Policy::kFcfs: all_of_each(); break;
     case Policy::kSjf:
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
         if (c.sjf_by == SjfBy::kParams) return params[size_t(a)] < params[size_t(b)];
@@ -44,9 +41,7 @@ std::vector<Turn> PlanTurns(const TrainManyConfig& c, const std::vector<int64_t>
       });
       all_of_each();
       break;
-    case Policy::kRoundRobin:
-      RoundRobin(order, epochs_left, &turns);
-      break;
+    case Policy::kRoundRobin: RoundRobin(order, epochs_left, &turns); break;
     case Policy::kPriority:
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
         return c.models[size_t(a)].priority > c.models[size_t(b)].priority;

@@ -80,8 +80,7 @@ Status WriteFileAtomically(const std::string& path, const std::string& text) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << text;
-    if (!out.flush())
-      return IoError("train-many: cannot write {}: {}", tmp, std::strerror(errno));
+    if (!out.flush()) return IoError("train-many: cannot write {}: {}", tmp, std::strerror(errno));
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
@@ -91,10 +90,10 @@ Status WriteFileAtomically(const std::string& path, const std::string& text) {
 
 // What one model epoch saw: the exactly-once evidence and the training metrics.
 struct EpochRecord {
-  int epoch = 0;                // the model's own epoch (0-based)
-  uint64_t stream_epoch = 0;    // BatchInfo::epoch it was trained on
+  int epoch = 0;              // the model's own epoch (0-based)
+  uint64_t stream_epoch = 0;  // BatchInfo::epoch it was trained on
   int64_t samples = 0, distinct = 0, steps = 0, correct = 0;
-  uint64_t id_hash = 0;         // sum of Mix(sample id) over the epoch, mod 2^64
+  uint64_t id_hash = 0;  // sum of Mix(sample id) over the epoch, mod 2^64
   double loss_sum = 0, step_s = 0, lr = 0;
   std::vector<bool> seen;
 
@@ -109,10 +108,15 @@ struct EpochRecord {
     samples += n;
   }
   json ToJson() const {
-    return {{"epoch", epoch}, {"stream_epoch", stream_epoch}, {"samples", samples},
-            {"distinct", distinct}, {"id_hash", std::to_string(id_hash)}, {"steps", steps},
+    return {{"epoch", epoch},
+            {"stream_epoch", stream_epoch},
+            {"samples", samples},
+            {"distinct", distinct},
+            {"id_hash", std::to_string(id_hash)},
+            {"steps", steps},
             {"loss", steps ? loss_sum / double(steps) : 0.0},
-            {"accuracy", samples ? double(correct) / double(samples) : 0.0}, {"lr", lr},
+            {"accuracy", samples ? double(correct) / double(samples) : 0.0},
+            {"lr", lr},
             {"step_ms", steps ? 1e3 * step_s / double(steps) : 0.0},
             {"samples_per_s", step_s > 0 ? double(samples) / step_s : 0.0},
             {"peak_rss_mib", PeakRssMib()}};
@@ -223,8 +227,9 @@ bool MultiModelTrainer::Impl::Paused(const ModelState& m) {
     try {
       if (m.epochs_done >= std::stoi(line.substr(at + 1))) return true;
     } catch (const std::exception&) {
-      BC_LOG(Warn, Init, "train-many: control file {}: line '{}' is not NAME or NAME@EPOCHS; ignored",
-                  config.control_file, line);
+      BC_LOG(Warn, Init,
+             "train-many: control file {}: line '{}' is not NAME or NAME@EPOCHS; ignored",
+             config.control_file, line);
     }
   }
   return false;
@@ -234,7 +239,7 @@ bool MultiModelTrainer::Impl::WaitWhilePaused(ModelState& m) {
   if (!Paused(m)) return true;
   Event(m, "paused", {{"epochs_done", m.epochs_done}, {"steps", m.steps}});
   BC_LOG(Info, Init, "train-many: model '{}' paused after {} epochs (remove it from {} to resume)",
-              m.spec->name, m.epochs_done, config.control_file);
+         m.spec->name, m.epochs_done, config.control_file);
   while (!abort && Paused(m)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   if (abort) return false;
   Event(m, "resumed", {{"epochs_done", m.epochs_done}});
@@ -295,8 +300,8 @@ Status MultiModelTrainer::Impl::LoadModel(ModelState& m) {
       return CorruptDataError(
           "train-many: model '{}': optimizer state {} cannot be loaded ({}); delete {} to train "
           "it from scratch",
-          s.name, CheckpointFile(m, m.epochs_done, "_optimizer"), FirstLine(e.what_without_backtrace()),
-          m.dir);
+          s.name, CheckpointFile(m, m.epochs_done, "_optimizer"),
+          FirstLine(e.what_without_backtrace()), m.dir);
     }
   }
   return Status::Ok();
@@ -311,18 +316,21 @@ Status MultiModelTrainer::Impl::LoadTestSet() {
         "train-many: test_dataset {} is not raw images; convert it with --encode raw "
         "(scripts/fashion_mnist.sh)",
         config.test_dataset);
-  const int64_t n = config.test_limit > 0 ? std::min(config.test_limit, info.num_samples) : info.num_samples;
+  const int64_t n =
+      config.test_limit > 0 ? std::min(config.test_limit, info.num_samples) : info.num_samples;
   std::vector<std::vector<uint8_t>> samples;
   BC_RETURN_IF_ERROR(reader->ReadSamples(0, n, &samples));
   const int64_t h = info.raw_height, w = info.raw_width, c = info.raw_channels;
   auto images = torch::empty({n, h, w, c}, torch::kUInt8);  // stored HWC
   auto labels = torch::empty({n}, torch::kInt64);
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(images.data_ptr<uint8_t>() + i * h * w * c, samples[size_t(i)].data(), size_t(h * w * c));
+    std::memcpy(images.data_ptr<uint8_t>() + i * h * w * c, samples[size_t(i)].data(),
+                size_t(h * w * c));
     labels[i] = reader->Label(i);
   }
-  test = {images.permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0).sub(config.mean).div(config.std),
-          labels};
+  test = {
+      images.permute({0, 3, 1, 2}).to(torch::kFloat32).div(255.0).sub(config.mean).div(config.std),
+      labels};
   return Status::Ok();
 }
 
@@ -333,7 +341,8 @@ Status MultiModelTrainer::Impl::Load() {
     return IoError("train-many: cannot create output_dir {}: {}", config.output_dir, ec.message());
   events.open(config.output_dir + "/events.jsonl", std::ios::app);
   if (!events)
-    return IoError("train-many: cannot open {}/events.jsonl: {}", config.output_dir, std::strerror(errno));
+    return IoError("train-many: cannot open {}/events.jsonl: {}", config.output_dir,
+                   std::strerror(errno));
   models.resize(config.models.size());
   for (size_t i = 0; i < models.size(); ++i) {
     models[i].index = int(i);
@@ -360,8 +369,7 @@ Status MultiModelTrainer::Impl::Step(ModelState& m, const Batch& batch, EpochRec
         m.spec->name, m.spec->path, c10::str(x.sizes()), FirstLine(e.what()));
   }
   if (!m.shape_checked) {
-    if (out.dim() != 2 || out.size(0) != x.size(0) ||
-        out.size(1) <= t.labels.max().item<int64_t>())
+    if (out.dim() != 2 || out.size(0) != x.size(0) || out.size(1) <= t.labels.max().item<int64_t>())
       return InvalidArgumentError(
           "train-many: model '{}' returns {} for a batch of {}; expected [N, classes] with "
           "classes above the largest label ({})",
@@ -382,8 +390,12 @@ Status MultiModelTrainer::Impl::Step(ModelState& m, const Batch& batch, EpochRec
 }
 
 Status MultiModelTrainer::Impl::Checkpoint(ModelState& m) {
-  json st = {{"epochs_done", m.epochs_done}, {"steps", m.steps}, {"finished", m.finished},
-             {"params", m.params}, {"epochs", m.epochs}, {"train_s", m.train_s},
+  json st = {{"epochs_done", m.epochs_done},
+             {"steps", m.steps},
+             {"finished", m.finished},
+             {"params", m.params},
+             {"epochs", m.epochs},
+             {"train_s", m.train_s},
              {"test_accuracy", m.test_accuracy}};
   if (!m.finished) {
     try {  // the model and optimizer first, then the state that names them
@@ -410,7 +422,12 @@ double Evaluate(torch::jit::Module& module, const torch::Tensor& x, const torch:
   int64_t correct = 0;
   for (int64_t i = 0; i < x.size(0); i += 1000) {
     const int64_t end = std::min(x.size(0), i + 1000);
-    correct += module.forward({x.slice(0, i, end)}).toTensor().argmax(1).eq(y.slice(0, i, end)).sum().item<int64_t>();
+    correct += module.forward({x.slice(0, i, end)})
+                   .toTensor()
+                   .argmax(1)
+                   .eq(y.slice(0, i, end))
+                   .sum()
+                   .item<int64_t>();
   }
   return x.size(0) > 0 ? double(correct) / double(x.size(0)) : 0.0;
 }
@@ -431,8 +448,11 @@ Status MultiModelTrainer::Impl::SaveFinal(ModelState& m) {
 
 // Part two, once its state says finished: free the module and the optimizer at once.
 void MultiModelTrainer::Impl::Release(ModelState& m) {
-  Event(m, "finished", {{"epochs_done", m.epochs_done}, {"steps", m.steps},
-                        {"test_accuracy", m.test_accuracy}, {"model_file", m.dir + "/model.pt"}});
+  Event(m, "finished",
+        {{"epochs_done", m.epochs_done},
+         {"steps", m.steps},
+         {"test_accuracy", m.test_accuracy},
+         {"model_file", m.dir + "/model.pt"}});
   const double before = CurrentRssMib();
   m.optimizer.reset();
   m.module.reset();
@@ -455,7 +475,8 @@ Status MultiModelTrainer::Impl::EndEpoch(ModelState& m, EpochRecord& rec) {
         "model={} epoch={} loss={:.5f} accuracy={:.4f} samples_per_s={:.1f} step_ms={:.3f} "
         "peak_rss_mib={:.1f}",
         m.spec->name, rec.epoch, j["loss"].get<double>(), j["accuracy"].get<double>(),
-        j["samples_per_s"].get<double>(), j["step_ms"].get<double>(), j["peak_rss_mib"].get<double>()));
+        j["samples_per_s"].get<double>(), j["step_ms"].get<double>(),
+        j["peak_rss_mib"].get<double>()));
   if (last) Release(m);
   return Status::Ok();
 }
@@ -473,8 +494,9 @@ Result<int> MultiModelTrainer::Impl::RunEpochs(ModelState& m, int epochs) {
   while (!abort && (st = consumer->Next(&batch)).ok()) {
     const BatchInfo info = batch.info();
     if (rec && rec->stream_epoch != info.epoch) {
-      st = InternalError("train-many: model '{}': epoch {} ended before its last batch; a bug, please report",
-                         m.spec->name, rec->stream_epoch);
+      st = InternalError(
+          "train-many: model '{}': epoch {} ended before its last batch; a bug, please report",
+          m.spec->name, rec->stream_epoch);
       break;
     }
     if (!rec) {
@@ -493,8 +515,10 @@ Result<int> MultiModelTrainer::Impl::RunEpochs(ModelState& m, int epochs) {
     if (done == epochs || m.finished || Paused(m)) break;
   }
   batch.Release();
-  if (st.ok() || st.code() == StatusCode::kEndOfStream) st = consumer->Detach();
-  else consumer->Detach().IgnoreError();
+  if (st.ok() || st.code() == StatusCode::kEndOfStream)
+    st = consumer->Detach();
+  else
+    consumer->Detach().IgnoreError();
   if (!st.ok()) return st;
   if (done < epochs && !m.finished && !abort && !Paused(m))
     return UnavailableError(
@@ -535,7 +559,8 @@ Status MultiModelTrainer::Impl::RunSequential() {
     for (const Turn& t : turns)  // a model paused before its turn came
       if (!waiting.count(t.model) && Paused(models[size_t(t.model)])) {
         waiting.insert(t.model);
-        Event(models[size_t(t.model)], "paused", {{"epochs_done", models[size_t(t.model)].epochs_done}});
+        Event(models[size_t(t.model)], "paused",
+              {{"epochs_done", models[size_t(t.model)].epochs_done}});
       }
     auto it = std::find_if(turns.begin(), turns.end(),
                            [&](const Turn& t) { return !Paused(models[size_t(t.model)]); });
@@ -556,24 +581,31 @@ Status MultiModelTrainer::Impl::RunSequential() {
 }
 
 Status MultiModelTrainer::Impl::WriteResults() {
-  json r = {{"policy", PolicyName(config.policy)}, {"completion_order", completion},
-            {"wall_s", Seconds(Clock::now() - t0)}, {"peak_rss_mib", PeakRssMib()}};
+  json r = {{"policy", PolicyName(config.policy)},
+            {"completion_order", completion},
+            {"wall_s", Seconds(Clock::now() - t0)},
+            {"peak_rss_mib", PeakRssMib()}};
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   r["cpu_s"] = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
   for (const ModelState& m : models)
-    r["models"].push_back({{"name", m.spec->name}, {"params", m.params}, {"epochs_done", m.epochs_done},
-                           {"steps", m.steps}, {"finished", m.finished}, {"train_s", m.train_s},
-                           {"test_accuracy", m.test_accuracy}, {"epochs", m.epochs}});
+    r["models"].push_back({{"name", m.spec->name},
+                           {"params", m.params},
+                           {"epochs_done", m.epochs_done},
+                           {"steps", m.steps},
+                           {"finished", m.finished},
+                           {"train_s", m.train_s},
+                           {"test_accuracy", m.test_accuracy},
+                           {"epochs", m.epochs}});
   return WriteFileAtomically(config.output_dir + "/results.json", r.dump(1));
 }
 
 MultiModelTrainer::MultiModelTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MultiModelTrainer::~MultiModelTrainer() = default;
 
-Result<std::unique_ptr<MultiModelTrainer>> MultiModelTrainer::Create(const TrainManyConfig& config,
-                                                                     const TrainManyOptions& options) {
+Result<std::unique_ptr<MultiModelTrainer>> MultiModelTrainer::Create(
+    const TrainManyConfig& config, const TrainManyOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;

@@ -24,9 +24,9 @@ class Collector;
 namespace batchcast::multimodel {
 
 struct TrainManyOptions {
-  Options stream;          // consumer options; batch_size and epochs are set per model
-  std::string address;     // the leader's or service's address
-  int torch_threads = 1;   // LibTorch intra-op threads (per process)
+  Options stream;         // consumer options; batch_size and epochs are set per model
+  std::string address;    // the leader's or service's address
+  int torch_threads = 1;  // LibTorch intra-op threads (per process)
   // Optional (the `telemetry` option): each model epoch is annotated as
   // "model=NAME epoch=E loss=... accuracy=... samples_per_s=... step_ms=... peak_rss_mib=...".
   telemetry::Collector* collector = nullptr;
