@@ -9,6 +9,10 @@ if [ "$name" = python ]; then
   # The Python bindings against the C++ consumer (needs _batchcast and bench_python_consumer).
   exec /usr/bin/python3 "$(dirname "$0")/bench_python.py" --build "$build" "$@"
 fi
+if [ "$name" = multimodel ]; then
+  # train-many: one process with three models vs one process per model (needs LibTorch).
+  exec /usr/bin/python3 "$(dirname "$0")/bench_multimodel.py" --build "$build" "$@"
+fi
 if [ "$name" = telemetry ]; then
   # The fan-out benchmark with telemetry off and on, side by side.
   exec "$build/benchmarks/bench_fanout" --cache "$build/benchmarks/fanout_set" --compare-telemetry 1 "$@"
