@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "core/errors.h"
@@ -61,10 +62,12 @@ class SuperblockCheck {
   }
   Status CheckVersion01(const uint8_t* sb, size_t avail);
   Status CheckVersion23(const uint8_t* sb, size_t avail);
-  Status CheckSizes(int offsets, int lengths) const;
+  Status CheckSizes(int offsets, int lengths);
   Status CheckEnd(size_t avail, size_t sb_size, uint64_t base, uint64_t stored_eof);
   Status CheckAddress(const char* field, uint64_t addr, uint64_t need) const;
   Status CheckObjectHeader(const char* field, uint64_t addr) const;
+  Status CheckContinuations(const char* field, uint64_t header, bool order,
+                            std::pair<uint64_t, uint64_t> first, bool v2) const;
   Status CheckDriverInfo(uint64_t addr) const;
 
   const int fd_;
@@ -73,6 +76,7 @@ class SuperblockCheck {
   uint64_t super_ = 0;   // byte offset of the superblock
   int version_ = 0;
   uint64_t sb_size_ = 0;
+  int offsets_ = 8, lengths_ = 8;  // sizes of addresses and lengths in bytes
   uint64_t eof_ = 0;  // end of the HDF5 data, relative to the superblock
 };
 
@@ -110,11 +114,13 @@ Status SuperblockCheck::Run() {
   return Bad("has a version this HDF5 cannot read (it reads versions 0 to 3)");
 }
 
-Status SuperblockCheck::CheckSizes(int offsets, int lengths) const {
+Status SuperblockCheck::CheckSizes(int offsets, int lengths) {
   if (!ValidFieldSize(offsets))
     return Bad("has 'size of offsets' {}, expected 2, 4, 8, 16 or 32", offsets);
   if (!ValidFieldSize(lengths))
     return Bad("has 'size of lengths' {}, expected 2, 4, 8, 16 or 32", lengths);
+  offsets_ = offsets;
+  lengths_ = lengths;
   return Status::Ok();
 }
 
@@ -196,27 +202,72 @@ Status SuperblockCheck::CheckAddress(const char* field, uint64_t addr, uint64_t 
   return Status::Ok();
 }
 
-// An object header (version 1, or "OHDR" version 2) whose prefix and first chunk end inside
-// the file's data: HDF5 allocates the first chunk's declared size before reading it.
+// An object header (version 1, or "OHDR" version 2) whose chunks end inside the file's
+// data: the first, and every continuation chunk its messages name (HDF5 loads them all
+// when it first reads the header, allocating each declared size before reading it).
 Status SuperblockCheck::CheckObjectHeader(const char* field, uint64_t addr) const {
   BC_RETURN_IF_ERROR(CheckAddress(field, addr, 16));
   uint8_t h[40];
   BC_RETURN_IF_ERROR(Read(super_ + addr, h, sizeof(h)).status());
   uint64_t prefix = 16, chunk = 0;
-  if (std::memcmp(h, "OHDR", 4) == 0 && h[4] == 2) {
-    const uint8_t flags = h[5];
-    prefix = 6 + ((flags & 0x20) != 0 ? 16 : 0) + ((flags & 0x10) != 0 ? 4 : 0);
-    const int width = 1 << (flags & 3);
+  const bool v2 = std::memcmp(h, "OHDR", 4) == 0 && h[4] == 2;
+  if (v2) {
+    prefix = 6 + ((h[5] & 0x20) != 0 ? 16 : 0) + ((h[5] & 0x10) != 0 ? 4 : 0);
+    const int width = 1 << (h[5] & 3);
     chunk = DecodeLe(h + prefix, width);
-    prefix += uint64_t(width) + 4;  // and the checksum after the chunk
+    prefix += uint64_t(width);
   } else if (h[0] == 1) {
     chunk = DecodeLe(h + 8, 4);
   } else {
     return Bad("has '{}' {}, which does not point at an object header", field, addr);
   }
-  if (prefix > eof_ - addr || chunk > eof_ - addr - prefix)
+  const uint64_t tail = v2 ? 4 : 0;  // the checksum after a version 2 chunk
+  if (prefix + tail > eof_ - addr || chunk > eof_ - addr - prefix - tail)
     return Bad("has '{}' {}, whose object header declares {} bytes past the end of the file's "
                "data", field, addr, chunk);
+  return CheckContinuations(field, addr, v2 && (h[5] & 0x04) != 0, {addr + prefix, chunk}, v2);
+}
+
+// Walks the messages of an object header's chunks (data start, size), from the first, for
+// continuation messages (type 0x10: address, length); each continuation chunk must lie inside
+// the file's data and is walked in turn (at most kMaxChunks chunks, each of at most 1 MiB
+// read: a larger one is inside the file, its messages are left to HDF5).
+Status SuperblockCheck::CheckContinuations(const char* field, uint64_t header, bool order,
+                                           std::pair<uint64_t, uint64_t> first, bool v2) const {
+  constexpr size_t kMaxChunks = 64;
+  constexpr uint64_t kMaxRead = 1 << 20;
+  const size_t message_header = v2 ? 4 + (order ? 2 : 0) : 8;
+  std::vector<std::pair<uint64_t, uint64_t>> chunks = {first};
+  std::vector<uint8_t> c;
+  for (size_t i = 0; i < chunks.size() && i < kMaxChunks; ++i) {
+    const auto [at, len] = chunks[i];
+    if (len > kMaxRead) continue;
+    c.resize(len);
+    BC_RETURN_IF_ERROR(Read(super_ + at, c.data(), len).status());
+    for (uint64_t pos = 0; pos + message_header <= len;) {
+      const uint64_t type = v2 ? c[pos] : DecodeLe(&c[pos], 2);
+      const uint64_t size = DecodeLe(&c[pos + (v2 ? 1 : 2)], 2);
+      const uint64_t data = pos + message_header;
+      if (size > len - data) break;  // a malformed message: HDF5 refuses it
+      // HDF5 1.10 decodes a continuation's address and length whatever its size says, even
+      // past the end of the chunk (an out-of-bounds read there).
+      if (type == 0x10 && uint64_t(offsets_ + lengths_) > len - data)
+        return Bad("has '{}' {}, whose object header has a continuation message cut short by "
+                   "the end of its chunk", field, header);
+      if (type == 0x10) {
+        const uint64_t where = DecodeAddress(&c[data], offsets_);
+        const uint64_t bytes = DecodeAddress(&c[data + uint64_t(offsets_)], lengths_);
+        if (where == kUndefined || where < sb_size_ || where > eof_ || bytes > eof_ - where ||
+            (v2 && bytes < 8))
+          return Bad("has '{}' {}, whose object header continues at {} with {} bytes, outside "
+                     "the file's data ({} bytes after the superblock)", field, header, where,
+                     bytes, eof_);
+        if (v2) chunks.emplace_back(where + 4, bytes - 8);  // "OCHK", messages, checksum
+        else chunks.emplace_back(where, bytes);
+      }
+      pos = data + size;
+    }
+  }
   return Status::Ok();
 }
 

@@ -51,7 +51,7 @@ class H5Id {
 // sizes of offsets and lengths, the superblock and its end-of-file address against the
 // file's real size, the driver information block (versions 0 and 1), and the object
 // headers of the root group and of the superblock extension: inside the file, with a first
-// chunk that ends inside it. An error (kCorruptData; kNotFound/errno for an unreadable
+// chunk and continuation chunks that end inside it. An error (kCorruptData; kNotFound/errno for an unreadable
 // path) names the file, the field and what to do. Needs no Hdf5Lock().
 Status CheckHdf5Superblock(const std::string& path);
 
