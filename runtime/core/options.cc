@@ -15,6 +15,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/option_scope.h"
 #include "core/suggest.h"
 
 extern char** environ;
@@ -91,6 +92,7 @@ const std::vector<Entry>& Registry() {
       BC_OPT(start_epoch, kInt, "resume: the epoch to start at (Consumer::Position().epoch of the interrupted run); the leader produces epochs start_epoch..epochs-1 and a consumer runs them"),
       BC_OPT(start_batch, kInt64, "resume: the batch within start_epoch to start at, in the consumer's batch_size (Consumer::Position().batch); the leader starts at the producer batch holding it"),
       BC_OPT(pad_last, kBool, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
+      BC_OPT(cache, kSize, "decoded-sample cache of the leader, e.g. 8g (0 = off): the first epoch keeps each sample as decoded before any random step (crop, flip), later epochs reuse it; admits samples until the budget is full, never evicts (docs/pipeline.md); accepts k/m/g suffixes"),
   };
   return kRegistry;
 }
@@ -425,6 +427,8 @@ Status ValidateOptions(const Options& o) {
   BC_RETURN_IF_ERROR(positive("buffer_depth", o.buffer_depth));
   BC_RETURN_IF_ERROR(positive("max_pixels", o.max_pixels));
   if (o.threads < 0) return InvalidArgumentError("option 'threads' must be >= 0, got {}", o.threads);
+  if (o.cache < 0)
+    return InvalidArgumentError("option 'cache' must be a size >= 0 (0 = off), got {}", o.cache);
   if (o.image_size < 0 || o.image_size > 16384)
     return InvalidArgumentError("option 'image_size' must be in [0, 16384], got {}", o.image_size);
   if (o.crop != "none" && o.image_size == 0)
@@ -490,6 +494,39 @@ std::string OptionsToJson(const Options& options) {
                    {"help", e.help}});
   }
   return arr.dump(2);
+}
+
+namespace {
+
+// Options only the leader reads (dataset, decode and transforms, the ring, placement, GPU
+// staging): a consumer's own front door refuses them (option_scope.h). Every other option
+// is read by consumers too (batch_size, epochs, seed for carving, mode/rank, telemetry...).
+constexpr std::string_view kLeaderOnly[] = {
+    "dataset", "limit_samples", "shuffle", "threads", "image_size", "crop", "crop_scale_min",
+    "crop_scale_max", "flip", "normalize", "mean", "std", "dtype", "layout", "channels",
+    "max_pixels", "dct_scaling", "crop_decode", "on_bad_sample", "verify", "producer_batch",
+    "ring_slots", "leader_trains", "ranks_per_node", "job_id", "gpu", "trainers_per_gpu",
+    "gpu_finish", "resize"};
+
+}  // namespace
+
+bool ConsumerReadsOption(std::string_view key) {
+  return std::find(std::begin(kLeaderOnly), std::end(kLeaderOnly), key) == std::end(kLeaderOnly);
+}
+
+Status CheckConsumerOptions(const Options& options, std::string_view consumer,
+                            std::string_view leader) {
+  for (const auto& [key, source] : options.sources) {
+    if (ConsumerReadsOption(key) || (source != "code" && source != "flag")) continue;
+    std::string accepted;
+    for (const auto& e : Registry())
+      if (ConsumerReadsOption(e.key)) accepted += (accepted.empty() ? "" : ", ") + std::string(e.key);
+    return InvalidArgumentError(
+        "{}: option '{}' configures the leader, not a consumer: the leader decodes and "
+        "publishes for every consumer, and a consumer never reads it. Give it to the leader "
+        "({}); a consumer accepts {}", consumer, key, leader, accepted);
+  }
+  return Status::Ok();
 }
 
 }  // namespace batchcast
