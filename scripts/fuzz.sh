@@ -41,10 +41,11 @@ fuzz_one() {
   [ -d "$seeds" ] || die "no seed corpus $seeds"
   mkdir -p "$work" "$art" "$build/logs"
   local asan=detect_leaks=1
-  # HDF5 1.10 allocates (and zero-fills) what a mutated superblock declares inside H5Fopen,
-  # before any check of ours can run (tests/fuzz/known-hdf5/README.md). For fuzz_hdf5 an
-  # allocation above 1 GiB fails as malloc does when memory runs out (NULL), which HDF5
-  # turns into an error; one of ours that size would still crash and be reported.
+  # HDF5 1.10 allocates what a mutated file declares (an object header's chunk size, ...)
+  # before it checks it. The reader checks the superblock and the root group's header
+  # first (CheckHdf5Superblock), not every object header: for fuzz_hdf5 an allocation
+  # above 1 GiB fails as malloc does when memory runs out (NULL), which HDF5 turns into an
+  # error; one of ours that size would still crash and be reported.
   [ "$t" = fuzz_hdf5 ] && asan=$asan:allocator_may_return_null=1:max_allocation_size_mb=1024
   local args=(-timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}"
               -artifact_prefix="$art" -print_final_stats=1 -detect_leaks=1)

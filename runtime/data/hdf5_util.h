@@ -44,6 +44,17 @@ class H5Id {
   hid_t id_ = H5I_INVALID_HID;
 };
 
+// Reads and checks the superblock of the HDF5 file at `path` with plain reads, before any
+// HDF5 call sees the file. HDF5 1.10 trusts these fields: a mutated superblock of a 50-byte
+// file made H5Fopen allocate 3 GiB (tests/fuzz/corpus/fuzz_hdf5/regress-*superblock*). Checks, never more strictly
+// than HDF5 itself: the signature (at byte 0, 512, 1024, ...), the version (0 to 3), the
+// sizes of offsets and lengths, the superblock and its end-of-file address against the
+// file's real size, the driver information block (versions 0 and 1), and the object
+// headers of the root group and of the superblock extension: inside the file, with a first
+// chunk and continuation chunks that end inside it. An error (kCorruptData; kNotFound/errno for an unreadable
+// path) names the file, the field and what to do. Needs no Hdf5Lock().
+Status CheckHdf5Superblock(const std::string& path);
+
 // Turns HDF5 error printing off (once per process); errors are reported as Status.
 void Hdf5Init();
 

@@ -185,8 +185,20 @@ Status MultinodeLeader::RunShard() {
                                        bit));
       }
     }
+    // This node reads only its trainers' shard: an epoch whose shard held no good sample
+    // ends the stream with an error naming the epoch and the shard (its trainers would have
+    // nothing to train on while the others train, or every trainer waits forever).
+    BC_RETURN_IF_ERROR(writer_->EndEpoch(e).WithContext(DescribeShard()));
   }
   return Status::Ok();
+}
+
+// "node 1's shard (trainers at world ranks 5, 6)".
+std::string MultinodeLeader::DescribeShard() const {
+  std::string ranks;
+  for (const auto& [rank, t] : multi_.trainer_index)
+    ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", rank);
+  return fmt::format("node {}'s shard (trainers at world ranks {})", multi_.node_index, ranks);
 }
 
 Status MultinodeLeader::PublishPart(uint64_t epoch, int64_t g, int64_t batches,

@@ -99,6 +99,7 @@ class MultinodeLeader {
   Status RunShard();
   Status RunReplicate();
   Result<std::map<int, uint64_t>> MapTrainers();
+  std::string DescribeShard() const;
   void WarnLateShardJoiners();
   // Shard: trainer part `part` of global batch g, to the member with bit `target`.
   Status PublishPart(uint64_t epoch, int64_t g, int64_t batches, std::span<const int64_t> part,

@@ -11,7 +11,10 @@ trainer=${LAUNCHER_TRAINER:?}
 mpiexec=${MPIEXEC:-mpirun}
 here=$(cd "$(dirname "$0")" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work=$(mktemp -d "${TMPDIR:-/tmp}/bc-e2e-launch.XXXXXX")
+# In the working directory (ctest: the build tree), not in /tmp: twice, under load on a
+# machine shared with other jobs, the directory vanished from /tmp mid-test (the log shows
+# getcwd failing; nothing in this test or in batchcast-run removes it).
+work=$(mktemp -d "$PWD/bc-e2e-launch.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 

@@ -1,7 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
 // make_photo_dataset OUT.h5 [--images N] [--width W] [--height H] [--quality Q]
-//                           [--corrupt-index I]
+//                           [--corrupt-index I] [--corrupt-from I]
 // Writes the real-photo JPEG set of tests/mpi/photo_set.h (the MPI tests' and the fan-out
 // benchmark's data) in the Batchcast HDF5 layout.
 #include <cstdio>
@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   batchcast::mpitest::PhotoSetSpec spec;
   if (argc < 2) {
     std::fprintf(stderr, "usage: make_photo_dataset OUT.h5 [--images N] [--width W] [--height H] "
-                         "[--quality Q] [--corrupt-index I]\n");
+                         "[--quality Q] [--corrupt-index I] [--corrupt-from I]\n");
     return 2;
   }
   spec.out = argv[1];
@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     else if (k == "--height") spec.height = v;
     else if (k == "--quality") spec.quality = v;
     else if (k == "--corrupt-index") spec.corrupt_index = v;
+    else if (k == "--corrupt-from") spec.corrupt_from = v;
     else {
       std::fprintf(stderr, "make_photo_dataset: unknown argument '%s'\n", k.c_str());
       return 2;

@@ -34,6 +34,7 @@ struct PhotoSetSpec {
   int width = 64, height = 48;
   int quality = 90;
   int corrupt_index = -1;      // >= 0: this sample is truncated to half its bytes
+  int corrupt_from = -1;       // >= 0: this sample and every later one are truncated too
   int classes = 10;            // label = i % classes
 };
 
@@ -99,7 +100,8 @@ inline Status MakePhotoDataset(const PhotoSetSpec& spec) {
   BC_ASSIGN_OR_RETURN(auto writer, data::DatasetWriter::Create(spec.out, ds));
   for (int i = 0; i < spec.images; ++i) {
     BC_ASSIGN_OR_RETURN(auto jpeg, MakePhotoJpeg(photos[i % photos.size()], i, spec));
-    if (i == spec.corrupt_index) jpeg.resize(jpeg.size() / 2);  // "premature end of JPEG file"
+    if (i == spec.corrupt_index || (spec.corrupt_from >= 0 && i >= spec.corrupt_from))
+      jpeg.resize(jpeg.size() / 2);  // "premature end of JPEG file"
     BC_RETURN_IF_ERROR(writer->Append(jpeg, i % spec.classes, spec.width, spec.height,
                                       data::ImageEncoding::kJpeg));
   }

@@ -5,7 +5,7 @@
 # CASE: shard_2 shard_3 replicate_2 replicate_3 shard_unequal_b thread_single
 #       replicate_skip_2 replicate_skip_3 shard_short_last replicate_slow_node
 #       replicate_leader_killed replicate_ucx_2 replicate_early_end replicate_decode_error
-#       resize_refused shard_resume replicate_resume
+#       resize_refused shard_resume replicate_resume shard_no_good_sample
 # Layouts (leader = first rank of each virtual node; the others train):
 #   2 nodes: -n 7, ranks_per_node=4 -> 3 + 2 trainers;  3 nodes: -n 8, ranks_per_node=3 -> 2+2+1.
 set -uo pipefail
@@ -16,6 +16,9 @@ mkdir -p "$data"
 good=$data/photos-240.h5
 [ -f "$good" ] || "$makeset" "$good" --images 240 --width 64 --height 48 || exit 1
 bad=$data/photos-240-corrupt37.h5  # sample 37 is a truncated JPEG
+allbad=$data/photos-240-allbad.h5  # every sample is a truncated JPEG
+[ "$case" = shard_no_good_sample ] && { [ -f "$allbad" ] || "$makeset" "$allbad" --images 240 \
+  --width 64 --height 48 --corrupt-from 0 || exit 1; }
 case "$5" in replicate_skip_* | replicate_decode_error)
   [ -f "$bad" ] || "$makeset" "$bad" --images 240 --width 64 --height 48 --corrupt-index 37 \
     || exit 1 ;;
@@ -104,6 +107,14 @@ $total times over 2 epochs (epoch 0: $e0, epoch 1: $e1; expected once per epoch,
       --mode=replicate --producer_batch=24 --ranks_per_node=4
     expect_fail "sample 37 .*jpeg decode failed"
     expect_fail "multinode leader: node leader [01] \(rank [04]\) failed" ;;
+  shard_no_good_sample)
+    # Every sample is corrupt and on_bad_sample=skip, in shard mode: each node leader reads
+    # only its trainers' shard, skips all of it, and at the end of epoch 0 fails the stream
+    # naming the epoch and its shard (node, trainers' ranks): an error, never a hang.
+    run 150 -n 7 "$prog" "${common[@]}" --dataset="$allbad" --on_bad_sample=skip --mode=shard \
+      --ranks_per_node=4
+    expect_fail "node [01]'s shard \(trainers at world ranks [0-9, ]+\): multinode leader: \
+epoch 0 has no good sample" ;;
   resize_refused)
     # Progressive resizing is not supported across nodes: every rank fails at start-up
     # with the leader's clear refusal.

@@ -23,6 +23,7 @@ namespace {
 
 using service_test::Child;
 using service_test::EpochLine;
+using service_test::WaitStatus;
 
 Options ConsumerOptions(int b, int epochs) {
   Options o;
@@ -90,17 +91,6 @@ void ExpectFullEpoch(const EpochLine& e, int64_t n) {
   EXPECT_EQ(e.dups, 0) << "epoch " << e.epoch;
   EXPECT_EQ(e.missing, 0) << "epoch " << e.epoch;
   EXPECT_EQ(e.bad, 0) << "epoch " << e.epoch;
-}
-
-// Polls the status (a condition, with a deadline) until pred holds.
-template <typename Pred>
-bool WaitStatus(const std::string& socket, Pred pred) {
-  for (int i = 0; i < 3000; ++i) {
-    auto r = shm::QueryStatus(socket, 2000);
-    if (r.ok() && pred(*r)) return true;
-    usleep(10000);
-  }
-  return false;
 }
 
 void StopServer(Child& server) {

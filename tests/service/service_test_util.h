@@ -16,7 +16,21 @@
 #include <string>
 #include <vector>
 
+#include "transport/shm/control.h"
+
 namespace batchcast::service_test {
+
+// Polls the status (a condition, with a deadline of about 30 s that only turns a hang into
+// a failure) until pred holds.
+template <typename Pred>
+bool WaitStatus(const std::string& socket, Pred pred) {
+  for (int i = 0; i < 3000; ++i) {
+    auto r = shm::QueryStatus(socket, 2000);
+    if (r.ok() && pred(*r)) return true;
+    usleep(10000);
+  }
+  return false;
+}
 
 inline std::string UniqueSocket(const std::string& tag) {
   return "bc-svc-test-" + std::to_string(getpid()) + "-" + tag;
