@@ -13,7 +13,7 @@
 //   handoff_p50_us           publish -> a waiting consumer holding the batch
 //                            (BatchInfo.handoff_ns, batches that found the consumer waiting; K=8)
 //   handoff_floor_p50_us     the scheduler's share of it: K=8 processes woken by one futex
-//                            wake, same step, same busy threads, same pace (RunPingFloor)
+//                            wake, same step, same decode load, same pace (RunPingFloor)
 //   handoff_vs_floor         handoff_p50_us over handoff_floor_p50_us, repetition by
 //                            repetition (1 = the data plane adds nothing to the scheduler)
 //   cpu_ratio                CPU-s per delivered sample, shared(4) over independent(4); the CPU
@@ -360,10 +360,10 @@ RunResult RunShared(const Args& a, const std::string& dataset, int k, int thread
 // by one FUTEX_WAKE(all) on a shared word, with no data plane in between. Each waiter records
 // wake - ping for the pings that found it asleep (as BatchInfo.handoff_ns counts only batches
 // that found the consumer waiting), touches a producer batch's bytes (the same trivial step) and
-// waits again. The pinging process runs `threads` busy threads meanwhile (the leader's decode
-// threads), writes one byte per page of the batch before each ping (as a fill writes the
-// slot) and pings `pings` times at `interval_s`: the leader's measured publish interval and
-// count of the shared run it stands beside.
+// waits again. The pinging process decodes meanwhile with the leader's pipeline on `threads`
+// threads (the same CPU and memory load), writes one byte per page of the batch before each
+// ping (as a fill writes the slot) and pings `pings` times at `interval_s`: the leader's
+// measured publish interval and count of the shared run it stands beside.
 struct PingRecords {
   alignas(64) std::atomic<uint32_t> word{0};
   std::atomic<int64_t> ping_ns{0};
@@ -397,7 +397,8 @@ void PingWaiter(PingRecords* r, const uint8_t* batch, size_t bytes, const int64_
 }
 
 // Returns the median wake latency over all waiters, in microseconds.
-double RunPingFloor(const Args& a, int k, int threads, double interval_s, int64_t pings) {
+double RunPingFloor(const Args& a, const std::string& dataset, int k, int threads,
+                    double interval_s, int64_t pings) {
   auto* r = static_cast<PingRecords*>(mmap(nullptr, sizeof(PingRecords), PROT_READ | PROT_WRITE,
                                            MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   // The default producer batch, 2 x the consumer batch: a consumer takes two per publish.
@@ -418,14 +419,29 @@ double RunPingFloor(const Args& a, int k, int threads, double interval_s, int64_
     if (pid == 0) PingWaiter(r, batch, bytes, labels.data(), n, i);
     pids.push_back(pid);
   }
+  // The leader's decode load, for real (after the forks): the same pipeline on `threads`
+  // threads decoding the same set over and over into a private buffer.
   std::atomic<bool> busy_stop{false};
-  std::vector<std::thread> busy;
-  for (int t = 0; t < threads; ++t)
-    busy.emplace_back([&busy_stop] {
-      volatile uint64_t x = 1;
-      while (!busy_stop.load(std::memory_order_relaxed))
-        for (int j = 0; j < 1000; ++j) x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    });
+  std::thread busy([&] {
+    auto reader = data::DatasetReader::Open(dataset);
+    Options o = BaseOptions(a, dataset);
+    o.threads = threads;
+    auto p = reader.ok() ? pipeline::Pipeline::Create(o, *reader)
+                         : Result<std::unique_ptr<pipeline::Pipeline>>(reader.status());
+    if (!p.ok()) {
+      std::fprintf(stderr, "bench_fanout: %s\n", p.status().ToString().c_str());
+      std::exit(1);
+    }
+    std::vector<int64_t> samples(static_cast<size_t>(n));
+    std::vector<uint8_t> images((*p)->OutputLayout().bytes() * samples.size());
+    std::vector<int64_t> out_labels(samples.size());
+    const int64_t total = (*reader)->info().num_samples;
+    for (uint64_t round = 0; !busy_stop.load(); ++round) {
+      for (int64_t i = 0; i < n; ++i) samples[size_t(i)] = (int64_t(round) * n + i) % total;
+      pipeline::BatchResult res;
+      (void)(*p)->RunBatch({round, samples, 0, images.data(), out_labels.data()}, &res);
+    }
+  });
   while (r->waiting.load() < k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const auto interval = std::chrono::nanoseconds(static_cast<int64_t>(interval_s * 1e9));
   for (int64_t p = 0; p < pings; ++p) {
@@ -439,7 +455,7 @@ double RunPingFloor(const Args& a, int k, int threads, double interval_s, int64_
   r->word.fetch_add(1);
   Futex(&r->word, FUTEX_WAKE, INT32_MAX, 0);
   busy_stop.store(true);
-  for (auto& t : busy) t.join();
+  busy.join();
   for (pid_t pid : pids) {
     int status = 0;
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -618,18 +634,18 @@ int Main(int argc, char** argv) {
   std::vector<RunResult> independent;
   std::vector<double> roi_ratio, chain_ms;
   std::map<int, std::vector<double>> floor_us, vs_floor;  // the scheduler's floor, per K
-  ChainCost chain(a, dataset);
   for (int rep = 0; rep < a.reps; ++rep) {
     for (int k : a.ks) {
       shared[k].push_back(RunShared(a, dataset, k, a.threads));
       const RunResult& beside = shared[k].back();
-      floor_us[k].push_back(RunPingFloor(a, k, a.threads, beside.publish_interval_s,
+      floor_us[k].push_back(RunPingFloor(a, dataset, k, a.threads, beside.publish_interval_s,
                                          beside.producer_batches));
       vs_floor[k].push_back(beside.handoff_p50_us / floor_us[k].back());
     }
     for (int k : a.ks) idle[k].push_back(RunShared(a, dataset, k, a.idle_threads));
     if (shared.count(a.compare_k)) independent.push_back(RunIndependent(a, dataset, a.compare_k));
-    const auto [full, crop] = chain.Measure(uint64_t(rep));
+    // Made and dropped within the repetition: no pipeline threads exist when the next forks.
+    const auto [full, crop] = ChainCost(a, dataset).Measure(uint64_t(rep));
     roi_ratio.push_back(crop / full);
     chain_ms.push_back(1e3 * crop);
   }
