@@ -52,7 +52,7 @@ std::vector<CropBox> Boxes(int w, int h, uint64_t seed) {
                                 {w - 1, 0, 1, h}};
   // Edges on and next to iMCU boundaries (16 pixels at most): where a region without
   // context would be upsampled as an image edge.
-  for (int edge : {15, 16, 17, 32, 33}) {
+  for (int edge : {16, 17, 33}) {
     if (edge + 2 > w || edge + 2 > h) continue;
     boxes.push_back({edge, edge, w - edge - 1, h - edge - 1});  // starts there
     boxes.push_back({1, 1, edge - 1, edge - 1});                // ends there
