@@ -9,6 +9,10 @@ if [ "$name" = python ]; then
   # The Python bindings against the C++ consumer (needs _batchcast and bench_python_consumer).
   exec /usr/bin/python3 "$(dirname "$0")/bench_python.py" --build "$build" "$@"
 fi
+if [ "$name" = multimodel ]; then
+  # train-many: one process with three models vs one process per model (needs LibTorch).
+  exec /usr/bin/python3 "$(dirname "$0")/bench_multimodel.py" --build "$build" "$@"
+fi
 if [ "$name" = telemetry ]; then
   # The fan-out benchmark with telemetry off and on, side by side.
   exec "$build/benchmarks/bench_fanout" --cache "$build/benchmarks/fanout_set" --compare-telemetry 1 "$@"
@@ -34,6 +38,14 @@ case "$name" in
     # Replicate mode over 2 and 3 virtual nodes: the benchmark runs mpirun of itself; the
     # real-photo JPEG set (500x375, q90) is built once and cached in the build directory.
     exec "$bin" --cache "$build/benchmarks/multinode_set" --mpirun "$(command -v mpirun)" "$@" ;;
+  profile)
+    # The decoded-sample cache on the decode benchmark's real-photo JPEG set (built by one
+    # quick bench_decode run when missing).
+    set="$build/benchmarks/decode_set/500x375_q90_n300"
+    if [ ! -f "$set/complete" ]; then
+      "$build/benchmarks/bench_decode" --cache "$build/benchmarks/decode_set" --reps 1 > /dev/null
+    fi
+    exec "$bin" --set "$set" "$@" ;;
   fanout)
     # The real-photo JPEG set (500x375, q90) as HDF5, built once and cached in the build dir.
     exec "$bin" --cache "$build/benchmarks/fanout_set" "$@" ;;

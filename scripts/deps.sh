@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config git gfortran
   openmpi-bin libopenmpi-dev libucx-dev libpmix-dev
-  libhdf5-dev hdf5-tools
+  libhdf5-dev hdf5-tools hdf5-filter-plugin
   libturbojpeg0-dev libjpeg62-turbo-dev libjpeg-turbo-progs libspng-dev zlib1g-dev libxxhash-dev
   libopencv-core-dev libopencv-imgproc-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev

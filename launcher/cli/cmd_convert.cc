@@ -175,6 +175,13 @@ void Report(const Result<data::ConvertReport>& r, const std::string& out, int* e
               "%.2f s\n", out.c_str(), static_cast<long long>(r->samples),
               static_cast<long long>(r->stored_bytes), r->skipped.size(), r->ignored.size(),
               r->seconds);
+  if (r->chunk_samples > 0 && r->samples > 0)
+    std::printf("images: %.1f KiB per stored sample on average, HDF5 chunks of %lld samples, "
+                "compression %s; file %.1f MiB (%.3fx the stored bytes)\n",
+                r->stored_bytes / 1024.0 / double(r->samples),
+                static_cast<long long>(r->chunk_samples), r->compression.c_str(),
+                r->file_bytes / 1048576.0,
+                r->stored_bytes ? double(r->file_bytes) / r->stored_bytes : 0.0);
   if (r->bucket_sizes.empty()) return;
   int64_t total = 0;
   std::string per;
@@ -223,7 +230,11 @@ void RegisterIdx(CLI::App* convert, int* exit_code) {
       ->excludes(cn);
   cmd->add_option("--threads", o->threads, "encoding threads (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--no-compress", *no_compress, "raw: store chunks without gzip");
+  auto* nc = cmd->add_flag("--no-compress", *no_compress, "raw: store chunks without gzip");
+  cmd->add_option("--compression", o->compression,
+                  "raw: chunk compression none | gzip[:1-9] | lz4 (default gzip:1; lz4 needs "
+                  "hdf5-filter-plugin; zstd is refused: Debian's plugins have none)")
+      ->excludes(nc);
   cmd->add_flag("--force", o->overwrite, "replace OUT if it exists");
   AddBucketOptions(cmd, &o->buckets);
   cmd->callback([=] {

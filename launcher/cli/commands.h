@@ -15,6 +15,7 @@ void RegisterInspect(CLI::App& app, int* exit_code);
 void RegisterReport(CLI::App& app, int* exit_code);
 void RegisterServe(CLI::App& app, int* exit_code);
 void RegisterStatus(CLI::App& app, int* exit_code);
+void RegisterTrainMany(CLI::App& app, int* exit_code);
 
 // Adds every registry option (batchcast/options.h) as `--key` to `cmd`, collecting the
 // words into *flags for ResolveOptions(), so `--help` lists them.

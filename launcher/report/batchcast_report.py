@@ -199,6 +199,36 @@ EVAL_LINE = re.compile(r"eval: train_s=([0-9.]+) wall_s=([0-9.]+) epoch=([0-9]+)
                        r"samples=([0-9.]+) accuracy=([0-9.]+)(?: cpu_s=([0-9.]+))?")
 
 
+# One line per model epoch of `batchcast train-many` (docs/multi-model.md "Telemetry").
+MODEL_LINE = re.compile(r"model=(\S+) epoch=([0-9]+) loss=([0-9.eE+-]+) accuracy=([0-9.]+) "
+                        r"samples_per_s=([0-9.]+) step_ms=([0-9.]+) peak_rss_mib=([0-9.]+)")
+
+
+def model_epochs(ranks):
+    """train-many's per-model series: {model: [(epoch, loss, accuracy, samples/s, step ms,
+    peak RSS MiB)]}, in the order recorded."""
+    out = {}
+    for r in ranks:
+        for m in MODEL_LINE.finditer(text(r["attrs"].get("annotations", ""))):
+            out.setdefault(m.group(1), []).append(tuple(float(x) for x in m.groups()[1:]))
+    return out
+
+
+def models_html(ranks):
+    series = model_epochs(ranks)
+    if not series:
+        return ""
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in [
+            name, len(eps), fmt(eps[-1][1], ".4f"), fmt(eps[-1][2], ".4f"),
+            fmt(sum(e[3] for e in eps) / len(eps)), fmt(sum(e[4] for e in eps) / len(eps), ".2f"),
+            fmt(max(e[5] for e in eps), ".0f")]) + "</tr>"
+        for name, eps in series.items())
+    return ("<h2>Models (batchcast train-many)</h2><table><tr><th>model</th><th>epochs</th>"
+            "<th>last loss</th><th>last accuracy</th><th>samples/s</th><th>step ms</th>"
+            "<th>peak RSS MiB (process)</th></tr>" + rows + "</table>")
+
+
 def has_gauge(r, name):
     v = r["series"].get(name)
     return v is not None and len(v) > 0 and np.nanmax(np.abs(v)) > 0
@@ -309,6 +339,7 @@ img {{ max-width: 100%; }} pre {{ background: #f7f7f7; padding: 1em; overflow-x:
 <table><tr><th>run</th><th>trainer</th><th>evaluations</th><th>last at training s</th>
 <th>final accuracy %</th><th>best accuracy %</th><th>samples trained</th></tr>
 {''.join(rows)}</table>
+{models_html(ranks)}
 <h2>Plots</h2>
 {image_html(images)}
 {sections}
@@ -351,6 +382,7 @@ run <b>{html.escape(text(root.get('run', '')) or '-')}</b>,
 <table><tr><th>rank</th><th>host</th><th>role</th><th>samples/s</th><th>data wait %</th>
 <th>step ms</th><th>cpu cores</th><th>peak RSS MiB</th><th>GPU</th></tr>
 {''.join(rows)}</table>
+{models_html(ranks)}
 <h2>Plots</h2>
 {''.join(figs)}
 <h2>Summary as printed</h2>
@@ -400,6 +432,10 @@ def main(argv):
     root, ranks = runs[0][1], runs[0][2]
     images = plot_all(ranks, out, args.dpi)
     page = write_html(root, ranks, images, out, os.path.abspath(args.h5[0]))
+    for name, eps in model_epochs(ranks).items():
+        print(f"model {name}: {len(eps)} epochs, last loss {eps[-1][1]:.4f}, last accuracy "
+              f"{eps[-1][2]:.4f}, {sum(e[3] for e in eps) / len(eps):.0f} samples/s, "
+              f"{sum(e[4] for e in eps) / len(eps):.2f} ms/step, peak RSS {max(e[5] for e in eps):.0f} MiB")
     print(f"batchcast report: {len(images)} plots (PNG + SVG) and {page}")
     return 0
 

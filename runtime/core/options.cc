@@ -92,6 +92,7 @@ const std::vector<Entry>& Registry() {
       BC_OPT(start_epoch, kInt, "resume: the epoch to start at (Consumer::Position().epoch of the interrupted run); the leader produces epochs start_epoch..epochs-1 and a consumer runs them"),
       BC_OPT(start_batch, kInt64, "resume: the batch within start_epoch to start at, in the consumer's batch_size (Consumer::Position().batch); the leader starts at the producer batch holding it"),
       BC_OPT(pad_last, kBool, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
+      BC_OPT(cache, kSize, "decoded-sample cache of the leader, e.g. 8g (0 = off): the first epoch keeps each sample as decoded before any random step (crop, flip), later epochs reuse it; admits samples until the budget is full, never evicts (docs/pipeline.md); accepts k/m/g suffixes"),
   };
   return kRegistry;
 }
@@ -426,6 +427,8 @@ Status ValidateOptions(const Options& o) {
   BC_RETURN_IF_ERROR(positive("buffer_depth", o.buffer_depth));
   BC_RETURN_IF_ERROR(positive("max_pixels", o.max_pixels));
   if (o.threads < 0) return InvalidArgumentError("option 'threads' must be >= 0, got {}", o.threads);
+  if (o.cache < 0)
+    return InvalidArgumentError("option 'cache' must be a size >= 0 (0 = off), got {}", o.cache);
   if (o.image_size < 0 || o.image_size > 16384)
     return InvalidArgumentError("option 'image_size' must be in [0, 16384], got {}", o.image_size);
   if (o.crop != "none" && o.image_size == 0)

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "core/errors.h"
@@ -179,6 +180,7 @@ Result<ConvertReport> ConvertIdx(const IdxConvertOptions& o, const ProgressFn& p
   spec.raw_channels = c;
   BC_ASSIGN_OR_RETURN(spec.class_names, IdxClassNames(o, labels.data));
   spec.compress = o.compress;
+  spec.compression = o.compression;
   spec.overwrite = o.overwrite;
   spec.created_by = fmt::format("batchcast convert idx --encode {} from {}", o.encode, o.images_path);
   BC_RETURN_IF_ERROR(CheckBuckets(o.buckets));
@@ -211,6 +213,13 @@ Result<ConvertReport> ConvertIdx(const IdxConvertOptions& o, const ProgressFn& p
   BC_RETURN_IF_ERROR(writer->Finish());
   report.samples = writer->num_samples();
   ReportBuckets(*writer, o.buckets, &report);
+  report.chunk_samples = writer->chunk_samples();
+  std::error_code ec;
+  report.file_bytes = int64_t(std::filesystem::file_size(o.out_path, ec));
+  report.compression = spec.kind != SampleKind::kRaw ? "none"
+                       : !o.compression.empty()      ? o.compression
+                       : o.compress                  ? "gzip:1"
+                                                     : "none";
   report.seconds = SecondsSince(t0);
   return report;
 }

@@ -27,6 +27,9 @@ struct ConvertReport {
   int64_t stored_bytes = 0;           // sum of stored sample bytes
   std::vector<int> bucket_sizes;      // offline buckets written (empty: none)
   std::vector<int64_t> bucket_bytes;  // stored bytes per bucket (bucket_sizes order)
+  int64_t chunk_samples = 0;          // samples per HDF5 chunk of `images`
+  std::string compression;            // its chunk filter ("none", "gzip:1", "lz4")
+  int64_t file_bytes = 0;             // size of the written file (compressed, with metadata)
   double seconds = 0;
 };
 
@@ -45,6 +48,7 @@ struct IdxConvertOptions {
   std::vector<std::string> class_names;  // empty: "0", "1", ... up to the largest label
   int threads = 0;             // 0: hardware threads
   bool compress = true;        // raw: gzip chunks
+  std::string compression;     // raw: none | gzip[:1-9] | lz4 (overrides compress; zstd refused)
   bool overwrite = false;
   OfflineBuckets buckets;
 };

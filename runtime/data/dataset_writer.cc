@@ -53,6 +53,29 @@ std::string PartialPath(const std::string& out_path) {
   return fmt::format("{}.partial-{}", out_path, static_cast<long>(getpid()));
 }
 
+Status CheckCompression(const DatasetSpec& spec) {
+  const std::string& c = spec.compression;
+  if (c.empty() || c == "none") return Status::Ok();
+  if (spec.kind != SampleKind::kRaw)
+    return InvalidArgumentError(
+        "convert: --compression {} applies to raw pixels only: encoded JPEG/PNG bytes are "
+        "already compressed and HDF5 filters do not reach variable-length data; use "
+        "--compression none, or store raw pixels (convert idx --encode raw)", c);
+  if (c == "lz4" || c == "gzip") return Status::Ok();
+  if (c == "zstd")
+    return InvalidArgumentError(
+        "convert: --compression zstd: Debian 12's hdf5-filter-plugin has no zstd filter (it "
+        "ships lz4, bzip2 and bitshuffle); use lz4 (fast) or gzip[:1-9] (smaller)");
+  if (c.rfind("gzip:", 0) == 0) {
+    const std::string level = c.substr(5);
+    if (level.size() == 1 && level[0] >= '1' && level[0] <= '9') return Status::Ok();
+    return InvalidArgumentError("convert: --compression {}: the gzip level must be 1-9 (e.g. "
+                                "gzip:6)", c);
+  }
+  return InvalidArgumentError("convert: --compression '{}' is not none, gzip[:1-9], lz4 or zstd",
+                              c);
+}
+
 Result<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(const std::string& out_path,
                                                              const DatasetSpec& spec) {
   std::error_code ec;
@@ -63,6 +86,7 @@ Result<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(const std::string& 
       (spec.raw_height <= 0 || spec.raw_width <= 0 || spec.raw_channels <= 0))
     return InvalidArgumentError("convert: raw samples need a shape, got {}x{}x{}",
                                 spec.raw_height, spec.raw_width, spec.raw_channels);
+  BC_RETURN_IF_ERROR(CheckCompression(spec));
   Hdf5Init();
   std::unique_ptr<DatasetWriter> w(new DatasetWriter());
   w->spec_ = spec;
@@ -135,6 +159,25 @@ Status DatasetWriter::CreateBuckets() {
   return Status::Ok();
 }
 
+// The chunk filter of raw images (spec_.compression, checked by Create).
+Status DatasetWriter::SetCompression(int64_t dcpl) const {
+  const std::string& c = spec_.compression;
+  if (c.empty()) return spec_.compress && H5Pset_deflate(dcpl, 1) < 0
+                            ? Hdf5Error(StatusCode::kInternal, "cannot set gzip compression")
+                            : Status::Ok();
+  if (c == "none") return Status::Ok();
+  if (c == "lz4") {
+    BC_RETURN_IF_ERROR(CheckFilterAvailable(kLz4FilterId, "convert --compression lz4"));
+    if (H5Pset_filter(dcpl, kLz4FilterId, H5Z_FLAG_MANDATORY, 0, nullptr) < 0)
+      return Hdf5Error(StatusCode::kInternal, "cannot set lz4 compression");
+    return Status::Ok();
+  }
+  const int level = c == "gzip" ? 6 : std::stoi(c.substr(5));  // "gzip:L", checked by Create
+  if (H5Pset_deflate(dcpl, unsigned(level)) < 0)
+    return Hdf5Error(StatusCode::kInternal, "cannot set gzip compression");
+  return Status::Ok();
+}
+
 Status DatasetWriter::CreateImages() {
   const bool raw = spec_.kind == SampleKind::kRaw;
   hsize_t dims[4] = {0, hsize_t(spec_.raw_height), hsize_t(spec_.raw_width),
@@ -143,10 +186,11 @@ Status DatasetWriter::CreateImages() {
   hsize_t chunk[4] = {hsize_t(raw ? RawChunkSamples(sample_bytes_) : layout::kVlenChunkSamples),
                       dims[1], dims[2], dims[3]};
   int rank = raw ? 4 : 1;
+  chunk_samples_ = int64_t(chunk[0]);
   H5Id space(H5Screate_simple(rank, dims, maxdims));
   H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
   H5Pset_chunk(dcpl.get(), rank, chunk);
-  if (raw && spec_.compress) H5Pset_deflate(dcpl.get(), 1);
+  if (raw) BC_RETURN_IF_ERROR(SetCompression(dcpl.get()));
   H5Id type(raw ? H5Tcopy(H5T_STD_U8LE) : H5Tvlen_create(H5T_STD_U8LE));
   images_ = std::make_unique<H5Id>(H5Dcreate2(file_->get(), layout::kImages, type.get(),
                                               space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));

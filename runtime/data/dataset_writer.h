@@ -29,6 +29,9 @@ struct DatasetSpec {
   int raw_height = 0, raw_width = 0, raw_channels = 0;  // kRaw only
   std::vector<std::string> class_names;
   bool compress = true;       // kRaw: gzip level 1 per chunk (encoded bytes are never recompressed)
+  // kRaw: the chunk filter, overriding `compress` when set (docs/dataset-format.md,
+  // "Compression"): none | gzip[:1-9] | lz4 (HDF5 filter 32004, Debian's hdf5-filter-plugin).
+  std::string compression;
   bool overwrite = false;     // replace an existing <out>
   std::string created_by;     // provenance, stored in the root attribute
   // Offline progressive-resizing buckets (docs/dataset-format.md): every Append also
@@ -42,6 +45,9 @@ struct DatasetSpec {
 // the caller (the converter links a decoder and a resampler; the data module does not).
 using BucketEncoder = std::function<Result<std::vector<uint8_t>>(
     std::span<const uint8_t> sample, int width, int height, int channels, int size)>;
+
+// Checks spec.compression (the message names what to use instead).
+Status CheckCompression(const DatasetSpec& spec);
 
 // "<out>.partial-<pid of this process>".
 std::string PartialPath(const std::string& out_path);
@@ -69,10 +75,14 @@ class DatasetWriter {
   // Stored bytes of `images` and of each bucket's images (spec.bucket_sizes order).
   int64_t images_bytes() const { return images_bytes_; }
   const std::vector<int64_t>& bucket_bytes() const { return bucket_bytes_; }
+  // Samples per HDF5 chunk of `images` (raw: chosen from the sample size, about
+  // kRawChunkTargetBytes per chunk; encoded: kVlenChunkSamples descriptors).
+  int64_t chunk_samples() const { return chunk_samples_; }
 
  private:
   DatasetWriter() = default;
   Status CreateImages();
+  Status SetCompression(int64_t dcpl) const;  // an hid_t
   Status Flush();
   Status CreateBuckets();
   Status FlushBuckets();
@@ -89,6 +99,7 @@ class DatasetWriter {
   std::vector<int64_t> bucket_bytes_;
   int64_t images_bytes_ = 0, bucket_flushed_ = 0;
   int64_t num_samples_ = 0, flushed_ = 0;
+  int64_t chunk_samples_ = 0;
   int64_t sample_bytes_ = 0;  // raw: H*W*C
   std::vector<uint8_t> pending_bytes_;
   std::vector<size_t> pending_sizes_;

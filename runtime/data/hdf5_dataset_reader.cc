@@ -216,6 +216,13 @@ Status Hdf5DatasetReader::OpenImages(const ReaderOptions& options) {
     H5Id space(H5Dget_space(probe.get()));
     BC_RETURN_IF_ERROR(CheckImagesType(type.get(), space.get()));
     H5Id dcpl(H5Dget_create_plist(probe.get()));
+    for (int i = 0, n = H5Pget_nfilters(dcpl.get()); i < n; ++i) {  // lz4: a plugin
+      unsigned flags = 0, config = 0;
+      size_t nvalues = 0;
+      const H5Z_filter_t id =
+          H5Pget_filter2(dcpl.get(), unsigned(i), &flags, &nvalues, nullptr, 0, nullptr, &config);
+      BC_RETURN_IF_ERROR(CheckFilterAvailable(int(id), fmt::format("reading {}", path)));
+    }
     SizeChunkCache(dcpl.get(), options, dapl.get());
   }  // closed before the reopen: HDF5 ignores the access plist of an already-open dataset
   images_ = H5Id(H5Dopen2(file_.get(), layout::kImages, dapl.get()));

@@ -42,6 +42,17 @@ Status Hdf5Error(StatusCode code, const std::string& what) {
   return MakeError(code, "hdf5: {}: {}", what, detail);
 }
 
+Status CheckFilterAvailable(int id, const std::string& what) {
+  if (H5Zfilter_avail(static_cast<H5Z_filter_t>(id)) > 0) return Status::Ok();
+  H5Eclear2(H5E_DEFAULT);
+  const char* name = id == kLz4FilterId ? "lz4" : "an unknown filter";
+  return MakeError(StatusCode::kFailedPrecondition,
+                   "hdf5: {} needs the HDF5 filter {} ({}), which this HDF5 cannot load: install "
+                   "the Debian package hdf5-filter-plugin (scripts/deps.sh installs it), or set "
+                   "HDF5_PLUGIN_PATH to the directory of the filter's plugin",
+                   what, id, name);
+}
+
 std::string DescribeType(hid_t type) {
   switch (H5Tget_class(type)) {
     case H5T_INTEGER: {

@@ -50,6 +50,13 @@ void Hdf5Init();
 // "hdf5: <what>: <innermost HDF5 message>" and clears the HDF5 error stack.
 Status Hdf5Error(StatusCode code, const std::string& what);
 
+// Chunk filters `batchcast convert --compression` can write, besides HDF5's own deflate.
+inline constexpr int kLz4FilterId = 32004;  // registered HDF5 filter; hdf5-filter-plugin
+// Fails when filter `id` can be neither found in HDF5 nor loaded as a plugin (Debian's HDF5
+// searches /usr/lib/<triplet>/hdf5/serial/plugins, and HDF5_PLUGIN_PATH): the message names
+// the filter, `what` needs it, and the package to install.
+Status CheckFilterAvailable(int id, const std::string& what);
+
 // A readable name for a stored type: "uint8", "int64", "float32", "vlen uint8", "string".
 std::string DescribeType(hid_t type);
 

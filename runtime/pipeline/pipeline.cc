@@ -7,6 +7,7 @@
 #include <opencv2/core.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <sstream>
@@ -87,21 +88,25 @@ struct BatchJob {
   std::vector<int64_t> samples;
   OutputSpec spec;                // layout of this batch + the value table
   int bucket_size = 0;            // offline bucket of the file this batch reads (0: none)
+  int64_t cache_key_base = 0;     // DecodedSampleCache key of sample 0 of this batch's file
   Status check;                   // the request's own error: no sample runs
   std::vector<Status> statuses;   // per batch position
   std::atomic<int64_t> read_ns{0}, decode_ns{0}, transform_ns{0};
+  std::atomic<int64_t> cache_hits{0}, cache_misses{0};
   WorkerPool::Ticket ticket = 0;
 };
 
 // Stage times of one sample, added to its batch once.
 struct SampleTimes {
   int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
+  int64_t cache_hits = 0, cache_misses = 0;
 };
 
 class PipelineImpl final : public Pipeline {
  public:
-  PipelineImpl(const Options& options, std::shared_ptr<data::DatasetReader> reader)
-      : options_(options), reader_(std::move(reader)) {}
+  PipelineImpl(const Options& options, std::shared_ptr<data::DatasetReader> reader,
+               std::shared_ptr<DecodedSampleCache> cache)
+      : options_(options), reader_(std::move(reader)), cache_(std::move(cache)) {}
   ~PipelineImpl() override;
 
   Status Init();
@@ -115,19 +120,27 @@ class PipelineImpl final : public Pipeline {
     return jobs_.empty() || pool_->WaitFor(jobs_.front()->ticket, timeout_ms);
   }
   int64_t idle_ns() const override { return pool_->idle_ns(); }
+  Result<size_t> DecodedBytes(int64_t index) override;
 
  private:
   Status InitVerify();
   Status CheckRequest(const BatchRequest& req) const;
   Status ProcessSample(WorkerContext& ctx, const BatchJob& job, int64_t index, void* dst,
                        SampleTimes* times);
+  Status ReadSample(WorkerContext& ctx, int bucket_size, int64_t index, SampleTimes* times);
+  Status RawPixels(WorkerContext& ctx, int out_channels, PixelView* view) const;
   Status LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t index, CropBox* box,
                     PixelView* view);
+  Status LoadCached(WorkerContext& ctx, const BatchJob& job, int64_t index, CropBox* box,
+                    PixelView* view, SampleTimes* times);
+  Status DecodeWhole(WorkerContext& ctx, const BatchJob& job, DecodedSample* out);
+  int CacheScale(const ImageHeader& header) const;
   CropBox ChooseBox(int width, int height, int64_t index, uint64_t epoch) const;
   Status Finish(BatchJob& job, BatchResult* result);
 
   Options options_;
   std::shared_ptr<data::DatasetReader> reader_;
+  std::shared_ptr<DecodedSampleCache> cache_;  // null: cache=0
   std::unique_ptr<WorkerPool> pool_;
   std::vector<std::unique_ptr<WorkerContext>> workers_;
   CropMode crop_ = CropMode::kNone;
@@ -249,6 +262,26 @@ CropBox PipelineImpl::ChooseBox(int width, int height, int64_t index, uint64_t e
 
 namespace {
 
+// The raw sample just read, checked and converted to the output's channels.
+Status PipelineImpl::RawPixels(WorkerContext& ctx, int out_channels, PixelView* view) const {
+  const data::DatasetInfo& info = reader_->info();
+  const int w = info.raw_width, h = info.raw_height, c = info.raw_channels;
+  const size_t expect = size_t(w) * h * c;
+  if (ctx.encoded.size() != expect)
+    return CorruptDataError("raw sample has {} bytes, expected {}x{}x{} = {}", ctx.encoded.size(),
+                            h, w, c, expect);
+  if (int64_t(w) * h > options_.max_pixels)
+    return OutOfRangeError("raw image is {}x{} = {} pixels, over the limit max_pixels={}", w, h,
+                           int64_t(w) * h, options_.max_pixels);
+  const int want = (out_channels == 1 || c == 1) ? 1 : 3;
+  *view = PixelView{ctx.encoded.data(), size_t(w) * c, w, h, c};
+  if (want != c) {
+    ConvertChannels(ctx.encoded.data(), w, h, c, want, &ctx.decoded);
+    *view = PixelView{ctx.decoded.data(), ctx.decoded.stride(), w, h, want};
+  }
+  return Status::Ok();
+}
+
 Status PipelineImpl::LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t index,
                                 CropBox* box, PixelView* view) {
   const data::DatasetInfo& info = reader_->info();
@@ -256,21 +289,8 @@ Status PipelineImpl::LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t
   const uint64_t epoch = job.req.epoch;
   const int out_c = l.channels;
   if (info.kind == data::SampleKind::kRaw && job.bucket_size == 0) {
-    const int w = info.raw_width, h = info.raw_height, c = info.raw_channels;
-    const size_t expect = size_t(w) * h * c;
-    if (ctx.encoded.size() != expect)
-      return CorruptDataError("raw sample has {} bytes, expected {}x{}x{} = {}", ctx.encoded.size(),
-                              h, w, c, expect);
-    if (int64_t(w) * h > options_.max_pixels)
-      return OutOfRangeError("raw image is {}x{} = {} pixels, over the limit max_pixels={}", w, h,
-                             int64_t(w) * h, options_.max_pixels);
-    const int want = (out_c == 1 || c == 1) ? 1 : 3;
-    *view = PixelView{ctx.encoded.data(), size_t(w) * c, w, h, c};
-    if (want != c) {
-      ConvertChannels(ctx.encoded.data(), w, h, c, want, &ctx.decoded);
-      *view = PixelView{ctx.decoded.data(), ctx.decoded.stride(), w, h, want};
-    }
-    *box = ChooseBox(w, h, index, epoch);
+    BC_RETURN_IF_ERROR(RawPixels(ctx, out_c, view));
+    *box = ChooseBox(view->width, view->height, index, epoch);
     return Status::Ok();
   }
   BC_ASSIGN_OR_RETURN(ImageHeader header, ctx.decoder.ReadHeader(ctx.encoded, options_.max_pixels));
@@ -295,21 +315,112 @@ Status PipelineImpl::LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t
   return Status::Ok();
 }
 
+Status PipelineImpl::ReadSample(WorkerContext& ctx, int bucket_size, int64_t index,
+                                SampleTimes* times) {
+  const int64_t t0 = core::SteadyNowNs();
+  Status s = bucket_size > 0 ? reader_->ReadBucketSample(bucket_size, index, &ctx.encoded)
+                             : reader_->ReadSample(index, &ctx.encoded);
+  if (!s.ok()) return s.WithContext("read failed");
+  if (verify_ && bucket_size == 0) BC_RETURN_IF_ERROR(reader_->VerifySample(index, ctx.encoded));
+  times->read_ns += core::SteadyNowNs() - t0;
+  return Status::Ok();
+}
+
+// The scale a cached sample is decoded at: the one the crop mode's smallest box needs at the
+// options' output size, so every epoch's box has at least the pixels an online decode would
+// give it. For crop=none|center (fixed boxes) it is the online decode's own scale.
+int PipelineImpl::CacheScale(const ImageHeader& header) const {
+  if (!options_.dct_scaling || header.format != ImageFormat::kJpeg) return kScaleDenom;
+  const int w = header.width, h = header.height;
+  CropBox smallest = FullBox(w, h);
+  if (crop_ == CropMode::kCenter) smallest = CenterCropBox(w, h);
+  if (crop_ == CropMode::kRandom) {
+    // RandomResizedCropBox: area >= scale_min of the image, aspect ratio in [3/4, 4/3], so
+    // no side is under sqrt(scale_min * area * 3/4) (less one for rounding).
+    const double side = std::sqrt(options_.crop_scale_min * double(w) * h * 0.75);
+    const int s = std::max(1, static_cast<int>(side) - 1);
+    smallest = CropBox{0, 0, std::min(s, w), std::min(s, h)};
+  }
+  return ChooseScaleNum(smallest.width, smallest.height, spec_.layout.width,
+                        spec_.layout.height);
+}
+
+// The sample just read as the deterministic part of the pipeline leaves it: the whole image
+// at CacheScale (a raw sample: converted to the output's channels).
+Status PipelineImpl::DecodeWhole(WorkerContext& ctx, const BatchJob& job, DecodedSample* out) {
+  const int out_c = spec_.layout.channels;
+  if (reader_->info().kind == data::SampleKind::kRaw && job.bucket_size == 0) {
+    PixelView v;
+    BC_RETURN_IF_ERROR(RawPixels(ctx, out_c, &v));
+    *out = DecodedSample{v.width, v.height, kScaleDenom, v.width, v.height, v.channels, v.data,
+                         v.stride};
+    return Status::Ok();
+  }
+  BC_ASSIGN_OR_RETURN(ImageHeader header, ctx.decoder.ReadHeader(ctx.encoded, options_.max_pixels));
+  const int scale = CacheScale(header);
+  const int want = (out_c == 1 || header.channels == 1) ? 1 : 3;
+  BC_RETURN_IF_ERROR(ctx.decoder.Decode(ctx.encoded, header, scale, want, &ctx.decoded));
+  const DecodedImage& d = ctx.decoded;
+  *out = DecodedSample{header.width, header.height, scale,      d.width,
+                       d.height,     d.channels,    d.data(), d.stride()};
+  return Status::Ok();
+}
+
+// With a cache: the sample's DecodedSample from the cache, or read, decoded whole and
+// offered to it; the epoch's crop box is then taken from it (the same for a hit and a miss).
+Status PipelineImpl::LoadCached(WorkerContext& ctx, const BatchJob& job, int64_t index,
+                                CropBox* box, PixelView* view, SampleTimes* times) {
+  const int64_t key = job.cache_key_base + index;
+  DecodedSample s;
+  if (cache_->Find(key, &s)) {
+    ++times->cache_hits;
+  } else {
+    ++times->cache_misses;
+    BC_RETURN_IF_ERROR(ReadSample(ctx, job.bucket_size, index, times));
+    const int64_t t0 = core::SteadyNowNs();
+    BC_RETURN_IF_ERROR(DecodeWhole(ctx, job, &s));
+    times->decode_ns += core::SteadyNowNs() - t0;
+    cache_->Offer(key, s);  // only a sample decoded without error is offered
+  }
+  const CropBox full_box = ChooseBox(s.stored_width, s.stored_height, index, job.req.epoch);
+  *box = ScaleBox(full_box, s.scale_num, s.width, s.height);
+  *view = PixelView{s.pixels, s.stride, s.width, s.height, s.channels};
+  return Status::Ok();
+}
+
+Result<size_t> PipelineImpl::DecodedBytes(int64_t index) {
+  if (index < 0 || index >= reader_->info().num_samples)
+    return OutOfRangeError("pipeline: sample {} is out of range for {}", index,
+                           reader_->info().path);
+  WorkerContext& ctx = *workers_[0];
+  SampleTimes times;
+  BC_RETURN_IF_ERROR(ReadSample(ctx, 0, index, &times));
+  const int out_c = spec_.layout.channels;
+  if (reader_->info().kind == data::SampleKind::kRaw) {
+    PixelView v;
+    BC_RETURN_IF_ERROR(RawPixels(ctx, out_c, &v));
+    return size_t(v.width) * v.height * v.channels;
+  }
+  BC_ASSIGN_OR_RETURN(ImageHeader header, ctx.decoder.ReadHeader(ctx.encoded, options_.max_pixels));
+  const int scale = CacheScale(header);
+  const int want = (out_c == 1 || header.channels == 1) ? 1 : 3;
+  return size_t(ScaledDim(header.width, scale)) * ScaledDim(header.height, scale) * want;
+}
+
 Status PipelineImpl::ProcessSample(WorkerContext& ctx, const BatchJob& job, int64_t index,
                                    void* dst, SampleTimes* times) {
   const uint64_t epoch = job.req.epoch;
-  const int64_t t0 = core::SteadyNowNs();
-  Status s = job.bucket_size > 0 ? reader_->ReadBucketSample(job.bucket_size, index, &ctx.encoded)
-                                 : reader_->ReadSample(index, &ctx.encoded);
-  if (!s.ok()) return s.WithContext("read failed");
-  if (verify_ && job.bucket_size == 0) BC_RETURN_IF_ERROR(reader_->VerifySample(index, ctx.encoded));
-  const int64_t t1 = core::SteadyNowNs();
-  times->read_ns += t1 - t0;
   CropBox box;
   PixelView view;
-  BC_RETURN_IF_ERROR(LoadPixels(ctx, job, index, &box, &view));
+  if (cache_ != nullptr) {
+    BC_RETURN_IF_ERROR(LoadCached(ctx, job, index, &box, &view, times));
+  } else {
+    BC_RETURN_IF_ERROR(ReadSample(ctx, job.bucket_size, index, times));
+    const int64_t t1 = core::SteadyNowNs();
+    BC_RETURN_IF_ERROR(LoadPixels(ctx, job, index, &box, &view));
+    times->decode_ns += core::SteadyNowNs() - t1;
+  }
   const int64_t t2 = core::SteadyNowNs();
-  times->decode_ns += t2 - t1;
   const SampleLayout& l = job.spec.layout;
   const bool flip =
       options_.flip && SampleRng(options_.seed, epoch, static_cast<uint64_t>(index), RngStream::kFlip)
@@ -365,6 +476,10 @@ void PipelineImpl::StartBatch(const BatchRequest& req) {
                              std::find(buckets.begin(), buckets.end(), l.width) != buckets.end()
                          ? l.width
                          : 0;
+  if (job->bucket_size > 0) {
+    const int64_t pos = std::find(buckets.begin(), buckets.end(), job->bucket_size) - buckets.begin();
+    job->cache_key_base = (pos + 1) * reader_->info().num_samples;
+  }
   const int64_t n = job->check.ok() ? static_cast<int64_t>(req.samples.size()) : 0;
   job->statuses.assign(n, Status::Ok());
   BatchJob* j = job.get();
@@ -384,6 +499,8 @@ void PipelineImpl::StartBatch(const BatchRequest& req) {
     j->read_ns.fetch_add(times.read_ns, std::memory_order_relaxed);
     j->decode_ns.fetch_add(times.decode_ns, std::memory_order_relaxed);
     j->transform_ns.fetch_add(times.transform_ns, std::memory_order_relaxed);
+    j->cache_hits.fetch_add(times.cache_hits, std::memory_order_relaxed);
+    j->cache_misses.fetch_add(times.cache_misses, std::memory_order_relaxed);
   });
   jobs_.push_back(std::move(job));
 }
@@ -409,6 +526,9 @@ Status PipelineImpl::Finish(BatchJob& job, BatchResult* result) {
   result->read_ns = job.read_ns.load();
   result->decode_ns = job.decode_ns.load();
   result->transform_ns = job.transform_ns.load();
+  result->cache_hits = job.cache_hits.load();
+  result->cache_misses = job.cache_misses.load();
+  result->cache_bytes = cache_ != nullptr ? cache_->bytes() : 0;
   const bool skip = options_.on_bad_sample == "skip";
   const size_t bytes = job.spec.layout.bytes();
   auto* images = static_cast<uint8_t*>(req.images);
@@ -444,10 +564,15 @@ Status Pipeline::RunBatch(const BatchRequest& req, BatchResult* result) {
   return FinishBatch(result);
 }
 
+int64_t DecodedCacheKeys(const data::DatasetInfo& dataset) {
+  return dataset.num_samples * (1 + static_cast<int64_t>(dataset.bucket_sizes.size()));
+}
+
 Result<std::unique_ptr<Pipeline>> Pipeline::Create(const Options& options,
-                                                   std::shared_ptr<data::DatasetReader> reader) {
+                                                   std::shared_ptr<data::DatasetReader> reader,
+                                                   std::shared_ptr<DecodedSampleCache> cache) {
   if (reader == nullptr) return InvalidArgumentError("pipeline: no dataset reader given");
-  auto pipeline = std::make_unique<PipelineImpl>(options, std::move(reader));
+  auto pipeline = std::make_unique<PipelineImpl>(options, std::move(reader), std::move(cache));
   BC_RETURN_IF_ERROR(pipeline->Init());
   return std::unique_ptr<Pipeline>(std::move(pipeline));
 }

@@ -51,7 +51,40 @@ struct BatchResult {
   std::vector<std::string> skip_reasons;
   // Wall time per stage summed over samples (for telemetry), nanoseconds.
   int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
+  // Decoded-sample cache (0 without one): samples taken from it, samples decoded, and the
+  // bytes it holds after this batch.
+  int64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0;
 };
+
+// The deterministic part of one sample: the whole image decoded (or a raw sample converted to
+// the output's channels) at a scale fixed per sample, before any random step (crop box,
+// flip). What a DecodedSampleCache keeps; docs/pipeline.md, "Decoded-sample cache".
+struct DecodedSample {
+  int stored_width = 0, stored_height = 0;  // the image as stored: the frame crop boxes use
+  int scale_num = 8;                        // decoded at scale_num/8 (kScaleDenom)
+  int width = 0, height = 0, channels = 0;  // of `pixels`, HWC uint8
+  const uint8_t* pixels = nullptr;
+  size_t stride = 0;                        // bytes per row of `pixels`
+  size_t bytes() const { return size_t(width) * height * channels; }
+};
+
+// Where a pipeline keeps decoded samples from one epoch to the next (producer::DecodedCache
+// implements it). Keys are in [0, DecodedCacheKeys(dataset)). Thread-safe: every decode
+// worker calls it.
+class DecodedSampleCache {
+ public:
+  virtual ~DecodedSampleCache() = default;
+  // True and *out (packed rows) when `key` is kept; its pixels stay valid and unchanged
+  // until the cache is destroyed.
+  virtual bool Find(int64_t key, DecodedSample* out) const = 0;
+  // A sample just decoded without error: the cache copies and keeps it, or declines.
+  virtual void Offer(int64_t key, const DecodedSample& sample) = 0;
+  // Bytes held.
+  virtual int64_t bytes() const = 0;
+};
+
+// Keys a cache needs for `dataset`: one per sample and offline resize bucket.
+int64_t DecodedCacheKeys(const data::DatasetInfo& dataset);
 
 // The cause of a bad sample, from its message, for the skip counts: "checksum", "empty",
 // "pixel_limit", "format", "jpeg", "png", "raw_size", "read" or "other".
@@ -59,8 +92,12 @@ std::string_view BadSampleCause(std::string_view message);
 
 class Pipeline {
  public:
-  static Result<std::unique_ptr<Pipeline>> Create(const Options& options,
-                                                  std::shared_ptr<data::DatasetReader> reader);
+  // With `cache`, every sample goes through its deterministic part (DecodedSample) once per
+  // cache key and the random steps run on that, hit or miss: the output bytes do not depend
+  // on what the cache holds (docs/pipeline.md, "Decoded-sample cache").
+  static Result<std::unique_ptr<Pipeline>> Create(
+      const Options& options, std::shared_ptr<data::DatasetReader> reader,
+      std::shared_ptr<DecodedSampleCache> cache = nullptr);
   virtual ~Pipeline() = default;
 
   // The layout of every output image at `image_size` (0 = the options' size).
@@ -87,6 +124,9 @@ class Pipeline {
   virtual bool WaitOldest(int64_t timeout_ms) = 0;
   // Nanoseconds every worker had nothing to do, since the pipeline was created.
   virtual int64_t idle_ns() const = 0;
+  // Bytes sample `index` takes as a DecodedSample (reads its header, decodes nothing), to size
+  // a cache. Call it before the first StartBatch.
+  virtual Result<size_t> DecodedBytes(int64_t index) = 0;
 };
 
 }  // namespace batchcast::pipeline

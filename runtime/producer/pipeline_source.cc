@@ -2,6 +2,7 @@
 // The native decode pipeline as a leader's BatchSource.
 #include "core/errors.h"
 #include "producer/batch_source.h"
+#include "producer/decoded_cache.h"
 
 namespace batchcast::producer {
 namespace {
@@ -50,8 +51,13 @@ Result<std::unique_ptr<BatchSource>> MakePipelineSource(const Options& options) 
     return InvalidArgumentError("no dataset given: set --dataset FILE.h5 (or BATCHCAST_DATASET)");
   auto reader = data::DatasetReader::Open(options.dataset);
   if (!reader.ok()) return reader.status();
-  auto p = pipeline::Pipeline::Create(options, std::move(reader).value());
+  std::shared_ptr<DecodedCache> cache;
+  if (options.cache > 0)
+    cache = std::make_shared<DecodedCache>(options.cache, pipeline::DecodedCacheKeys((*reader)->info()),
+                                           (*reader)->info().path);
+  auto p = pipeline::Pipeline::Create(options, std::move(reader).value(), cache);
   if (!p.ok()) return p.status();
+  if (cache != nullptr) BC_RETURN_IF_ERROR(CheckCacheBudget(options, **p, *cache));
   return std::unique_ptr<BatchSource>(new PipelineSource(std::move(p).value()));
 }
 

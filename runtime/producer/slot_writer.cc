@@ -85,6 +85,9 @@ Status SlotWriter::FinishFill(BatchSource& source, uint64_t epoch,
   record->decode_ns += result.decode_ns;
   record->transform_ns += result.transform_ns;
   record->skipped += static_cast<int64_t>(result.skipped.size());
+  record->cache_hits += result.cache_hits;
+  record->cache_misses += result.cache_misses;
+  record->cache_bytes = std::max(record->cache_bytes, result.cache_bytes);
   stats_.fill_ns += t1 - t0;
   stats_.samples_decoded += static_cast<int64_t>(samples.size());
   stats_.samples_skipped += static_cast<int64_t>(result.skipped.size());
@@ -253,6 +256,11 @@ void SlotWriter::Record(const shm::SlotWrite& w, const SlotContents& c, uint32_t
   tc->AddTime(Timer::kRead, r.read_ns);
   tc->AddTime(Timer::kDecode, r.decode_ns);
   tc->AddTime(Timer::kTransform, r.transform_ns);
+  if (r.cache_hits + r.cache_misses > 0) {
+    tc->Add(Counter::kCacheHits, r.cache_hits);
+    tc->Add(Counter::kCacheMisses, r.cache_misses);
+    tc->SetGauge(Gauge::kCacheBytes, r.cache_bytes);
+  }
   if (r.produce_start_ns != 0) {
     tc->AddTime(Timer::kCollate, t_pub - r.produce_end_ns);  // tail, descriptor, hook
     tc->Span(SpanKind::kProduce, w.seq, r.produce_start_ns, r.produce_end_ns);

@@ -7,12 +7,14 @@ namespace {
 constexpr std::string_view kCounterNames[] = {
     "batches_received", "samples_received", "batches_produced", "samples_produced",
     "samples_skipped",  "bytes_shm",        "bytes_mpi",        "bytes_h2d",
-    "bytes_ipc",        "bytes_nccl",       "consumers_detached"};
+    "bytes_ipc",        "bytes_nccl",       "consumers_detached", "cache_hits",
+    "cache_misses"};
 constexpr std::string_view kTimerNames[] = {"data_wait", "step",    "read",    "decode",
                                             "transform", "collate", "publish", "exchange"};
 constexpr std::string_view kGaugeNames[] = {"buffer_occupancy", "ring_occupancy", "ring_slots",
                                             "worker_threads", "consumers_attached", "image_size",
-                                            "batch_size", "lr_factor", "eval_accuracy"};
+                                            "batch_size", "lr_factor", "eval_accuracy",
+                                            "cache_bytes"};
 constexpr std::string_view kSpanNames[] = {"produce", "publish", "exchange",
                                            "wait",    "step",    "h2d"};
 constexpr std::string_view kRoleNames[] = {"leader", "consumer", "both"};

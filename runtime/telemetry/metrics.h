@@ -25,6 +25,8 @@ enum class Counter : int {
   kBytesIpc,             // bytes mapped through CUDA IPC
   kBytesNccl,            // bytes broadcast over NCCL
   kConsumersDetached,    // leader: consumers detached for silence or death
+  kCacheHits,            // leader: samples taken from the decoded-sample cache (option cache)
+  kCacheMisses,          // leader: samples decoded with the cache on (not, or not yet, in it)
   kCount
 };
 
@@ -55,6 +57,7 @@ enum class Gauge : int {
                          // consumer: its scaled batch)
   kLrFactor,             // progressive resizing: LR factor delivered with the batches
   kEvalAccuracy,         // trainer: last held-out accuracy it reported (0..1); 0 until then
+  kCacheBytes,           // leader: bytes held by the decoded-sample cache (option cache)
   kCount
 };
 

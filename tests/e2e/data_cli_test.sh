@@ -159,6 +159,35 @@ PY
   grep -q "1 of 8 samples are bad" out.txt || fail "inspect --verify did not count the bad sample"
 }
 
+# Chunk compression of raw pixels (docs/dataset-format.md): none, gzip levels and lz4 (an HDF5
+# plugin) hold the same pixels and are read by the leader's reader (inspect --verify reads and
+# checksums every sample through it); the chunking and sizes are reported; zstd, bad gzip
+# levels, compression of encoded bytes and a missing plugin are refused with what to do.
+case_compression() {
+  for c in none gzip:6 lz4; do
+    "$bin" convert idx --images "$fm/t10k-images-idx3-ubyte.gz" --labels "$fm/t10k-labels-idx1-ubyte.gz" \
+      --out "$c.h5" --compression "$c" >out.txt
+    grep -q "HDF5 chunks of 83 samples, compression $c; file" out.txt || { cat out.txt >&2; fail "chunking report"; }
+    "$bin" inspect --verify "$c.h5" | grep -q "all 10000 samples match their checksums" \
+      || fail "inspect --verify of --compression $c"
+  done
+  "$py" - <<'PY'
+import h5py, numpy as np, os
+a = h5py.File("none.h5", "r")["images"]
+for name, want in (("gzip:6.h5", "gzip"), ("lz4.h5", 32004)):
+    b = h5py.File(name, "r")["images"]
+    assert np.array_equal(a[:], b[:]), name
+    assert (b.compression == want) if want == "gzip" else (str(want) in str(b._filters)), b._filters
+assert os.path.getsize("gzip:6.h5") < os.path.getsize("lz4.h5") < os.path.getsize("none.h5")
+PY
+  expect_fail "Debian 12's hdf5-filter-plugin has no zstd filter" convert_t10k z.h5 raw --compression zstd
+  expect_fail "the gzip level must be 1-9" convert_t10k z.h5 raw --compression gzip:12
+  expect_fail "applies to raw pixels only" convert_t10k z.h5 png --compression lz4
+  [ ! -e z.h5 ] || fail "a refused conversion wrote z.h5"
+  expect_fail "install the Debian package hdf5-filter-plugin" env HDF5_PLUGIN_PATH=/nonexistent \
+    "$bin" inspect --verify lz4.h5
+}
+
 case_fashion_mnist_script() {
   bash "$src/scripts/fashion_mnist.sh" fm "$bin" >/dev/null
   for f in fashion-mnist-train.h5 fashion-mnist-test.h5 fashion-mnist-train-png.h5; do

@@ -92,6 +92,9 @@ struct BATCHCAST_API Options {
   // consumer's batch_size, to start at; the leader starts its stream there too.
   int start_epoch = 0;
   int64_t start_batch = 0;
+  // Decoded-sample cache of the leader, in bytes (0 = off): samples as the deterministic part
+  // of the pipeline leaves them, kept from the first epoch for the later ones (docs/pipeline.md).
+  int64_t cache = 0;
 };
 
 // Resolves defaults < config file < BATCHCAST_* environment < flags. `flags` are

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# End-to-end tests of `batchcast train-many` (docs/multi-model.md) against a real
+# `batchcast serve` on the first 256 Fashion-MNIST training images (producer batches of 100, 100 and 56 per epoch).
+# Usage: train_many_test.sh CASE   (BATCHCAST_BIN and TRAIN_MANY_FIXTURE in the environment)
+#   fixture     makes the models and the dataset into $TRAIN_MANY_FIXTURE (a ctest fixture)
+#   config      configuration errors: unknown key (did you mean), bad value, missing file,
+#               a model that does not take the batch, an MPI job without an address
+#   policies    fcfs, priority, sjf (params and epochs), round-robin: the order of the epochs
+#               and of completion; concurrent; every model epoch sees every sample once
+#   separator   pause by name, a finished model saved and released while the others are
+#               paused (no consumer left attached), SIGKILL, restart continuing every model
+#               from its checkpoint, resume by name during the run; then SIGKILL at an
+#               arbitrary moment of a round-robin run and a restart
+set -euo pipefail
+case_name=${1:?case}
+bin=${BATCHCAST_BIN:?set BATCHCAST_BIN}
+unset BATCHCAST_BIN  # not a batchcast option: the service would warn about it
+fx=${TRAIN_MANY_FIXTURE:?set TRAIN_MANY_FIXTURE}
+here=$(cd "$(dirname "$0")" && pwd)
+py=/usr/bin/python3
+n=256
+work=$(mktemp -d "${TMPDIR:-/tmp}/bc-train-many.XXXXXX")
+serve_pid=
+train_pid=
+cleanup() {
+  for p in $train_pid $serve_pid; do kill "$p" 2>/dev/null || true; done
+  for p in $train_pid $serve_pid; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_fail() {  # expected-text command...   (must exit non-zero and print the text)
+  local want=$1; shift
+  if "$@" >out.txt 2>err.txt; then fail "'$*' succeeded, expected failure"; fi
+  grep -qF -- "$want" err.txt || { cat err.txt >&2; fail "'$*' did not say: $want"; }
+}
+# Waits (deadline 120 s: only turns a hang into a failure) until `cmd` succeeds.
+wait_for() {
+  local what=$1; shift
+  for _ in $(seq 1200); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.1
+  done
+  fail "timed out waiting for $what"
+}
+sock=bc-train-many-$$
+service_up_or_gone() { grep -q "listening on" serve.log || ! kill -0 "$serve_pid" 2>/dev/null; }
+start_service() {
+  "$bin" serve --dataset="$fx/train.h5" --socket="$sock" --max-batch=100 --producer-batch=100 --threads=1 --seed=7 \
+    >serve.log 2>&1 &
+  serve_pid=$!
+  wait_for "the service to listen" service_up_or_gone
+  grep -q "listening on" serve.log || { cat serve.log >&2; fail "batchcast serve did not start"; }
+}
+# config.json for policy $1 with the three models (extra top-level JSON in $2).
+write_config() {  # file policy out [extra-json]
+  "$py" - "$1" "$2" "$3" "$fx" "${4:-{\}}" <<'PY'
+import json, sys
+path, policy, out, fx, extra = sys.argv[1:6]
+cfg = {"policy": policy, "output_dir": out, "mean": 0.286, "std": 0.353,
+       "models": [
+           {"name": "mlp", "model": fx + "/mlp.pt", "lr": 0.05, "batch_size": 64,
+            "optimizer": "sgd", "momentum": 0.9, "epochs": 1, "priority": 1},
+           {"name": "lenet", "model": fx + "/lenet.pt", "lr": 0.002, "batch_size": 32,
+            "optimizer": "adam", "scheduler": {"type": "step", "step_size": 1, "gamma": 0.5},
+            "epochs": 3, "priority": 2},
+           {"name": "resnet", "model": fx + "/resnet.pt", "lr": 0.003, "batch_size": 100,
+            "optimizer": "adamw", "weight_decay": 0.01, "scheduler": "cosine",
+            "criterion": "cross_entropy", "epochs": 2, "priority": 2}]}
+cfg.update(json.loads(extra))
+json.dump(cfg, open(path, "w"), indent=1)
+PY
+}
+train() { "$bin" train-many "$@" --address="@$sock"; }
+
+case_fixture() {
+  rm -rf "$fx"
+  "$py" "$here/make_fixture.py" "$fx" "$n"
+  "$bin" convert idx --images "$fx/images.idx" --labels "$fx/labels.idx" --out "$fx/train.h5" \
+    --encode raw --fashion-mnist-classes >/dev/null
+}
+
+case_config() {
+  write_config good.json fcfs out
+  expect_fail "unknown key 'polcy' (did you mean 'policy'?)" \
+    train <("$py" -c 'import json;c=json.load(open("good.json"));c["polcy"]=c.pop("policy");print(json.dumps(c))')
+  "$py" -c 'import json;c=json.load(open("good.json"));c["models"][1]["batchsize"]=8;json.dump(c,open("typo.json","w"))'
+  expect_fail "models[1] ('lenet'): unknown key 'batchsize' (did you mean 'batch_size'?)" train typo.json
+  "$py" -c 'import json;c=json.load(open("good.json"));c["models"][2]["optimizer"]="adamm";json.dump(c,open("opt.json","w"))'
+  expect_fail "'optimizer' is 'adamm' (did you mean 'adam'?)" train opt.json
+  "$py" -c 'import json;c=json.load(open("good.json"));c["models"][0]["lr"]=-1;json.dump(c,open("lr.json","w"))'
+  expect_fail "models[0] ('mlp'): 'lr' is -1; expected a number in [0, 1000]" train lr.json
+  "$py" -c 'import json;c=json.load(open("good.json"));c["models"][0]["model"]="nope.pt";json.dump(c,open("nf.json","w"))'
+  expect_fail "model file $work/nope.pt cannot be read" train nf.json
+  "$py" -c 'import json;c=json.load(open("good.json"));c["models"][1]["name"]="mlp";json.dump(c,open("dup.json","w"))'
+  expect_fail "two models are named 'mlp'" train dup.json
+  expect_fail "cannot read the configuration missing.json" train missing.json
+  expect_fail "an MPI job's Runtime gives each rank one consumer" \
+    env -u BATCHCAST_ADDRESS OMPI_COMM_WORLD_SIZE=2 "$bin" train-many good.json
+  # A model that does not take the batch: named, with the batch shape, at its first step.
+  start_service
+  "$py" -c 'import json,sys;c=json.load(open("good.json"));c["models"]=[dict(c["models"][1],name="rgb",model=sys.argv[1]+"/rgb_lenet.pt")];json.dump(c,open("rgb.json","w"))' "$fx"
+  expect_fail "model 'rgb' ($fx/rgb_lenet.pt) does not take the batch: images float32 [32, 1, 28, 28]" \
+    train rgb.json
+}
+
+case_policies() {
+  start_service
+  for p in fcfs priority sjf sjf-epochs round-robin concurrent; do
+    local extra='{}' policy=$p
+    [ "$p" = sjf-epochs ] && { policy=sjf; extra='{"sjf_by": "epochs"}'; }
+    write_config "$p.json" "$policy" "out-$p" "$extra"
+    local tel=()  # the concurrent run records telemetry: per-model series for batchcast report
+    [ "$p" = concurrent ] && tel=(--telemetry="telemetry(hdf5=$work/tel.h5)")
+    train "$p.json" "${tel[@]}" >"$p.log" 2>&1 || { cat "$p.log" >&2; fail "train-many under $p failed"; }
+    if [ "$policy" != concurrent ]; then
+      "$py" "$here/check_run.py" order "out-$p" "$p.json" "$fx/params.json"
+    fi
+    "$py" "$here/check_run.py" once "out-$p" "$n"
+    for m in mlp lenet resnet; do
+      [ "$("$py" "$here/check_run.py" field "out-$p" $m finished)" = True ] || fail "$p: $m did not finish"
+      [ -s "out-$p/$m/model.pt" ] && [ -s "out-$p/$m/optimizer.pt" ] || fail "$p: $m was not saved"
+    done
+  done
+  "$bin" report "$work"/tel.*.h5 --out report >report.log 2>&1 || { cat report.log >&2; fail "batchcast report failed"; }
+  for want in "model mlp: 1 epochs" "model lenet: 3 epochs" "model resnet: 2 epochs"; do
+    grep -q "$want" report.log || { cat report.log >&2; fail "batchcast report did not say: $want"; }
+  done
+  grep -q "Models (batchcast train-many)" report/report.html || fail "report.html has no model table"
+  # The learning-rate schedules: lenet halves every epoch (step), resnet follows the cosine.
+  "$py" - out-fcfs <<'PY'
+import json, math, sys
+ev = [json.loads(l) for l in open(sys.argv[1] + "/events.jsonl")]
+lr = {(e["model"], e["epoch"]): e["lr"] for e in ev if e["event"] == "epoch"}
+want = {("lenet", 0): 0.002, ("lenet", 1): 0.001, ("lenet", 2): 0.0005,
+        ("resnet", 0): 0.003, ("resnet", 1): 0.003 * 0.5 * (1 + math.cos(math.pi / 2))}
+for k, v in want.items():
+    assert abs(lr[k] - v) < 1e-12, "lr of %s epoch %d is %r, expected %r" % (k[0], k[1], lr[k], v)
+PY
+}
+
+# One line per event kind of a model in events.jsonl.
+has_event() { grep -q "\"event\":\"$2\".*\"model\":\"$1\"\|\"model\":\"$1\".*\"event\":\"$2\"" "$3/events.jsonl"; }
+
+case_separator() {
+  start_service
+  write_config run.json concurrent out '{"control_file": "control"}'
+  printf 'lenet@1\nresnet@1\n' >control
+  train run.json >run1.log 2>&1 &
+  train_pid=$!
+  wait_for "mlp to be released" has_event mlp released out
+  wait_for "mlp to detach" has_event mlp detached out
+  wait_for "lenet to pause" has_event lenet paused out
+  wait_for "resnet to pause" has_event resnet paused out
+  # The finished model is back while the others are not done, and no consumer is attached.
+  [ -s out/mlp/model.pt ] && [ -s out/mlp/optimizer.pt ] || fail "mlp was not saved when it finished"
+  "$py" -c 'import sys,torch; m=torch.jit.load(sys.argv[1]); print(m(torch.zeros(2,1,28,28)).shape)' \
+    out/mlp/model.pt | grep -q "torch.Size(\[2, 10\])" || fail "the saved mlp does not load"
+  "$bin" status --socket="$sock" --json >status.json
+  "$py" -c 'import json,sys; s=json.load(open("status.json")); a=[m for m in s["consumers"] if m.get("state") in ("active","joining")]; sys.exit(1 if a else 0)' \
+    || { cat status.json >&2; fail "a consumer is still attached while every model is paused or done"; }
+  kill -KILL "$train_pid"
+  wait "$train_pid" 2>/dev/null || true
+  train_pid=
+  grep -q '"epochs_done": 1' out/lenet/state.json || fail "lenet's checkpoint is not at epoch 1"
+  [ -s out/lenet/checkpoint-e1.pt ] && [ -s out/lenet/checkpoint-e1_optimizer.pt ] ||
+    fail "lenet's checkpoint files of epoch 1 are missing"
+  # Restart: lenet stays paused (by name, no epoch), resnet continues; then lenet resumes.
+  printf 'lenet\n' >control
+  train run.json >run2.log 2>&1 &
+  train_pid=$!
+  wait_for "resnet to finish" has_event resnet released out
+  has_event lenet released out && fail "lenet finished while paused"
+  : >control
+  wait "$train_pid" || { cat run2.log >&2; fail "the restarted run failed"; }
+  train_pid=
+  "$py" - out <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1] + "/events.jsonl")]
+epochs = {}
+for e in ev:
+    if e["event"] == "epoch":
+        epochs.setdefault(e["model"], []).append(e["epoch"])
+# Every model epoch exactly once over the two runs: the restart went on from the checkpoint.
+assert epochs == {"mlp": [0], "lenet": [0, 1, 2], "resnet": [0, 1]}, epochs
+res = json.load(open(sys.argv[1] + "/results.json"))
+for m in res["models"]:
+    assert m["finished"] and m["epochs_done"] == len(epochs[m["name"]]), m
+    assert [e["epoch"] for e in m["epochs"]] == epochs[m["name"]], m
+assert [e["event"] for e in ev if e["model"] == "lenet"].count("resumed") == 1, "lenet never resumed"
+print("restart ok:", {m["name"]: m["steps"] for m in res["models"]})
+PY
+  "$py" "$here/check_run.py" once out "$n"
+  # A kill at an arbitrary moment (as a rule inside an epoch) under a sequential policy: the
+  # restart redoes only the interrupted epoch. Wherever the kill lands, the checkpointed record
+  # must hold every model epoch once, each with every sample once.
+  write_config rr.json round-robin out-rr
+  train rr.json >rr1.log 2>&1 &
+  train_pid=$!
+  wait_for "a first epoch" grep -q '"event":"epoch"' out-rr/events.jsonl
+  kill -KILL "$train_pid"
+  wait "$train_pid" 2>/dev/null || true
+  train_pid=
+  train rr.json >rr2.log 2>&1 || { cat rr2.log >&2; fail "the run restarted after SIGKILL failed"; }
+  "$py" "$here/check_run.py" record out-rr "$n" '{"mlp": 1, "lenet": 3, "resnet": 2}'
+}
+
+"case_$case_name"
+echo "ok: $case_name"
