@@ -12,6 +12,10 @@
 //                            production rate, both over their first-to-last batch span (K=8)
 //   handoff_p50_us           publish -> a waiting consumer holding the batch
 //                            (BatchInfo.handoff_ns, batches that found the consumer waiting; K=8)
+//   handoff_floor_p50_us     the scheduler's share of it: K=8 processes woken by one futex
+//                            wake, same step, same decode load, same pace (RunPingFloor)
+//   handoff_vs_floor         handoff_p50_us over handoff_floor_p50_us, repetition by
+//                            repetition (1 = the data plane adds nothing to the scheduler)
 //   cpu_ratio                CPU-s per delivered sample, shared(4) over independent(4); the CPU
 //                            of every process comes from wait4()
 //   throughput_ratio         delivered samples/s, shared(4) over independent(4)
@@ -21,20 +25,27 @@
 //                            with every decode worker idle, less its waits for a slot with
 //                            nothing in flight (the consumers' backpressure); K=8
 //   cpu_s_per_sample         CPU-seconds of all processes per delivered sample, K=8
-//   roi_decode_ratio         the 224 RandomResizedCrop chain, 1 thread, same samples: CPU
-//                            cost with crop decoding over CPU cost with a full decode
+//   roi_decode_ratio         the 224 RandomResizedCrop chain, 1 thread, the same 256 samples
+//                            (warm pipelines): CPU cost with crop decoding over CPU cost with
+//                            a full decode
 //   decode_ms_per_sample     that chain's CPU-ms per sample with crop decoding (1 thread)
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "batchcast/consumer.h"
@@ -42,6 +53,7 @@
 #include "node/consumer_internal.h"
 #include "node/leader.h"
 #include "telemetry/spec.h"
+#include "transport/shm/futex.h"
 #include "producer/stream_plan.h"
 #include "tests/mpi/photo_set.h"
 
@@ -69,6 +81,7 @@ struct Span {
   uint64_t first_seq = ~0ULL;       // producer position of the first batch
   int64_t first_samples = 0;        // distinct samples of the first producer batch
   int64_t samples = 0;              // distinct samples in all batches
+  int64_t batches = 0;
   double Rate() const {
     return t_last > t_first ? double(samples - first_samples) / (t_last - t_first) : 0.0;
   }
@@ -80,7 +93,10 @@ struct Span {
     if (seq == first_seq) first_samples += n;
     t_last = now;
     samples += n;
+    ++batches;
   }
+  // Mean time between two batches over the span.
+  double Interval() const { return batches > 1 ? (t_last - t_first) / double(batches - 1) : 0.0; }
 };
 struct ConsumerRecord {
   Span span;
@@ -259,6 +275,8 @@ struct RunResult {
   double leader_rate = 0, min_rate_ratio = 0, handoff_p50_us = 0;
   double consumer_rate = 0;         // mean per-consumer samples/s
   double leader_idle_fraction = 0;
+  double publish_interval_s = 0;    // the leader's mean time between producer batches
+  int64_t producer_batches = 0;
   double CpuPerSample() const { return cpu_s / std::max<int64_t>(1, delivered); }
   double Throughput() const { return delivered / wall_s; }
 };
@@ -319,6 +337,8 @@ RunResult RunShared(const Args& a, const std::string& dataset, int k, int thread
   res.cpu_s = ReapAll(pids, r, &res.leader_cpu_s);
   res.wall_s = NowSeconds() - t0;
   res.leader_rate = r->leader.Rate();
+  res.publish_interval_s = r->leader.Interval();
+  res.producer_batches = r->leader.batches;
   res.min_rate_ratio = 1e9;
   std::vector<int64_t> handoffs;
   for (int i = 0; i < k; ++i) {
@@ -336,35 +356,168 @@ RunResult RunShared(const Args& a, const std::string& dataset, int k, int thread
   return res;
 }
 
-// CPU-seconds per sample of the leader's chain on 1 thread over the first 64 samples, with
-// crop decoding on or off (roi_decode_ratio: same samples, same augmentation).
-double ChainSecondsPerSample(const Args& a, const std::string& dataset, bool crop_decode,
-                             uint64_t epoch) {
-  auto reader = data::DatasetReader::Open(dataset);
-  Options o = BaseOptions(a, dataset);
-  o.threads = 1;
-  o.crop_decode = crop_decode;
-  auto p = reader.ok() ? pipeline::Pipeline::Create(o, *reader)
-                       : Result<std::unique_ptr<pipeline::Pipeline>>(reader.status());
-  if (!p.ok()) {
-    std::fprintf(stderr, "bench_fanout: %s\n", p.status().ToString().c_str());
+// The scheduler's floor under the hand-off (handoff_floor_p50_us): K waiting processes woken
+// by one FUTEX_WAKE(all) on a shared word, with no data plane in between. Each waiter records
+// wake - ping for the pings that found it asleep (as BatchInfo.handoff_ns counts only batches
+// that found the consumer waiting), touches a producer batch's bytes (the same trivial step) and
+// waits again. The pinging process decodes meanwhile with the leader's pipeline on `threads`
+// threads (the same CPU and memory load), writes one byte per page of the batch before each
+// ping (as a fill writes the slot) and pings `pings` times at `interval_s`: the leader's
+// measured publish interval and count of the shared run it stands beside.
+struct PingRecords {
+  alignas(64) std::atomic<uint32_t> word{0};
+  std::atomic<int64_t> ping_ns{0};
+  std::atomic<uint32_t> stop{0};
+  std::atomic<int32_t> waiting{0};
+  ConsumerRecord waiters[kMaxConsumers];
+};
+
+long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, int64_t timeout_ns) {
+  timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value,
+                 op == FUTEX_WAIT ? &ts : nullptr, nullptr, 0);
+}
+
+void PingWaiter(PingRecords* r, const uint8_t* batch, size_t bytes, const int64_t* labels,
+                int64_t n, int i) {
+  ConsumerRecord& rec = r->waiters[i];
+  volatile int64_t sink = 0;
+  r->waiting.fetch_add(1);
+  while (r->stop.load() == 0) {
+    const uint32_t v = r->word.load();
+    if (r->stop.load() != 0) break;
+    const long rc = Futex(&r->word, FUTEX_WAIT, v, 200 * 1000000LL);
+    const int64_t now = shm::MonotonicNs();
+    if (rc != 0 || r->word.load() == v || r->stop.load() != 0) continue;  // no ping, or no sleep
+    if (rec.handoffs < kMaxHandoffs) rec.handoff_ns[rec.handoffs++] = now - r->ping_ns.load();
+    sink = sink + Touch(batch, bytes, labels, n);
+  }
+  (void)sink;
+  _exit(0);
+}
+
+// Returns the median wake latency over all waiters, in microseconds.
+double RunPingFloor(const Args& a, const std::string& dataset, int k, int threads,
+                    double interval_s, int64_t pings) {
+  auto* r = static_cast<PingRecords*>(mmap(nullptr, sizeof(PingRecords), PROT_READ | PROT_WRITE,
+                                           MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  // The default producer batch, 2 x the consumer batch: a consumer takes two per publish.
+  const int64_t n = 2 * int64_t(a.batch);
+  const size_t bytes = size_t(n) * size_t(a.image_size) * size_t(a.image_size) * 3;
+  auto* batch = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                                           MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  if (r == MAP_FAILED || batch == MAP_FAILED) {
+    std::perror("bench_fanout: mmap");
     std::exit(1);
   }
-  const int64_t n = std::min<int64_t>((*reader)->info().num_samples, 64);
-  std::vector<int64_t> samples(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) samples[size_t(i)] = i;
-  std::vector<uint8_t> images((*p)->OutputLayout().bytes() * size_t(n));
-  std::vector<int64_t> labels(static_cast<size_t>(n));
-  pipeline::BatchResult res;
-  const double t0 = ProcessCpuSeconds();  // CPU, not wall: robust to the machine's other load
-  Status st = (*p)->RunBatch({epoch, samples, 0, images.data(), labels.data()}, &res);
-  const double t = ProcessCpuSeconds() - t0;
-  if (!st.ok()) {
+  new (r) PingRecords();
+  std::memset(batch, 1, bytes);
+  std::vector<int64_t> labels(size_t(n), 1);
+  std::vector<pid_t> pids;
+  for (int i = 0; i < k; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) PingWaiter(r, batch, bytes, labels.data(), n, i);
+    pids.push_back(pid);
+  }
+  // The leader's decode load, for real (after the forks): the same pipeline on `threads`
+  // threads decoding the same set over and over into a private buffer.
+  std::atomic<bool> busy_stop{false};
+  std::thread busy([&] {
+    auto reader = data::DatasetReader::Open(dataset);
+    Options o = BaseOptions(a, dataset);
+    o.threads = threads;
+    auto p = reader.ok() ? pipeline::Pipeline::Create(o, *reader)
+                         : Result<std::unique_ptr<pipeline::Pipeline>>(reader.status());
+    if (!p.ok()) {
+      std::fprintf(stderr, "bench_fanout: %s\n", p.status().ToString().c_str());
+      std::exit(1);
+    }
+    std::vector<int64_t> samples(static_cast<size_t>(n));
+    std::vector<uint8_t> images((*p)->OutputLayout().bytes() * samples.size());
+    std::vector<int64_t> out_labels(samples.size());
+    const int64_t total = (*reader)->info().num_samples;
+    for (uint64_t round = 0; !busy_stop.load(); ++round) {
+      for (int64_t i = 0; i < n; ++i) samples[size_t(i)] = (int64_t(round) * n + i) % total;
+      pipeline::BatchResult res;
+      (void)(*p)->RunBatch({round, samples, 0, images.data(), out_labels.data()}, &res);
+    }
+  });
+  while (r->waiting.load() < k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto interval = std::chrono::nanoseconds(static_cast<int64_t>(interval_s * 1e9));
+  for (int64_t p = 0; p < pings; ++p) {
+    std::this_thread::sleep_for(interval);  // a benchmark's pacing, not synchronisation
+    for (size_t i = 0; i < bytes; i += 4096) batch[i] = static_cast<uint8_t>(p);
+    r->ping_ns.store(shm::MonotonicNs());
+    r->word.fetch_add(1);
+    Futex(&r->word, FUTEX_WAKE, INT32_MAX, 0);
+  }
+  r->stop.store(1);
+  r->word.fetch_add(1);
+  Futex(&r->word, FUTEX_WAKE, INT32_MAX, 0);
+  busy_stop.store(true);
+  busy.join();
+  for (pid_t pid : pids) {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "bench_fanout: ping waiter %d failed\n", pid);
+      std::exit(1);
+    }
+  }
+  std::vector<double> lat;
+  for (int i = 0; i < k; ++i)
+    lat.insert(lat.end(), r->waiters[i].handoff_ns, r->waiters[i].handoff_ns + r->waiters[i].handoffs);
+  munmap(batch, bytes);
+  munmap(r, sizeof(PingRecords));
+  return Summarize(lat).median / 1e3;
+}
+
+// The leader's chain on 1 thread with crop decoding on and off (roi_decode_ratio), in CPU
+// time: both pipelines are made once and warmed by one pass (allocations, page faults, the
+// page cache), then each repetition runs one pass of each over the same samples, one after
+// the other, so that the machine's other load hits both alike.
+class ChainCost {
+ public:
+  ChainCost(const Args& a, const std::string& dataset) {
+    auto reader = data::DatasetReader::Open(dataset);
+    if (!reader.ok()) Fail(reader.status());
+    for (bool crop_decode : {false, true}) {
+      Options o = BaseOptions(a, dataset);
+      o.threads = 1;
+      o.crop_decode = crop_decode;
+      auto p = pipeline::Pipeline::Create(o, *reader);
+      if (!p.ok()) Fail(p.status());
+      pipelines_.push_back(std::move(p).value());
+    }
+    const int64_t n = std::min<int64_t>((*reader)->info().num_samples, 256);
+    for (int64_t i = 0; i < n; ++i) samples_.push_back(i);
+    images_.resize(pipelines_[0]->OutputLayout().bytes() * samples_.size());
+    labels_.resize(samples_.size());
+    for (auto& p : pipelines_) Pass(*p, 1000);  // warm-up
+  }
+  // CPU-seconds per sample, crop decoding off and on, for one repetition.
+  std::pair<double, double> Measure(uint64_t epoch) {
+    const double full = Pass(*pipelines_[0], epoch);
+    return {full, Pass(*pipelines_[1], epoch)};
+  }
+
+ private:
+  [[noreturn]] static void Fail(const Status& st) {
     std::fprintf(stderr, "bench_fanout: %s\n", st.ToString().c_str());
     std::exit(1);
   }
-  return t / double(n);
-}
+  double Pass(pipeline::Pipeline& p, uint64_t epoch) {
+    pipeline::BatchResult res;
+    const double t0 = ProcessCpuSeconds();  // CPU, not wall: robust to the machine's other load
+    Status st = p.RunBatch({epoch, samples_, 0, images_.data(), labels_.data()}, &res);
+    const double t = ProcessCpuSeconds() - t0;
+    if (!st.ok()) Fail(st);
+    return t / double(samples_.size());
+  }
+  std::vector<std::unique_ptr<pipeline::Pipeline>> pipelines_;
+  std::vector<int64_t> samples_;
+  std::vector<uint8_t> images_;
+  std::vector<int64_t> labels_;
+};
 
 RunResult RunIndependent(const Args& a, const std::string& dataset, int k) {
   SharedRecords* r = MapRecords();
@@ -384,6 +537,25 @@ RunResult RunIndependent(const Args& a, const std::string& dataset, int k) {
   return res;
 }
 
+// "1,2,4,8": ascending consumer counts, each 1..kMaxConsumers; the last is the K of the
+// JSON keys.
+std::vector<int> ParseKs(const std::string& v) {
+  std::vector<int> ks;
+  size_t pos = 0;
+  while (pos <= v.size()) {
+    const size_t end = std::min(v.find(',', pos), v.size());
+    const int k = std::atoi(v.substr(pos, end - pos).c_str());
+    if (k < 1 || k > kMaxConsumers || (!ks.empty() && k <= ks.back())) {
+      std::fprintf(stderr, "bench_fanout: --ks '%s': expected ascending consumer counts from 1 "
+                           "to %d, e.g. 1,2,4,8\n", v.c_str(), kMaxConsumers);
+      std::exit(2);
+    }
+    ks.push_back(k);
+    pos = end + 1;
+  }
+  return ks;
+}
+
 Args ParseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -396,10 +568,11 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--image-size") a.image_size = std::stoi(v);
     else if (k == "--idle-threads") a.idle_threads = std::stoi(v);
     else if (k == "--cache") a.cache = v;
+    else if (k == "--ks") a.ks = ParseKs(v);
     else if (k == "--compare-telemetry") a.compare_telemetry = v == "1" || v == "on";
     else {
       std::fprintf(stderr, "bench_fanout: unknown argument '%s' (--images --epochs --reps --batch "
-                           "--threads --idle-threads --image-size --cache)\n", k.c_str());
+                           "--threads --idle-threads --image-size --cache --ks)\n", k.c_str());
       std::exit(2);
     }
   }
@@ -460,12 +633,19 @@ int Main(int argc, char** argv) {
   std::map<int, std::vector<RunResult>> shared, idle;
   std::vector<RunResult> independent;
   std::vector<double> roi_ratio, chain_ms;
+  std::map<int, std::vector<double>> floor_us, vs_floor;  // the scheduler's floor, per K
   for (int rep = 0; rep < a.reps; ++rep) {
-    for (int k : a.ks) shared[k].push_back(RunShared(a, dataset, k, a.threads));
+    for (int k : a.ks) {
+      shared[k].push_back(RunShared(a, dataset, k, a.threads));
+      const RunResult& beside = shared[k].back();
+      floor_us[k].push_back(RunPingFloor(a, dataset, k, a.threads, beside.publish_interval_s,
+                                         beside.producer_batches));
+      vs_floor[k].push_back(beside.handoff_p50_us / floor_us[k].back());
+    }
     for (int k : a.ks) idle[k].push_back(RunShared(a, dataset, k, a.idle_threads));
-    independent.push_back(RunIndependent(a, dataset, a.compare_k));
-    const double full = ChainSecondsPerSample(a, dataset, false, uint64_t(rep));
-    const double crop = ChainSecondsPerSample(a, dataset, true, uint64_t(rep));
+    if (shared.count(a.compare_k)) independent.push_back(RunIndependent(a, dataset, a.compare_k));
+    // Made and dropped within the repetition: no pipeline threads exist when the next forks.
+    const auto [full, crop] = ChainCost(a, dataset).Measure(uint64_t(rep));
     roi_ratio.push_back(crop / full);
     chain_ms.push_back(1e3 * crop);
   }
@@ -480,6 +660,8 @@ int Main(int argc, char** argv) {
     t.Add(fmt::format("K={} leader production rate", k), stat(v, [](auto& r) { return r.leader_rate; }), "samples/s");
     t.Add(fmt::format("K={} slowest consumer / leader rate", k), stat(v, [](auto& r) { return r.min_rate_ratio; }), "ratio");
     t.Add(fmt::format("K={} hand-off p50", k), stat(v, [](auto& r) { return r.handoff_p50_us; }), "us");
+    t.Add(fmt::format("K={} hand-off floor p50 (futex ping)", k), Summarize(floor_us[k]), "us");
+    t.Add(fmt::format("K={} hand-off p50 / floor p50", k), Summarize(vs_floor[k]), "ratio");
     t.Add(fmt::format("K={} delivered samples/s (all consumers)", k), stat(v, [](auto& r) { return r.Throughput(); }), "samples/s");
     t.Add(fmt::format("K={} CPU per delivered sample", k), stat(v, [](auto& r) { return 1e3 * r.CpuPerSample(); }), "ms");
     t.Add(fmt::format("K={} consumers' share of the CPU", k), stat(v, [](auto& r) { return 1 - r.leader_cpu_s / r.cpu_s; }), "fraction");
@@ -507,7 +689,7 @@ int Main(int argc, char** argv) {
   t.Add(fmt::format("independent K={} delivered samples/s", ck), stat(independent, [](auto& r) { return r.Throughput(); }), "samples/s");
   t.Add(fmt::format("independent K={} CPU per delivered sample", ck), stat(independent, [](auto& r) { return 1e3 * r.CpuPerSample(); }), "ms");
   std::vector<double> cpu_ratio, tput_ratio;
-  for (int rep = 0; rep < a.reps; ++rep) {
+  for (int rep = 0; rep < a.reps && shared.count(ck); ++rep) {
     cpu_ratio.push_back(shared[ck][rep].CpuPerSample() / independent[rep].CpuPerSample());
     tput_ratio.push_back(shared[ck][rep].Throughput() / independent[rep].Throughput());
   }
@@ -525,6 +707,8 @@ int Main(int argc, char** argv) {
   j.Add("scaling_vs_k4", scaling(4).median);
   j.Add("leader_idle_fraction", stat(shared[kmax], [](auto& r) { return r.leader_idle_fraction; }).median);
   j.Add("cpu_s_per_sample", stat(shared[kmax], [](auto& r) { return r.CpuPerSample(); }).median);
+  j.Add("handoff_floor_p50_us", Summarize(floor_us[kmax]).median);
+  j.Add("handoff_vs_floor", Summarize(vs_floor[kmax]).median);
   j.Add("roi_decode_ratio", Summarize(roi_ratio).median);
   j.Add("decode_ms_per_sample", Summarize(chain_ms).median);
   j.Print();

@@ -105,12 +105,14 @@ Status JpegCropDecoder::Decode(std::span<const uint8_t> bytes, const ImageHeader
   const bool cmyk = header.cmyk;
   ci.out_color_space = cmyk ? JCS_CMYK : (channels == 1 ? JCS_GRAYSCALE : JCS_RGB);
   jpeg_start_decompress(&ci);
-  // The box and one iMCU of context on every side, within the image.
-  const int imcu_w = ci.max_h_samp_factor * ci.min_DCT_scaled_size;
-  const int imcu_h = ci.max_v_samp_factor * ci.min_DCT_scaled_size;
-  const int out_w = static_cast<int>(ci.output_width), out_h = static_cast<int>(ci.output_height);
-  const int x0 = std::max(0, box.x - imcu_w), x1 = std::min(out_w, box.x + box.width + imcu_w);
-  const int y0 = std::max(0, box.y - imcu_h), y1 = std::min(out_h, box.y + box.height + imcu_h);
+  // The box and one pixel of context left and right, within the image (the region's edge
+  // columns are upsampled as an image edge; jpeg_crop_scanline widens the region to whole
+  // iMCUs on the left). No rows of margin: jpeg_skip_scanlines decodes the context rows the
+  // upsampler needs above the first row read, and the rows read are upsampled with the rows
+  // below them, as in a full decode (docs/pipeline.md, crop decoding).
+  const int out_w = static_cast<int>(ci.output_width);
+  const int x0 = std::max(0, box.x - 1), x1 = std::min(out_w, box.x + box.width + 1);
+  const int y0 = box.y, y1 = box.y + box.height;
   JDIMENSION xoffset = static_cast<JDIMENSION>(x0), width = static_cast<JDIMENSION>(x1 - x0);
   if (x0 > 0 || x1 < out_w) jpeg_crop_scanline(&ci, &xoffset, &width);  // widened to iMCUs
   if (y0 > 0) jpeg_skip_scanlines(&ci, static_cast<JDIMENSION>(y0));

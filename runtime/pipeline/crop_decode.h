@@ -3,16 +3,17 @@
 // Crop decoding: a JPEG decoded only where a crop box keeps pixels. Through the libjpeg API
 // of libjpeg-turbo: DCT scaling (scale_num/8), jpeg_crop_scanline for the iMCU columns
 // that cover the box and jpeg_skip_scanlines / an early stop for the rows above and below
-// it. Entropy decoding still runs from the top of the image to the box's last iMCU row (the
+// it. Entropy decoding still runs from the top of the image to the box's last row (the
 // bit stream has no random access); the inverse DCT, upsampling and colour conversion run
 // for the box's iMCUs only. Progressive images are entropy-decoded whole at the start.
 //
 // Equality: the pixels inside the box are bit-exact with a full decode at the same scale
-// (ImageDecoder::Decode), because the decoded region keeps one iMCU of context on every
-// side (fancy upsampling reads the neighbouring chroma samples; without the margin the
-// region's edge pixels would be computed as image edges). tests/unit/pipeline/
-// crop_decode_test.cc checks this on baseline, progressive, gray, 4:4:4, 4:2:0, 4:2:2, CMYK
-// and odd sizes at every scale.
+// (ImageDecoder::Decode), because the decoded region keeps one pixel of context left and
+// right (fancy upsampling reads the neighbouring chroma sample; the region's edge columns
+// are computed as image edges) and libjpeg-turbo decodes the context rows above and below
+// itself. tests/unit/pipeline/crop_decode_test.cc checks this on baseline, progressive,
+// gray, 4:4:4, 4:2:0, 4:2:2, CMYK and odd sizes at every scale, with box edges on and next
+// to iMCU boundaries.
 //
 // Errors are those of ImageDecoder::Decode (warnings such as a truncated file stop the
 // decode, and progressive images with more than 500 scans are refused), with one

@@ -146,6 +146,11 @@ class RingLeader {
   static uint64_t MemberBit(uint32_t id) { return 1ULL << id; }
   // Number of pool slots currently held by at least one consumer.
   int OccupiedSlots() const;
+  // Consumers asleep in Acquire right now, waiting for a position to be published.
+  int WaitingConsumers() const;
+  // Publishes that found consumers asleep: each did one FUTEX_WAKE for all of them and
+  // yielded the CPU once (the others made no system call).
+  uint64_t publish_wakes() const { return publish_wakes_.load(std::memory_order_relaxed); }
   // Slots of the pool ever used (their memory is committed).
   uint32_t SlotsUsed() const { return slots_used_; }
   // Normal end of the stream: consumers drain what was published, then see the end.
@@ -179,7 +184,7 @@ class RingLeader {
   // positions it has not acquired; the slots it holds stay pending.
   void Unaddress(uint32_t id, MemberState state);
   void CheckHeartbeats();
-  void WakeConsumers();
+  bool WakeConsumers();
   void WakeLeader();
   MemberInfo InfoLocked(uint32_t id) const;
   uint32_t PoolDemandLocked() const;  // slots the members' buffers may hold
@@ -202,6 +207,7 @@ class RingLeader {
   std::atomic<uint64_t> control_iterations_{0};
   std::atomic<uint64_t> accept_attempts_{0};
   std::atomic<uint64_t> accept_failures_{0};
+  std::atomic<uint64_t> publish_wakes_{0};
 
   mutable std::mutex mu_;            // membership table and receiver masks
   std::condition_variable joined_cv_;

@@ -165,6 +165,47 @@ TEST(RingTest, HeldSlotIsNeverReusedAndNeverBlocksTheStream) {
   (*leader)->End();
 }
 
+// The wake path: a publish nobody waits for makes no system call; a publish that finds
+// consumers asleep wakes all of them with one FUTEX_WAKE (and yields the CPU once to them).
+TEST(RingTest, PublishWakesAllSleepersOnceAndNobodyWhenNoneSleeps) {
+  RingConfig rc = SmallRing("wake");
+  std::unique_ptr<RingLeader> l;
+  std::vector<std::unique_ptr<RingConsumer>> c;
+  ASSERT_NO_FATAL_FAILURE(StartAdmitted(rc, 3, &l, &c));
+  auto publish = [&](uint8_t value) {
+    auto w = l->AcquireSlot(5000);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    w->data[0] = value;
+    l->Publish(*w);
+  };
+  ASSERT_NO_FATAL_FAILURE(publish(1));  // nobody is waiting yet
+  EXPECT_EQ(l->publish_wakes(), 0u);
+  for (auto& consumer : c) {
+    auto got = consumer->Acquire(nullptr);  // already published: no wait
+    ASSERT_TRUE(got.ok());
+    consumer->Release(*got);
+  }
+  std::vector<std::thread> readers;
+  std::atomic<int> read_two{0};
+  for (auto& consumer : c)
+    readers.emplace_back([&consumer, &read_two] {
+      auto got = consumer->Acquire(nullptr);
+      if (got.ok() && got->data[0] == 2) read_two.fetch_add(1);
+      if (got.ok()) consumer->Release(*got);
+    });
+  // A condition poll with a deadline (not a timing assumption): all three asleep.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (l->WaitingConsumers() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_EQ(l->WaitingConsumers(), 3) << "the readers never went to sleep";
+  ASSERT_NO_FATAL_FAILURE(publish(2));
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(read_two.load(), 3);
+  EXPECT_EQ(l->publish_wakes(), 1u) << "one wake for all sleepers";
+  EXPECT_EQ(l->WaitingConsumers(), 0);
+  l->End();
+}
+
 // Publish checks its order: a slot published twice, or out of sequence, fails the stream
 // with a message instead of corrupting what consumers read.
 TEST(RingTest, PublishOutOfOrderFailsTheStream) {
