@@ -40,24 +40,14 @@ demo: deps
 	bash scripts/demo.sh $(BUILD)
 
 # The sanitizer runs and the short fuzzing step follow the normal suite even when it failed;
-# any of them failing fails `test`.
-# While the normal suite runs, both sanitizer trees and the fuzz targets are built in the
-# background at the lowest CPU priority (nice 19): they take only the CPU the tests leave idle
-# (waiting on daemons, heartbeats, mpirun), so the tests see no more load than a busy node
-# gives them and the builds cost little wall time. Their output goes to
-# $(BUILD)/sanitizer-builds.log, printed when a build fails.
+# any of them failing fails `test`. scripts/test_all.sh builds the sanitizer trees and the fuzz
+# targets in the background at the lowest CPU priority (nice 19) while the normal suite runs,
+# and runs each tree's tests as soon as that tree and the suite are done (docs/testing.md).
+# Build output goes to $(BUILD)/sanitizer-builds.log, printed when a build fails.
 test: deps
 	@$(MAKE) --no-print-directory build
-	@status=0; \
-	( JOBS=$(SANITIZE_JOBS) nice -n 19 bash scripts/sanitize.sh thread $(BUILD_TSAN) --build-only && \
-	  JOBS=$(SANITIZE_JOBS) nice -n 19 bash scripts/sanitize.sh address $(BUILD_ASAN) --build-only && \
-	  JOBS=$(SANITIZE_JOBS) nice -n 19 bash scripts/fuzz.sh build $(BUILD_FUZZ) \
-	) > $(BUILD)/sanitizer-builds.log 2>&1 & bg=$$!; \
-	bash scripts/test.sh $(BUILD) || status=1; \
-	if ! wait $$bg; then cat $(BUILD)/sanitizer-builds.log; status=1; fi; \
-	$(MAKE) --no-print-directory sanitize || status=1; \
-	$(MAKE) --no-print-directory fuzz-ci || status=1; \
-	exit $$status
+	@SANITIZE_JOBS=$(SANITIZE_JOBS) FUZZ_CI_SECONDS=$(FUZZ_CI_SECONDS) \
+	  bash scripts/test_all.sh $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN) $(BUILD_FUZZ)
 
 # Both sanitizers, each in its own build dir; the second runs even when the first fails.
 sanitize: deps

@@ -7,11 +7,11 @@
 #include <opencv2/core.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <deque>
 #include <sstream>
 
+#include "core/clock.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "data/dataset_inspect.h"
@@ -48,12 +48,6 @@ std::string_view BadSampleCause(std::string_view message) {
 namespace {
 
 enum class CropMode { kNone, kCenter, kRandom };
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // "0.485,0.456,0.406" → values; 1 value is broadcast to every channel.
 Result<std::vector<double>> ParseChannelValues(const std::string& key, const std::string& text,
@@ -304,17 +298,17 @@ Status PipelineImpl::LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t
 Status PipelineImpl::ProcessSample(WorkerContext& ctx, const BatchJob& job, int64_t index,
                                    void* dst, SampleTimes* times) {
   const uint64_t epoch = job.req.epoch;
-  const int64_t t0 = NowNs();
+  const int64_t t0 = core::SteadyNowNs();
   Status s = job.bucket_size > 0 ? reader_->ReadBucketSample(job.bucket_size, index, &ctx.encoded)
                                  : reader_->ReadSample(index, &ctx.encoded);
   if (!s.ok()) return s.WithContext("read failed");
   if (verify_ && job.bucket_size == 0) BC_RETURN_IF_ERROR(reader_->VerifySample(index, ctx.encoded));
-  const int64_t t1 = NowNs();
+  const int64_t t1 = core::SteadyNowNs();
   times->read_ns += t1 - t0;
   CropBox box;
   PixelView view;
   BC_RETURN_IF_ERROR(LoadPixels(ctx, job, index, &box, &view));
-  const int64_t t2 = NowNs();
+  const int64_t t2 = core::SteadyNowNs();
   times->decode_ns += t2 - t1;
   const SampleLayout& l = job.spec.layout;
   const bool flip =
@@ -329,7 +323,7 @@ Status PipelineImpl::ProcessSample(WorkerContext& ctx, const BatchJob& job, int6
              view.channels == l.channels) {
     // The resize is the final pass: it writes the slot itself.
     ResizeBox(view, box, l.width, l.height, static_cast<uint8_t*>(dst), size_t(l.width) * l.channels);
-    times->transform_ns += NowNs() - t2;
+    times->transform_ns += core::SteadyNowNs() - t2;
     return Status::Ok();
   } else {
     const size_t stride = size_t(l.width) * view.channels;
@@ -338,7 +332,7 @@ Status PipelineImpl::ProcessSample(WorkerContext& ctx, const BatchJob& job, int6
     view = PixelView{ctx.resized.data(), stride, l.width, l.height, view.channels};
   }
   WriteOutput(view, flip, job.spec, dst);
-  times->transform_ns += NowNs() - t2;
+  times->transform_ns += core::SteadyNowNs() - t2;
   return Status::Ok();
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/clock.h"
 #include "core/thread_name.h"
 
 namespace batchcast::pipeline {
@@ -20,16 +21,6 @@ int AvailableCores() {
   unsigned hw = std::thread::hardware_concurrency();
   return hw > 0 ? static_cast<int>(hw) : 1;
 }
-
-namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 WorkerPool::WorkerPool(int threads, const std::string& name) : nthreads_(threads) {
   threads_.reserve(threads);
@@ -58,7 +49,7 @@ WorkerPool::Ticket WorkerPool::Submit(int64_t items, ItemFn fn) {
   if (loop->items > 0) {
     loops_.push_back(std::move(loop));
     if (idle_since_ns_ != 0) {
-      idle_total_ns_ += NowNs() - idle_since_ns_;
+      idle_total_ns_ += core::SteadyNowNs() - idle_since_ns_;
       idle_since_ns_ = 0;
     }
     work_cv_.notify_all();
@@ -85,7 +76,7 @@ bool WorkerPool::WaitFor(Ticket ticket, int64_t timeout_ms) {
 
 int64_t WorkerPool::idle_ns() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return idle_total_ns_ + (idle_since_ns_ != 0 ? NowNs() - idle_since_ns_ : 0);
+  return idle_total_ns_ + (idle_since_ns_ != 0 ? core::SteadyNowNs() - idle_since_ns_ : 0);
 }
 
 void WorkerPool::Work(int worker) {
@@ -100,7 +91,7 @@ void WorkerPool::Work(int worker) {
       }
     if (!loop) {
       if (stop_) return;  // queued loops are finished before the threads end
-      if (++waiting_ == threads() && idle_since_ns_ == 0) idle_since_ns_ = NowNs();
+      if (++waiting_ == threads() && idle_since_ns_ == 0) idle_since_ns_ = core::SteadyNowNs();
       work_cv_.wait(lock);
       --waiting_;
       continue;

@@ -25,6 +25,7 @@
 #include "gpu/gpu_stager.h"
 #include "node/leader.h"
 #include "tests/unit/gpu/gpu_child.h"
+#include "tests/unit/gpu/require_device.h"
 #include "tests/unit/node/synthetic_source.h"
 #include "transport/cuda/device_probe.h"
 #include "transport/shm/segment.h"
@@ -37,12 +38,6 @@ namespace batchcast {
 namespace {
 
 using node::SyntheticPixel;
-
-#define BC_REQUIRE_DEVICE()                                                    \
-  do {                                                                         \
-    auto bc_n_ = cuda::VisibleDeviceCount();                                   \
-    if (!bc_n_.ok()) GTEST_SKIP() << "no CUDA device: " << bc_n_.status().message(); \
-  } while (0)
 
 // --- anywhere: placement, DLPack, the stub ------------------------------------------
 

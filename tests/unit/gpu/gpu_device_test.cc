@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pipeline/transform.h"
+#include "tests/unit/gpu/require_device.h"
 #include "transport/cuda/device_probe.h"
 #include "transport/cuda/device_ring.h"
 #include "transport/cuda/nccl_broadcast.h"
@@ -23,12 +24,6 @@
 
 namespace batchcast::cuda {
 namespace {
-
-#define BC_REQUIRE_DEVICE()                                                           \
-  do {                                                                                \
-    auto bc_n_ = VisibleDeviceCount();                                                \
-    if (!bc_n_.ok()) GTEST_SKIP() << "no CUDA device: " << bc_n_.status().message(); \
-  } while (0)
 
 #if BATCHCAST_HAVE_CUDA
 

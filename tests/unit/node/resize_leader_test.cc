@@ -111,7 +111,7 @@ struct SeenBatch {
   std::vector<int64_t> ids;
 };
 
-struct Seen {
+struct ResizeSeen {
   std::vector<SeenBatch> batches;
   std::vector<int64_t> announced;        // BatchesPerEpoch(e) asked before the first batch
   std::map<uint64_t, int64_t> current;   // BatchesPerEpoch() asked during epoch e
@@ -120,7 +120,7 @@ struct Seen {
   Status status;
 };
 
-void Consume(Consumer* c, int epochs, Seen* seen) {
+void Consume(Consumer* c, int epochs, ResizeSeen* seen) {
   for (int e = 0; e <= epochs; ++e) seen->announced.push_back(c->BatchesPerEpoch(uint64_t(e)));
   Batch batch;
   for (;;) {
@@ -153,12 +153,12 @@ void Consume(Consumer* c, int epochs, Seen* seen) {
 }
 
 // Runs a leader and one consumer per batch size to the end of the stream.
-std::vector<Seen> RunStream(const Options& o, const std::vector<int>& sizes, int64_t n, int full,
+std::vector<ResizeSeen> RunStream(const Options& o, const std::vector<int>& sizes, int64_t n, int full,
                             bool offset, bool shuffle) {
   uint32_t max_b = 0;
   for (int b : sizes) max_b = std::max<uint32_t>(max_b, uint32_t(b));
   auto leader = StartLeader(o, static_cast<int>(sizes.size()), max_b, n, full);
-  std::vector<Seen> seen(sizes.size());
+  std::vector<ResizeSeen> seen(sizes.size());
   if (leader == nullptr) return seen;
   std::vector<std::unique_ptr<Consumer>> consumers;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -203,7 +203,7 @@ int BucketOf(const schedule::ResizeSchedule& s, int image_size) {
 
 // Every sample trained in `epoch` exactly once (plus the reported fill repeats), at the
 // size the schedule gives it, with the consumer's scaled batch size and LR factor.
-void ExpectFollowsSchedule(const Seen& seen, const schedule::ResizeSchedule& s, int base_b,
+void ExpectFollowsSchedule(const ResizeSeen& seen, const schedule::ResizeSchedule& s, int base_b,
                            int epochs) {
   ASSERT_TRUE(seen.status.ok()) << seen.status.ToString();
   EXPECT_EQ(seen.bad_pixels, 0);
@@ -261,7 +261,7 @@ TEST(ResizeLeaderTest, MixedModeTrainsEverySampleOncePerEpochAtItsSize) {
   const std::vector<int> sizes = {8, 5, 3};
   for (bool offset : {false, true}) {
     SCOPED_TRACE(offset ? "carve offset + shuffle" : "plain carving");
-    std::vector<Seen> seen = RunStream(o, sizes, n, 16, offset, offset);
+    std::vector<ResizeSeen> seen = RunStream(o, sizes, n, 16, offset, offset);
     auto s = Expected(o, n);
     for (size_t i = 0; i < sizes.size(); ++i) {
       SCOPED_TRACE("consumer b=" + std::to_string(sizes[i]));
@@ -280,7 +280,7 @@ TEST(ResizeLeaderTest, ExhaustiveModeCoversTheSmallestBucketOnly) {
   const int epochs = 6;
   Options o = ResizeOptions("resize(sizes=8:16,upgrade=0.5,mode=exhaustive,final_epochs=1)",
                             epochs, 16);
-  std::vector<Seen> seen = RunStream(o, {4, 6}, n, 16, true, true);
+  std::vector<ResizeSeen> seen = RunStream(o, {4, 6}, n, 16, true, true);
   auto s = Expected(o, n);
   ExpectFollowsSchedule(seen[0], *s, 4, epochs);
   ExpectFollowsSchedule(seen[1], *s, 6, epochs);
@@ -295,7 +295,7 @@ TEST(ResizeLeaderTest, MaxBatchCapsConsumerBatchesAndLrFactors) {
   const int64_t n = 150;
   Options o = ResizeOptions("resize(sizes=4:8,upgrade=1,max_batch=10,lr=sqrt,final_epochs=1)",
                             2, 16);
-  std::vector<Seen> seen = RunStream(o, {4, 16}, n, 8, false, false);
+  std::vector<ResizeSeen> seen = RunStream(o, {4, 16}, n, 8, false, false);
   auto s = Expected(o, n);
   ExpectFollowsSchedule(seen[0], *s, 4, 2);
   ExpectFollowsSchedule(seen[1], *s, 16, 2);
@@ -316,7 +316,7 @@ TEST(ResizeLeaderTest, SameSeedGivesTheSameSizedStream) {
   const int64_t n = 123;
   Options o = ResizeOptions("resize(sizes=6:9:12,upgrade=0.4)", 3, 12);
   auto run = [&]() {
-    std::vector<Seen> seen = RunStream(o, {5}, n, 12, true, true);
+    std::vector<ResizeSeen> seen = RunStream(o, {5}, n, 12, true, true);
     std::vector<std::tuple<uint64_t, int, int64_t, float, std::vector<int64_t>>> out;
     for (const SeenBatch& b : seen[0].batches)
       out.emplace_back(b.epoch, b.image_size, b.size, b.lr_factor, b.ids);
@@ -360,7 +360,7 @@ TEST(ResizeLeaderTest, LateJoinerGetsExactBatchesPerStreamEpoch) {
   // The leader settles the joiner while it waits for A.
   while (leader->leader->ring().CountMembers(shm::MemberState::kJoining) > 0)
     std::this_thread::yield();
-  Seen seen_a, seen_b;
+  ResizeSeen seen_a, seen_b;
   std::thread ta(Consume, a->get(), epochs, &seen_a);
   std::thread tb(Consume, b->get(), epochs, &seen_b);
   ta.join();

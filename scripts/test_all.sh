@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The body of `make test` after the normal build: the whole ctest suite, then ThreadSanitizer,
+# ASan+UBSan and the short fuzzing step. Usage: scripts/test_all.sh BUILD TSAN_DIR ASAN_DIR FUZZ_DIR
+#
+# The three extra trees are built one after another by one background chain at `nice 19`
+# while the normal suite runs (it spends much of its wall time waiting on daemons and mpirun,
+# and the builds take only that idle CPU). The chain reports each finished build on a FIFO;
+# the foreground runs a tree's tests as soon as both that tree and the normal suite are done,
+# so the sanitizer runs overlap the remaining builds instead of waiting for all of them
+# (docs/testing.md "Wall time"). Each step runs even when an earlier one failed; any failure
+# fails the script. Build output goes to BUILD/sanitizer-builds.log, printed when a build fails.
+set -uo pipefail
+build=${1:?usage: scripts/test_all.sh BUILD TSAN_DIR ASAN_DIR FUZZ_DIR}
+tsan=${2:?}; asan=${3:?}; fuzz=${4:?}
+src=$(cd "$(dirname "$0")/.." && pwd)
+jobs=${SANITIZE_JOBS:-2}
+log=$build/sanitizer-builds.log
+stages=$build/.extra-builds.fifo
+rm -f "$stages"
+mkfifo "$stages"
+: >"$log"
+
+# One line "NAME RC" per finished build, in this order. The chain keeps building after a
+# failed tree so that the other steps still run.
+(
+  exec >"$stages"
+  for step in tsan asan fuzz; do
+    case $step in
+      tsan) JOBS=$jobs nice -n 19 bash "$src/scripts/sanitize.sh" thread "$tsan" --build-only ;;
+      asan) JOBS=$jobs nice -n 19 bash "$src/scripts/sanitize.sh" address "$asan" --build-only ;;
+      fuzz) JOBS=$jobs nice -n 19 bash "$src/scripts/fuzz.sh" build "$fuzz" ;;
+    esac >>"$log" 2>&1
+    echo "$step $?"
+  done
+) &
+chain=$!
+# Opening the FIFO for reading returns once the chain has opened it for writing; lines the
+# chain writes before we read them wait in the pipe. EOF before three lines: the chain died.
+exec 4<"$stages"
+rm -f "$stages"
+
+status=0
+bash "$src/scripts/test.sh" "$build" || status=1
+
+for expected in tsan asan fuzz; do
+  if ! read -r -u 4 step rc; then
+    echo "test_all: the background builds stopped before '$expected' was built; log:" >&2
+    cat "$log"
+    status=1
+    break
+  fi
+  if [ "$rc" != 0 ]; then
+    echo "test_all: building '$step' failed (exit $rc); log:" >&2
+    cat "$log"
+    status=1
+    continue
+  fi
+  case $step in
+    tsan) JOBS=$jobs bash "$src/scripts/sanitize.sh" thread "$tsan" || status=1 ;;
+    asan) JOBS=$jobs bash "$src/scripts/sanitize.sh" address "$asan" || status=1 ;;
+    fuzz) JOBS=$jobs FUZZ_CI_SECONDS=${FUZZ_CI_SECONDS:-8} \
+            bash "$src/scripts/fuzz.sh" ci "$fuzz" || status=1 ;;
+  esac
+done
+exec 4<&-
+wait "$chain" || true
+exit $status
