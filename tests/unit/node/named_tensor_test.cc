@@ -21,7 +21,7 @@
 namespace batchcast::node {
 namespace {
 
-std::string Socket() {
+std::string NamedSocket() {
   static std::atomic<int> n{0};
   return "batchcast-test-" + std::to_string(getpid()) + "-nt-" + std::to_string(n++);
 }
@@ -52,7 +52,7 @@ void WriteSample(const ExternalSlot& s, bool images, int64_t i, int64_t id) {
   s.ids[i] = id;
 }
 
-struct Seen {
+struct NamedSeen {
   std::map<uint64_t, std::multiset<int64_t>> ids;  // epoch -> ids received
   int64_t bad = 0;                                  // tensors not of their sample's id
   int64_t batches = 0;
@@ -82,7 +82,7 @@ int64_t BadElements(const Batch& b, bool images) {
   return bad;
 }
 
-void Consume(Consumer* c, bool images, Seen* s) {
+void ConsumeNamed(Consumer* c, bool images, NamedSeen* s) {
   Batch b;
   for (;;) {
     Status st = c->Next(&b);
@@ -120,7 +120,7 @@ TEST(NamedTensorTest, EveryCarveKeepsTheTensorsOfASampleTogether) {
     cfg.epoch_samples = n;
     cfg.epochs = epochs;
     cfg.max_consumer_batch = max_b;
-    cfg.socket_name = Socket();
+    cfg.socket_name = NamedSocket();
     auto prod = ExternalProducer::Create(cfg);
     ASSERT_TRUE(prod.ok()) << prod.status().ToString();
     ExternalProducer& pr = **prod;
@@ -143,9 +143,10 @@ TEST(NamedTensorTest, EveryCarveKeepsTheTensorsOfASampleTogether) {
       cos.push_back(co);
     }
     ASSERT_TRUE(pr.WaitForConsumers(consumers, -1).ok());
-    std::vector<Seen> seen(static_cast<size_t>(consumers));
+    std::vector<NamedSeen> seen(static_cast<size_t>(consumers));
     std::vector<std::thread> threads;
-    for (int i = 0; i < consumers; ++i) threads.emplace_back(Consume, cs[i].get(), images, &seen[i]);
+    for (int i = 0; i < consumers; ++i)
+      threads.emplace_back(ConsumeNamed, cs[i].get(), images, &seen[i]);
     for (int e = 0; e < epochs; ++e) {
       std::vector<int64_t> order(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) order[i] = 1000 * e + i;
@@ -186,7 +187,7 @@ TEST(NamedTensorTest, BadTensorSpecsAreRefusedNamingTheTensor) {
     cfg.tensors = std::move(specs);
     cfg.producer_batch = 4;
     cfg.max_consumer_batch = 2;
-    cfg.socket_name = Socket();
+    cfg.socket_name = NamedSocket();
     auto p = ExternalProducer::Create(cfg);
     ASSERT_FALSE(p.ok()) << want;
     EXPECT_NE(p.status().message().find(want), std::string::npos) << p.status().message();
