@@ -8,6 +8,7 @@
 //   cost_ratio          leader-stage / per-consumer CPU per delivered sample (target at K=4:
 //                       <= 1/K + 0.10)
 //   samples_per_s       per consumer, wall clock
+#include <ATen/Parallel.h>
 #include <torch/script.h>
 
 #include <cstdio>
