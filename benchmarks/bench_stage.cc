@@ -93,7 +93,9 @@ Run RunOnce(const std::string& encoder, int k, bool in_leader, int rep) {
       if (!c.ok()) std::exit(1);
       torch::jit::Module module;
       if (!in_leader) {
-        module = torch::jit::freeze(torch::jit::load(encoder));
+        module = torch::jit::load(encoder);
+        module.eval();  // as the leader's stage: eval, then freeze
+        module = torch::jit::freeze(module);
       }
       c10::InferenceMode guard;
       Batch b;
