@@ -15,6 +15,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/option_scope.h"
 #include "core/suggest.h"
 
 extern char** environ;
@@ -491,6 +492,39 @@ std::string OptionsToJson(const Options& options) {
                    {"help", e.help}});
   }
   return arr.dump(2);
+}
+
+namespace {
+
+// Options only the leader reads (dataset, decode and transforms, the ring, placement, GPU
+// staging): a consumer's own front door refuses them (option_scope.h). Every other option
+// is read by consumers too (batch_size, epochs, seed for carving, mode/rank, telemetry...).
+constexpr std::string_view kLeaderOnly[] = {
+    "dataset", "limit_samples", "shuffle", "threads", "image_size", "crop", "crop_scale_min",
+    "crop_scale_max", "flip", "normalize", "mean", "std", "dtype", "layout", "channels",
+    "max_pixels", "dct_scaling", "crop_decode", "on_bad_sample", "verify", "producer_batch",
+    "ring_slots", "leader_trains", "ranks_per_node", "job_id", "gpu", "trainers_per_gpu",
+    "gpu_finish", "resize"};
+
+}  // namespace
+
+bool ConsumerReadsOption(std::string_view key) {
+  return std::find(std::begin(kLeaderOnly), std::end(kLeaderOnly), key) == std::end(kLeaderOnly);
+}
+
+Status CheckConsumerOptions(const Options& options, std::string_view consumer,
+                            std::string_view leader) {
+  for (const auto& [key, source] : options.sources) {
+    if (ConsumerReadsOption(key) || (source != "code" && source != "flag")) continue;
+    std::string accepted;
+    for (const auto& e : Registry())
+      if (ConsumerReadsOption(e.key)) accepted += (accepted.empty() ? "" : ", ") + std::string(e.key);
+    return InvalidArgumentError(
+        "{}: option '{}' configures the leader, not a consumer: the leader decodes and "
+        "publishes for every consumer, and a consumer never reads it. Give it to the leader "
+        "({}); a consumer accepts {}", consumer, key, leader, accepted);
+  }
+  return Status::Ok();
 }
 
 }  // namespace batchcast

@@ -296,6 +296,44 @@ Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
   return c;
 }
 
+namespace internal {
+
+Status ConsumerAccess::StartAt(Consumer& consumer, StreamPosition position) {
+  internal::ConsumerCore& c = *consumer.core_;
+  if (const int64_t n = consumer.BatchesPerEpoch(position.epoch);
+      n > 0 && position.batch >= static_cast<uint64_t>(n))
+    return InvalidArgumentError(
+        "consumer: position epoch {} batch {} does not exist: that epoch has {} batches of "
+        "batch_size {} (batches 0..{}); a position saved by this consumer's options is always "
+        "inside its epoch", position.epoch, position.batch, n, c.options.batch_size, n - 1);
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.in_next || c.admitted || c.first_epoch != ~0ULL || c.finished)
+    return FailedPreconditionError(
+        "consumer: cannot move to epoch {} batch {}: it has already {} (next: epoch {} batch "
+        "{}), and a shared stream does not rewind or jump for one consumer. Load a saved "
+        "position before the first batch (right after attaching), or attach a new consumer "
+        "with it (start_epoch / start_batch; Python: Consumer(..., **state))",
+        position.epoch, position.batch, c.finished ? "left the stream" : "asked for batches",
+        c.next_position.epoch, c.next_position.batch);
+  Options o = c.options;
+  o.start_epoch = static_cast<int>(position.epoch);
+  o.start_batch = static_cast<int64_t>(position.batch);
+  BC_RETURN_IF_ERROR(ValidateOptions(o));
+  const auto budget = c.epoch_budget;
+  const auto next = c.next_position;
+  c.resuming = false;
+  if (Status st = batchcast::StartAt(o, c.ring->header(), &c); !st.ok()) {
+    c.epoch_budget = budget;  // unchanged: still at its attach position
+    c.next_position = next;
+    c.resuming = c.options.start_epoch != 0 || c.options.start_batch != 0;
+    return st;
+  }
+  c.options = o;
+  return Status::Ok();
+}
+
+}  // namespace internal
+
 Consumer::~Consumer() {
   if (!core_) return;
   std::lock_guard<std::mutex> lock(core_->mu);

@@ -29,6 +29,11 @@ struct ConsumerAccess {
   // (batch_size not dividing the producer batch, pad_last, mode=shard). Skipped samples can
   // still make a joined batch at run time; ToDevice then fails with the same advice.
   static Status CheckDeviceCarving(const Consumer& consumer);
+  // Resume (Python load_state_dict): moves a consumer that has not asked for a batch yet to
+  // `position`, as if it had been attached with start_epoch / start_batch there. Refused
+  // (FailedPrecondition, naming both positions and what to do) once a Next() has begun: a
+  // shared stream does not rewind or jump for one consumer.
+  static Status StartAt(Consumer& consumer, StreamPosition position);
 };
 
 }  // namespace batchcast::internal

@@ -169,9 +169,12 @@ void MultinodeLeader::WarnLateShardJoiners() {
 Status MultinodeLeader::RunShard() {
   BC_ASSIGN_OR_RETURN(auto bits, MapTrainers());
   const int T = multi_.total_trainers;
-  for (uint64_t e = 0; e < static_cast<uint64_t>(config_.options.epochs); ++e) {
+  // Resume (start_epoch / start_batch): every trainer's batch k is its part of global batch k.
+  const auto start = static_cast<uint64_t>(config_.options.start_epoch);
+  for (uint64_t e = start; e < static_cast<uint64_t>(config_.options.epochs); ++e) {
     const int64_t G = plan_.BatchesPerEpoch();
-    for (int64_t g = 0; g < G; ++g) {
+    for (int64_t g = e == start ? producer::ResumeFirstGlobalBatch(config_.options) : 0; g < G;
+         ++g) {
       if (abort_.load()) return CancelledError("multinode leader: aborted");
       if (ring_->CountMembers(shm::MemberState::kActive) == 0) {
         BC_LOG(Info, Node, "multinode leader: every consumer has left at epoch {} batch {}", e, g);
@@ -254,16 +257,22 @@ Status MultinodeLeader::RunReplicate() {
   }
   stats_.exchange_depth = depth_;
   uint64_t index = 0;
-  for (uint64_t e = 0; e < static_cast<uint64_t>(config_.options.epochs); ++e) {
+  // Resume (start_epoch / start_batch): every node starts at the producer batch holding the
+  // trainers' position, as the node leader of one node does.
+  const auto start = static_cast<uint64_t>(config_.options.start_epoch);
+  const int64_t first = producer::ResumeFirstBatch(config_.options, plan_.producer_batch());
+  for (uint64_t e = start; e < static_cast<uint64_t>(config_.options.epochs); ++e) {
     const int64_t bpe = plan_.BatchesPerEpoch();
-    for (int64_t k = 0; k < bpe; ++k) {
+    const int64_t k0 = e == start ? std::min(first, bpe) : 0;
+    for (int64_t k = k0; k < bpe; ++k) {
       // Batch index - depth must be finished (its flags read) before batch index starts;
       // then every leader decides from the same flags whether it starts at all.
       while (!in_flight_.empty() && in_flight_.front()->index + uint64_t(depth_) <= index)
         BC_RETURN_IF_ERROR(FinishOldest());
       if (stop_at_ != UINT64_MAX && index >= stop_at_ + uint64_t(depth_)) goto drain;
       // Joiners are admitted at once and start at the next epoch (its first position).
-      admission_->AdmitJoiners(ring_->next_seq() + in_flight_.size(), k, bpe);
+      // A stream resumed mid-epoch admits its first joiners at its first position.
+      admission_->AdmitJoiners(ring_->next_seq() + in_flight_.size(), k - k0, bpe - k0);
       BC_RETURN_IF_ERROR(StartReplicated(e, k, bpe, index));
       ++index;
     }

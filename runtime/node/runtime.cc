@@ -132,13 +132,6 @@ Status PlanMultinode(internal::RuntimeState* s) {
           first_rank, first_b, r, row[1]);
   }
   s->use_multi = shard || s->num_nodes > 1;
-  if (s->use_multi && (s->options.start_epoch > 0 || s->options.start_batch > 0))
-    return InvalidArgumentError(
-        "resume (start_epoch={}, start_batch={}) is supported by the node leader of one node in "
-        "replicate mode, batchcast-run, batchcast serve and the Python Leader, not yet by the "
-        "multi-node leader ({}); resume such a job from the start of the run, or run it under "
-        "batchcast-run --mode shard", s->options.start_epoch, s->options.start_batch,
-        shard ? "mode=shard" : fmt::format("{} nodes", s->num_nodes));
   if (!shard && s->num_nodes > 1) {
     int provided = MPI_THREAD_SINGLE;
     BC_MPI(MPI_Query_thread(&provided), "MPI_Query_thread");

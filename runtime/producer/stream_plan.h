@@ -69,4 +69,9 @@ inline int64_t ResumeFirstBatch(const Options& o, int64_t producer_batch) {
   return o.start_batch * o.batch_size * world / producer_batch;
 }
 
+// The MPI Runtime's multi-node shard mode: its plan's producer batch is the global batch of
+// T trainers x batch_size, and batch k of every trainer is its part of global batch k, so a
+// trainer position (start_epoch, start_batch) is global batch start_batch.
+inline int64_t ResumeFirstGlobalBatch(const Options& o) { return std::max<int64_t>(0, o.start_batch); }
+
 }  // namespace batchcast::producer

@@ -25,6 +25,10 @@
 //                                   nodes only) and no leader's RSS grows after batch 8;
 //   MULTINODE_TEST_KILL_RANK=r, MULTINODE_TEST_KILL_AFTER=k  the trainer right after world
 //                                   rank r SIGKILLs rank r after its k-th batch;
+// Resume (--start_epoch/--start_batch): what lies before the trainers' position (epochs
+// before start_epoch; in start_epoch the first start_batch x b samples of the epoch's order in
+// replicate mode, the first start_batch global batches in shard mode) must never arrive, and
+// everything after it exactly once, byte for byte as above.
 //   MULTINODE_TEST_STOP_AFTER=k     every trainer leaves after k batches: the leaders must
 //                                   agree to end and the job must finish cleanly (only the
 //                                   batches received are checked).
@@ -135,8 +139,18 @@ class Checker {
     plan_ = std::make_unique<batchcast::producer::StreamPlan>(n_, p_, o_.seed, o_.shuffle);
     signatures_.assign(size_t(o_.epochs) * size_t(plan_->BatchesPerEpoch()), 0);
     bad_ = EnvInt("MULTINODE_TEST_BAD_SAMPLE", -1);
+    // Resume: the (epoch, sample) pairs before the trainers' position.
+    before_.assign(counts_.size(), 0);
+    const int64_t skipped = o_.start_batch * o_.batch_size * (o_.mode == "shard" ? T_ : 1);
+    for (int e = 0; e <= std::min(o_.start_epoch, o_.epochs - 1); ++e) {
+      const auto& order = plan_->EpochOrder(uint64_t(e));
+      const int64_t upto = e < o_.start_epoch ? n_ : std::min(n_, skipped);
+      for (int64_t i = 0; i < upto; ++i) before_[size_t(e) * size_t(n_) + size_t(order[size_t(i)])] = 1;
+    }
     return Status::Ok();
   }
+  // Whether (epoch, sample) entry i of counts() lies before the resume point.
+  bool Before(size_t i) const { return before_[i] != 0; }
 
   void Check(const Batch& batch) {
     const auto& info = batch.info();
@@ -183,7 +197,12 @@ class Checker {
         Fail(fmt::format("sample id {} out of range", ids[i]));
         return;
       }
-      counts_[size_t(info.epoch) * size_t(n_) + size_t(ids[i])] += 1;
+      const size_t at = size_t(info.epoch) * size_t(n_) + size_t(ids[i]);
+      if (before_[at])
+        Fail(fmt::format("epoch {} batch {}: sample {} lies before the resume point (epoch {} "
+                         "batch {})", info.epoch, info.index, ids[i], o_.start_epoch,
+                         o_.start_batch));
+      counts_[at] += 1;
     }
     repeats_ += info.repeats;
     batches_ += 1;
@@ -199,7 +218,7 @@ class Checker {
     if (o_.mode == "shard") return;  // checked over all trainers in Report
     int64_t extra = 0;
     for (size_t i = 0; i < counts_.size(); ++i) {
-      if (counts_[i] == 0 && int64_t(i % size_t(n_)) != bad_)
+      if (counts_[i] == 0 && int64_t(i % size_t(n_)) != bad_ && !before_[i])
         Fail(fmt::format("epoch {}: sample {} never arrived", i / size_t(n_), i % size_t(n_)));
       extra += std::max(0, counts_[i] - 1);
     }
@@ -260,6 +279,7 @@ class Checker {
   int64_t bad_ = -1;
   std::vector<uint8_t> ref_images_;
   std::vector<int64_t> ref_labels_;
+  std::vector<char> before_;  // per (epoch, sample): before the resume point
   int64_t repeats_ = 0, batches_ = 0, checksummed_ = 0;
   std::string error_;
 };
@@ -278,7 +298,7 @@ std::string CheckUnion(MPI_Comm trainers, Checker& c, int64_t* total_repeats) {
   const int64_t bad = EnvInt("MULTINODE_TEST_BAD_SAMPLE", -1);
   const size_t n = sum.size() / size_t(std::max(1, c.epochs()));
   for (size_t i = 0; i < sum.size(); ++i) {
-    if (sum[i] == 0 && int64_t(i % n) != bad) ++missing;
+    if (sum[i] == 0 && int64_t(i % n) != bad && !c.Before(i)) ++missing;
     extra += std::max(0, sum[i] - 1);
   }
   if (missing > 0) return fmt::format("{} (epoch, sample) pairs never arrived at any trainer", missing);
@@ -375,6 +395,14 @@ int RunJob(int argc, char** argv) {
         if (got > 8) rss_max = std::max(rss_max, rss);
       }
     }
+    // Resumed: the node leader starts at the position, so the first batch is from one of the
+    // first producer batches it publishes (shard: one part per local trainer), never after
+    // decoding the stream from its start.
+    if (got == 0 && (o.start_epoch > 0 || o.start_batch > 0) &&
+        batch.info().producer_seq >= uint64_t(o.mode == "shard" ? T : 1))
+      checker.Fail(fmt::format("resumed at epoch {} batch {}, but the first batch came from ring "
+                               "position {}: the leader did not start at the resume point",
+                               o.start_epoch, o.start_batch, batch.info().producer_seq));
     checker.Check(batch);
     if (step_us > 0)  // the training step (not synchronisation): slow_rank's is 10x longer
       usleep(static_cast<useconds_t>(step_us * (world_rank == slow_rank ? 10 : 1)));

@@ -5,7 +5,7 @@
 # CASE: shard_2 shard_3 replicate_2 replicate_3 shard_unequal_b thread_single
 #       replicate_skip_2 replicate_skip_3 shard_short_last replicate_slow_node
 #       replicate_leader_killed replicate_ucx_2 replicate_early_end replicate_decode_error
-#       resize_refused
+#       resize_refused shard_resume replicate_resume
 # Layouts (leader = first rank of each virtual node; the others train):
 #   2 nodes: -n 7, ranks_per_node=4 -> 3 + 2 trainers;  3 nodes: -n 8, ranks_per_node=3 -> 2+2+1.
 set -uo pipefail
@@ -53,6 +53,17 @@ expect_fail() {
 
 case "$case" in
   shard_2) run 150 -n 7 "$prog" "${common[@]}" --mode=shard --ranks_per_node=4 && expect_pass ;;
+  shard_resume | replicate_resume)
+    # Resume at a random position (printed): 5 trainers on 2 virtual nodes; shard: 6 global
+    # batches of 5 x 8 per epoch; replicate: 29 batches of 8 per trainer, producer batch 24
+    # (the position usually lies inside a producer batch, whose head the trainers skip).
+    # (start_batch >= 1: a real resume point; the leader must start there.)
+    e=$((RANDOM % 2))
+    if [ "$case" = shard_resume ]; then b=$((1 + RANDOM % 5)); mode=(--mode=shard)
+    else b=$((1 + RANDOM % 28)); mode=(--mode=replicate --producer_batch=24); fi
+    echo "resume at start_epoch=$e start_batch=$b"
+    run 150 -n 7 "$prog" "${common[@]}" "${mode[@]}" --ranks_per_node=4 --start_epoch=$e \
+      --start_batch=$b && expect_pass ;;
   shard_3) run 150 -n 8 "$prog" "${common[@]}" --mode=shard --ranks_per_node=3 && expect_pass ;;
   replicate_2)
     run 150 -n 7 "$prog" "${common[@]}" --mode=replicate --producer_batch=24 --ranks_per_node=4 \

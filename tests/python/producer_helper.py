@@ -2,7 +2,8 @@
 """A Producer process wrapping an ordinary torch DataLoader (2 workers, shuffling) over an
 HDF5 file read with h5py. Prints {"address"} first, then {"stats"} at the end.
 
-usage: producer_helper.py H5 EPOCHS CONSUMERS BATCH_SIZE WORKERS
+usage: producer_helper.py H5 EPOCHS CONSUMERS BATCH_SIZE WORKERS [LIMIT]
+(LIMIT: only the file's first LIMIT samples)
 """
 import json
 import sys
@@ -17,10 +18,10 @@ import batchcast
 class H5Images(Dataset):
     """(image uint8 [1,H,W], label, index); the file is opened lazily in each worker."""
 
-    def __init__(self, path):
+    def __init__(self, path, limit=None):
         self.path = path
         with h5py.File(path, "r") as f:
-            self.n = len(f["labels"])
+            self.n = min(len(f["labels"]), limit or len(f["labels"]))
         self.f = None
 
     def __len__(self):
@@ -35,8 +36,9 @@ class H5Images(Dataset):
 
 def main():
     path, epochs, consumers, batch_size, workers = sys.argv[1:6]
+    limit = int(sys.argv[6]) if len(sys.argv) > 6 else None
     torch.set_num_threads(1)
-    loader = DataLoader(H5Images(path), batch_size=int(batch_size), shuffle=True,
+    loader = DataLoader(H5Images(path, limit), batch_size=int(batch_size), shuffle=True,
                         num_workers=int(workers), persistent_workers=int(workers) > 0)
     producer = batchcast.Producer(loader, epochs=int(epochs), consumers=int(consumers))
     print(json.dumps({"address": producer.address}), flush=True)

@@ -4,6 +4,7 @@ DataLoader, mode="shard" with rank/world_size, a resume point (state_dict), and 
 that starts before its leader (connect_timeout)."""
 import hashlib
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -56,33 +57,83 @@ def test_shard_ranks_see_disjoint_halves(fmnist):
     assert sorted(ids[0] + ids[1]) == list(range(1024))
 
 
-def stream(fmnist, state=None, stop_after=None):
+def stream(fmnist, state=None, stop_after=None, load=False):
     """(epoch, index, digest) of every batch, or of the first `stop_after`, with its
-    state_dict() then."""
+    state_dict() then. The state goes to the consumer's constructor, or with load=True to
+    load_state_dict() after attach."""
     state = state or {}
     opts = dict(epochs=2, batch_size=32, limit_samples=32 * 10, seed=7)
     with batchcast.Leader(fmnist["train"], consumers=1, **opts, **state) as leader:
-        loader = batchcast.Consumer(leader.address, batch_size=32, with_info=True, **state)
+        if load:
+            loader = batchcast.Consumer(leader.address, batch_size=32, with_info=True)
+            loader.load_state_dict(state or {"start_epoch": 0, "start_batch": 0})
+        else:
+            loader = batchcast.Consumer(leader.address, batch_size=32, with_info=True, **state)
         got = []
-        for _ in range(2):
+        while not loader.ended and len(got) < 20:
             for images, _, info in loader:
                 got.append((info.epoch, info.index,
                             hashlib.sha1(images.numpy().tobytes()).hexdigest()))
                 if stop_after is not None and len(got) == stop_after:
                     saved = loader.state_dict()
+                    loader.load_state_dict(saved)  # the current position: a no-op
+                    with pytest.raises(batchcast.FailedPreconditionError,
+                                       match="does not rewind or jump for one consumer"):
+                        loader.load_state_dict({"start_epoch": 0, "start_batch": 0})
                     leader.close()
                     return got, saved
         assert leader.wait(120)
     return got, None
 
 
-def test_resume_from_state_dict_is_byte_exact(fmnist):
+def test_resume_at_random_points_is_byte_exact(fmnist):
+    """An uninterrupted run against runs interrupted at random batches, each resumed from the
+    last state_dict() (alternately through the constructor and load_state_dict())."""
     full, _ = stream(fmnist)
-    assert len(full) == 20
-    head, state = stream(fmnist, stop_after=13)
-    assert head == full[:13] and state == {"start_epoch": 1, "start_batch": 3}
-    rest, _ = stream(fmnist, state=state)
-    assert rest == full[13:]
+    assert len(full) == 20 and [e for e, _, _ in full] == [0] * 10 + [1] * 10
+    seed = int.from_bytes(os.urandom(4), "little")
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(1, 20), 2))
+    got, state, at = [], None, 0
+    for n, cut in enumerate(cuts + [None]):
+        part, state = stream(fmnist, state, None if cut is None else cut - at, load=n % 2 == 0)
+        got += part
+        at = len(got)
+        if state is not None:
+            e, b = full[at][:2] if at < 20 else (2, 0)
+            assert state == {"start_epoch": e, "start_batch": b}, (seed, cuts)
+    assert got == full, f"seed {seed}: cuts {cuts}"
+
+
+def test_load_state_dict_refuses_what_it_cannot_honour(fmnist):
+    with batchcast.Leader(fmnist["train"], consumers=1, epochs=2, batch_size=32,
+                          limit_samples=320, start_epoch=1, start_batch=3) as leader:
+        loader = batchcast.Consumer(leader.address, batch_size=32)
+        with pytest.raises(batchcast.InvalidArgumentError, match="start_epoch"):
+            loader.load_state_dict({"epoch": 1})
+        with pytest.raises(batchcast.InvalidArgumentError, match="that epoch has 10 batches"):
+            loader.load_state_dict({"start_epoch": 1, "start_batch": 10})
+        loader.load_state_dict({"start_epoch": 0, "start_batch": 5})  # before the leader's
+        with pytest.raises(batchcast.FailedPreconditionError, match="already at epoch 1"):
+            next(iter(loader))
+
+
+def test_consumer_refuses_leader_only_options():
+    for key, value in (("threads", 4), ("dataset", "x.h5"), ("on_bad_sample", "skip"),
+                       ("resize", "resize(min=96,max=224)"), ("flip", True)):
+        with pytest.raises(batchcast.InvalidArgumentError) as e:
+            batchcast.Consumer("batchcast-no-such-leader", batch_size=8, **{key: value})
+        message = str(e.value)
+        assert f"option '{key}' configures the leader" in message, message
+        assert "batchcast.Leader(...)" in message and "batchcast serve" in message, message
+        assert "a consumer accepts" in message and "drop_last" in message, message
+    # From the environment (a job-wide setting for the leader) it is not the consumer's.
+    os.environ["BATCHCAST_THREADS"] = "4"
+    try:
+        with pytest.raises(batchcast.UnavailableError):
+            batchcast.Consumer("batchcast-no-such-leader", batch_size=8, connect_timeout=0)
+    finally:
+        del os.environ["BATCHCAST_THREADS"]
 
 
 def test_a_trainer_started_before_its_leader_waits(fmnist):

@@ -178,22 +178,27 @@ def test_finished_trainer_holding_its_last_batch_does_not_stall_others(procs, fm
 
 
 # --- case 3: close() / del / with while tensors live: their bytes never change --------------
-@pytest.mark.parametrize("variant", ["close", "del", "with"])
-def test_tensors_kept_after_close_do_not_change(procs, fmnist, variant):
-    ldr, address = leader(procs, fmnist, consumers=2, epochs=3)
-    keeper = trainer(procs, fmnist, f"{variant} trainer", "close_with_live", address,
-                     variant=variant, keep=3, buffer_depth=2)
+# The three ways of closing at once, each its own keeper process, beside one trainer that
+# goes on for 3 epochs (6 turns of the ring) after all of them closed.
+CLOSE_VARIANTS = ["close", "del", "with"]
+
+
+def test_tensors_kept_after_close_do_not_change(procs, fmnist):
+    ldr, address = leader(procs, fmnist, consumers=1 + len(CLOSE_VARIANTS), epochs=3)
+    keepers = {v: trainer(procs, fmnist, f"{v} trainer", "close_with_live", address,
+                          variant=v, keep=3, buffer_depth=2) for v in CLOSE_VARIANTS}
     other = trainer(procs, fmnist, "other trainer", "verify", address, epochs=3)
     # 3 batches: the first of an iter() is a private copy (issue 16), the other two views.
-    closed = keeper.expect("closed", f"take 3 batches, then {variant}")
-    assert closed["bad_at_close"] == [[0, 0]] * 3
-    # The other trainer goes on for 3 epochs (6 turns of the ring) after the close.
-    clean_epochs(other.expect("epochs", f"3 epochs after the other trainer's {variant}"), 3)
-    keeper.send("check")
-    r = keeper.expect("unchanged", "kept tensors after the other trainer's epochs")
-    assert r["first_ids"] == closed["first_ids"], r
-    assert r["unchanged"] == [True] * 3 and r["bad_now"] == [[0, 0]] * 3, r
-    assert keeper.wait("keeper exit") == 0, keeper.stderr()[-4000:]
+    closed = {v: k.expect("closed", f"take 3 batches, then {v}") for v, k in keepers.items()}
+    for v, c in closed.items():
+        assert c["bad_at_close"] == [[0, 0]] * 3, (v, c)
+    clean_epochs(other.expect("epochs", "3 epochs after the other trainers' close"), 3)
+    for v, keeper in keepers.items():
+        keeper.send("check")
+        r = keeper.expect("unchanged", "kept tensors after the other trainer's epochs")
+        assert r["first_ids"] == closed[v]["first_ids"], (v, r)
+        assert r["unchanged"] == [True] * 3 and r["bad_now"] == [[0, 0]] * 3, (v, r)
+        assert keeper.wait("keeper exit") == 0, (v, keeper.stderr()[-4000:])
     assert other.wait("other trainer exit") == 0
     leader_done(ldr)
 
@@ -213,36 +218,47 @@ def test_release_next_views_stay_mapped_after_close(procs, fmnist):
 
 
 # --- case 4: an in-place write ends the writer; the other trainer's data never changes -----
-@pytest.mark.parametrize("variant", ["fill_", "mul_", "labels_fill_", "tensor_numpy",
-                                     "numpy_setitem", "numpy_iadd"])
-def test_in_place_write_never_changes_another_trainers_batch(procs, fmnist, variant):
-    ldr, address = leader(procs, fmnist, consumers=2, epochs=2)
+# Every write variant at once, each its own writer process on one leader, beside one reader
+# that reads only after all writers are done (so the batch they wrote into included).
+WRITE_VARIANTS = ["fill_", "mul_", "labels_fill_", "tensor_numpy", "numpy_setitem",
+                  "numpy_iadd"]
+
+
+def test_in_place_write_never_changes_another_trainers_batch(procs, fmnist):
+    ldr, address = leader(procs, fmnist, consumers=1 + len(WRITE_VARIANTS), epochs=2)
     reader = trainer(procs, fmnist, "reading trainer", "verify", address, epochs=2,
                      wait_for_go=True)
     reader.expect("attached", "attach")
-    writer = trainer(procs, fmnist, f"{variant} writer", "write_in_place", address,
-                     variant=variant)
-    assert writer.expect("writing", "first batch")["writing"] == variant
-    rc = writer.wait("writer exit")
-    err = writer.stderr()
-    outcome = writer.expect("error", "numpy write") if variant.startswith("numpy") else None
-    # Only now does the other trainer read: the batch the writer wrote into included.
+    writers = {v: trainer(procs, fmnist, f"{v} writer", "write_in_place", address, variant=v)
+               for v in WRITE_VARIANTS}
+    outcomes = {}
+    for variant, writer in writers.items():
+        assert writer.expect("writing", "first batch")["writing"] == variant
+    for variant, writer in writers.items():
+        rc = writer.wait("writer exit")
+        err = writer.stderr()
+        outcome = writer.expect("error", "numpy write") if variant.startswith("numpy") else None
+        outcomes[variant] = (rc, err, outcome)
+    # Only now does the other trainer read: the batch the writers wrote into included.
     reader.send("go")
-    seen = reader.expect("epochs", "2 epochs after the write")
+    seen = reader.expect("epochs", "2 epochs after the writes")
     assert reader.wait("reader exit") == 0
     assert all(e["bad_pixels"] == 0 and e["bad_labels"] == 0 for e in seen["epochs"]), (
-        f"the {variant} write changed the other trainer's batches: {seen}")
+        f"a write ({', '.join(WRITE_VARIANTS)}) changed the other trainer's batches: {seen}")
     clean_epochs(seen, 2)
-    if outcome is not None:
-        # numpy refuses the write (read-only view) with the hint; the process goes on.
-        assert outcome["error"] == "ValueError" and "read-only" in outcome["message"], outcome
-        assert "views a shared batch" in outcome["message"], outcome
-        assert "writable=True" in outcome["message"], outcome
-        assert rc == 0, err[-4000:]
-    else:
-        # torch has no read-only tensors: the write faults and the guard explains it.
-        assert rc == -signal.SIGSEGV, f"the writer was not stopped (exit {rc}):\n{err[-4000:]}"
-        assert GUARD_MESSAGE in err and GUARD_FIX in err, err[-4000:]
+    for variant, (rc, err, outcome) in outcomes.items():
+        if outcome is not None:
+            # numpy refuses the write (read-only view) with the hint; the process goes on.
+            assert outcome["error"] == "ValueError", (variant, outcome)
+            assert "read-only" in outcome["message"], (variant, outcome)
+            assert "views a shared batch" in outcome["message"], (variant, outcome)
+            assert "writable=True" in outcome["message"], (variant, outcome)
+            assert rc == 0, (variant, err[-4000:])
+        else:
+            # torch has no read-only tensors: the write faults and the guard explains it.
+            assert rc == -signal.SIGSEGV, (
+                f"the {variant} writer was not stopped (exit {rc}):\n{err[-4000:]}")
+            assert GUARD_MESSAGE in err and GUARD_FIX in err, (variant, err[-4000:])
     leader_done(ldr)
 
 

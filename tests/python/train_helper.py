@@ -2,7 +2,8 @@
 """A trainer process: trains a small MLP on the batches of a Batchcast stream and checks
 every batch against the HDF5 file the stream comes from. Prints one JSON line.
 
-usage: train_helper.py ADDRESS BATCH_SIZE STREAM_H5 EVAL_H5 EPOCHS
+usage: train_helper.py ADDRESS BATCH_SIZE STREAM_H5 EVAL_H5 EPOCHS [LIMIT]
+(LIMIT: the stream holds the file's first LIMIT samples, as the leader's limit_samples)
 """
 import json
 import sys
@@ -18,9 +19,10 @@ import batchcast
 def main():
     address, batch_size, stream_h5, eval_h5, epochs = sys.argv[1:6]
     batch_size, epochs = int(batch_size), int(epochs)
+    limit = int(sys.argv[6]) if len(sys.argv) > 6 else None
     with h5py.File(stream_h5, "r") as f:
-        ref_images = f["images"][:]  # N x H x W x 1 (raw)
-        ref_labels = f["labels"][:]
+        ref_images = f["images"][:limit]  # N x H x W x 1 (raw)
+        ref_labels = f["labels"][:limit]
     n = len(ref_labels)
     torch.manual_seed(0)
     torch.set_num_threads(1)

@@ -228,7 +228,10 @@ class Consumer:
     address: the leader's address; default $BATCHCAST_ADDRESS (set by the launcher), or,
       inside an MPI job with mpi4py imported, the node leader formed by the MPI runtime.
     epochs: epochs to consume; None follows the leader to the end of its stream.
-    options: any Batchcast option (batch_size, buffer_depth, carve_offset, heartbeat_ms, ...).
+    options: any option a consumer reads (batch_size, buffer_depth, carve_offset, heartbeat_ms,
+      mode, rank, world_size, drop_last, start_epoch, ...); an option only the leader reads
+      (dataset, threads, image_size, producer_batch, ...) is refused with InvalidArgumentError
+      naming where it belongs.
     """
 
     def __init__(self, address=None, *, batch_size=None, buffer_depth=None, epochs=None,
@@ -386,14 +389,22 @@ class Consumer:
         return {"start_epoch": int(epoch), "start_batch": int(batch)}
 
     def load_state_dict(self, state):
-        """A Consumer starts where its options say (start_epoch / start_batch, at attach):
-        loading a different position into an attached one is refused with what to do."""
+        """Moves this consumer to a saved ``state_dict()``, like a resumable sampler's
+        ``load_state_dict``: call it after creating the Consumer and before the first batch
+        (``Consumer(...)`` then ``load_state_dict(state)`` is the same as
+        ``Consumer(..., **state)``); the next iteration yields batch ``start_batch`` of epoch
+        ``start_epoch``. The leader must be at or before that position (started with the same
+        state, or a service that replays it). Loading the position the consumer is already at
+        is a no-op at any time; any other position after the first batch is refused (a
+        shared stream does not rewind or jump for one consumer): create a new Consumer."""
+        keys = {"start_epoch", "start_batch"}
+        if not isinstance(state, dict) or set(state) != keys:
+            raise InvalidArgumentError(
+                f"consumer: load_state_dict({state!r}): expected a dict with exactly the keys "
+                "'start_epoch' and 'start_batch', as state_dict() returns")
         if state == self.state_dict():
             return
-        raise FailedPreconditionError(
-            f"consumer: load_state_dict({state}) on a consumer already at "
-            f"{self.state_dict()}: the position is chosen at attach. Create the Consumer (and "
-            "the Leader) with the saved state instead: batchcast.Consumer(..., **state)")
+        self._c.start_at(int(state["start_epoch"]), int(state["start_batch"]))
 
     @property
     def ended(self):

@@ -23,6 +23,7 @@
 #include "batchcast/consumer.h"
 #include "bindings/python/src/bindings.h"
 #include "core/log.h"
+#include "core/option_scope.h"
 #include "node/consumer_internal.h"
 
 namespace batchcast::python {
@@ -112,6 +113,10 @@ class PyConsumer {
              bool release_on_next)
       : release_on_next_(release_on_next), pid_(getpid()) {
     Options o = OptionsFromKwargs(kwargs);
+    // The kwargs are this consumer's alone: a leader option given here would be ignored.
+    ThrowIfError(CheckConsumerOptions(o, "batchcast.Consumer",
+                                      "batchcast.Leader(...), batchcast.Producer(...), "
+                                      "batchcast-run or batchcast serve"));
     // release="on_free": a `for images, labels in loader` loop still holds the previous
     // batch while it fetches the next, so that batch is not counted against buffer_depth
     // (buffer_depth=1 serves the usual loop; docs/python.md, "Holding batches").
@@ -186,6 +191,14 @@ class PyConsumer {
                                "consumer: closed; save its state_dict() before close()"));
     StreamPosition p = state_->consumer->Position();
     return {p.epoch, p.batch};
+  }
+
+  // load_state_dict(): moves a consumer that has not asked for a batch yet.
+  void StartAt(uint64_t epoch, uint64_t batch) {
+    if (!state_ || !state_->consumer)
+      throw StatusError(Status(StatusCode::kFailedPrecondition,
+                               "consumer: closed; create a new Consumer with the state"));
+    ThrowIfError(internal::ConsumerAccess::StartAt(*state_->consumer, {epoch, batch}));
   }
 
   static Status ForkedError() {
@@ -331,6 +344,7 @@ void BindConsumer(py::module_& m) {
            py::arg("copy") = false)
       .def("batches_per_epoch", &PyConsumer::batches_per_epoch)
       .def("position", &PyConsumer::Position)
+      .def("start_at", &PyConsumer::StartAt, py::arg("epoch"), py::arg("batch"))
       .def("stats", &PyConsumer::Stats)
       .def("telemetry_summary", &PyConsumer::TelemetrySummary)
       .def("close", &PyConsumer::Close);

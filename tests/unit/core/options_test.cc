@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "core/option_scope.h"
 #include "tests/unit/core/scoped_env.h"
 
 namespace batchcast {
@@ -113,6 +114,36 @@ TEST(StatusTest, ContextAndCodes) {
   EXPECT_TRUE(Status::Ok().WithContext("x").ok());
   Result<int> r(Status(StatusCode::kOk, ""));
   EXPECT_FALSE(r.ok());  // a Result is never built from OK without a value
+}
+
+// A consumer's own front door (the Python Consumer) refuses options only the leader reads
+// when they were set explicitly, naming the option, where it belongs and what a consumer
+// accepts; the same option from the environment (a job-wide setting) is left to the leader.
+TEST(OptionsTest, ConsumerRefusesLeaderOnlyOptionsSetExplicitly) {
+  for (const auto& info : ListOptions()) {
+    Options o;
+    ASSERT_TRUE(SetOption(&o, info.key, info.default_value).ok()) << info.key;
+    Status st = CheckConsumerOptions(o, "batchcast.Consumer", "batchcast.Leader(...)");
+    EXPECT_EQ(st.ok(), ConsumerReadsOption(info.key)) << info.key << ": " << st.ToString();
+  }
+  Options o;
+  ASSERT_TRUE(SetOption(&o, "batch_size", "32").ok());
+  ASSERT_TRUE(SetOption(&o, "threads", "4").ok());
+  Status st = CheckConsumerOptions(o, "batchcast.Consumer", "batchcast.Leader(...)");
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument);
+  for (const char* part : {"batchcast.Consumer: option 'threads' configures the leader",
+                           "batchcast.Leader(...)", "a consumer accepts ", "batch_size",
+                           "drop_last", "start_batch"})
+    EXPECT_NE(st.message().find(part), std::string::npos) << part << " in " << st.message();
+  EXPECT_EQ(st.message().find("image_size,"), std::string::npos) << st.message();
+  for (const char* leader_only : {"dataset", "threads", "resize", "on_bad_sample", "flip"})
+    EXPECT_FALSE(ConsumerReadsOption(leader_only)) << leader_only;
+  for (const char* own : {"batch_size", "epochs", "seed", "mode", "telemetry", "start_epoch"})
+    EXPECT_TRUE(ConsumerReadsOption(own)) << own;
+  ScopedEnv env({{"BATCHCAST_THREADS", std::string("4")}});
+  auto from_env = ResolveOptions({});
+  ASSERT_TRUE(from_env.ok());
+  EXPECT_TRUE(CheckConsumerOptions(*from_env, "c", "l").ok());
 }
 
 }  // namespace

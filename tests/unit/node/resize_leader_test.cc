@@ -120,7 +120,7 @@ struct ResizeSeen {
   Status status;
 };
 
-void Consume(Consumer* c, int epochs, ResizeSeen* seen) {
+void ConsumeResized(Consumer* c, int epochs, ResizeSeen* seen) {
   for (int e = 0; e <= epochs; ++e) seen->announced.push_back(c->BatchesPerEpoch(uint64_t(e)));
   Batch batch;
   for (;;) {
@@ -173,7 +173,7 @@ std::vector<ResizeSeen> RunStream(const Options& o, const std::vector<int>& size
   }
   std::vector<std::thread> threads;
   for (size_t i = 0; i < sizes.size(); ++i)
-    threads.emplace_back(Consume, consumers[i].get(), o.epochs, &seen[i]);
+    threads.emplace_back(ConsumeResized, consumers[i].get(), o.epochs, &seen[i]);
   for (auto& t : threads) t.join();
   leader->thread.join();
   EXPECT_TRUE(leader->status.ok()) << leader->status.ToString();
@@ -361,8 +361,8 @@ TEST(ResizeLeaderTest, LateJoinerGetsExactBatchesPerStreamEpoch) {
   while (leader->leader->ring().CountMembers(shm::MemberState::kJoining) > 0)
     std::this_thread::yield();
   ResizeSeen seen_a, seen_b;
-  std::thread ta(Consume, a->get(), epochs, &seen_a);
-  std::thread tb(Consume, b->get(), epochs, &seen_b);
+  std::thread ta(ConsumeResized, a->get(), epochs, &seen_a);
+  std::thread tb(ConsumeResized, b->get(), epochs, &seen_b);
   ta.join();
   tb.join();
   leader->thread.join();
