@@ -22,6 +22,11 @@ if [ ! -f "$(dirname "$0")/bench_$name.cc" ]; then
   echo "bench: unknown benchmark '$name' (known: ${known:-none})" >&2
   exit 2
 fi
+if [ "$name" = stage ]; then
+  # Not part of `all` (a slow LibTorch translation unit): built here, on demand.
+  cmake --build "$build" --target bench_stage >/dev/null || {
+    echo "bench: bench_stage needs a build with LibTorch (-DBATCHCAST_TORCH=ON)" >&2; exit 2; }
+fi
 if [ ! -x "$bin" ]; then
   echo "bench: $bin is not built (run 'make build' or: cmake --build $build --target bench_$name)" >&2
   exit 2
@@ -46,6 +51,9 @@ case "$name" in
       "$build/benchmarks/bench_decode" --cache "$build/benchmarks/decode_set" --reps 1 > /dev/null
     fi
     exec "$bin" --set "$set" "$@" ;;
+  stage)
+    # The scripted encoder is made once (python3-torch) and cached in the build directory.
+    exec "$bin" --cache "$build/benchmarks/stage_set" "$@" ;;
   fanout)
     # The real-photo JPEG set (500x375, q90) as HDF5, built once and cached in the build dir.
     exec "$bin" --cache "$build/benchmarks/fanout_set" "$@" ;;

@@ -10,6 +10,7 @@
 
 #include "batchcast/batchcast_c.h"
 #include "capi/guard.h"
+#include "core/dtype.h"
 #include "capi/handles.h"
 
 namespace batchcast::capi {
@@ -20,30 +21,62 @@ struct ExportContext {
   int64_t shape[4] = {0, 0, 0, 0};
 };
 
-Status DescribeTensor(bc_batch_t batch, bc_tensor_kind_t which, ExportContext* ctx,
-                      DLTensor* t) {
+// The view of the batch's tensor `name` ("images", "labels", "sample_ids" or a named one).
+Result<TensorView> NamedView(bc_batch_t batch, const char* name) {
   if (batch == nullptr) return Status(StatusCode::kInvalidArgument, "dlpack: batch is NULL");
-  if (which != BC_TENSOR_IMAGES && which != BC_TENSOR_LABELS) {
-    return Status(StatusCode::kInvalidArgument,
-                  "dlpack: tensor kind " + std::to_string(which) +
-                      " is neither BC_TENSOR_IMAGES nor BC_TENSOR_LABELS");
-  }
+  if (name == nullptr) return Status(StatusCode::kInvalidArgument, "dlpack: name is NULL");
   const Batch& b = batch->batch;
   if (!b.valid()) return Status(StatusCode::kFailedPrecondition, "dlpack: the batch was released");
-  const TensorView& v = which == BC_TENSOR_IMAGES ? b.images() : b.labels();
-  ctx->keep_alive = b.KeepAlive();
+  TensorView v = b.tensor(name);
+  if (v.data == nullptr && v.nbytes == 0 && v.ndim == 0) {
+    std::string have = "images, labels, sample_ids";
+    for (int i = 0; i < b.num_tensors(); ++i) have += std::string(", ") + b.tensor_name(i);
+    return Status(StatusCode::kNotFound,
+                  std::string("dlpack: the batch has no tensor '") + name + "'; it has " + have);
+  }
+  return v;
+}
+
+Status DescribeTensor(bc_batch_t batch, const char* name, ExportContext* ctx, DLTensor* t) {
+  BC_ASSIGN_OR_RETURN(const TensorView v, NamedView(batch, name));
+  ctx->keep_alive = batch->batch.KeepAlive();
   for (int i = 0; i < v.ndim && i < 4; ++i) ctx->shape[i] = v.shape[i];
   t->data = v.data;
   t->device = DLDevice{kDLCPU, 0};
   t->ndim = v.ndim;
-  switch (v.dtype) {
-    case DType::kUint8: t->dtype = DLDataType{kDLUInt, 8, 1}; break;
-    case DType::kFloat32: t->dtype = DLDataType{kDLFloat, 32, 1}; break;
-    case DType::kInt64: t->dtype = DLDataType{kDLInt, 64, 1}; break;
-  }
+  const core::DTypeInfo* info = core::DTypeInfoOf(static_cast<uint32_t>(v.dtype));
+  if (info == nullptr)
+    return Status(StatusCode::kInvalidArgument, "dlpack: tensor '" + std::string(name) +
+                                                    "' has an unknown dtype code " +
+                                                    std::to_string(uint32_t(v.dtype)));
+  t->dtype = DLDataType{info->dl_code, info->dl_bits, 1};  // bool leaves as uint8 (DLPack 0.6)
   t->shape = ctx->shape;
   t->strides = nullptr;  // compact, row-major
   t->byte_offset = 0;
+  return Status::Ok();
+}
+
+Result<const char*> KindName(bc_tensor_kind_t which) {
+  if (which == BC_TENSOR_IMAGES) return "images";
+  if (which == BC_TENSOR_LABELS) return "labels";
+  return Status(StatusCode::kInvalidArgument,
+                "dlpack: tensor kind " + std::to_string(which) +
+                    " is neither BC_TENSOR_IMAGES nor BC_TENSOR_LABELS");
+}
+
+// A DLManagedTensor over the batch's tensor `name`.
+Status ExportNamed(bc_batch_t batch, const char* name, DLManagedTensor** out) {
+  if (out == nullptr) return Status(StatusCode::kInvalidArgument, "dlpack: out is NULL");
+  *out = nullptr;
+  auto ctx = std::make_unique<ExportContext>();
+  auto m = std::make_unique<DLManagedTensor>();
+  BC_RETURN_IF_ERROR(DescribeTensor(batch, name, ctx.get(), &m->dl_tensor));
+  m->manager_ctx = ctx.release();
+  m->deleter = [](DLManagedTensor* self) {
+    delete static_cast<ExportContext*>(self->manager_ctx);
+    delete self;
+  };
+  *out = m.release();
   return Status::Ok();
 }
 
@@ -54,23 +87,45 @@ using batchcast::Status;
 using batchcast::StatusCode;
 using batchcast::capi::DescribeTensor;
 using batchcast::capi::ExportContext;
+using batchcast::capi::ExportNamed;
 using batchcast::capi::Guard;
+using batchcast::capi::KindName;
 
 extern "C" {
 
 bc_status_t bc_batch_to_dlpack(bc_batch_t batch, bc_tensor_kind_t which, DLManagedTensor** out) {
   return Guard("bc_batch_to_dlpack", [&]() -> Status {
-    if (out == nullptr) return Status(StatusCode::kInvalidArgument, "dlpack: out is NULL");
-    *out = nullptr;
-    auto ctx = std::make_unique<ExportContext>();
-    auto m = std::make_unique<DLManagedTensor>();
-    BC_RETURN_IF_ERROR(DescribeTensor(batch, which, ctx.get(), &m->dl_tensor));
-    m->manager_ctx = ctx.release();
-    m->deleter = [](DLManagedTensor* self) {
-      delete static_cast<ExportContext*>(self->manager_ctx);
-      delete self;
-    };
-    *out = m.release();
+    if (out != nullptr) *out = nullptr;
+    BC_ASSIGN_OR_RETURN(const char* name, KindName(which));
+    return ExportNamed(batch, name, out);
+  });
+}
+
+bc_status_t bc_batch_tensor_dlpack(bc_batch_t batch, const char* name, DLManagedTensor** out) {
+  return Guard("bc_batch_tensor_dlpack", [&]() -> Status {
+    if (out != nullptr) *out = nullptr;
+    return ExportNamed(batch, name, out);
+  });
+}
+
+bc_status_t bc_batch_num_tensors(bc_batch_t batch, int* out) {
+  return Guard("bc_batch_num_tensors", [&]() -> Status {
+    if (batch == nullptr || out == nullptr)
+      return Status(StatusCode::kInvalidArgument, "bc_batch_num_tensors: batch or out is NULL");
+    *out = batch->batch.num_tensors();
+    return Status::Ok();
+  });
+}
+
+bc_status_t bc_batch_tensor_name(bc_batch_t batch, int i, const char** out) {
+  return Guard("bc_batch_tensor_name", [&]() -> Status {
+    if (batch == nullptr || out == nullptr)
+      return Status(StatusCode::kInvalidArgument, "bc_batch_tensor_name: batch or out is NULL");
+    *out = batch->batch.tensor_name(i);
+    if (*out == nullptr)
+      return Status(StatusCode::kOutOfRange,
+                    "bc_batch_tensor_name: index " + std::to_string(i) + " is not below " +
+                        std::to_string(batch->batch.num_tensors()) + " (bc_batch_num_tensors)");
     return Status::Ok();
   });
 }
@@ -81,9 +136,10 @@ bc_status_t bc_batch_to_dlpack_versioned(bc_batch_t batch, bc_tensor_kind_t whic
     if (out == nullptr) return Status(StatusCode::kInvalidArgument, "dlpack: out is NULL");
     *out = nullptr;
 #if defined(DLPACK_MAJOR_VERSION) && DLPACK_MAJOR_VERSION >= 1
+    BC_ASSIGN_OR_RETURN(const char* name, KindName(which));
     auto ctx = std::make_unique<ExportContext>();
     auto m = std::make_unique<DLManagedTensorVersioned>();
-    BC_RETURN_IF_ERROR(DescribeTensor(batch, which, ctx.get(), &m->dl_tensor));
+    BC_RETURN_IF_ERROR(DescribeTensor(batch, name, ctx.get(), &m->dl_tensor));
     m->version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
     m->flags = DLPACK_FLAG_BITMASK_READ_ONLY;
     m->manager_ctx = ctx.release();

@@ -4,6 +4,8 @@
 #if __has_include(<dlpack/dlpack.h>)
 #include <dlpack/dlpack.h>
 
+#include "core/dtype.h"
+
 namespace batchcast::gpu {
 namespace {
 
@@ -14,12 +16,8 @@ struct DlpackOwner {
 };
 
 DLDataType ToDlType(DType t) {
-  switch (t) {
-    case DType::kFloat32: return {kDLFloat, 32, 1};
-    case DType::kInt64: return {kDLInt, 64, 1};
-    case DType::kUint8: break;
-  }
-  return {kDLUInt, 8, 1};
+  const core::DTypeInfo* i = core::DTypeInfoOf(static_cast<uint32_t>(t));
+  return i ? DLDataType{i->dl_code, i->dl_bits, 1} : DLDataType{kDLUInt, 8, 1};
 }
 
 }  // namespace

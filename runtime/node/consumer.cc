@@ -34,6 +34,10 @@ namespace internal {
 struct BatchRef {
   std::shared_ptr<ConsumerCore> core;
   std::shared_ptr<OwnedSamples> owned;  // the batch's samples when they were copied
+  // Further named tensors (views into the slot or `owned`; names in its descriptor).
+  uint32_t num_tensors = 0;
+  TensorView tensors[shm::kMaxTensors];
+  const char* names[shm::kMaxTensors] = {};
   uint64_t seq = 0;
   uint64_t serial = 0;
   int64_t acquired_ns = 0;
@@ -117,6 +121,32 @@ void Batch::Release() {
   ids_ = nullptr;
 }
 std::shared_ptr<void> Batch::KeepAlive() const { return ref_; }
+
+int Batch::num_tensors() const { return ref_ ? static_cast<int>(ref_->num_tensors) : 0; }
+
+const char* Batch::tensor_name(int i) const {
+  if (!ref_ || i < 0 || uint32_t(i) >= ref_->num_tensors) return nullptr;
+  return ref_->names[i];
+}
+
+TensorView Batch::tensor(const char* name) const {
+  if (!ref_ || name == nullptr) return TensorView();
+  const std::string_view n(name);
+  if (n == "images") return images_;
+  if (n == "labels") return labels_;
+  if (n == "sample_ids") {
+    TensorView v;
+    v.data = const_cast<int64_t*>(ids_);
+    v.dtype = DType::kInt64;
+    v.ndim = 1;
+    v.shape[0] = info_.size;
+    v.nbytes = size_t(info_.size) * sizeof(int64_t);
+    return v;
+  }
+  for (uint32_t i = 0; i < ref_->num_tensors; ++i)
+    if (n == ref_->names[i]) return ref_->tensors[i];
+  return TensorView();
+}
 
 namespace {
 
@@ -483,6 +513,10 @@ Status Consumer::Next(Batch* out) {
         return fail(st);
       }
     }
+    if (Status st = internal::CheckTensorDescs(*d, c.ring->header()->slot_bytes); !st.ok()) {
+      c.UnrefLocked(a.seq);
+      return fail(st);
+    }
     if (c.first_epoch == ~0ULL) c.first_epoch = d->epoch;
     if (d->epoch >= c.first_epoch + static_cast<uint64_t>(c.epoch_budget)) {
       c.UnrefLocked(a.seq);
@@ -563,6 +597,9 @@ Status Consumer::Next(Batch* out) {
   auto ref = std::make_shared<internal::BatchRef>();
   ref->core = core_;
   ref->owned = piece.owned;
+  ref->num_tensors = views.num_tensors;
+  std::copy_n(views.tensors, views.num_tensors, ref->tensors);
+  std::copy_n(views.names, views.num_tensors, ref->names);
   ref->seq = d->seq;
   ref->serial = c.next_serial++;
   c.held[ref->serial] = internal::ConsumerCore::Held{d->epoch, out->info_.index, d->seq};

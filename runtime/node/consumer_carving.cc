@@ -3,6 +3,7 @@
 // Carving producer batches into one consumer's batches (transport/shm/carving.h is the
 // arithmetic; this file applies it to the slots a consumer acquires).
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "node/consumer_core.h"
@@ -24,6 +25,18 @@ TensorView ImageView(const shm::SlotDesc& d, const uint8_t* first, uint32_t size
   }
   img.nbytes = size * d.sample_bytes;
   return img;
+}
+
+// The view of named tensor `t` of geometry `d` for `size` samples from `first`.
+TensorView NamedView(const shm::TensorDesc& t, const uint8_t* first, uint32_t size) {
+  TensorView v;
+  v.data = const_cast<uint8_t*>(first);
+  v.dtype = static_cast<DType>(t.dtype);
+  v.ndim = 1 + static_cast<int>(std::min(t.ndim, shm::kTensorMaxDims));
+  v.shape[0] = size;
+  for (int k = 1; k < v.ndim; ++k) v.shape[k] = t.shape[k - 1];
+  v.nbytes = size * t.sample_bytes;
+  return v;
 }
 
 }  // namespace
@@ -137,6 +150,14 @@ PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info)
     v.ids = reinterpret_cast<const int64_t*>(data + d->ids_offset) + piece.start;
   }
   v.images = ImageView(*geo, images, piece.size);
+  v.num_tensors = std::min(geo->num_tensors, shm::kMaxTensors);
+  for (uint32_t t = 0; t < v.num_tensors; ++t) {
+    const shm::TensorDesc& td = geo->tensors[t];
+    const uint8_t* first = piece.owned ? piece.owned->tensors[t].data()
+                                       : c.cur.data + td.offset + uint64_t(piece.start) * td.sample_bytes;
+    v.tensors[t] = NamedView(td, first, piece.size);
+    v.names[t] = td.name;
+  }
   v.labels.data = const_cast<uint8_t*>(labels);
   v.labels.dtype = DType::kInt64;
   v.labels.ndim = 1;
@@ -150,6 +171,31 @@ PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info)
   info->producer_seq = d->seq;
   info->producer_batch = d->batch_in_epoch;
   return v;
+}
+
+}  // namespace batchcast::internal
+
+namespace batchcast::internal {
+
+Status CheckTensorDescs(const shm::SlotDesc& d, uint64_t slot_bytes) {
+  if (d.num_tensors > shm::kMaxTensors)
+    return CorruptDataError("consumer: producer batch {} describes {} named tensors, more than "
+                            "the {} a slot holds: is the leader another Batchcast version?",
+                            d.seq, d.num_tensors, shm::kMaxTensors);
+  const uint64_t positions = uint64_t(d.num_samples) + d.tail;
+  for (uint32_t t = 0; t < d.num_tensors; ++t) {
+    const shm::TensorDesc& td = d.tensors[t];
+    const bool named = std::memchr(td.name, 0, sizeof(td.name)) != nullptr && td.name[0] != 0;
+    const bool fits = td.ndim <= shm::kTensorMaxDims && td.sample_bytes > 0 &&
+                      td.sample_bytes <= slot_bytes && td.offset <= slot_bytes &&
+                      positions <= (slot_bytes - td.offset) / td.sample_bytes;
+    if (!named || !fits)
+      return CorruptDataError("consumer: named tensor {} of producer batch {} has a bad "
+                              "descriptor (name, {} dimensions, {} bytes per sample at offset "
+                              "{} in a slot of {}): is the leader another Batchcast version?",
+                              t, d.seq, td.ndim, td.sample_bytes, td.offset, slot_bytes);
+  }
+  return Status::Ok();
 }
 
 }  // namespace batchcast::internal

@@ -37,10 +37,14 @@ struct OwnedSamples {
   // Appends slot samples [begin, begin + k) of producer batch `d` (slot memory `data`).
   Status Append(const shm::SlotDesc* d, const uint8_t* data, uint32_t begin, uint32_t k) {
     if (k == 0) return Status::Ok();
-    if (count == 0) desc = *d;
-    if (d->sample_bytes != desc.sample_bytes || d->dtype != desc.dtype)
+    if (count == 0) {
+      desc = *d;
+      tensors.assign(d->num_tensors, {});
+    }
+    if (d->sample_bytes != desc.sample_bytes || d->dtype != desc.dtype || !SameTensors(*d))
       return InternalError("consumer: producer batches {} and {} of epoch {} differ in sample "
-                           "geometry; a batch cannot span them", desc.seq, d->seq, d->epoch);
+                           "geometry or named tensors; a batch cannot span them", desc.seq,
+                           d->seq, d->epoch);
     const uint64_t sb = d->sample_bytes;
     const uint8_t* img = data + d->images_offset + uint64_t(begin) * sb;
     images.insert(images.end(), img, img + uint64_t(k) * sb);
@@ -48,29 +52,59 @@ struct OwnedSamples {
     labels.insert(labels.end(), lab, lab + k);
     const auto* id = reinterpret_cast<const int64_t*>(data + d->ids_offset) + begin;
     ids.insert(ids.end(), id, id + k);
+    for (uint32_t t = 0; t < desc.num_tensors; ++t) {
+      const uint64_t tb = d->tensors[t].sample_bytes;
+      const uint8_t* src = data + d->tensors[t].offset + uint64_t(begin) * tb;
+      tensors[t].insert(tensors[t].end(), src, src + uint64_t(k) * tb);
+    }
     count += k;
     return Status::Ok();
   }
   // Appends sample i of `src`.
   void AppendSample(const OwnedSamples& src, uint32_t i) {
-    if (count == 0) desc = src.desc;
-    const uint64_t sb = src.desc.sample_bytes;
-    images.insert(images.end(), src.images.begin() + i * sb, src.images.begin() + (i + 1) * sb);
-    labels.push_back(src.labels[i]);
-    ids.push_back(src.ids[i]);
+    if (count == 0) {
+      desc = src.desc;
+      tensors.assign(src.tensors.size(), {});
+    }
+    CopySample(src, i);
     count += 1;
   }
   // Repeats sample j mod count at positions count..b-1 (pad_last).
   void Pad(uint32_t b) {
-    const uint64_t sb = desc.sample_bytes;
     const uint32_t n = count;
-    images.resize(uint64_t(b) * sb);
-    for (uint32_t j = n; j < b; ++j) {
-      std::memcpy(images.data() + uint64_t(j) * sb, images.data() + uint64_t(j % n) * sb, sb);
-      labels.push_back(labels[j % n]);
-      ids.push_back(ids[j % n]);
-    }
+    images.reserve(uint64_t(b) * desc.sample_bytes);
+    for (uint32_t j = n; j < b; ++j) CopySample(*this, j % n);
     count = b;
+  }
+  std::vector<std::vector<uint8_t>> tensors;  // desc.tensors[t]'s bytes, sample after sample
+
+ private:
+  // Appends the image, label, id and named tensors of sample i of `src` (may be *this).
+  void CopySample(const OwnedSamples& src, uint32_t i) {
+    const uint64_t sb = src.desc.sample_bytes;
+    AppendBytes(&images, src.images, i * sb, sb);
+    const int64_t label = src.labels[i], id = src.ids[i];
+    labels.push_back(label);
+    ids.push_back(id);
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const uint64_t tb = src.desc.tensors[t].sample_bytes;
+      AppendBytes(&tensors[t], src.tensors[t], i * tb, tb);
+    }
+  }
+  // Appends from[at, at + n) to *to; `from` may be *to (copied first: insert may reallocate).
+  static void AppendBytes(std::vector<uint8_t>* to, const std::vector<uint8_t>& from, uint64_t at,
+                          uint64_t n) {
+    const size_t old = to->size();
+    to->resize(old + n);
+    std::memcpy(to->data() + old, from.data() + at, n);
+  }
+  bool SameTensors(const shm::SlotDesc& d) const {
+    if (d.num_tensors != desc.num_tensors) return false;
+    for (uint32_t t = 0; t < d.num_tensors; ++t)
+      if (d.tensors[t].sample_bytes != desc.tensors[t].sample_bytes ||
+          std::strncmp(d.tensors[t].name, desc.tensors[t].name, shm::kTensorNameBytes) != 0)
+        return false;
+    return true;
   }
 };
 
@@ -280,7 +314,13 @@ Status ShardPieces(ConsumerCore& c, const shm::AcquiredBatch& a, uint32_t b,
 struct PieceViews {
   TensorView images, labels;
   const int64_t* ids = nullptr;
+  uint32_t num_tensors = 0;                       // further named tensors
+  TensorView tensors[shm::kMaxTensors];
+  const char* names[shm::kMaxTensors] = {};       // in the slot's (or the copy's) descriptor
 };
 PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info);
+// Refuses a descriptor whose named tensors do not fit a slot of slot_bytes or whose names are
+// not terminated (a leader of another build, or memory corruption), before any view is made.
+Status CheckTensorDescs(const shm::SlotDesc& d, uint64_t slot_bytes);
 
 }  // namespace batchcast::internal

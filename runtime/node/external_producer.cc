@@ -13,8 +13,9 @@ namespace batchcast::node {
 Result<std::unique_ptr<ExternalProducer>> ExternalProducer::Create(
     const ExternalProducerConfig& config) {
   const auto& c = config;
-  if (c.layout.bytes() == 0)
-    return InvalidArgumentError("producer: empty sample layout {}x{}x{}; every image needs bytes",
+  if (c.layout.bytes() == 0 && c.tensors.empty())
+    return InvalidArgumentError("producer: empty sample layout {}x{}x{} and no named tensors; "
+                                "every sample needs an image or a named tensor",
                                 c.layout.channels, c.layout.height, c.layout.width);
   if (c.producer_batch <= 0)
     return InvalidArgumentError("producer: producer_batch {} must be positive", c.producer_batch);
@@ -26,8 +27,9 @@ Result<std::unique_ptr<ExternalProducer>> ExternalProducer::Create(
   if (c.ring_slots < 2)
     return InvalidArgumentError("producer: ring_slots {} must be at least 2", c.ring_slots);
   std::unique_ptr<ExternalProducer> p(new ExternalProducer(config));
-  const producer::SlotLayout slot =
+  producer::SlotLayout slot =
       producer::ComputeSlotLayout(c.producer_batch, c.max_consumer_batch, c.layout);
+  BC_RETURN_IF_ERROR(producer::AddTensors(c.tensors, "producer", &slot));
   shm::RingConfig rc = producer::RingConfigFor(
       slot, c.ring_slots, c.max_consumer_batch, static_cast<uint64_t>(c.producer_batch),
       static_cast<uint64_t>(std::max<int64_t>(0, c.epoch_samples)), c.epochs);
@@ -92,6 +94,7 @@ Result<ExternalSlot> ExternalProducer::Begin(int64_t timeout_ms) {
   s.labels = layout.labels(w->data);
   s.ids = layout.ids(w->data);
   s.capacity = config_.producer_batch;
+  for (const producer::TensorSlot& t : layout.tensors) s.tensors.push_back(w->data + t.offset);
   return s;
 }
 

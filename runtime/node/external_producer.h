@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "batchcast/options.h"
 #include "batchcast/status.h"
@@ -41,7 +42,9 @@ class Collector;
 namespace batchcast::node {
 
 struct ExternalProducerConfig {
-  pipeline::SampleLayout layout;     // every image has this layout
+  pipeline::SampleLayout layout;     // every image has this layout (0 bytes: no images, then
+                                     // `tensors` must name at least one tensor)
+  std::vector<producer::TensorSpec> tensors;  // further named tensors of every sample
   int64_t producer_batch = 0;        // most samples one committed batch holds
   int64_t epoch_samples = 0;         // samples per epoch (0: unknown; consumers' len() is 0)
   int64_t epochs = 0;                // epochs the caller will publish (0: unknown)
@@ -61,6 +64,7 @@ struct ExternalSlot {
   int64_t* labels = nullptr;         // capacity entries
   int64_t* ids = nullptr;            // capacity entries (dataset index of each sample)
   int64_t capacity = 0;              // == producer_batch
+  std::vector<uint8_t*> tensors;     // config.tensors[t]: capacity x its sample bytes
   shm::SlotWrite write;
 };
 

@@ -54,7 +54,10 @@ Result<std::unique_ptr<Leader>> Leader::Create(const LeaderConfig& config,
     buckets = producer::ResizeBuckets(*l.schedule_, p, max_b, l.scale_cap_,
                                       [&l](int size) { return l.source_->Layout(size); });
   }
-  const producer::SlotLayout slot = producer::ComputeSlotLayout(p, max_b, l.layout_, buckets);
+  producer::SlotLayout slot = producer::ComputeSlotLayout(p, max_b, l.layout_, buckets);
+  std::vector<std::unique_ptr<producer::BatchStage>> stages;
+  BC_RETURN_IF_ERROR(producer::PrepareStages(o.stage, l.layout_, p, o.threads, !o.resize.empty(),
+                                             "leader", &slot, &stages));
   shm::RingConfig rc = producer::RingConfigFor(slot, producer::RingSlots(o), max_b,
                                                static_cast<uint64_t>(p),
                                                static_cast<uint64_t>(l.plan_.num_samples()),
@@ -69,6 +72,7 @@ Result<std::unique_ptr<Leader>> Leader::Create(const LeaderConfig& config,
   l.ring_ = std::move(ring).value();
   l.writer_ = std::make_unique<producer::SlotWriter>(l.ring_.get(), slot, "leader",
                                                      config.collector);
+  l.writer_->SetStages(std::move(stages));
   producer::AdmissionPolicy policy;
   policy.late_join_window = config.late_join_window;
   policy.ring_slots = rc.num_slots;

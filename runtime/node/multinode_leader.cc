@@ -50,7 +50,10 @@ Result<std::unique_ptr<MultinodeLeader>> MultinodeLeader::Create(
   std::unique_ptr<MultinodeLeader> l(new MultinodeLeader(config, std::move(source), multi, p, n));
   l->layout_ = l->source_->MaxLayout();
   const int64_t slot_samples = shard ? int64_t(max_b) : p;
-  const producer::SlotLayout slot = producer::ComputeSlotLayout(slot_samples, max_b, l->layout_);
+  producer::SlotLayout slot = producer::ComputeSlotLayout(slot_samples, max_b, l->layout_);
+  std::vector<std::unique_ptr<producer::BatchStage>> stages;
+  BC_RETURN_IF_ERROR(producer::PrepareStages(o.stage, l->layout_, slot_samples, o.threads, false,
+                                             "multinode leader", &slot, &stages));
   int slots = static_cast<int>(producer::RingSlots(o));
   // Shard: each local trainer holds its own slots; give each room for buffer_depth + 2.
   if (shard) slots = std::max(slots, config.expected_consumers * (o.buffer_depth + 2));
@@ -71,6 +74,7 @@ Result<std::unique_ptr<MultinodeLeader>> MultinodeLeader::Create(
   l->ring_ = std::move(ring).value();
   l->writer_ = std::make_unique<producer::SlotWriter>(l->ring_.get(), slot, "multinode leader",
                                                       config.collector);
+  l->writer_->SetStages(std::move(stages));
   producer::AdmissionPolicy policy;
   policy.late_join_window = 0;  // no replay: every node publishes the same positions
   policy.ring_slots = rc.num_slots;

@@ -60,7 +60,10 @@ Result<std::unique_ptr<Service>> Service::Create(const ServiceConfig& config,
   if (c.socket_name.empty()) c.socket_name = DefaultServiceSocket();
   std::unique_ptr<Service> s(new Service(c, std::move(source), p));
   s->layout_ = s->source_->MaxLayout();
-  const producer::SlotLayout slot = producer::ComputeSlotLayout(p, max_b, s->layout_);
+  producer::SlotLayout slot = producer::ComputeSlotLayout(p, max_b, s->layout_);
+  std::vector<std::unique_ptr<producer::BatchStage>> stages;
+  BC_RETURN_IF_ERROR(producer::PrepareStages(o.stage, s->layout_, p, o.threads, false, "service",
+                                             &slot, &stages));
   shm::RingConfig rc = producer::RingConfigFor(slot, producer::RingSlots(o), max_b,
                                                static_cast<uint64_t>(p),
                                                static_cast<uint64_t>(s->plan_.num_samples()),
@@ -74,6 +77,7 @@ Result<std::unique_ptr<Service>> Service::Create(const ServiceConfig& config,
   s->ring_ = std::move(ring).value();
   s->writer_ = std::make_unique<producer::SlotWriter>(s->ring_.get(), slot, "service",
                                                       c.collector);
+  s->writer_->SetStages(std::move(stages));
   producer::AdmissionPolicy policy;
   policy.late_join_window = c.late_join_window;
   policy.ring_slots = rc.num_slots;

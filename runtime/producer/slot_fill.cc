@@ -7,6 +7,25 @@
 #include "core/errors.h"
 
 namespace batchcast::producer {
+namespace {
+
+void DescribeTensors(std::span<const TensorSlot> tensors, shm::SlotDesc* d) {
+  d->num_tensors = static_cast<uint32_t>(tensors.size());  // AddTensors caps it at kMaxTensors
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorSpec& spec = tensors[i].spec;
+    shm::TensorDesc& t = d->tensors[i];
+    t = shm::TensorDesc{};
+    std::memcpy(t.name, spec.name.data(), std::min<size_t>(spec.name.size(),
+                                                           shm::kTensorNameBytes - 1));
+    t.dtype = spec.dtype;
+    t.ndim = static_cast<uint32_t>(spec.shape.size());
+    for (size_t k = 0; k < spec.shape.size(); ++k) t.shape[k] = spec.shape[k];
+    t.sample_bytes = spec.sample_bytes();
+    t.offset = tensors[i].offset;
+  }
+}
+
+}  // namespace
 
 uint32_t TailForReceivers(const shm::RingLeader& ring, uint64_t seq, uint64_t only,
                           const SlotContents& c) {
@@ -34,6 +53,11 @@ Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& 
     std::memcpy(w.data + uint64_t(n + j) * sb, w.data + uint64_t(src) * sb, sb);
     labels[n + j] = labels[src];
     ids[n + j] = ids[src];
+    for (const TensorSlot& t : c.tensors) {
+      const uint64_t tb = t.spec.sample_bytes();
+      uint8_t* base = w.data + t.offset;
+      std::memcpy(base + uint64_t(n + j) * tb, base + uint64_t(src) * tb, tb);
+    }
   }
   shm::SlotDesc* d = w.desc;
   d->epoch = c.epoch;
@@ -60,6 +84,7 @@ Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& 
   d->scale_den = c.scale_den;
   d->scale_cap = c.scale_cap;
   d->lr_rule = c.lr_rule;
+  DescribeTensors(c.tensors, d);
   return Status::Ok();
 }
 

@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "batchcast/status.h"
 #include "pipeline/pipeline.h"
+#include "producer/slot_layout.h"
 #include "transport/shm/carving.h"
 #include "transport/shm/ring_leader.h"
 
@@ -32,6 +34,7 @@ struct SlotContents {
   int32_t image_size = 0;          // 0: the layout's height
   uint32_t scale_num = 0, scale_den = 0, scale_cap = 0;  // progressive resizing (0: none)
   uint32_t lr_rule = shm::kLrGiven;
+  std::span<const TensorSlot> tensors;  // further named tensors (the slot layout's)
 };
 
 // The largest fill tail needed by the consumers that receive position `seq` and are in
@@ -39,8 +42,8 @@ struct SlotContents {
 uint32_t TailForReceivers(const shm::RingLeader& ring, uint64_t seq, uint64_t only,
                           const SlotContents& c);
 
-// Writes the tail (position n + j holds a copy of sample j mod n: image, label, id) and the
-// descriptor of `w`. Fails, writing nothing, when n + tail does not fit the slot.
+// Writes the tail (position n + j holds a copy of sample j mod n: image, label, id and every
+// named tensor) and the descriptor of `w`. Fails, writing nothing, when n + tail does not fit the slot.
 Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& c);
 
 }  // namespace batchcast::producer

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/dtype.h"
 #include "core/errors.h"
 #include "schedule/resize_schedule.h"
 #include "transport/shm/carving.h"
@@ -54,6 +55,66 @@ SlotLayout ComputeSlotLayout(int64_t producer_batch, uint32_t max_consumer_batch
   l.ids_offset = Align(l.labels_offset + l.capacity_samples * sizeof(int64_t), 64);
   l.slot_bytes = Align(l.ids_offset + l.capacity_samples * sizeof(int64_t), 4096);
   return l;
+}
+
+uint64_t TensorSpec::sample_bytes() const {
+  const core::DTypeInfo* t = core::DTypeInfoOf(dtype);
+  uint64_t bytes = t ? t->bytes : 0;
+  for (int64_t d : shape) bytes *= uint64_t(std::max<int64_t>(d, 0));
+  return bytes;
+}
+
+uint8_t* SlotLayout::tensor(uint8_t* slot, std::string_view name) const {
+  for (const TensorSlot& t : tensors)
+    if (t.spec.name == name) return slot + t.offset;
+  return nullptr;
+}
+
+namespace {
+
+Status CheckTensor(const TensorSpec& t, const SlotLayout& layout, std::string_view who) {
+  if (t.name.empty() || t.name.size() >= shm::kTensorNameBytes)
+    return InvalidArgumentError("{}: tensor name '{}' must have 1 to {} characters", who, t.name,
+                                shm::kTensorNameBytes - 1);
+  if (t.name == "images" || t.name == "labels" || t.name == "sample_ids")
+    return InvalidArgumentError("{}: tensor name '{}' is reserved for the batch's own {}; "
+                                "name the further tensor otherwise", who, t.name, t.name);
+  for (const TensorSlot& o : layout.tensors)
+    if (o.spec.name == t.name)
+      return InvalidArgumentError("{}: tensor '{}' is given twice", who, t.name);
+  if (core::DTypeInfoOf(t.dtype) == nullptr)
+    return InvalidArgumentError("{}: tensor '{}' has an unknown dtype code {}; use one of {}",
+                                who, t.name, t.dtype, core::DTypeNames());
+  if (t.shape.size() > shm::kTensorMaxDims)
+    return InvalidArgumentError("{}: tensor '{}' has {} dimensions per sample; at most {} are "
+                                "supported (reshape it)", who, t.name, t.shape.size(),
+                                shm::kTensorMaxDims);
+  for (int64_t d : t.shape)
+    if (d <= 0)
+      return InvalidArgumentError("{}: tensor '{}' has a per-sample extent {}; every extent must "
+                                  "be positive", who, t.name, d);
+  if (layout.tensors.size() >= shm::kMaxTensors)
+    return InvalidArgumentError("{}: tensor '{}' is one too many: a slot holds at most {} named "
+                                "tensors besides images, labels and sample_ids", who, t.name,
+                                shm::kMaxTensors);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status AddTensors(std::span<const TensorSpec> tensors, std::string_view who, SlotLayout* layout) {
+  SlotLayout& l = *layout;
+  uint64_t end = l.ids_offset + l.capacity_samples * sizeof(int64_t);
+  for (const TensorSlot& t : l.tensors)
+    end = std::max(end, t.offset + l.capacity_samples * t.spec.sample_bytes());
+  for (const TensorSpec& t : tensors) {
+    BC_RETURN_IF_ERROR(CheckTensor(t, l, who));
+    const uint64_t offset = Align(end, 64);
+    l.tensors.push_back({t, offset});
+    end = offset + l.capacity_samples * t.sample_bytes();
+  }
+  l.slot_bytes = std::max(l.slot_bytes, Align(end, 4096));
+  return Status::Ok();
 }
 
 std::vector<SlotBucket> ResizeBuckets(

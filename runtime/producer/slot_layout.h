@@ -2,8 +2,10 @@
 //
 // How a ring slot is laid out, computed in one place for every producer (docs/data-plane.md):
 //
-//   [ images: capacity x sample bytes | labels: capacity x int64 | ids: capacity x int64 ]
-//     0                               ^ 64-aligned                 ^ 64-aligned   (4 KiB slot)
+//   [ images: capacity x sample bytes | labels: capacity x int64 | ids: capacity x int64 |
+//     0                               ^ 64-aligned                 ^ 64-aligned
+//     named tensor 0: capacity x its sample bytes | ... ]               (4 KiB slot)
+//     ^ 64-aligned each
 //
 // capacity = P + 2 b - 1: room for P distinct samples plus the fill-repeat tail any consumer
 // batch <= b can need (shm::TailNeeded). With progressive resizing (buckets), the largest
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -50,15 +53,32 @@ struct SlotBucket {
   pipeline::SampleLayout sample;
 };
 
+// A further named tensor of every sample (shm::TensorDesc): name, batchcast::DType code and
+// per-sample shape (at most shm::kTensorMaxDims dimensions, C-contiguous).
+struct TensorSpec {
+  std::string name;
+  uint32_t dtype = 0;
+  std::vector<int64_t> shape;
+  uint64_t sample_bytes() const;
+};
+// Its place in the slot: sample_bytes per position from `offset`.
+struct TensorSlot {
+  TensorSpec spec;
+  uint64_t offset = 0;
+};
+
 struct SlotLayout {
   uint64_t capacity_samples = 0;  // label / id entries a slot holds
   uint64_t images_bytes = 0;      // room for images at the front of a slot
   uint64_t labels_offset = 0;
   uint64_t ids_offset = 0;
+  std::vector<TensorSlot> tensors;  // further named tensors, after the ids
   uint64_t slot_bytes = 0;        // a multiple of 4 KiB
 
   int64_t* labels(uint8_t* slot) const { return reinterpret_cast<int64_t*>(slot + labels_offset); }
   int64_t* ids(uint8_t* slot) const { return reinterpret_cast<int64_t*>(slot + ids_offset); }
+  // Tensor `name`'s memory in `slot` (nullptr: the layout has no such tensor).
+  uint8_t* tensor(uint8_t* slot, std::string_view name) const;
 };
 
 // The one sizing function: a slot for `producer_batch` samples of `sample` and consumer
@@ -66,6 +86,12 @@ struct SlotLayout {
 SlotLayout ComputeSlotLayout(int64_t producer_batch, uint32_t max_consumer_batch,
                              const pipeline::SampleLayout& sample,
                              std::span<const SlotBucket> buckets = {});
+
+// Adds named tensors after the ids (capacity_samples rows each) and grows slot_bytes.
+// Refuses, naming `who` and the tensor, an empty, too long, repeated or reserved name
+// ("images", "labels", "sample_ids"), an unknown dtype, more than shm::kTensorMaxDims
+// per-sample dimensions, a non-positive extent, or more than shm::kMaxTensors tensors.
+Status AddTensors(std::span<const TensorSpec> tensors, std::string_view who, SlotLayout* layout);
 
 // The buckets of a resize schedule run at producer batch P, consumers up to b (scaled
 // batches capped at scale_cap); layout_of gives the sample layout at an image size.

@@ -107,12 +107,26 @@ Status SlotWriter::Fill(BatchSource& source, uint64_t epoch, int image_size,
   return FinishFill(source, epoch, samples, data, pos, record, written);
 }
 
+Status SlotWriter::RunStages(const shm::SlotWrite& w, const SlotContents& c) {
+  if (stages_.empty() || c.num_samples == 0) return Status::Ok();
+  const int64_t t0 = shm::MonotonicNs();
+  for (const auto& stage : stages_)
+    BC_RETURN_IF_ERROR(stage->Run({w.data, &layout_, c.layout, c.num_samples}).WithContext(who_));
+  const int64_t ns = shm::MonotonicNs() - t0;
+  stats_.stage_runs += static_cast<int64_t>(stages_.size());
+  stats_.stage_ns += ns;
+  if (collector_ != nullptr) collector_->AddTime(telemetry::Timer::kStage, ns);
+  return Status::Ok();
+}
+
 Result<uint64_t> SlotWriter::Publish(const shm::SlotWrite& w, SlotContents c, uint64_t only,
                                      const BatchRecord& record) {
   c.labels_offset = layout_.labels_offset;
   c.ids_offset = layout_.ids_offset;
   c.capacity_samples = layout_.capacity_samples;
   c.images_bytes = layout_.images_bytes;
+  c.tensors = layout_.tensors;
+  BC_RETURN_IF_ERROR(RunStages(w, c));
   const uint32_t tail = TailForReceivers(*ring_, w.seq, only, c);
   BC_RETURN_IF_ERROR(CompleteSlot(w, tail, c).WithContext(who_));
   if (hook_ != nullptr) BC_RETURN_IF_ERROR(hook_->BeforePublish(w));

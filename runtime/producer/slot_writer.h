@@ -21,6 +21,7 @@
 #include "batchcast/status.h"
 #include "pipeline/pipeline.h"
 #include "producer/batch_source.h"
+#include "producer/batch_stage.h"
 #include "producer/skip_account.h"
 #include "producer/slot_fill.h"
 #include "producer/slot_hook.h"
@@ -52,6 +53,8 @@ struct WriterStats {
   int64_t stream_ns = 0;
   int64_t source_idle_ns = 0;
   int64_t starved_wait_ns = 0;
+  int64_t stage_runs = 0;         // model stage calls (one per stage per producer batch)
+  int64_t stage_ns = 0;           // time in them
 };
 
 // What the fills of one producer batch add up to (its telemetry record).
@@ -88,6 +91,9 @@ class SlotWriter {
              telemetry::Collector* collector);
 
   void SetHook(SlotHook* hook) { hook_ = hook; }
+  // Stages run on each producer batch at Publish, before the tail and the descriptor (the
+  // slot layout must hold their outputs: AddTensors).
+  void SetStages(std::vector<std::unique_ptr<BatchStage>> stages) { stages_ = std::move(stages); }
   SlotHook* hook() const { return hook_; }
   const SlotLayout& layout() const { return layout_; }
   shm::RingLeader& ring() { return *ring_; }
@@ -163,6 +169,8 @@ class SlotWriter {
   // `next` into it.
   Status TryLookahead(BatchSource& source, const ProduceRequest& next, bool* started);
   Result<std::optional<shm::SlotWrite>> AcquireSlot(uint64_t seq, const AcquireWait& wait);
+  // Runs the stages on the n samples of `w` (their time: stats and Timer::kStage).
+  Status RunStages(const shm::SlotWrite& w, const SlotContents& c);
   void Record(const shm::SlotWrite& w, const SlotContents& c, uint32_t tail,
               const BatchRecord& record, int64_t publish_start_ns, int64_t publish_end_ns,
               uint64_t receivers);
@@ -172,6 +180,7 @@ class SlotWriter {
   std::string who_;
   telemetry::Collector* collector_;
   SlotHook* hook_ = nullptr;
+  std::vector<std::unique_ptr<BatchStage>> stages_;
   WriterStats stats_;
   SkipAccount skips_;
   int64_t wait_since_ns_ = 0;     // start of an interrupted wait (0: none)

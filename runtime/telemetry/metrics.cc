@@ -10,7 +10,8 @@ constexpr std::string_view kCounterNames[] = {
     "bytes_ipc",        "bytes_nccl",       "consumers_detached", "cache_hits",
     "cache_misses"};
 constexpr std::string_view kTimerNames[] = {"data_wait", "step",    "read",    "decode",
-                                            "transform", "collate", "publish", "exchange"};
+                                            "transform", "collate", "publish", "exchange",
+                                            "stage"};
 constexpr std::string_view kGaugeNames[] = {"buffer_occupancy", "ring_occupancy", "ring_slots",
                                             "worker_threads", "consumers_attached", "image_size",
                                             "batch_size", "lr_factor", "eval_accuracy",

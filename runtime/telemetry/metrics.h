@@ -40,6 +40,7 @@ enum class Timer : int {
   kCollate,       // leader worker: copying samples into the producer batch
   kPublish,       // leader: publishing a producer batch to the ring / consumers
   kExchange,      // leader: MPI exchange of decoded samples between node leaders
+  kStage,         // leader: model stages (--stage) run on each producer batch
   kCount
 };
 

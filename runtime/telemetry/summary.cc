@@ -52,6 +52,9 @@ std::string Advice(const std::string& stage) {
   if (stage == "transform")
     return "consider smaller output images, cheaper augmentation, or augmenting on the GPU";
   if (stage == "collate") return "consider uint8 output or larger producer batches";
+  if (stage == "stage")
+    return "the leader's model stage (--stage) dominates: run it on a GPU (device=cuda), in "
+           "float16, or with a smaller model (docs/model-stage.md)";
   if (stage == "exchange")
     return "check the MPI exchange (network bandwidth, replicate-mode split across leaders)";
   return "check ring_slots and the number of consumers per leader";

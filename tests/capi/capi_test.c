@@ -129,6 +129,22 @@ static void TestDlpack(bc_batch_t batch, const bc_batch_info_t* info) {
   EXPECT(t->dl_tensor.dtype.code == kDLUInt && t->dl_tensor.dtype.bits == 8);
   EXPECT(labels->dl_tensor.ndim == 1 && labels->dl_tensor.dtype.code == kDLInt &&
          labels->dl_tensor.dtype.bits == 64);
+  /* By name: the batch's own tensors, and a refusal naming what it has. */
+  struct DLManagedTensor* ids = NULL;
+  EXPECT_STATUS(bc_batch_tensor_dlpack(batch, "sample_ids", &ids), BC_SUCCESS);
+  if (ids != NULL) {
+    EXPECT(ids->dl_tensor.ndim == 1 && ids->dl_tensor.shape[0] == info->size);
+    EXPECT(ids->dl_tensor.data == info->sample_ids);
+    ids->deleter(ids);
+  }
+  struct DLManagedTensor* none = NULL;
+  EXPECT_STATUS(bc_batch_tensor_dlpack(batch, "embedding", &none), BC_ERR_NOT_FOUND);
+  EXPECT_ERROR_HAS("no tensor 'embedding'; it has images, labels, sample_ids");
+  int count = -1;
+  const char* name = NULL;
+  EXPECT_STATUS(bc_batch_num_tensors(batch, &count), BC_SUCCESS);
+  EXPECT(count == 0);
+  EXPECT_STATUS(bc_batch_tensor_name(batch, 0, &name), BC_ERR_OUT_OF_RANGE);
   struct DLManagedTensorVersioned* v = NULL;
   bc_status_t vs = bc_batch_to_dlpack_versioned(batch, BC_TENSOR_IMAGES, &v);
 #if DLPACK_VERSION < 100
@@ -253,7 +269,53 @@ static void TestResume(const char* dataset, int samples) {
   Finish(c, leader);
 }
 
+/* `capi_test --named ADDRESS SAMPLES` (tests/python/test_named_tensors.py): consumes a
+ * Python Producer's dict batches, whose tensor "tok" holds int64 [4] = id * 4 + k and "emb"
+ * float32 [2] = (id, -id) for sample id, and checks every sample by name through DLPack. */
+static int ConsumeNamed(const char* address, int samples) {
+  bc_consumer_config_t cfg;
+  bc_consumer_config_init(&cfg);
+  cfg.address = address;
+  cfg.options = "--batch-size 5";
+  bc_consumer_t c = NULL;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  if (c == NULL) return 1;
+  bc_batch_t batch;
+  bc_batch_info_t info;
+  bc_batch_info_init(&info);
+  int seen = 0, bad = 0, count = 0;
+  while (bc_consumer_next(c, &batch, &info) == BC_SUCCESS) {
+    const char* second = NULL;
+    EXPECT_STATUS(bc_batch_num_tensors(batch, &count), BC_SUCCESS);
+    EXPECT_STATUS(bc_batch_tensor_name(batch, 1, &second), BC_SUCCESS);
+    EXPECT(count == 2 && second != NULL && strcmp(second, "emb") == 0);
+    struct DLManagedTensor *tok = NULL, *emb = NULL;
+    EXPECT_STATUS(bc_batch_tensor_dlpack(batch, "tok", &tok), BC_SUCCESS);
+    EXPECT_STATUS(bc_batch_tensor_dlpack(batch, "emb", &emb), BC_SUCCESS);
+    if (tok == NULL || emb == NULL) break;
+    EXPECT(tok->dl_tensor.ndim == 2 && tok->dl_tensor.shape[1] == 4);
+    EXPECT(emb->dl_tensor.dtype.code == kDLFloat && emb->dl_tensor.dtype.bits == 32);
+    const int64_t* t = (const int64_t*)tok->dl_tensor.data;
+    const float* e = (const float*)emb->dl_tensor.data;
+    for (int64_t i = 0; i < info.size; ++i) {
+      const int64_t id = info.sample_ids[i];
+      for (int k = 0; k < 4; ++k) bad += t[i * 4 + k] != id * 4 + k;
+      bad += e[i * 2] != (float)id || e[i * 2 + 1] != -(float)id;
+    }
+    seen += (int)info.size - info.repeats;
+    tok->deleter(tok);
+    emb->deleter(emb);
+    bc_batch_release(batch);
+  }
+  bc_consumer_detach(c);
+  EXPECT(bad == 0);
+  EXPECT(seen == samples);
+  if (failures == 0) printf("capi_test: named OK %d samples\n", seen);
+  return failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && strcmp(argv[1], "--named") == 0) return ConsumeNamed(argv[2], atoi(argv[3]));
   if (argc != 3) {
     fprintf(stderr, "usage: capi_test DATASET.h5 SAMPLES\n");
     return 2;

@@ -186,6 +186,21 @@ def _read_only_copy(array):
     return array.view(SharedBatchArray)
 
 
+def _named_batch(images, labels, named, convert):
+    """{"images"?, "labels", name: tensor...} of a batch with named tensors. DLPack 0.6 has no
+    bool, so bool tensors arrive as uint8 and are viewed back as bool here (no copy)."""
+    out = {} if images is None else {"images": images}
+    out["labels"] = labels
+    for name, (t, dtype) in named.items():
+        if convert is not None:
+            t = convert(t)
+        if dtype == "bool" and not isinstance(t, np.ndarray):
+            import torch
+            t = t.view(torch.bool)
+        out[name] = t
+    return out
+
+
 def _env_rank():
     for k in ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
         if os.environ.get(k, "").isdigit():
@@ -307,8 +322,10 @@ class Consumer:
             if not isinstance(a, np.ndarray):  # a capsule: torch takes it, numpy copies it
                 a = self._convert(a).numpy()
             return np.array(a)
-        images, labels, ids, info = raw
-        return copy(images), copy(labels), copy(ids), info
+        images, labels, ids, info, named = raw
+        if named is not None:
+            named = {k: (copy(v), dt) for k, (v, dt) in named.items()}
+        return copy(images), copy(labels), copy(ids), info, named
 
     def batches(self):
         """Every remaining batch of every epoch, without epoch boundaries."""
@@ -337,24 +354,27 @@ class Consumer:
         return r
 
     def _wrap(self, raw, private):
-        images, labels, ids, info = raw
+        images, labels, ids, info, named = raw
         if private and self._numpy and not self._copy:
             convert = _read_only_copy  # numpy batches are read-only, copies or not
         else:
             convert = (_from_numpy() if private and not self._numpy else
                        None if private else self._convert)
         if convert is not None:
-            images = convert(images)
+            images = convert(images) if images is not None else None
             labels = convert(labels)
             if ids is not None:
                 ids = convert(ids)
         self.last_info = info
+        item = (images, labels)
+        if named is not None:  # a batch of named tensors: a dict (docs/python.md)
+            item = _named_batch(images, labels, named, convert)
         if self._with_info:
             meta = Info(info.epoch, info.index, info.lr_factor, ids, info.repeats,
                         info.producer_seq, info.producer_batch, info.last_in_epoch,
                         info.image_size, info.wait_ns, info.handoff_ns)
-            return (images, labels, meta), info.last_in_epoch
-        return (images, labels), info.last_in_epoch
+            return (*item, meta) if named is None else (item, meta), info.last_in_epoch
+        return item, info.last_in_epoch
 
     def state_dict(self):
         """Where this consumer is in its stream: ``{"start_epoch": e, "start_batch": b}``, the

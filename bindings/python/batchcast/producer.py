@@ -25,16 +25,53 @@ def _as_array(x, what):
 
 
 def _split(item):
-    """(images, labels[, ids]) as numpy arrays (views of torch tensors, no copy)."""
+    """(images, labels, ids, named) as numpy arrays (views of torch tensors, no copy). A dict
+    batch names its tensors: "labels" (required), "images" and "sample_ids" (optional), and
+    any further tensor, which reaches consumers under its name (docs/python.md)."""
+    if isinstance(item, dict):
+        if "labels" not in item:
+            raise InvalidArgumentError(
+                "producer: a dict batch needs a 'labels' tensor (one label per sample); got "
+                f"the keys {sorted(item)}")
+        images = item.get("images")
+        images = None if images is None else _as_array(images, "images")
+        labels = _as_array(item["labels"], "labels")
+        ids = item.get("sample_ids")
+        ids = None if ids is None else _as_array(ids, "sample ids")
+        named = {k: _as_array(v, f"tensor '{k}'") for k, v in item.items()
+                 if k not in ("images", "labels", "sample_ids")}
+        return images, labels, ids, named
     if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
         raise InvalidArgumentError(
-            "producer: the iterable must yield (images, labels) or (images, labels, ids); "
-            f"got {type(item).__name__}" + (f" of length {len(item)}"
-                                            if isinstance(item, (tuple, list)) else ""))
+            "producer: the iterable must yield (images, labels), (images, labels, ids) or a "
+            f"dict of named tensors; got {type(item).__name__}" +
+            (f" of length {len(item)}" if isinstance(item, (tuple, list)) else ""))
     images = _as_array(item[0], "images")
     labels = _as_array(item[1], "labels")
     ids = _as_array(item[2], "sample ids") if len(item) == 3 else None
-    return images, labels, ids
+    return images, labels, ids, {}
+
+
+def _tensor_specs(named):
+    """[(name, dtype, per-sample shape)] of a batch's named tensors."""
+    return [(k, a.dtype.name, tuple(int(d) for d in a.shape[1:])) for k, a in named.items()]
+
+
+def _named_arrays(named, specs):
+    """The batch's named tensors in the order of the first batch's, checked against it."""
+    if sorted(named) != sorted(s[0] for s in specs):
+        raise InvalidArgumentError(
+            f"producer: a batch with the tensors {sorted(named)}; every batch must have the "
+            f"first batch's {sorted(s[0] for s in specs)}")
+    out = []
+    for name, dtype, _ in specs:
+        a = named[name]
+        if a.dtype.name != dtype:
+            raise InvalidArgumentError(
+                f"producer: tensor '{name}' has dtype {a.dtype.name} in this batch and {dtype} "
+                "in the first; convert it")
+        out.append(a)
+    return out
 
 
 def _sample_layout(images):
@@ -74,8 +111,10 @@ class Producer:
     """Publishes every batch of ``iterable`` once to all attached consumers.
 
     One pass over the iterable is one epoch (``epochs`` passes in all; a DataLoader with
-    shuffle=True reshuffles each pass). Each item is ``(images, labels)`` or
-    ``(images, labels, ids)`` as torch tensors or numpy arrays; images are (batch, C, H, W),
+    shuffle=True reshuffles each pass). Each item is ``(images, labels)``,
+    ``(images, labels, ids)`` or a dict of named tensors (``{"tokens": ..., "mask": ...,
+    "labels": ...}``: "labels" required, "images" and "sample_ids" optional, every other
+    tensor reaches consumers under its name) as torch tensors or numpy arrays; images are (batch, C, H, W),
     (batch, H, W) or (batch, D), uint8 or float (sent as float32); consumers always see
     4-d images (batch, C, H, W). Sample ids are the ids the iterable yields, else the running
     index of the sample within its epoch. Each batch is copied once into shared memory;
@@ -108,13 +147,20 @@ class Producer:
             if first is _END:
                 raise InvalidArgumentError("producer: the iterable yielded no batch")
             self._first = (it, first)
-            images, labels, _ = _split(first)
-            shape, dt = _sample_layout(images)
-            sample_shape = sample_shape or shape
-            dtype = dtype or dt
+            images, labels, _, named = _split(first)
+            self._specs = _tensor_specs(named)
+            if images is None:  # named tensors only
+                sample_shape, dtype = (), "uint8"
+            else:
+                shape, dt = _sample_layout(images)
+                sample_shape = sample_shape or shape
+                dtype = dtype or dt
             batch_size = batch_size or getattr(iterable, "batch_size", None) or len(labels)
+        else:
+            self._specs = []
         sample_shape = tuple(int(d) for d in sample_shape)
-        sample_shape = (1,) * (3 - len(sample_shape)) + sample_shape
+        if sample_shape:
+            sample_shape = (1,) * (3 - len(sample_shape)) + sample_shape
         if batch_size is None:
             batch_size = getattr(iterable, "batch_size", None)
         if not batch_size:
@@ -127,7 +173,8 @@ class Producer:
                                 int(slots), int(heartbeat_ms), address or "",
                                 epochs=int(self._epochs),
                                 options={"telemetry": telemetry, "run_name": run_name},
-                                rank=_env_rank() if rank is None else int(rank))
+                                rank=_env_rank() if rank is None else int(rank),
+                                tensors=self._specs)
         self.address = self._p.address
         self.batch_size = int(batch_size)
         self._thread = None
@@ -163,8 +210,8 @@ class Producer:
                 if self._end_when_empty:
                     return False
                 p.wait_for_consumers(1, -1.0)
-            images, labels, ids = _split(item)
-            p.stage(images, labels, ids)
+            images, labels, ids, named = _split(item)
+            p.stage(images, labels, ids, _named_arrays(named, self._specs))
             item = next(it, _END)  # the DataLoader's workers keep decoding meanwhile
             p.commit(epoch, k, item is _END)
             k += 1

@@ -10,15 +10,19 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "batchcast/batch.h"
 #include "batchcast/options.h"
 #include "batchcast/status.h"
+#include "producer/slot_layout.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 
@@ -128,6 +132,16 @@ class ProcessTelemetry {
   bool finished_ = false;
   std::string summary_;
 };
+
+// Named tensors (tensor_binding.cc). A Producer's tensor specs: [(name, dtype name, per-sample
+// shape)]; its batch's arrays (in spec order) copied into the slot's tensors for n samples.
+std::vector<producer::TensorSpec> TensorSpecsFromPython(const py::list& specs);
+void CopyNamedTensors(const py::list& arrays, const std::vector<producer::TensorSpec>& specs,
+                      const std::vector<uint8_t*>& slot, int64_t n);
+// A batch's named tensors as {name: (make(view), dtype name)}, None when it has none; or as
+// new numpy arrays, with the (destination, view) copies still to do (without the GIL).
+py::object NamedTensors(const Batch& b, const std::function<py::object(const TensorView&)>& make);
+py::object NamedTensorCopies(const Batch& b, std::vector<std::pair<void*, TensorView>>* copies);
 
 void BindConsumer(py::module_& m);
 void BindProducer(py::module_& m);

@@ -275,13 +275,15 @@ class PyConsumer {
       if (numpy) return MakeNumpyView(v, keep);
       return MakeDLPackCapsule(v, keep);
     };
-    py::object images = make(b.images());
+    py::object images = b.images().nbytes > 0 || b.num_tensors() == 0 ? make(b.images())
+                                                                       : py::none();
     py::object labels = make(b.labels());
     py::object ids = want_ids ? make(IdsView(b.sample_ids(), b.size())) : py::none();
     py::object info = py::cast(b.info());
+    py::object named = NamedTensors(b, make);
     if (release_on_next_) current_ = std::move(b);
     // Otherwise `b` goes out of scope here; the capsules' `keep` holds the slot.
-    return py::make_tuple(images, labels, ids, info);
+    return py::make_tuple(images, labels, ids, info, named);
   }
 
   // writable=True: the batch copied into new arrays (one memcpy, GIL released), then its
@@ -295,13 +297,18 @@ class PyConsumer {
     void* labels_to = labels.mutable_data();
     void* ids_to = want_ids ? id_array.mutable_data() : nullptr;
     py::object info = py::cast(b.info());
+    std::vector<std::pair<void*, TensorView>> copies;
+    py::object named = NamedTensorCopies(b, &copies);
+    const bool has_images = b.images().nbytes > 0 || b.num_tensors() == 0;
     WithoutGil([&] {
-      std::memcpy(images_to, b.images().data, b.images().nbytes);
+      if (b.images().nbytes > 0) std::memcpy(images_to, b.images().data, b.images().nbytes);
       std::memcpy(labels_to, b.labels().data, b.labels().nbytes);
       if (want_ids) std::memcpy(ids_to, ids.data, ids.nbytes);
+      for (const auto& [to, view] : copies) std::memcpy(to, view.data, view.nbytes);
       b.Release();
     });
-    return py::make_tuple(images, labels, want_ids ? py::object(id_array) : py::none(), info);
+    return py::make_tuple(has_images ? py::object(images) : py::none(), labels,
+                          want_ids ? py::object(id_array) : py::none(), info, named);
   }
 
   bool release_on_next_;

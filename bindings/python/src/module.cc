@@ -10,6 +10,7 @@
 #include <atomic>
 
 #include "bindings/python/src/bindings.h"
+#include "core/dtype.h"
 
 namespace batchcast::python {
 namespace {
@@ -36,16 +37,17 @@ void CapsuleDestructor(PyObject* capsule) {
   if (t && t->deleter) t->deleter(t);
 }
 
+// DLPack 0.6 (torch 1.13) has no bool: bool tensors leave as uint8 (batchcast.Consumer views
+// them back as bool without a copy).
 DLDataType ToDL(DType t) {
-  switch (t) {
-    case DType::kFloat32: return DLDataType{kDLFloat, 32, 1};
-    case DType::kInt64: return DLDataType{kDLInt, 64, 1};
-    case DType::kUint8:
-    default: return DLDataType{kDLUInt, 8, 1};
-  }
+  const core::DTypeInfo* i = core::DTypeInfoOf(static_cast<uint32_t>(t));
+  return i ? DLDataType{i->dl_code, i->dl_bits, 1} : DLDataType{kDLUInt, 8, 1};
 }
 
-size_t ItemSize(DType t) { return t == DType::kUint8 ? 1 : t == DType::kFloat32 ? 4 : 8; }
+size_t ItemSize(DType t) {
+  const core::DTypeInfo* i = core::DTypeInfoOf(static_cast<uint32_t>(t));
+  return i ? i->bytes : 1;
+}
 
 }  // namespace
 
@@ -122,9 +124,10 @@ py::capsule MakeDLPackCapsule(const TensorView& view, std::shared_ptr<void> keep
 namespace {
 
 py::dtype NumpyDType(DType t) {
-  return t == DType::kUint8     ? py::dtype::of<uint8_t>()
-         : t == DType::kFloat32 ? py::dtype::of<float>()
-                                : py::dtype::of<int64_t>();
+  const core::DTypeInfo* i = core::DTypeInfoOf(static_cast<uint32_t>(t));
+  if (i == nullptr) return py::dtype::of<uint8_t>();
+  // numpy has no bfloat16: its bytes leave as int16 (torch views them back).
+  return py::dtype(t == DType::kBFloat16 ? std::string("int16") : std::string(i->name));
 }
 
 }  // namespace

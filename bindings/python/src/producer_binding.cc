@@ -67,15 +67,19 @@ class PyProducer {
  public:
   PyProducer(std::vector<int> sample_shape, const std::string& dtype, int64_t producer_batch,
              int64_t epoch_samples, int max_consumer_batch, int ring_slots, int64_t heartbeat_ms,
-             const std::string& address, int64_t epochs, py::dict options, int rank) {
-    if (sample_shape.size() != 3)
+             const std::string& address, int64_t epochs, py::dict options, int rank,
+             py::list tensors) {
+    if (sample_shape.size() != 3 && !(sample_shape.empty() && !tensors.empty()))
       throw StatusError(Status(StatusCode::kInvalidArgument,
                                "producer: sample_shape must be (channels, height, width)"));
     node::ExternalProducerConfig c;
-    c.layout.channels = sample_shape[0];
-    c.layout.height = sample_shape[1];
-    c.layout.width = sample_shape[2];
+    if (!sample_shape.empty()) {  // empty: batches of named tensors without images
+      c.layout.channels = sample_shape[0];
+      c.layout.height = sample_shape[1];
+      c.layout.width = sample_shape[2];
+    }
     c.layout.dtype = ParseDType(dtype);
+    c.tensors = TensorSpecsFromPython(tensors);
     c.producer_batch = producer_batch;
     c.epoch_samples = epoch_samples;
     c.epochs = epochs;
@@ -116,7 +120,7 @@ class PyProducer {
   }
 
   // Acquires the next slot (waiting on backpressure) and copies one batch into it.
-  void Stage(py::handle images, py::handle labels, py::handle ids) {
+  void Stage(py::handle images, py::handle labels, py::handle ids, py::list named) {
     if (staged_) throw StatusError(Status(StatusCode::kFailedPrecondition,
                                           "producer: a batch is already staged; commit it first"));
     int64_t n = py::len(labels);
@@ -134,8 +138,13 @@ class PyProducer {
       return last.code() != StatusCode::kDeadlineExceeded;
     });
     ThrowIfError(last);
-    if (float_) CopyInto<float>(images, slot_.images, n, per_sample_, "images");
-    else CopyInto<uint8_t>(images, slot_.images, n, per_sample_, "images");
+    if (per_sample_ == 0 && !images.is_none())
+      throw StatusError(Status(StatusCode::kInvalidArgument,
+                               "producer: this batch has images but the first had none; every "
+                               "batch must have the first batch's tensors"));
+    if (per_sample_ > 0 && float_) CopyInto<float>(images, slot_.images, n, per_sample_, "images");
+    else if (per_sample_ > 0) CopyInto<uint8_t>(images, slot_.images, n, per_sample_, "images");
+    CopyNamedTensors(named, p_->config().tensors, slot_.tensors, n);
     CopyInto<int64_t>(labels, slot_.labels, n, 1, "labels");
     ids_written_ = !ids.is_none();
     if (ids_written_) CopyInto<int64_t>(ids, slot_.ids, n, 1, "sample ids");
@@ -296,16 +305,16 @@ class PyLeader {
 void BindProducer(py::module_& m) {
   py::class_<PyProducer>(m, "_Producer")
       .def(py::init<std::vector<int>, const std::string&, int64_t, int64_t, int, int, int64_t,
-                    const std::string&, int64_t, py::dict, int>(),
+                    const std::string&, int64_t, py::dict, int, py::list>(),
            py::arg("sample_shape"), py::arg("dtype"), py::arg("producer_batch"),
            py::arg("epoch_samples"), py::arg("max_consumer_batch"), py::arg("ring_slots"),
            py::arg("heartbeat_ms"), py::arg("address") = "", py::arg("epochs") = 0,
-           py::arg("options") = py::dict(), py::arg("rank") = -1)
+           py::arg("options") = py::dict(), py::arg("rank") = -1, py::arg("tensors") = py::list())
       .def_property_readonly("address", &PyProducer::address)
       .def("wait_for_consumers", &PyProducer::WaitForConsumers, py::arg("n"),
            py::arg("timeout_s") = -1.0)
       .def("stage", &PyProducer::Stage, py::arg("images"), py::arg("labels"),
-           py::arg("ids") = py::none())
+           py::arg("ids") = py::none(), py::arg("named") = py::list())
       .def("commit", &PyProducer::Commit, py::arg("epoch"), py::arg("batch_in_epoch"),
            py::arg("last_in_epoch"), py::arg("lr_factor") = 1.0f)
       .def("admit_joining", &PyProducer::AdmitJoining)

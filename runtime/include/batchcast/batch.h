@@ -13,7 +13,20 @@
 
 namespace batchcast {
 
-enum class DType : uint32_t { kUint8 = 0, kFloat32 = 1, kInt64 = 2 };
+// Element types of batch tensors. Images are uint8 or float32, labels and ids int64; further
+// named tensors (Batch::tensor) may have any of these.
+enum class DType : uint32_t {
+  kUint8 = 0,
+  kFloat32 = 1,
+  kInt64 = 2,
+  kFloat16 = 3,
+  kInt32 = 4,
+  kFloat64 = 5,
+  kBool = 6,
+  kInt8 = 7,
+  kInt16 = 8,
+  kBFloat16 = 9,
+};
 
 struct TensorView {
   void* data = nullptr;
@@ -59,6 +72,17 @@ class BATCHCAST_API Batch {
   const int64_t* sample_ids() const { return ids_; }
   const BatchInfo& info() const { return info_; }
   int64_t size() const { return info_.size; }
+
+  // Named tensors (docs/data-plane.md "Named tensors"): a producer may publish further
+  // tensors beside images and labels (a Python Producer's dict batches, a leader model
+  // stage's output). tensor(name) views [size, per-sample shape...] (C-contiguous, in place
+  // like images); "images", "labels" and "sample_ids" name the batch's own three. A name the
+  // batch does not have gives an empty view (data == nullptr, ndim == 0). Valid as long as
+  // the batch is (or a KeepAlive() handle).
+  TensorView tensor(const char* name) const;
+  // The further named tensors (images, labels and sample_ids not counted), by index.
+  int num_tensors() const;
+  const char* tensor_name(int i) const;  // nullptr when i is out of range
 
   // Gives the slot back now (also done by the destructor). Views become invalid.
   void Release();

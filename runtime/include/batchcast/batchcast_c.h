@@ -185,6 +185,17 @@ struct DLManagedTensorVersioned;
 /* DLPack < 1.0 (DLManagedTensor). */
 BC_API bc_status_t bc_batch_to_dlpack(bc_batch_t batch, bc_tensor_kind_t which,
                                       struct DLManagedTensor** out);
+/* Named tensors (docs/data-plane.md "Named tensors"): the batch's tensor `name` as DLPack:
+ * "images", "labels", "sample_ids", or a further tensor the producer published (a Python
+ * Producer's dict batch, a leader model stage's output), [size, per-sample shape...].
+ * BC_ERR_NOT_FOUND, naming the batch's tensors, when it has none of that name. A bool tensor
+ * leaves as uint8 (DLPack 0.6 has no bool). */
+BC_API bc_status_t bc_batch_tensor_dlpack(bc_batch_t batch, const char* name,
+                                          struct DLManagedTensor** out);
+/* The further named tensors of a batch (images, labels and sample_ids not counted) and the
+ * name of the i-th (valid while the batch is; BC_ERR_OUT_OF_RANGE past the last). */
+BC_API bc_status_t bc_batch_num_tensors(bc_batch_t batch, int* out);
+BC_API bc_status_t bc_batch_tensor_name(bc_batch_t batch, int i, const char** out);
 /* DLPack >= 1.0 (DLManagedTensorVersioned, flagged read-only). BC_ERR_UNSUPPORTED when the
  * library was built against a DLPack header older than 1.0 (see bc_last_error()). */
 BC_API bc_status_t bc_batch_to_dlpack_versioned(bc_batch_t batch, bc_tensor_kind_t which,

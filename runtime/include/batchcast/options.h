@@ -77,6 +77,10 @@ struct BATCHCAST_API Options {
   // --- progressive resizing (docs/progressive-resizing.md) ---
   std::string resize;           // schedule spec, e.g. "resize(min=96,max=224,step=32)"; "" = off
 
+  // --- leader model stages (docs/model-stage.md) ---
+  std::string stage;            // e.g. "model(path=encoder.pt,input=images,output=embedding)";
+                                // ';' chains stages; "" = none
+
   // Where each value came from ("default", "file", "env", "flag"), by key.
   std::vector<std::pair<std::string, std::string>> sources;
 

@@ -27,6 +27,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,6 +43,8 @@ struct TorchBatch {
   torch::Tensor images;      // uint8 or float32; [N,C,H,W], or [N,H,W,C] if info.channels_last
   torch::Tensor labels;      // int64 [N]
   torch::Tensor sample_ids;  // int64 [N]: dataset index of every sample
+  // The further named tensors (Batch::tensor), by name; [N, per-sample shape...].
+  std::map<std::string, torch::Tensor> tensors;
   BatchInfo info;
 };
 
@@ -52,6 +55,13 @@ inline Result<torch::ScalarType> TorchScalarType(DType dtype) {
     case DType::kUint8: return torch::kUInt8;
     case DType::kFloat32: return torch::kFloat32;
     case DType::kInt64: return torch::kInt64;
+    case DType::kFloat16: return torch::kFloat16;
+    case DType::kInt32: return torch::kInt32;
+    case DType::kFloat64: return torch::kFloat64;
+    case DType::kBool: return torch::kBool;
+    case DType::kInt8: return torch::kInt8;
+    case DType::kInt16: return torch::kInt16;
+    case DType::kBFloat16: return torch::kBFloat16;
   }
   return Status(StatusCode::kInvalidArgument,
                 "torch: tensor view has unknown dtype " +
@@ -103,13 +113,33 @@ inline Result<torch::Tensor> ToTensor(const Batch& batch, const TensorView& view
   return internal::AliasTensor(view.data, std::move(sizes), type, batch.KeepAlive());
 }
 
-// images, labels and sample ids of `batch` as zero-copy tensors.
+// The named tensor `name` of `batch` (Batch::tensor) as a zero-copy tensor; kNotFound, naming
+// the tensors the batch has, when it has none of that name.
+inline Result<torch::Tensor> ToTensor(const Batch& batch, const char* name) {
+  const TensorView view = batch.tensor(name);
+  if (batch.valid() && view.data == nullptr && view.nbytes == 0) {
+    std::string have = "images, labels, sample_ids";
+    for (int i = 0; i < batch.num_tensors(); ++i) have += std::string(", ") + batch.tensor_name(i);
+    return Status(StatusCode::kNotFound, std::string("torch: the batch has no tensor '") +
+                                             (name ? name : "") + "'; it has " + have);
+  }
+  return ToTensor(batch, view);
+}
+
+// images, labels, sample ids and the named tensors of `batch` as zero-copy tensors. A batch
+// without images (a producer that publishes named tensors only) leaves `images` undefined.
 inline Result<TorchBatch> ToTorch(const Batch& batch) {
   TorchBatch out;
-  BC_ASSIGN_OR_RETURN(out.images, ToTensor(batch, batch.images()));
+  if (batch.images().nbytes > 0 || batch.num_tensors() == 0) {
+    BC_ASSIGN_OR_RETURN(out.images, ToTensor(batch, batch.images()));
+  }
   BC_ASSIGN_OR_RETURN(out.labels, ToTensor(batch, batch.labels()));
   out.sample_ids = internal::AliasTensor(const_cast<int64_t*>(batch.sample_ids()), {batch.size()},
                                          torch::kInt64, batch.KeepAlive());
+  for (int i = 0; i < batch.num_tensors(); ++i) {
+    const char* name = batch.tensor_name(i);
+    BC_ASSIGN_OR_RETURN(out.tensors[name], ToTensor(batch, batch.tensor(name)));
+  }
   out.info = batch.info();
   return out;
 }

@@ -114,11 +114,7 @@ Status RingConsumer::MapSegments(int stream_fd, int control_fd, uint64_t stream_
   view_.control = static_cast<ControlHeader*>(c);
   view_.geo.control_bytes = control_bytes;
   const StreamHeader* h = view_.stream;
-  if (stream_bytes < sizeof(StreamHeader) || h->magic != kSegmentMagic ||
-      h->version != kSegmentVersion)
-    return CorruptDataError("the stream segment has a foreign layout (version {} vs {}): is the "
-                            "leader another Batchcast version?",
-                            stream_bytes >= sizeof(StreamHeader) ? h->version : 0, kSegmentVersion);
+  BC_RETURN_IF_ERROR(CheckStreamLayout(h, stream_bytes));
   // Geometry is recomputed here, not trusted: it must agree with the sizes we mapped.
   const SegmentGeometry g = ComputeGeometry(h->max_slots, h->slot_bytes);
   if (h->max_slots == 0 || h->max_slots >= kMaxSlots || g.stream_bytes != stream_bytes ||

@@ -1,6 +1,8 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "transport/shm/segment.h"
 
+#include "core/errors.h"
+
 namespace batchcast::shm {
 namespace {
 
@@ -19,6 +21,22 @@ const char* MemberStateName(MemberState s) {
     case MemberState::kEvicted: return "evicted";
   }
   return "unknown";
+}
+
+Status CheckStreamLayout(const StreamHeader* h, uint64_t stream_bytes) {
+  if (stream_bytes < sizeof(uint64_t) + sizeof(uint32_t) || h->magic != kSegmentMagic)
+    return CorruptDataError("the stream segment ({} bytes) is not a Batchcast stream: the "
+                            "address belongs to another program", stream_bytes);
+  if (h->version != kSegmentVersion)
+    return FailedPreconditionError(
+        "the leader writes shared-memory layout version {} and this consumer reads version {} "
+        "({}): run the leader and its consumers from the same Batchcast release",
+        h->version, kSegmentVersion,
+        h->version < kSegmentVersion ? "the leader is older" : "the leader is newer");
+  if (stream_bytes < sizeof(StreamHeader))
+    return CorruptDataError("the stream segment has {} bytes, less than its {} byte header",
+                            stream_bytes, sizeof(StreamHeader));
+  return Status::Ok();
 }
 
 SegmentGeometry ComputeGeometry(uint32_t max_slots, uint64_t slot_bytes) {

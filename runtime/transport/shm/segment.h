@@ -25,13 +25,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "batchcast/status.h"
+
 namespace batchcast::shm {
 
 constexpr uint64_t kSegmentMagic = 0x5453414348544142ULL;  // "BATCHAST"
 constexpr uint64_t kControlSegmentMagic = 0x4c52544354414242ULL;
 // 2: SlotDesc gained the resizing fields; 3: the header names the resize schedule;
-// 4: stream/control split, slot pool with a position table, leader heartbeat.
-constexpr uint32_t kSegmentVersion = 4;
+// 4: stream/control split, slot pool with a position table, leader heartbeat;
+// 5: SlotDesc holds a table of further named tensors (TensorDesc).
+constexpr uint32_t kSegmentVersion = 5;
 constexpr uint32_t kMaxConsumers = 64;  // one bit each in a slot's pending mask
 constexpr uint32_t kPositionTable = 4096;  // positions a reader may trail `published` by
 constexpr uint64_t kNoSeq = ~0ULL;
@@ -61,6 +64,22 @@ enum SlotFlags : uint32_t {
 enum ConsumerFlags : uint32_t {
   kCarveOffset = 1u << 0,
   kCarveShuffle = 1u << 1,
+};
+
+// Further named tensors of a slot, beside images, labels and ids (docs/data-plane.md
+// "Named tensors"): tensor t holds sample_bytes per position at `offset` within the slot's
+// data, C-contiguous with the per-sample shape shape[0..ndim); the fill-repeat tail and every
+// carve apply to it as to the labels. dtype is the public batchcast::DType code.
+constexpr uint32_t kMaxTensors = 8;
+constexpr uint32_t kTensorNameBytes = 32;  // NUL included
+constexpr uint32_t kTensorMaxDims = 3;     // per sample (the batch adds the first dimension)
+struct TensorDesc {
+  char name[kTensorNameBytes];
+  uint32_t dtype;
+  uint32_t ndim;
+  int64_t shape[kTensorMaxDims];
+  uint64_t sample_bytes;
+  uint64_t offset;
 };
 
 // What a consumer needs to view one producer batch in place. Written by the leader
@@ -94,6 +113,9 @@ struct SlotDesc {
   uint32_t scale_den;          // W^2 of this batch's image size
   uint32_t scale_cap;          // max_batch of the resize spec (0 = no cap)
   uint32_t lr_rule;
+  uint32_t num_tensors;        // entries of `tensors` in use (<= kMaxTensors)
+  uint32_t reserved;
+  TensorDesc tensors[kMaxTensors];
 };
 
 // --- the stream segment (leader writes, consumers read) ---
@@ -183,6 +205,11 @@ constexpr uint32_t kMaxSlots = 1u << 16;
 inline uint64_t PackPosition(uint64_t seq, uint32_t slot) { return (seq << 16) | slot; }
 inline uint64_t PositionSeq(uint64_t v) { return v >> 16; }
 inline uint32_t PositionSlot(uint64_t v) { return static_cast<uint32_t>(v & 0xffff); }
+
+// A consumer's check of the stream segment it mapped: the magic and the layout version this
+// build reads. A leader of another layout version (an older or newer Batchcast) is refused
+// with both versions and what to do, before anything else of the segment is read.
+Status CheckStreamLayout(const StreamHeader* h, uint64_t stream_bytes);
 
 // Geometry of a segment pair; computed once by the leader (and checked by consumers).
 struct SegmentGeometry {

@@ -238,6 +238,27 @@ TEST(RingTest, StreamSegmentCannotBeMappedWritable) {
   (*leader)->End();
 }
 
+// A consumer of one shared-memory layout never reads a leader's segment of another (layout 5
+// added named tensors to the slot descriptor): it is refused naming both versions.
+TEST(RingTest, ALeaderOfAnotherLayoutVersionIsRefusedNamingBoth) {
+  StreamHeader h{};
+  h.magic = kSegmentMagic;
+  h.version = kSegmentVersion;
+  EXPECT_TRUE(CheckStreamLayout(&h, sizeof(h)).ok());
+  h.version = kSegmentVersion - 1;
+  Status older = CheckStreamLayout(&h, sizeof(h));
+  EXPECT_EQ(older.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(older.message().find("the leader writes shared-memory layout version 4 and this "
+                                 "consumer reads version 5 (the leader is older): run the leader "
+                                 "and its consumers from the same Batchcast release"),
+            std::string::npos) << older.message();
+  h.version = kSegmentVersion + 1;
+  EXPECT_NE(CheckStreamLayout(&h, sizeof(h)).message().find("the leader is newer"),
+            std::string::npos);
+  h.magic = 1;
+  EXPECT_EQ(CheckStreamLayout(&h, sizeof(h)).code(), StatusCode::kCorruptData);
+}
+
 // The accept back-off's clock, frozen by the test below and moved by hand.
 std::atomic<int64_t> g_accept_clock{1'000'000'000'000};
 int64_t TestAcceptClock() { return g_accept_clock.load(); }

@@ -1,0 +1,234 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// The leader's model stage (docs/model-stage.md):
+//   model(path=encoder.pt,input=images,output=embedding,device=cpu,dtype=float32,threads=0)
+// a TorchScript module, loaded once, put in eval mode and frozen (torch::jit::freeze), run
+// without autograd on every producer batch after the pipeline; its output is written into
+// the slot's named tensor `output`, which every consumer views in place.
+//
+// Built only with LibTorch, as its own shared module (libbatchcast_model_stage.so): the
+// producer core loads it when option 'stage' is set (producer/batch_stage.cc), so neither
+// the leader library nor the CLI loads LibTorch otherwise.
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+#include <thread>
+
+#include "core/dtype.h"
+#include "core/errors.h"
+#include "core/log.h"
+#include "producer/batch_stage.h"
+
+namespace batchcast::stage {
+namespace {
+
+struct ModelSpec {
+  std::string path, input = "images", output = "embedding", device = "cpu", dtype = "float32";
+  bool keep_input = true;
+  int threads = 0;  // 0: the cores the decode workers leave, at least 1
+};
+
+Result<ModelSpec> ParseModelSpec(std::string_view s, const std::string& who) {
+  if (s.substr(0, 6) != "model(" || s.back() != ')')
+    return InvalidArgumentError("{}: '{}' is not a stage; write model(path=...,input=...,"
+                                "output=...)", who, s);
+  ModelSpec m;
+  std::string_view body = s.substr(6, s.size() - 7);
+  while (!body.empty()) {
+    const size_t comma = body.find(',');
+    const std::string_view kv = body.substr(0, comma);
+    body = comma == std::string_view::npos ? std::string_view() : body.substr(comma + 1);
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos)
+      return InvalidArgumentError("{}: '{}' is not key=value", who, kv);
+    const std::string key(kv.substr(0, eq)), value(kv.substr(eq + 1));
+    if (key == "path") m.path = value;
+    else if (key == "input") m.input = value;
+    else if (key == "output") m.output = value;
+    else if (key == "device") m.device = value;
+    else if (key == "dtype") m.dtype = value;
+    else if (key == "threads") m.threads = std::atoi(value.c_str());
+    else if (key == "keep_input" && (value == "true" || value == "false"))
+      m.keep_input = value == "true";
+    else
+      return InvalidArgumentError("{}: unknown key or value '{}'; the keys are path, input, "
+                                  "output, device=cpu|cuda, dtype=float32|float16, threads, "
+                                  "keep_input=true", who, kv);
+  }
+  if (m.path.empty()) return InvalidArgumentError("{}: no path=<TorchScript file>", who);
+  if (m.device != "cpu" && m.device != "cuda")
+    return InvalidArgumentError("{}: device={}; use cpu or cuda", who, m.device);
+  if (m.dtype != "float32" && m.dtype != "float16")
+    return InvalidArgumentError("{}: dtype={}; use float32 or float16", who, m.dtype);
+  if (!m.keep_input)
+    return InvalidArgumentError(
+        "{}: keep_input=false is not supported yet: the input stays in the slot for the "
+        "consumers (they may ignore it); leave keep_input unset", who);
+  return m;
+}
+
+// The cause of a LibTorch error in one line: its first line (a C++ backtrace follows), or,
+// for an error raised inside TorchScript code, the last line ("RuntimeError: ...") after the
+// interpreter's traceback.
+std::string FirstLine(const std::exception& e) {
+  std::string what = e.what();
+  while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+  if (what.rfind("The following operation failed in the TorchScript interpreter", 0) == 0)
+    return what.substr(what.find_last_of('\n') + 1);
+  return what.substr(0, what.find('\n'));
+}
+
+class ModelStage : public producer::BatchStage {
+ public:
+  static Result<std::unique_ptr<producer::BatchStage>> Create(std::string_view spec,
+                                                             const producer::StageContext& ctx);
+  const std::string& name() const override { return name_; }
+  std::vector<producer::TensorSpec> Outputs() const override { return {output_}; }
+  Status Run(const producer::StageSlot& slot) override;
+
+ private:
+  Result<torch::Tensor> Forward(const torch::Tensor& input);
+  // The input of n samples in `slot` (or zeros for a probe) as the module's input.
+  torch::Tensor Input(uint8_t* data, int64_t n) const;
+
+  std::string name_;
+  ModelSpec spec_;
+  torch::jit::Module module_;
+  torch::Device device_ = torch::kCPU;
+  torch::ScalarType in_type_ = torch::kUInt8;
+  std::vector<int64_t> in_shape_;   // per sample
+  uint64_t in_offset_ = 0;          // in the slot (images: 0)
+  bool in_is_images_ = true;
+  producer::TensorSpec output_;
+};
+
+torch::Tensor ModelStage::Input(uint8_t* data, int64_t n) const {
+  std::vector<int64_t> sizes{n};
+  sizes.insert(sizes.end(), in_shape_.begin(), in_shape_.end());
+  torch::Tensor t = data ? torch::from_blob(data, sizes, torch::TensorOptions().dtype(in_type_))
+                         : torch::zeros(sizes, torch::TensorOptions().dtype(in_type_));
+  const bool half = spec_.dtype == "float16" && device_.is_cuda();
+  return t.to(device_, half ? torch::kFloat16 : torch::kFloat32);
+}
+
+Result<torch::Tensor> ModelStage::Forward(const torch::Tensor& input) {
+  try {
+    c10::InferenceMode guard;
+    torch::jit::IValue out = module_.forward({input});
+    if (!out.isTensor())
+      return InvalidArgumentError("{}: forward returned {}, not one tensor; return the "
+                                  "embedding tensor only", name_, out.tagKind());
+    return out.toTensor();
+  } catch (const std::exception& e) {
+    return InternalError("{}: forward failed on a batch of {}: {}", name_, input.size(0),
+                         FirstLine(e));
+  }
+}
+
+Result<std::unique_ptr<producer::BatchStage>> ModelStage::Create(
+    std::string_view spec, const producer::StageContext& ctx) {
+  const std::string who = fmt::format("stage {} {}", ctx.index, spec);
+  BC_ASSIGN_OR_RETURN(ModelSpec m, ParseModelSpec(spec, who));
+  std::unique_ptr<ModelStage> s(new ModelStage());
+  s->spec_ = m;
+  s->name_ = fmt::format("stage {} model({}): {} -> {}", ctx.index, m.path, m.input, m.output);
+  // The input: the images, or a tensor an earlier stage writes.
+  if (m.input == "images") {
+    const pipeline::SampleLayout& l = ctx.images;
+    if (l.bytes() == 0) return InvalidArgumentError("{}: input=images but the batches have none", who);
+    s->in_type_ = l.dtype == pipeline::DType::kFloat32 ? torch::kFloat32 : torch::kUInt8;
+    s->in_shape_ = l.layout == pipeline::Layout::kHWC
+                       ? std::vector<int64_t>{l.height, l.width, l.channels}
+                       : std::vector<int64_t>{l.channels, l.height, l.width};
+  } else {
+    auto it = std::find_if(ctx.tensors.begin(), ctx.tensors.end(),
+                           [&](const producer::TensorSpec& t) { return t.name == m.input; });
+    if (it == ctx.tensors.end())
+      return InvalidArgumentError("{}: input={} is neither images nor the output of an earlier "
+                                  "stage", who, m.input);
+    const core::DTypeInfo* info = core::DTypeInfoOf(it->dtype);
+    s->in_is_images_ = false;
+    s->in_type_ = std::string(info->name) == "float16" ? torch::kFloat16 : torch::kFloat32;
+    s->in_shape_ = it->shape;
+  }
+  if (m.device == "cuda") {
+    if (!torch::cuda::is_available())
+      return FailedPreconditionError("{}: device=cuda, but this LibTorch sees no CUDA device "
+                                     "(none present, or a CPU-only LibTorch such as Debian's); "
+                                     "use device=cpu", who);
+    s->device_ = torch::Device(torch::kCUDA, 0);
+  }
+  struct stat st;
+  if (stat(m.path.c_str(), &st) != 0)
+    return NotFoundError("{}: no TorchScript file '{}' ({})", who, m.path, std::strerror(errno));
+  try {
+    torch::jit::Module module = torch::jit::load(m.path, s->device_);
+    module.eval();
+    s->module_ = torch::jit::freeze(module);
+  } catch (const std::exception& e) {
+    return InvalidArgumentError("{}: '{}' is not a TorchScript module this LibTorch can load "
+                                "(save it with torch.jit.script(m).save(path)): {}", who, m.path,
+                                FirstLine(e));
+  }
+  // Threads: the cores the decode workers leave, so the two do not oversubscribe.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = m.threads > 0 ? m.threads
+                      : ctx.decode_threads > 0 ? std::max(1, cores - ctx.decode_threads) : 1;
+  at::set_num_threads(threads);
+  // Probe: the per-sample output shape must not depend on the batch size.
+  std::vector<int64_t> shape[2];
+  for (int64_t n : {1, 2}) {
+    BC_ASSIGN_OR_RETURN(torch::Tensor out, s->Forward(s->Input(nullptr, n)));
+    if (out.dim() < 1 || out.size(0) != n)
+      return InvalidArgumentError("{}: the output of a batch of {} has shape {}; its first "
+                                  "dimension must be the batch", who, n,
+                                  fmt::format("{}", fmt::join(out.sizes(), "x")));
+    shape[n - 1].assign(out.sizes().begin() + 1, out.sizes().end());
+  }
+  if (shape[0] != shape[1])
+    return InvalidArgumentError("{}: the output shape is not fixed: {} per sample for a batch of "
+                                "1, {} for a batch of 2", who, fmt::join(shape[0], "x"),
+                                fmt::join(shape[1], "x"));
+  s->output_.name = m.output;
+  s->output_.dtype = core::DTypeNamed(m.dtype)->code;
+  s->output_.shape = shape[0];
+  BC_LOG(Info, Pipe, "{}: frozen, {} thread(s), output {} {} per sample", s->name_, threads,
+         m.dtype, fmt::join(shape[0], "x"));
+  return std::unique_ptr<producer::BatchStage>(std::move(s));
+}
+
+Status ModelStage::Run(const producer::StageSlot& slot) {
+  uint8_t* in = in_is_images_ ? slot.data : slot.layout->tensor(slot.data, spec_.input);
+  uint8_t* out = slot.layout->tensor(slot.data, output_.name);
+  if (in == nullptr || out == nullptr)
+    return InternalError("{}: the slot has no tensor '{}'", name_, in ? output_.name : spec_.input);
+  const int64_t n = slot.num_samples;
+  BC_ASSIGN_OR_RETURN(torch::Tensor y, Forward(Input(in, n)));
+  std::vector<int64_t> sizes{n};
+  sizes.insert(sizes.end(), output_.shape.begin(), output_.shape.end());
+  if (y.sizes().vec() != sizes)
+    return InternalError("{}: forward returned shape {} for {} samples, {} at start", name_,
+                         fmt::join(y.sizes(), "x"), n, fmt::join(output_.shape, "x"));
+  const auto type = spec_.dtype == "float16" ? torch::kFloat16 : torch::kFloat32;
+  torch::from_blob(out, sizes, torch::TensorOptions().dtype(type)).copy_(y);  // into the slot
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<producer::BatchStage>> CreateModelStage(std::string_view spec,
+                                                               const producer::StageContext& ctx) {
+  return ModelStage::Create(spec, ctx);
+}
+
+}  // namespace
+}  // namespace batchcast::stage
+
+// The module's one entry point: the producer core dlopens this library and asks for the
+// factory (producer/batch_stage.cc).
+extern "C" __attribute__((visibility("default"))) batchcast::producer::StageFactory
+batchcast_model_stage_factory() {
+  return &batchcast::stage::CreateModelStage;
+}
