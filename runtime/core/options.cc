@@ -507,7 +507,7 @@ constexpr std::string_view kLeaderOnly[] = {
     "crop_scale_max", "flip", "normalize", "mean", "std", "dtype", "layout", "channels",
     "max_pixels", "dct_scaling", "crop_decode", "on_bad_sample", "verify", "producer_batch",
     "ring_slots", "leader_trains", "ranks_per_node", "job_id", "gpu", "trainers_per_gpu",
-    "gpu_finish", "resize", "cache"};
+    "gpu_finish", "resize", "cache", "stage"};
 
 }  // namespace
 

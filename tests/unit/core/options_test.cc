@@ -136,7 +136,8 @@ TEST(OptionsTest, ConsumerRefusesLeaderOnlyOptionsSetExplicitly) {
                            "drop_last", "start_batch"})
     EXPECT_NE(st.message().find(part), std::string::npos) << part << " in " << st.message();
   EXPECT_EQ(st.message().find("image_size,"), std::string::npos) << st.message();
-  for (const char* leader_only : {"dataset", "threads", "resize", "on_bad_sample", "flip"})
+  for (const char* leader_only :
+       {"dataset", "threads", "resize", "on_bad_sample", "flip", "cache", "stage"})
     EXPECT_FALSE(ConsumerReadsOption(leader_only)) << leader_only;
   for (const char* own : {"batch_size", "epochs", "seed", "mode", "telemetry", "start_epoch"})
     EXPECT_TRUE(ConsumerReadsOption(own)) << own;
