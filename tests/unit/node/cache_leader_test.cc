@@ -84,7 +84,7 @@ std::vector<Digest> RunLeader(const Options& o, int consumers,
 }
 
 TEST(CacheLeaderTest, ConsumersGetTheSameBatchesWithAndWithoutTheCache) {
-  const auto dir = std::filesystem::path(testing::TempDir()) /
+  const auto dir = std::filesystem::path(::testing::TempDir()) /
                    ("cache_leader_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "photos.h5").string();

@@ -234,7 +234,7 @@ TEST(ExactBatchesTest, EveryBatchSizeGivesTheDataLoaderBatches) {
     const uint32_t max_b = 1 + uint32_t(rng.Below(24));
     const int p = int(max_b * (1 + rng.Below(3)) + rng.Below(max_b));
     const int epochs = 2, consumers = 1 + int(rng.Below(3));
-    SCOPED_TRACE(testing::Message() << "seed " << seed << " round " << round << ": n " << n
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " round " << round << ": n " << n
                                     << " producer batch " << p << " max_b " << max_b);
     Options o = BaseOptions(epochs, p);
     o.seed = rng.Next();
@@ -263,7 +263,7 @@ TEST(ExactBatchesTest, EveryBatchSizeGivesTheDataLoaderBatches) {
     for (int i = 0; i < consumers; ++i) {
       const Options& co = cos[i];
       const int64_t b = co.batch_size;
-      SCOPED_TRACE(testing::Message() << "consumer b " << b << " drop_last " << co.drop_last
+      SCOPED_TRACE(::testing::Message() << "consumer b " << b << " drop_last " << co.drop_last
                                       << " pad_last " << co.pad_last);
       ASSERT_TRUE(got[i].status.ok()) << got[i].status.ToString();
       EXPECT_EQ(got[i].bad, 0);
@@ -309,7 +309,7 @@ TEST(ShardTest, RanksTakeDisjointEqualPartsOfEveryEpoch) {
     const int p = b * (1 + int(rng.Below(4))) + int(rng.Below(uint64_t(b)));
     const int mode = int(rng.Below(3));
     const int epochs = 2;
-    SCOPED_TRACE(testing::Message() << "seed " << seed << " round " << round << ": n " << n
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " round " << round << ": n " << n
                                     << " world " << world << " b " << b << " producer batch "
                                     << p << " mode " << mode);
     Options o = BaseOptions(epochs, p);
@@ -342,7 +342,7 @@ TEST(ShardTest, RanksTakeDisjointEqualPartsOfEveryEpoch) {
       std::map<int64_t, int> count;
       int64_t repeats = 0;
       for (int r = 0; r < world; ++r) {
-        SCOPED_TRACE(testing::Message() << "epoch " << e << " rank " << r);
+        SCOPED_TRACE(::testing::Message() << "epoch " << e << " rank " << r);
         ASSERT_TRUE(got[r].status.ok()) << got[r].status.ToString();
         EXPECT_EQ(got[r].bad, 0);
         std::vector<const Received::One*> mine;
@@ -569,7 +569,7 @@ void KillAndResume(const ResumeJob& job, uint64_t seed) {
   if (acks[1] >= 0) close(acks[1]);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  SCOPED_TRACE(testing::Message() << "seed " << seed << ": killed after " << read_lines
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << ": killed after " << read_lines
                                   << " of " << total << " batches");
   const auto resumed = RunResumeJob(job, saved, -1);
   for (int r = 0; r < job.world; ++r) {

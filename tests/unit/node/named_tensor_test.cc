@@ -110,7 +110,7 @@ TEST(NamedTensorTest, EveryCarveKeepsTheTensorsOfASampleTogether) {
     const int64_t p = int64_t(max_b) * (1 + int64_t(rng.Below(3))) + int64_t(rng.Below(max_b));
     const bool images = rng.Below(2) == 0;
     const int epochs = 2, consumers = 1 + int(rng.Below(3));
-    SCOPED_TRACE(testing::Message() << "seed " << seed << " round " << round << ": n " << n
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " round " << round << ": n " << n
                                     << " producer batch " << p << " max_b " << max_b
                                     << " images " << images);
     ExternalProducerConfig cfg;
@@ -135,7 +135,7 @@ TEST(NamedTensorTest, EveryCarveKeepsTheTensorsOfASampleTogether) {
       co.pad_last = mode == 2;
       if (mode == 3) co.mode = "shard", co.world_size = 2, co.rank = int(rng.Below(2));
       co.carve_offset = mode == 4;
-      SCOPED_TRACE(testing::Message() << "consumer " << i << " b " << co.batch_size << " mode "
+      SCOPED_TRACE(::testing::Message() << "consumer " << i << " b " << co.batch_size << " mode "
                                       << mode);
       auto c = Consumer::Attach(pr.address(), co, i);
       ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -164,7 +164,7 @@ TEST(NamedTensorTest, EveryCarveKeepsTheTensorsOfASampleTogether) {
     for (auto& t : threads) t.join();
     for (int i = 0; i < consumers; ++i) {
       const Options& co = cos[i];
-      SCOPED_TRACE(testing::Message() << "consumer " << i << " b " << co.batch_size);
+      SCOPED_TRACE(::testing::Message() << "consumer " << i << " b " << co.batch_size);
       ASSERT_TRUE(seen[i].status.ok()) << seen[i].status.ToString();
       EXPECT_EQ(seen[i].bad, 0);
       EXPECT_GT(seen[i].batches, 0);
