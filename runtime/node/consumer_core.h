@@ -94,6 +94,7 @@ struct OwnedSamples {
   // Appends from[at, at + n) to *to; `from` may be *to (copied first: insert may reallocate).
   static void AppendBytes(std::vector<uint8_t>* to, const std::vector<uint8_t>& from, uint64_t at,
                           uint64_t n) {
+    if (n == 0) return;  // e.g. a batch without images: an empty vector's data() may be null
     const size_t old = to->size();
     to->resize(old + n);
     std::memcpy(to->data() + old, from.data() + at, n);
