@@ -167,7 +167,7 @@ case_compression() {
   for c in none gzip:6 lz4; do
     "$bin" convert idx --images "$fm/t10k-images-idx3-ubyte.gz" --labels "$fm/t10k-labels-idx1-ubyte.gz" \
       --out "$c.h5" --compression "$c" >out.txt
-    grep -q "HDF5 chunks of 83 samples, compression $c; file" out.txt || { cat out.txt >&2; fail "chunking report"; }
+    grep -q "HDF5 chunks of 83 samples (63.5 KiB), compression $c; file" out.txt || { cat out.txt >&2; fail "chunking report"; }
     "$bin" inspect --verify "$c.h5" | grep -q "all 10000 samples match their checksums" \
       || fail "inspect --verify of --compression $c"
   done
@@ -182,10 +182,94 @@ assert os.path.getsize("gzip:6.h5") < os.path.getsize("lz4.h5") < os.path.getsiz
 PY
   expect_fail "Debian 12's hdf5-filter-plugin has no zstd filter" convert_t10k z.h5 raw --compression zstd
   expect_fail "the gzip level must be 1-9" convert_t10k z.h5 raw --compression gzip:12
-  expect_fail "applies to raw pixels only" convert_t10k z.h5 png --compression lz4
+  expect_fail "applies to stored pixels only" convert_t10k z.h5 png --compression lz4
   [ ! -e z.h5 ] || fail "a refused conversion wrote z.h5"
   expect_fail "install the Debian package hdf5-filter-plugin" env HDF5_PLUGIN_PATH=/nonexistent \
     "$bin" inspect --verify lz4.h5
+}
+
+# Stored forms (--store, docs/dataset-format.md "Stored forms") from a small real-JPEG ImageFolder:
+# each form is written with its shape, chunking and checksum (inspect --verify reads every
+# sample through the leader's reader); convert h5 re-stores an encoded file the same way; bad
+# forms, zstd, a read-only output directory and corrupt samples (--skip-bad, every form).
+photo_folder() {  # root: 9 JPEG photos (one gray) and a PNG in two classes
+  "$py" - "$1" <<'PY'
+import os, sys, numpy as np
+from PIL import Image
+rng = np.random.default_rng(7)
+for i in range(10):
+    d = os.path.join(sys.argv[1], "cat" if i % 2 else "dog")
+    os.makedirs(d, exist_ok=True)
+    w, h = 90 + 17 * i, 70 + 11 * i
+    y, x = np.mgrid[0:h, 0:w]
+    img = np.stack([x * 255 // w, y * 255 // h, (x * y) % 256], -1) + rng.integers(0, 30, (h, w, 3))
+    im = Image.fromarray(img.clip(0, 255).astype(np.uint8))
+    if i == 3: im = im.convert("L")
+    im.save(os.path.join(d, "%02d.%s" % (i, "png" if i == 9 else "jpg")), quality=88)
+PY
+}
+ro_run() {  # dir command...: run with dir read-only (as root: a read-only bind mount)
+  local dir=$1; shift
+  if [ "$(id -u)" = 0 ]; then
+    unshare -m sh -c 'mount --bind -o ro "$0" "$0" && exec "$@"' "$dir" "$@"
+  else
+    chmod a-w "$dir"; "$@"; local rc=$?; chmod u+w "$dir"; return $rc
+  fi
+}
+case_store() {
+  photo_folder root
+  "$bin" convert imagefolder root --out enc.h5 >/dev/null
+  for form in decoded resized:48 resized:32x32 buckets:32,48; do
+    "$bin" convert imagefolder root --out "$form.h5" --store "$form" >out.txt
+    grep -q "images (.*): .* KiB per stored sample on average, HDF5 chunks of" out.txt || { cat out.txt >&2; fail "$form: no storage report"; }
+    "$bin" inspect --verify --json "$form.h5" >i.json || fail "inspect --verify $form"
+    [ "$(json_get i.json num_samples)" = 10 ] || fail "$form: sample count"
+    [ "$(json_get i.json store)" = "$form" ] || fail "$form: store attribute"
+    "$bin" convert h5 enc.h5 --out "h5-$form.h5" --store "$form" --limit 6 >/dev/null
+    "$bin" inspect --json "h5-$form.h5" >j.json
+    [ "$(json_get j.json num_samples)" = 6 ] || fail "convert h5 --limit 6 --store $form"
+  done
+  [ "$(json_get i.json kind)" = encoded ] || fail "buckets keep the encoded bytes"
+  "$py" - <<'PY'
+import h5py, numpy as np
+d = h5py.File("decoded.h5", "r")
+shapes = np.stack([d["stored_heights"][:], d["stored_widths"][:], d["stored_channels"][:]], 1)
+assert list(d["widths"][:]) == list(d["stored_widths"][:]), "decoded keeps the original size"
+assert shapes[0].tolist() == [81, 107, 3] and shapes[1].tolist() == [103, 141, 1], shapes[:3]
+assert d["images"].shape == (int(np.prod(shapes, 1).sum()),)
+r = h5py.File("resized:48.h5", "r")
+assert min(r["stored_widths"][0], r["stored_heights"][0]) == 48
+assert h5py.File("resized:32x32.h5", "r")["images"].shape == (10, 32, 32, 3)
+a = h5py.File("decoded.h5", "r")["images"][:]
+b = h5py.File("h5-decoded.h5", "r")["images"][:]
+assert np.array_equal(a[:len(b)], b), "convert h5 stores the same pixels as convert imagefolder"
+PY
+  "$bin" convert imagefolder root --out lz4.h5 --store decoded --compression lz4 | grep -q "compression lz4" \
+    || fail "--compression lz4 with --store decoded"
+  expect_fail "--store 'resized:' has no size" "$bin" convert imagefolder root --out x.h5 --store resized:
+  expect_fail "is not a stored form" "$bin" convert imagefolder root --out x.h5 --store thumbnails
+  expect_fail "no zstd filter" "$bin" convert imagefolder root --out x.h5 --store decoded --compression zstd
+  expect_fail "applies to stored pixels only" "$bin" convert imagefolder root --out x.h5 --compression gzip
+  expect_fail "--buckets both name offline buckets" "$bin" convert imagefolder root --out x.h5 --store buckets:32 --buckets 48
+  [ ! -e x.h5 ] || fail "a refused conversion wrote x.h5"
+  mkdir ro
+  expect_fail "cannot create" ro_run ro "$bin" convert imagefolder root --out ro/x.h5 --store decoded
+  [ -z "$(ls ro)" ] || fail "a conversion into a read-only directory left files"
+  head -c 600 root/dog/00.jpg >root/dog/cut.jpg
+  for form in encoded decoded resized:48 resized:32x32; do
+    expect_fail "bad image: root/dog/cut.jpg" "$bin" convert imagefolder root --out "bad.h5" --store "$form"
+    "$bin" convert imagefolder root --out "bad-$form.h5" --store "$form" --skip-bad >out.txt 2>err.txt
+    grep -q "skipped: root/dog/cut.jpg" err.txt || fail "$form: --skip-bad did not report the bad file"
+    grep -q "wrote bad-$form.h5: 10 samples" out.txt || fail "$form: --skip-bad sample count"
+  done
+  "$py" - <<'PY'
+import h5py
+f = h5py.File("enc.h5", "r+"); f["labels"][4] = 1; f.close()  # sample 4 now fails its checksum
+PY
+  expect_fail "fails its checksum" "$bin" convert h5 enc.h5 --out c.h5 --store decoded
+  "$bin" convert h5 enc.h5 --out c.h5 --store decoded --skip-bad 2>err.txt | grep -q "9 samples" \
+    || fail "convert h5 --skip-bad"
+  grep -q "skipped: sample 4: .*fails its checksum" err.txt || fail "convert h5 did not name the bad sample"
 }
 
 case_fashion_mnist_script() {
