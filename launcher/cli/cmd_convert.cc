@@ -207,6 +207,8 @@ void Report(const Result<data::ConvertReport>& r, const std::string& out, int* e
               r->stored_bytes ? double(r->stored_bytes + total) / r->stored_bytes : 0.0);
 }
 
+}  // namespace
+
 std::vector<std::string> SplitCommas(const std::string& text) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -218,6 +220,8 @@ std::vector<std::string> SplitCommas(const std::string& text) {
   }
   return out;
 }
+
+namespace {
 
 void RegisterIdx(CLI::App* convert, int* exit_code) {
   auto* cmd = convert->add_subcommand("idx", "convert MNIST / Fashion-MNIST IDX files (.gz or plain)");
@@ -275,6 +279,9 @@ void RegisterImageFolder(CLI::App* convert, int* exit_code) {
                 "read and check every file, list every bad or ignored file and empty class with "
                 "its cause, write nothing (--out is not needed)");
   cmd->add_flag("--force", o->overwrite, "replace OUT if it exists");
+  cmd->add_option("--limit", o->limit,
+                  "convert only N files, taken evenly across the sorted listing (0 = all)")
+      ->check(CLI::NonNegativeNumber);
   AddBucketOptions(cmd, &o->buckets);
   auto store = AddStoreOptions(cmd, &o->store);
   cmd->callback([=] {

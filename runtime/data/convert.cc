@@ -305,6 +305,13 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
                                          const ProgressFn& progress) {
   auto t0 = std::chrono::steady_clock::now();
   BC_ASSIGN_OR_RETURN(ImageFolderListing listing, ListImageFolder(o.root));
+  if (o.limit < 0) return InvalidArgumentError("convert: --limit {} is negative", o.limit);
+  if (o.limit > 0 && o.limit < int64_t(listing.files.size())) {  // every k-th file
+    std::vector<ImageFolderEntry> kept;
+    const int64_t total = int64_t(listing.files.size());
+    for (int64_t i = 0; i < o.limit; ++i) kept.push_back(listing.files[size_t(i * total / o.limit)]);
+    listing.files = std::move(kept);
+  }
   ConvertReport report;
   for (const auto& f : listing.ignored) report.ignored.push_back(f.path + ": " + f.reason);
   report.empty_classes = listing.empty_classes;

@@ -79,6 +79,9 @@ struct ImageFolderConvertOptions {
   bool skip_bad = false;  // skip (and report) unreadable or corrupt images instead of failing
   bool allow_empty_classes = false;  // keep class directories without images (labels unused)
   bool check_only = false;  // read and check every file, write nothing (out_path unused)
+  // Convert only this many files (0: all), taken evenly across the sorted listing so that
+  // every class is represented (the profiler's sample budget).
+  int64_t limit = 0;
   bool overwrite = false;
   OfflineBuckets buckets;
   StoreOptions store;  // stored form of every image (default: the original bytes)

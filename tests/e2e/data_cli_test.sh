@@ -272,6 +272,78 @@ PY
   grep -q "skipped: sample 4: .*fails its checksum" err.txt || fail "convert h5 did not name the bad sample"
 }
 
+# `batchcast profile` (docs/profiler.md) on a tiny ImageFolder and budget: the table, CSV and
+# JSON hold every strategy (3 forms, compressions for the pixel forms, cache off/on, 1 and 2
+# threads) with the extrapolation said; the recommendation is the min-max objective's best for
+# every weight vector (checked on the run's own numbers, re-scored with --from-json, never on
+# timings) and follows the weights on a table of known numbers; bad inputs are refused.
+case_profile() {
+  photo_folder root
+  "$bin" profile root --samples 6 --thread-counts 1,2 --compressions none,lz4 --image-size 24 \
+    --crop random --flip true --drop-caches no --json p.json --csv p.csv >out.txt 2>err.txt \
+    || { cat err.txt >&2; fail "profile failed"; }
+  grep -q "profile: measuring decoded (lz4), cache on, 2 threads" err.txt || fail "no progress on stderr"
+  grep -q "6 of 10 samples measured, 2 epochs; page cache: kept (--drop-caches no)" out.txt || fail "summary line"
+  grep -q "for the full dataset multiply by 1.67 (extrapolated" out.txt || fail "extrapolation not said"
+  grep -q "batchcast convert imagefolder root --out OUT.h5 --store" out.txt || fail "no command line"
+  [ "$(grep -c "^resized:24 " out.txt)" = 8 ] || fail "table rows"
+  for w in 0,0,1 1,0,1 0,1,1 0,1,0 1,0,0 2,1,3; do
+    "$bin" profile --from-json p.json --weights "$w" --json "w$w.json" >/dev/null || fail "--from-json $w"
+  done
+  "$py" - <<'PY'
+import csv, json
+p = json.load(open("p.json"))
+assert p["samples"] == 6 and p["full_samples"] == 10 and p["extrapolated"] is True
+rows = p["strategies"]
+assert len(rows) == 20, len(rows)  # encoded x1 + (decoded, resized:24) x (none, lz4); x cache x threads
+assert {r["form"] for r in rows} == {"encoded", "decoded", "resized:24"}
+assert {(r["cache"], r["threads"]) for r in rows} == {(c, t) for c in (False, True) for t in (1, 2)}
+assert all(r["samples_per_s"] > 0 and r["cpu_s_per_sample"] > 0 and r["storage_bytes"] > 0 for r in rows)
+assert all(abs(r["storage_bytes_full"] - r["storage_bytes"] * 10 / 6) <= 1 for r in rows)
+assert all(r["chunk_bytes"] >= 65536 for r in rows if r["form"] != "encoded")
+table = list(csv.DictReader(open("p.csv")))
+assert len(table) == 20 and float(table[3]["samples_per_s"]) == round(rows[3]["samples_per_s"], 3)
+
+def best(rows, w):
+    def norm(key):
+        v = [r[key] for r in rows]; lo, hi = min(v), max(v)
+        return [(x - lo) / (hi - lo) if hi > lo else 0.0 for x in v]
+    p, s, t = norm("offline_s"), norm("storage_bytes"), norm("samples_per_s")
+    score = [w[2] * t[i] - w[0] * p[i] - w[1] * s[i] for i in range(len(rows))]
+    return max(range(len(rows)), key=lambda i: (score[i], -i))
+
+for w in ("0,0,1", "1,0,1", "0,1,1", "0,1,0", "1,0,0", "2,1,3"):
+    q = json.load(open("w%s.json" % w))
+    weights = [float(x) for x in w.split(",")]
+    assert q["weights"] == weights
+    assert q["recommended"] == best(rows, weights), (w, q["recommended"], best(rows, weights))
+    r = rows[q["recommended"]]
+    assert q["command"].startswith("batchcast convert imagefolder root --out OUT.h5 --store " + r["form"])
+    assert ("--threads=%d" % r["threads"]) in q["command"] and ("--cache=" in q["command"]) == r["cache"]
+assert rows[json.load(open("w0,1,0.json"))["recommended"]]["storage_bytes"] == min(r["storage_bytes"] for r in rows)
+
+# Known numbers: throughput alone picks the fastest (1); with offline time or storage weighed
+# too, the one nearly as fast and 10x quicker to make (2); storage alone the smallest (0).
+known = dict(p, strategies=[
+    dict(rows[0], form="encoded", offline_s=1.0, storage_bytes=40, samples_per_s=100.0),
+    dict(rows[0], form="decoded", offline_s=10.0, storage_bytes=900, samples_per_s=1000.0),
+    dict(rows[0], form="resized:24", offline_s=1.0, storage_bytes=50, samples_per_s=900.0)])
+json.dump(known, open("known.json", "w"))
+PY
+  for pair in 0,0,1:1 1,0,1:2 0,1,0:0 0,1,1:2; do
+    "$bin" profile --from-json known.json --weights "${pair%%:*}" --json k.json >/dev/null
+    [ "$(json_get k.json recommended)" = "${pair##*:}" ] || fail "weights ${pair%%:*}: recommended $(json_get k.json recommended), expected ${pair##*:}"
+  done
+  expect_fail "dataset nowhere does not exist" "$bin" profile nowhere --image-size 24
+  expect_fail "--weights '1,2' has 2 values" "$bin" profile root --weights 1,2
+  expect_fail "'x' is not a weight" "$bin" profile root --weights x,0,1
+  expect_fail "are all 0" "$bin" profile root --weights 0,0,0
+  expect_fail "--samples 0 is not a budget" "$bin" profile root --samples 0
+  expect_fail "is not a \`batchcast profile --json\` file" "$bin" profile --from-json p.csv
+  mkdir ro
+  expect_fail "cannot create the temp directory" ro_run ro "$bin" profile root --tmp ro --image-size 24 --drop-caches no
+}
+
 case_fashion_mnist_script() {
   bash "$src/scripts/fashion_mnist.sh" fm "$bin" >/dev/null
   for f in fashion-mnist-train.h5 fashion-mnist-test.h5 fashion-mnist-train-png.h5; do
