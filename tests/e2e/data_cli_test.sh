@@ -290,6 +290,7 @@ case_profile() {
   for w in 0,0,1 1,0,1 0,1,1 0,1,0 1,0,0 2,1,3; do
     "$bin" profile --from-json p.json --weights "$w" --json "w$w.json" >/dev/null || fail "--from-json $w"
   done
+  "$bin" profile --from-json p.json --caches off --json off.json >/dev/null || fail "--caches off"
   "$py" - <<'PY'
 import csv, json
 p = json.load(open("p.json"))
@@ -321,6 +322,9 @@ for w in ("0,0,1", "1,0,1", "0,1,1", "0,1,0", "1,0,0", "2,1,3"):
     assert q["command"].startswith("batchcast convert imagefolder root --out OUT.h5 --store " + r["form"])
     assert ("--threads=%d" % r["threads"]) in q["command"] and ("--cache=" in q["command"]) == r["cache"]
 assert rows[json.load(open("w0,1,0.json"))["recommended"]]["storage_bytes"] == min(r["storage_bytes"] for r in rows)
+off = json.load(open("off.json"))  # --caches off: the cache-off strategies only, scored among themselves
+assert [r["cache"] for r in off["strategies"]] == [False] * 10
+assert off["recommended"] == best([r for r in rows if not r["cache"]], [0, 0, 1])
 
 # Known numbers: throughput alone picks the fastest (1); with offline time or storage weighed
 # too, the one nearly as fast and 10x quicker to make (2); storage alone the smallest (0).
@@ -338,6 +342,7 @@ PY
   expect_fail "--weights '1,2' has 2 values" "$bin" profile root --weights 1,2
   expect_fail "'x' is not a weight" "$bin" profile root --weights x,0,1
   expect_fail "are all 0" "$bin" profile root --weights 0,0,0
+  expect_fail "--caches 'maybe': 'maybe' is not on or off" "$bin" profile root --caches maybe
   expect_fail "--samples 0 is not a budget" "$bin" profile root --samples 0
   expect_fail "is not a \`batchcast profile --json\` file" "$bin" profile --from-json p.csv
   mkdir ro
