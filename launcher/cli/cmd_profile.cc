@@ -312,7 +312,7 @@ Result<Measured> Measure(const ProfileArgs& a, const Options& o, const std::stri
   return m;
 }
 
-Json ToJson(const Measured& m, const ProfileArgs& a, const std::vector<double>& w, size_t best) {
+Json ProfileToJson(const Measured& m, const ProfileArgs& a, const std::vector<double>& w, size_t best) {
   const double f = m.source.used_samples > 0
                        ? double(m.source.full_samples) / double(m.source.used_samples)
                        : 1.0;
@@ -408,7 +408,7 @@ std::string ApplyCommand(const Strategy& s, const ProfileArgs& a, const Measured
   return convert + "\n    leader options: " + leader;
 }
 
-void PrintTable(const Measured& m, size_t best) {
+void PrintProfileTable(const Measured& m, size_t best) {
   std::printf("%-16s %-7s %-5s %3s %10s %11s %9s %10s %10s %12s %7s\n", "form", "compr",
               "cache", "thr", "offline_s", "storage_MB", "KB/sample", "samples/s", "1st_ep/s",
               "cpu_ms/sample", "score");
@@ -481,7 +481,7 @@ int Profile(ProfileArgs a) {
   std::erase_if(m->all, [&](const Strategy& s) { return !WantCache(a, s.cache); });
   if (m->all.empty()) return fail(InvalidArgumentError("profile: no strategy with --caches {}", a.caches));
   const size_t best = ScoreStrategies(*weights, &m->all);
-  PrintTable(*m, best);
+  PrintProfileTable(*m, best);
   const Source& src = m->source;
   const bool extrapolated = src.full_samples != src.used_samples;
   std::printf("\n%lld of %lld samples measured, %d epochs; page cache: %s\n",
@@ -500,7 +500,7 @@ int Profile(ProfileArgs a) {
               ApplyCommand(b, a, *m).c_str());
   if (!a.csv.empty()) WriteCsv(a.csv, *m);
   if (!a.json.empty()) {
-    Json j = ToJson(*m, a, *weights, best);
+    Json j = ProfileToJson(*m, a, *weights, best);
     j["command"] = ApplyCommand(b, a, *m);
     std::ofstream(a.json) << j.dump(2) << "\n";
   }

@@ -136,6 +136,15 @@ void ApplyBuckets(const OfflineBuckets& b, DatasetSpec* spec) {
   spec->bucket_encoding = b.encoding;
 }
 
+// The spec's provenance, offline buckets and stored form.
+Status ApplyOutputs(std::string created_by, const OfflineBuckets& b, const StoreOptions& st,
+                    DatasetSpec* spec) {
+  spec->created_by = std::move(created_by);
+  BC_RETURN_IF_ERROR(CheckBuckets(b));
+  ApplyBuckets(b, spec);
+  return ApplyStore(st, spec);
+}
+
 Result<std::vector<std::string>> IdxClassNames(const IdxConvertOptions& o,
                                                const std::vector<uint8_t>& labels) {
   int max_label = 0;
@@ -319,11 +328,9 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
   spec.kind = SampleKind::kEncoded;
   spec.class_names = listing.class_names;
   spec.overwrite = o.overwrite;
-  spec.created_by = fmt::format("batchcast convert imagefolder {} --store {}", o.root,
-                                o.store.form.ToString());
-  BC_RETURN_IF_ERROR(CheckBuckets(o.buckets));
-  ApplyBuckets(o.buckets, &spec);
-  BC_RETURN_IF_ERROR(ApplyStore(o.store, &spec));
+  BC_RETURN_IF_ERROR(ApplyOutputs(
+      fmt::format("batchcast convert imagefolder {} --store {}", o.root, o.store.form.ToString()),
+      o.buckets, o.store, &spec));
   std::unique_ptr<DatasetWriter> writer;
   if (!o.check_only) {
     BC_ASSIGN_OR_RETURN(writer, DatasetWriter::Create(o.out_path, spec));
@@ -386,11 +393,9 @@ Result<ConvertReport> ConvertStored(const StoredConvertOptions& o, const Progres
   spec.raw_channels = info.raw_channels;
   spec.class_names = info.class_names;
   spec.overwrite = o.overwrite;
-  spec.created_by = fmt::format("batchcast convert h5 {} --store {}", o.source,
-                                o.store.form.ToString());
-  BC_RETURN_IF_ERROR(CheckBuckets(o.buckets));
-  ApplyBuckets(o.buckets, &spec);
-  BC_RETURN_IF_ERROR(ApplyStore(o.store, &spec));
+  BC_RETURN_IF_ERROR(ApplyOutputs(
+      fmt::format("batchcast convert h5 {} --store {}", o.source, o.store.form.ToString()),
+      o.buckets, o.store, &spec));
   if (info.kind == SampleKind::kRaw && !o.store.form.stores_pixels())
     spec.compression = o.store.compression.empty() ? "gzip:1" : o.store.compression;
   BC_ASSIGN_OR_RETURN(auto writer, DatasetWriter::Create(o.out_path, spec));
