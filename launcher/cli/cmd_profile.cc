@@ -141,7 +141,8 @@ Result<Online> MeasureOnline(Options o, const std::string& file, int threads, bo
   else if (o.cache == 0) o.cache = int64_t(4) << 30;
   BC_ASSIGN_OR_RETURN(auto source, producer::MakePipelineSource(o));
   const int64_t n = source->num_samples();
-  const int64_t batch = std::max<int64_t>(8, std::min<int64_t>(64, n / 4));
+  const int64_t batch = o.producer_batch > 0 ? int64_t(o.producer_batch)
+                                             : std::max<int64_t>(8, std::min<int64_t>(64, n / 4));
   const size_t bytes = source->MaxLayout().bytes();
   struct Slot {
     std::vector<int64_t> samples, labels;
@@ -434,6 +435,31 @@ void WriteCsv(const std::string& path, const Measured& m) {
                      s.s_norm, s.t_norm, s.score);
 }
 
+// The options the profiler gives the leader's pipeline source. A leader's other options
+// configure what the profiler does not run (the ring, placement, telemetry, stages, progressive
+// resizing) or are the profiler's own axes (threads, epochs, limit_samples): set on the
+// command line they are refused, not ignored.
+constexpr std::string_view kProfileReads[] = {
+    "dataset", "seed", "shuffle", "image_size", "crop", "crop_scale_min", "crop_scale_max",
+    "flip", "normalize", "mean", "std", "channels", "max_pixels", "dct_scaling", "crop_decode",
+    "on_bad_sample", "verify", "layout", "dtype", "cache", "producer_batch"};
+
+Status CheckProfileOptions(const Options& o) {
+  for (const auto& [key, source] : o.sources) {
+    if (source != "flag" ||
+        std::find(std::begin(kProfileReads), std::end(kProfileReads), key) != std::end(kProfileReads))
+      continue;
+    const std::string instead = key == "threads"         ? "; give --thread-counts 1,2,... instead"
+                                : key == "epochs"        ? "; give --profile-epochs N instead"
+                                : key == "limit_samples" ? "; give --samples N instead"
+                                                         : "";
+    return InvalidArgumentError("profile: option '{}' is not one the profiler measures with: it "
+                                "reads the pipeline's options ({}){}", key,
+                                fmt::join(kProfileReads, ", "), instead);
+  }
+  return Status::Ok();
+}
+
 Status CheckArgs(const ProfileArgs& a) {
   if (a.samples < 1)
     return InvalidArgumentError("profile: --samples {} is not a budget: give at least 1 sample "
@@ -452,8 +478,9 @@ Status CheckArgs(const ProfileArgs& a) {
 }
 
 int Profile(ProfileArgs a) {
-  auto fail = [](const Status& s) {
-    std::fprintf(stderr, "batchcast profile: %s\n", s.message().c_str());
+  auto fail = [](const Status& s) {  // the profiler's own messages start with "profile: "
+    const bool own = s.message().rfind("profile: ", 0) == 0;
+    std::fprintf(stderr, "batchcast %s%s\n", own ? "" : "profile: ", s.message().c_str());
     return 1;
   };
   auto weights = ParseWeights(a.weights);
@@ -461,6 +488,7 @@ int Profile(ProfileArgs a) {
   if (Status s = CheckArgs(a); !s.ok()) return fail(s);
   auto opts = ResolveOptions(a.flags);
   if (!opts.ok()) return fail(opts.status());
+  if (Status s = CheckProfileOptions(*opts); !s.ok()) return fail(s);
   if (a.dataset.empty()) a.dataset = opts->dataset;  // --dataset, as for a leader
   Result<Measured> m = InternalError("unset");
   std::string dir;

@@ -344,6 +344,8 @@ PY
   expect_fail "are all 0" "$bin" profile root --weights 0,0,0
   expect_fail "--caches 'maybe': 'maybe' is not on or off" "$bin" profile root --caches maybe
   expect_fail "--samples 0 is not a budget" "$bin" profile root --samples 0
+  expect_fail "option 'threads' is not one the profiler measures with" "$bin" profile root --threads 2
+  expect_fail "option 'ring_slots' is not one the profiler measures with" "$bin" profile root --ring-slots 4
   expect_fail "is not a \`batchcast profile --json\` file" "$bin" profile --from-json p.csv
   mkdir ro
   expect_fail "cannot create the temp directory" ro_run ro "$bin" profile root --tmp ro --image-size 24 --drop-caches no
