@@ -123,6 +123,8 @@ Status Agree(const Status& local) {
 int RunUnderMpirun(int argc, char** argv, const batchcast::multimodel::TrainManyConfig& config,
                    const batchcast::Options& options, const Args& a) {
   namespace mm = batchcast::multimodel;
+  // What the configuration alone rules out is refused before MPI starts.
+  if (Status st = mm::CheckMpiFrontDoor(config, options); !st.ok()) return Fail(st);
   int provided = 0, rank = 0, size = 1;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -131,7 +133,7 @@ int RunUnderMpirun(int argc, char** argv, const batchcast::multimodel::TrainMany
     MPI_Finalize();
     return rc;
   };
-  Status st = mm::CheckMpiFrontDoor(config, options, size);
+  Status st = mm::CheckMpiWorld(size);
   std::vector<mm::ModelProgress> progress;
   for (size_t i = 0; i < config.models.size() && st.ok(); ++i) {
     auto p = mm::ReadModelProgress(config, config.models[i]);

@@ -35,13 +35,16 @@ Result<ModelProgress> ReadModelProgress(const TrainManyConfig& config, const Mod
   return p;
 }
 
-Status CheckMpiFrontDoor(const TrainManyConfig& config, const Options& options, int world_size) {
-  if (world_size != 2)
-    return FailedPreconditionError(
-        "train-many under mpirun runs as one leader rank and one trainer rank that trains "
-        "every model (mpirun -n 2), but the job has {} ranks; launch it with -n 2 (one "
-        "train-many per node stream)",
-        world_size);
+Status CheckMpiWorld(int world_size) {
+  if (world_size == 2) return Status::Ok();
+  return FailedPreconditionError(
+      "train-many under mpirun runs as one leader rank and one trainer rank that trains "
+      "every model (mpirun -n 2), but the job has {} ranks; launch it with -n 2 (one "
+      "train-many per node stream)",
+      world_size);
+}
+
+Status CheckMpiFrontDoor(const TrainManyConfig& config, const Options& options) {
   if (config.policy != Policy::kConcurrent)
     return FailedPreconditionError(
         "train-many under mpirun runs policy 'concurrent' only, not '{}': the MPI Runtime's "

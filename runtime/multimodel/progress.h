@@ -31,9 +31,11 @@ struct ModelProgress {
 std::string StatePath(const TrainManyConfig& config, const ModelSpec& spec);
 Result<ModelProgress> ReadModelProgress(const TrainManyConfig& config, const ModelSpec& spec);
 
-// Under mpirun: the job must be one leader rank and one trainer rank, the policy
-// concurrent, and no control file (each refused with the reason and the fix).
-Status CheckMpiFrontDoor(const TrainManyConfig& config, const Options& options, int world_size);
+// Under mpirun: the policy must be concurrent, with no control file, mode=shard or
+// leader_trains (each refused with the reason and the fix). Checked before MPI_Init.
+Status CheckMpiFrontDoor(const TrainManyConfig& config, const Options& options);
+// Under mpirun: the job must be one leader rank and one trainer rank.
+Status CheckMpiWorld(int world_size);
 
 // The stream the node leader produces under mpirun so that every unfinished model resumes
 // at its position: epochs up to the last a model needs, starting at the earliest position

@@ -4,15 +4,16 @@
 # Usage: train_many_test.sh CASE   (BATCHCAST_BIN and TRAIN_MANY_FIXTURE in the environment)
 #   fixture     makes the models and the dataset into $TRAIN_MANY_FIXTURE (a ctest fixture)
 #   config      configuration errors: unknown key (did you mean), bad value, missing file,
-#               a model that does not take the batch, an MPI job without an address
+#               a model that does not take the batch, checkpoint_every without mpirun, a
+#               sequential policy under mpirun
 #   policies    fcfs, priority, sjf (params and epochs), round-robin: the order of the epochs
 #               and of completion; concurrent; every model epoch sees every sample once
 #   separator   pause by name, a finished model saved and released while the others are
 #               paused (no consumer left attached), SIGKILL, restart continuing every model
 #               from its checkpoint, resume by name during the run; then SIGKILL at an
 #               arbitrary moment of a round-robin run and a restart
-#   mpi         under mpirun -n 2 (the MPI Runtime's leader on rank 0): what it refuses;
-#               SIGKILL at a random mid-epoch checkpoint (seed printed; TRAIN_MANY_SEED
+#   mpi         under mpirun -n 2 (the MPI Runtime's leader on rank 0): a job of 3 ranks
+#               refused; SIGKILL at a random mid-epoch checkpoint (seed printed; TRAIN_MANY_SEED
 #               replays it), restart: every model resumes at its stream position, every
 #               model epoch sees every sample once, the optimizer's step count goes on, and
 #               the per-model named telemetry series hold a point per step of the run
@@ -105,6 +106,9 @@ case_config() {
   "$py" -c 'import json;c=json.load(open("good.json"));c["checkpoint_every"]=2;json.dump(c,open("ce.json","w"))'
   expect_fail "'checkpoint_every' (2) resumes a model inside an epoch, which needs the MPI front door" \
     train ce.json
+  # Under mpirun (its environment; refused before MPI starts): the sequential policies.
+  expect_fail "train-many under mpirun runs policy 'concurrent' only, not 'fcfs'" \
+    env -u BATCHCAST_ADDRESS OMPI_COMM_WORLD_SIZE=2 "$bin" train-many good.json
   # A model that does not take the batch: named, with the batch shape, at its first step.
   start_service
   "$py" -c 'import json,sys;c=json.load(open("good.json"));c["models"]=[dict(c["models"][1],name="rgb",model=sys.argv[1]+"/rgb_lenet.pt")];json.dump(c,open("rgb.json","w"))' "$fx"
@@ -231,10 +235,9 @@ stream_flags=(--dataset="$fx/train.h5" --producer-batch=100 --threads=1 --seed=7
 
 case_mpi() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-  write_config fcfs.json fcfs out-x
-  expect_fail "train-many under mpirun runs policy 'concurrent' only, not 'fcfs'" \
-    mpirun_n 2 "$bin" train-many fcfs.json "${stream_flags[@]}"
   write_config run.json concurrent out '{"checkpoint_every": 2}'
+  expect_fail "one leader rank and one trainer rank that trains every model (mpirun -n 2), but the job has 3 ranks" \
+    mpirun_n 3 "$bin" train-many run.json "${stream_flags[@]}"
   local seed=${TRAIN_MANY_SEED:-$((RANDOM % 1000))}
   # Mid-epoch checkpoints: mlp 1 (of 4 steps), lenet 9 (3 epochs of 8), resnet 2 (2 epochs of 3).
   local k=$((1 + seed % 10))
