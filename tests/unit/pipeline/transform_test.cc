@@ -83,6 +83,28 @@ TEST(TransformTest, FlipMirrorsColumns) {
       for (int c = 0; c < 3; ++c) ASSERT_EQ(out[(y * 5 + x) * 3 + c], 100 * c + 10 * y + (4 - x));
 }
 
+// The float32 CHW pass, flipped and not, RGB and gray sources, against the per-value formula.
+TEST(TransformTest, Float32ChwFlipWritesEveryPlaneFromTheMirroredPixel) {
+  OutputSpec spec;
+  spec.layout = SampleLayout{3, 4, 7, DType::kFloat32, Layout::kCHW};
+  BuildOutputLut({0.5, 0.25, 0.125}, {0.5, 0.25, 2}, &spec);
+  for (int sc : {1, 3}) {
+    for (bool flip : {false, true}) {
+      auto px = Pattern(4, 7, sc);
+      std::vector<float> out(size_t(3) * 4 * 7);
+      WriteOutput(PixelView{px.data(), size_t(7) * sc, 7, 4, sc}, flip, spec, out.data());
+      for (int c = 0; c < 3; ++c)
+        for (int y = 0; y < 4; ++y)
+          for (int x = 0; x < 7; ++x) {
+            const int sx = flip ? 6 - x : x;
+            const uint8_t v = px[(size_t(y) * 7 + sx) * sc + (sc == 1 ? 0 : c)];
+            ASSERT_EQ(out[(size_t(c) * 4 + y) * 7 + x], spec.lut[size_t(c) * 256 + v])
+                << "sc " << sc << " flip " << flip << " c " << c << " y " << y << " x " << x;
+          }
+    }
+  }
+}
+
 TEST(TransformTest, PipelineFlipsAboutHalfTheSamplesByTheirOwnDraw) {
   Options o = BaseOptions();
   o.flip = true;
