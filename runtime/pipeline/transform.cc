@@ -24,9 +24,8 @@ void WriteChw(const PixelView& src, bool flip, int channels, T* dst, Convert con
     if (sc == 3 && channels == 3) {
       T* out1 = out + plane;
       T* out2 = out1 + plane;
-      const uint8_t* px = flip ? row + size_t(w - 1) * 3 : row;
-      const ptrdiff_t step = flip ? -3 : 3;
-      for (int x = 0; x < w; ++x, px += step) {
+      for (int x = 0; x < w; ++x) {
+        const uint8_t* px = row + size_t(flip ? w - 1 - x : x) * 3;
         out[x] = convert(0, px[0]);
         out1[x] = convert(1, px[1]);
         out2[x] = convert(2, px[2]);
