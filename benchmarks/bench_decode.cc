@@ -44,6 +44,7 @@ using pipeline::SampleRng;
 struct Args {
   int images = 300, reps = 5, threads = 0, batch = 64, width = 500, height = 375, quality = 90;
   std::string cache = "decode_set";
+  int profile = 0;  // --profile SIZE: only the 1-thread SIZE chain, `reps` epochs (for perf)
   std::vector<std::string> photos = {
       "/usr/lib/python3/dist-packages/skimage/data/astronaut.png",
       "/usr/lib/python3/dist-packages/skimage/data/chelsea.png",
@@ -337,9 +338,11 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--threads") a.threads = std::stoi(next());
     else if (k == "--batch") a.batch = std::stoi(next());
     else if (k == "--cache") a.cache = next();
+    else if (k == "--profile") a.profile = std::stoi(next());
     else {
       std::fprintf(stderr,
-                   "usage: bench_decode [--images N] [--reps R] [--threads T] [--batch B] [--cache DIR]\n");
+                   "usage: bench_decode [--images N] [--reps R] [--threads T] [--batch B] [--cache DIR]"
+                   " [--profile SIZE]\n");
       std::exit(2);
     }
   }
@@ -358,12 +361,24 @@ std::vector<double> Gaps(const std::vector<double>& a, const std::vector<double>
   return g;
 }
 
+// --profile SIZE: the 1-thread RandomResizedCrop SIZE chain alone, for `perf record`; prints
+// its CPU-ms per sample.
+int Profile(const Args& a, std::shared_ptr<data::DatasetReader> reader) {
+  Config c(fmt::format("rrc{} dct 1 thread", a.profile), 1, a.profile, true, reader, a.batch);
+  for (int rep = 0; rep <= a.reps; ++rep) c.Epoch(rep);
+  const Stats s = Summarize(Ratios(std::vector<double>(a.reps + 1, 1000.0), c.cpu_rates(), 1));
+  std::printf("%s: CPU-ms per sample min %.4g median %.4g max %.4g\n", c.name().c_str(), s.min,
+              s.median, s.max);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Args a = ParseArgs(argc, argv);
   const int T = a.threads > 0 ? a.threads : pipeline::AvailableCores();
   const std::vector<std::vector<uint8_t>> set = ImageSet(a);
   auto reader = testing::MemoryReader::Encoded(set, "decode_set");
   reader->StoreChecksums();  // as converted files have them: verify=sample (default) checks
+  if (a.profile > 0) return Profile(a, reader);
   std::vector<Config> configs;
   configs.emplace_back("rrc224 dct 1 thread", 1, 224, true, reader, a.batch);
   configs.emplace_back(fmt::format("rrc224 dct {} threads", T), T, 224, true, reader, a.batch);

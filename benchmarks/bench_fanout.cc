@@ -16,6 +16,15 @@
 //                            wake, same step, same decode load, same pace (RunPingFloor)
 //   handoff_vs_floor         handoff_p50_us over handoff_floor_p50_us, repetition by
 //                            repetition (1 = the data plane adds nothing to the scheduler)
+//   handoff_first_vs_floor   the same for the consumer woken first by each publish (p50 over
+//   handoff_last_vs_floor    the publishes) and for the one woken last: where in the wake
+//                            order the excess over the floor builds up
+//   consumer_cpu_per_publish_us   a consumer's thread CPU from one hand-off to the next, p50
+//   floor_waiter_cpu_per_ping_us  (warm: no start-up), and a floor waiter's per ping
+//   consumer_cpu_per_publish_vs_floor  all consumer CPU (wait4) per publish and consumer over
+//                            the floor waiters' per ping, start-up included
+//   leader_switches_per_publish  the leader process's voluntary context switches per publish
+//                            (wait4): constant in K unless consumers wake the leader
 //   cpu_ratio                CPU-s per delivered sample, shared(4) over independent(4); the CPU
 //                            of every process comes from wait4()
 //   throughput_ratio         delivered samples/s, shared(4) over independent(4)
@@ -102,7 +111,54 @@ struct ConsumerRecord {
   Span span;
   int32_t handoffs = 0;
   int64_t handoff_ns[kMaxHandoffs];
+  uint64_t handoff_seq[kMaxHandoffs];  // the publish (ping) each hand-off belongs to
+  // CPU of the waiting thread from one hand-off to the next: its work per publish once warm
+  // (the step, the data plane's calls, going back to sleep), without start-up costs.
+  int32_t cycles = 0;
+  int64_t cycle_cpu_ns[kMaxHandoffs];
+  int64_t last_cpu_ns = -1;
+  void AddHandoff(uint64_t seq, int64_t ns) {
+    if (handoffs >= kMaxHandoffs) return;
+    handoff_seq[handoffs] = seq;
+    handoff_ns[handoffs++] = ns;
+    const int64_t cpu = ThreadCpuNs();
+    if (last_cpu_ns >= 0) cycle_cpu_ns[cycles++] = cpu - last_cpu_ns;
+    last_cpu_ns = cpu;
+  }
+  static int64_t ThreadCpuNs() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return int64_t(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+  }
 };
+
+// Median CPU per publish (µs) of the waiting threads of `records`.
+double CycleCpuUs(const ConsumerRecord* records, int k) {
+  std::vector<double> v;
+  for (int i = 0; i < k; ++i)
+    v.insert(v.end(), records[i].cycle_cpu_ns, records[i].cycle_cpu_ns + records[i].cycles);
+  return Summarize(v).median / 1e3;
+}
+
+// The hand-offs of one publish in the order the consumers got them: the first and the last
+// consumer's latency, p50 over the publishes that at least two consumers waited for.
+struct WakeOrder {
+  double first_p50_us = 0, last_p50_us = 0;
+};
+
+WakeOrder WakeOrderOf(const ConsumerRecord* records, int k) {
+  std::map<uint64_t, std::vector<int64_t>> by_publish;
+  for (int i = 0; i < k; ++i)
+    for (int32_t j = 0; j < records[i].handoffs; ++j)
+      by_publish[records[i].handoff_seq[j]].push_back(records[i].handoff_ns[j]);
+  std::vector<double> first, last;
+  for (auto& [seq, v] : by_publish) {
+    if (v.size() < 2) continue;
+    first.push_back(double(*std::min_element(v.begin(), v.end())));
+    last.push_back(double(*std::max_element(v.begin(), v.end())));
+  }
+  return WakeOrder{Summarize(first).median / 1e3, Summarize(last).median / 1e3};
+}
 struct SharedRecords {
   Span leader;
   int64_t stream_ns = 0, source_idle_ns = 0, starved_wait_ns = 0;  // the leader's WriterStats
@@ -235,8 +291,7 @@ void ConsumerChild(const Options& o, int i, const std::string& socket, SharedRec
     sink = sink + Touch(batch.images().data, batch.images().nbytes,
                         static_cast<const int64_t*>(batch.labels().data), batch.size());
     rec.span.Add(NowSeconds(), batch.info().producer_seq, batch.size() - batch.info().repeats);
-    if (batch.info().handoff_ns > 0 && rec.handoffs < kMaxHandoffs)
-      rec.handoff_ns[rec.handoffs++] = batch.info().handoff_ns;
+    if (batch.info().handoff_ns > 0) rec.AddHandoff(batch.info().producer_seq, batch.info().handoff_ns);
   }
   (void)sink;
   _exit(0);
@@ -277,6 +332,9 @@ struct RunResult {
   double leader_idle_fraction = 0;
   double publish_interval_s = 0;    // the leader's mean time between producer batches
   int64_t producer_batches = 0;
+  WakeOrder wake_order;             // first and last consumer of each publish
+  double cycle_cpu_us = 0;          // a consumer's CPU per publish, warm (CycleCpuUs)
+  double leader_switches = 0;       // the leader's voluntary context switches per publish
   double CpuPerSample() const { return cpu_s / std::max<int64_t>(1, delivered); }
   double Throughput() const { return delivered / wall_s; }
 };
@@ -286,9 +344,10 @@ double CpuOf(const rusage& ru) {
          1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
-// Reaps every child; returns their total CPU seconds (the first child's in *first_cpu).
-// Any failure ends the benchmark.
-double ReapAll(const std::vector<pid_t>& pids, SharedRecords* r, double* first_cpu = nullptr) {
+// Reaps every child; returns their total CPU seconds (the first child's in *first_cpu, its
+// voluntary context switches in *first_switches). Any failure ends the benchmark.
+double ReapAll(const std::vector<pid_t>& pids, SharedRecords* r, double* first_cpu = nullptr,
+               long* first_switches = nullptr) {
   double cpu = 0;
   for (pid_t pid : pids) {
     int status = 0;
@@ -299,6 +358,7 @@ double ReapAll(const std::vector<pid_t>& pids, SharedRecords* r, double* first_c
       std::exit(1);
     }
     if (first_cpu != nullptr && pid == pids.front()) *first_cpu = CpuOf(ru);
+    if (first_switches != nullptr && pid == pids.front()) *first_switches = ru.ru_nvcsw;
     cpu += CpuOf(ru);
   }
   return cpu;
@@ -334,11 +394,15 @@ RunResult RunShared(const Args& a, const std::string& dataset, int k, int thread
     pids.push_back(pid);
   }
   RunResult res;
-  res.cpu_s = ReapAll(pids, r, &res.leader_cpu_s);
+  long leader_switches = 0;
+  res.cpu_s = ReapAll(pids, r, &res.leader_cpu_s, &leader_switches);
   res.wall_s = NowSeconds() - t0;
   res.leader_rate = r->leader.Rate();
   res.publish_interval_s = r->leader.Interval();
   res.producer_batches = r->leader.batches;
+  res.wake_order = WakeOrderOf(r->consumers, k);
+  res.cycle_cpu_us = CycleCpuUs(r->consumers, k);
+  res.leader_switches = double(leader_switches) / double(std::max<int64_t>(1, res.producer_batches));
   res.min_rate_ratio = 1e9;
   std::vector<int64_t> handoffs;
   for (int i = 0; i < k; ++i) {
@@ -389,16 +453,22 @@ void PingWaiter(PingRecords* r, const uint8_t* batch, size_t bytes, const int64_
     const long rc = Futex(&r->word, FUTEX_WAIT, v, 200 * 1000000LL);
     const int64_t now = shm::MonotonicNs();
     if (rc != 0 || r->word.load() == v || r->stop.load() != 0) continue;  // no ping, or no sleep
-    if (rec.handoffs < kMaxHandoffs) rec.handoff_ns[rec.handoffs++] = now - r->ping_ns.load();
+    rec.AddHandoff(r->word.load(), now - r->ping_ns.load());
     sink = sink + Touch(batch, bytes, labels, n);
   }
   (void)sink;
   _exit(0);
 }
 
-// Returns the median wake latency over all waiters, in microseconds.
-double RunPingFloor(const Args& a, const std::string& dataset, int k, int threads,
-                    double interval_s, int64_t pings) {
+struct FloorResult {
+  double p50_us = 0;             // median wake latency over all waiters
+  WakeOrder wake_order;          // first and last waiter of each ping
+  double waiter_cpu_us = 0;      // CPU of one waiter per ping
+  double cycle_cpu_us = 0;       // a waiter's CPU per ping, warm (CycleCpuUs)
+};
+
+FloorResult RunPingFloor(const Args& a, const std::string& dataset, int k, int threads,
+                         double interval_s, int64_t pings) {
   auto* r = static_cast<PingRecords*>(mmap(nullptr, sizeof(PingRecords), PROT_READ | PROT_WRITE,
                                            MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   // The default producer batch, 2 x the consumer batch: a consumer takes two per publish.
@@ -456,19 +526,27 @@ double RunPingFloor(const Args& a, const std::string& dataset, int k, int thread
   Futex(&r->word, FUTEX_WAKE, INT32_MAX, 0);
   busy_stop.store(true);
   busy.join();
+  double waiter_cpu = 0;
   for (pid_t pid : pids) {
     int status = 0;
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    rusage ru{};
+    if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       std::fprintf(stderr, "bench_fanout: ping waiter %d failed\n", pid);
       std::exit(1);
     }
+    waiter_cpu += CpuOf(ru);
   }
   std::vector<double> lat;
   for (int i = 0; i < k; ++i)
     lat.insert(lat.end(), r->waiters[i].handoff_ns, r->waiters[i].handoff_ns + r->waiters[i].handoffs);
+  FloorResult res;
+  res.p50_us = Summarize(lat).median / 1e3;
+  res.wake_order = WakeOrderOf(r->waiters, k);
+  res.waiter_cpu_us = 1e6 * waiter_cpu / double(std::max<int64_t>(1, pings)) / k;
+  res.cycle_cpu_us = CycleCpuUs(r->waiters, k);
   munmap(batch, bytes);
   munmap(r, sizeof(PingRecords));
-  return Summarize(lat).median / 1e3;
+  return res;
 }
 
 // The leader's chain on 1 thread with crop decoding on and off (roi_decode_ratio), in CPU
@@ -634,13 +712,26 @@ int Main(int argc, char** argv) {
   std::vector<RunResult> independent;
   std::vector<double> roi_ratio, chain_ms;
   std::map<int, std::vector<double>> floor_us, vs_floor;  // the scheduler's floor, per K
+  // Per K, repetition by repetition, real over floor: the first and the last consumer woken by
+  // a publish, and one consumer's CPU per publish (what it does between two waits).
+  std::map<int, std::vector<double>> first_vs_floor, last_vs_floor, cpu_vs_floor, leader_switches;
+  std::map<int, std::vector<double>> cycle_cpu_us, floor_cycle_cpu_us;
   for (int rep = 0; rep < a.reps; ++rep) {
     for (int k : a.ks) {
       shared[k].push_back(RunShared(a, dataset, k, a.threads));
       const RunResult& beside = shared[k].back();
-      floor_us[k].push_back(RunPingFloor(a, dataset, k, a.threads, beside.publish_interval_s,
-                                         beside.producer_batches));
-      vs_floor[k].push_back(beside.handoff_p50_us / floor_us[k].back());
+      const FloorResult floor = RunPingFloor(a, dataset, k, a.threads, beside.publish_interval_s,
+                                             beside.producer_batches);
+      floor_us[k].push_back(floor.p50_us);
+      vs_floor[k].push_back(beside.handoff_p50_us / floor.p50_us);
+      first_vs_floor[k].push_back(beside.wake_order.first_p50_us / floor.wake_order.first_p50_us);
+      last_vs_floor[k].push_back(beside.wake_order.last_p50_us / floor.wake_order.last_p50_us);
+      const double consumer_cpu_us = 1e6 * (beside.cpu_s - beside.leader_cpu_s) /
+                                     double(std::max<int64_t>(1, beside.producer_batches)) / k;
+      cpu_vs_floor[k].push_back(consumer_cpu_us / floor.waiter_cpu_us);
+      leader_switches[k].push_back(beside.leader_switches);
+      cycle_cpu_us[k].push_back(beside.cycle_cpu_us);
+      floor_cycle_cpu_us[k].push_back(floor.cycle_cpu_us);
     }
     for (int k : a.ks) idle[k].push_back(RunShared(a, dataset, k, a.idle_threads));
     if (shared.count(a.compare_k)) independent.push_back(RunIndependent(a, dataset, a.compare_k));
@@ -662,6 +753,14 @@ int Main(int argc, char** argv) {
     t.Add(fmt::format("K={} hand-off p50", k), stat(v, [](auto& r) { return r.handoff_p50_us; }), "us");
     t.Add(fmt::format("K={} hand-off floor p50 (futex ping)", k), Summarize(floor_us[k]), "us");
     t.Add(fmt::format("K={} hand-off p50 / floor p50", k), Summarize(vs_floor[k]), "ratio");
+    if (k > 1) {
+      t.Add(fmt::format("K={} first woken: hand-off / floor", k), Summarize(first_vs_floor[k]), "ratio (p50s)");
+      t.Add(fmt::format("K={} last woken: hand-off / floor", k), Summarize(last_vs_floor[k]), "ratio (p50s)");
+    }
+    t.Add(fmt::format("K={} consumer CPU per publish / floor waiter's", k), Summarize(cpu_vs_floor[k]), "ratio (run)");
+    t.Add(fmt::format("K={} consumer CPU per publish, warm", k), Summarize(cycle_cpu_us[k]), "us");
+    t.Add(fmt::format("K={} floor waiter CPU per ping, warm", k), Summarize(floor_cycle_cpu_us[k]), "us");
+    t.Add(fmt::format("K={} leader voluntary switches per publish", k), Summarize(leader_switches[k]), "");
     t.Add(fmt::format("K={} delivered samples/s (all consumers)", k), stat(v, [](auto& r) { return r.Throughput(); }), "samples/s");
     t.Add(fmt::format("K={} CPU per delivered sample", k), stat(v, [](auto& r) { return 1e3 * r.CpuPerSample(); }), "ms");
     t.Add(fmt::format("K={} consumers' share of the CPU", k), stat(v, [](auto& r) { return 1 - r.leader_cpu_s / r.cpu_s; }), "fraction");
@@ -709,6 +808,12 @@ int Main(int argc, char** argv) {
   j.Add("cpu_s_per_sample", stat(shared[kmax], [](auto& r) { return r.CpuPerSample(); }).median);
   j.Add("handoff_floor_p50_us", Summarize(floor_us[kmax]).median);
   j.Add("handoff_vs_floor", Summarize(vs_floor[kmax]).median);
+  j.Add("handoff_first_vs_floor", Summarize(first_vs_floor[kmax]).median);
+  j.Add("handoff_last_vs_floor", Summarize(last_vs_floor[kmax]).median);
+  j.Add("consumer_cpu_per_publish_vs_floor", Summarize(cpu_vs_floor[kmax]).median);
+  j.Add("leader_switches_per_publish", Summarize(leader_switches[kmax]).median);
+  j.Add("consumer_cpu_per_publish_us", Summarize(cycle_cpu_us[kmax]).median);
+  j.Add("floor_waiter_cpu_per_ping_us", Summarize(floor_cycle_cpu_us[kmax]).median);
   j.Add("roi_decode_ratio", Summarize(roi_ratio).median);
   j.Add("decode_ms_per_sample", Summarize(chain_ms).median);
   j.Print();

@@ -1,7 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
 // The transform chain of one sample: choose a crop box (none, center, RandomResizedCrop),
-// resize the box to the output size (OpenCV: INTER_AREA when shrinking by 2x or more,
+// resize the box to the output size (INTER_AREA weights when shrinking by 2x or more, OpenCV's
 // INTER_LINEAR otherwise), then one final pass that flips, normalizes, converts HWC to CHW and writes
 // the output type straight into the batch buffer. Every output element is written once.
 #pragma once
@@ -43,7 +43,9 @@ struct PixelView {
 };
 
 // Resizes `box` of `src` to out_w x out_h into `dst` (packed HWC, same channels; dst_stride
-// bytes per row). INTER_AREA when a dimension shrinks by 2x or more, INTER_LINEAR otherwise.
+// bytes per row). INTER_AREA when a dimension shrinks by 2x or more (our own separable pass
+// when neither dimension enlarges and the factors are not both whole numbers: equal to
+// OpenCV's within one level, rarely; docs/pipeline.md), INTER_LINEAR otherwise.
 void ResizeBox(const PixelView& src, const CropBox& box, int out_w, int out_h, uint8_t* dst,
                size_t dst_stride);
 

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <opencv2/imgproc.hpp>
+
 #include <cmath>
+#include <random>
 
 #include "tests/unit/pipeline/memory_reader.h"
 
@@ -78,6 +81,28 @@ TEST(TransformTest, FlipMirrorsColumns) {
   for (int y = 0; y < 3; ++y)
     for (int x = 0; x < 5; ++x)
       for (int c = 0; c < 3; ++c) ASSERT_EQ(out[(y * 5 + x) * 3 + c], 100 * c + 10 * y + (4 - x));
+}
+
+// The float32 CHW pass, flipped and not, RGB and gray sources, against the per-value formula.
+TEST(TransformTest, Float32ChwFlipWritesEveryPlaneFromTheMirroredPixel) {
+  OutputSpec spec;
+  spec.layout = SampleLayout{3, 4, 7, DType::kFloat32, Layout::kCHW};
+  BuildOutputLut({0.5, 0.25, 0.125}, {0.5, 0.25, 2}, &spec);
+  for (int sc : {1, 3}) {
+    for (bool flip : {false, true}) {
+      auto px = Pattern(4, 7, sc);
+      std::vector<float> out(size_t(3) * 4 * 7);
+      WriteOutput(PixelView{px.data(), size_t(7) * sc, 7, 4, sc}, flip, spec, out.data());
+      for (int c = 0; c < 3; ++c)
+        for (int y = 0; y < 4; ++y)
+          for (int x = 0; x < 7; ++x) {
+            const int sx = flip ? 6 - x : x;
+            const uint8_t v = px[(size_t(y) * 7 + sx) * sc + (sc == 1 ? 0 : c)];
+            ASSERT_EQ(out[(size_t(c) * 4 + y) * 7 + x], spec.lut[size_t(c) * 256 + v])
+                << "sc " << sc << " flip " << flip << " c " << c << " y " << y << " x " << x;
+          }
+    }
+  }
 }
 
 TEST(TransformTest, PipelineFlipsAboutHalfTheSamplesByTheirOwnDraw) {
@@ -156,6 +181,56 @@ TEST(TransformTest, AreaShrinkAveragesBlocks) {
   SampleLayout l;
   auto out = RunRaw(o, 4, 4, 1, {px}, &l);
   EXPECT_EQ(out, (std::vector<uint8_t>{25, 65, 105, 145}));
+}
+
+// ResizeBox's own area averaging (shrinks by a factor that is not a whole number in both
+// dimensions) against OpenCV's INTER_AREA, on random boxes of random images: the sums are
+// rounded in another order, so a value may differ by one level, rarely.
+TEST(TransformTest, AreaShrinkEqualsOpenCvInterAreaWithinOneLevel) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int64_t values = 0, differ = 0, cases = 0;
+  for (int round = 0; round < 300; ++round) {
+    const int channels = round % 3 == 0 ? 1 : 3;
+    const int out_w = uniform(1, 60), out_h = uniform(1, 60);
+    // At least one dimension shrinks by 2x or more (the area case), neither enlarges.
+    const bool wide = round % 2 == 0;
+    const int box_w = wide ? uniform(2 * out_w, 4 * out_w + 3) : uniform(out_w, 4 * out_w + 3);
+    const int box_h = wide ? uniform(out_h, 4 * out_h + 3) : uniform(2 * out_h, 4 * out_h + 3);
+    const CropBox box{uniform(0, 7), uniform(0, 7), box_w, box_h};
+    const int w = box.x + box_w + uniform(0, 5), h = box.y + box_h + uniform(0, 5);
+    cv::Mat src(h, w, CV_8UC(channels));
+    cv::randu(src, 0, 256);
+    if (round % 4 < 2) cv::GaussianBlur(src, src, cv::Size(5, 5), 1.5);  // photo-like
+    const PixelView view{src.data, src.step, w, h, channels};
+    std::vector<uint8_t> got(size_t(out_w) * out_h * channels);
+    ResizeBox(view, box, out_w, out_h, got.data(), size_t(out_w) * channels);
+    cv::Mat want;
+    cv::resize(src(cv::Rect(box.x, box.y, box_w, box_h)), want, cv::Size(out_w, out_h), 0, 0,
+               cv::INTER_AREA);
+    ++cases;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const int d = std::abs(int(got[i]) - int(want.data[i]));
+      ASSERT_LE(d, 1) << "round " << round << ": box " << box_w << "x" << box_h << " to "
+                      << out_w << "x" << out_h << "x" << channels << ", value " << i;
+      differ += d;
+      ++values;
+    }
+  }
+  EXPECT_EQ(cases, 300);
+  EXPECT_LE(differ * 1000, values) << differ << " of " << values << " values differ";
+}
+
+TEST(TransformTest, AreaShrinkKeepsAConstantImageConstant) {
+  for (int value : {0, 1, 127, 254, 255}) {
+    cv::Mat src(97, 131, CV_8UC3, cv::Scalar(value, value, value));
+    const PixelView view{src.data, src.step, src.cols, src.rows, 3};
+    std::vector<uint8_t> got(size_t(29) * 31 * 3);
+    ResizeBox(view, CropBox{3, 2, 125, 90}, 31, 29, got.data(), 31 * 3);
+    for (uint8_t v : got) ASSERT_EQ(v, value);
+  }
 }
 
 TEST(TransformTest, LinearEnlargeInterpolatesBetweenPixelCentres) {
