@@ -232,7 +232,11 @@ Result<std::optional<uint64_t>> Service::Produce(uint64_t epoch, int64_t k, uint
                       writer_->Produce(*source_, req, only, wait, next ? &*next : nullptr));
   if (receivers) {
     produced_.fetch_add(1);
-    if (replays != nullptr) replays->fetch_add(1);
+    if (replays != nullptr) {
+      replays->fetch_add(1);
+      if (telemetry::Collector* tc = config_.collector)
+        tc->Add(telemetry::Counter::kBatchesReplayed, 1);
+    }
   }
   return receivers;
 }

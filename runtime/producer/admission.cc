@@ -43,6 +43,7 @@ ResumeReplay Admission::SettleResumers(uint64_t epoch, int64_t k, int64_t bpe) {
   if (!policy_.replay_resume) return {};
   if (k == 0 && queued_.empty()) excluded_ = 0;  // the stream's next epoch: theirs too
   excluded_ &= MaskOf(shm::MemberState::kActive);
+  if (!HasJoiners()) return {};  // one joining after this is settled at the next position
   const uint64_t seq = ring_->next_seq();
   for (const shm::MemberInfo& m : ring_->Members()) {
     if (m.state != shm::MemberState::kJoining || !m.resumes) continue;
