@@ -39,6 +39,8 @@ nlohmann::json ToJson(const std::string& socket, const shm::StatusReply& r) {
   j["batches_in_epoch"] = r.stream.batches_in_epoch;
   j["producer_batches"] = r.stream.producer_batches;
   j["replayed_batches"] = r.stream.replayed_batches;
+  j["resume_replays"] = r.stream.resume_replays;
+  j["resume_replayed_batches"] = r.stream.resume_replayed_batches;
   j["idle"] = r.stream.idle != 0;
   j["consumers"] = nlohmann::json::array();
   for (uint32_t i = 0; i < r.count && i < shm::kMaxConsumers; ++i) {
@@ -67,13 +69,15 @@ nlohmann::json ToJson(const std::string& socket, const shm::StatusReply& r) {
 
 void PrintTable(const nlohmann::json& j) {
   std::printf("service %s (pid %d): stream %s, epoch %llu batch %llu/%llu, %llu producer batches "
-              "(%llu replayed), %u/%u slots held%s\n",
+              "(%llu replayed to late joiners, %llu to %u resuming), %u/%u slots held%s\n",
               j["address"].get<std::string>().c_str(), j["leader_pid"].get<int>(),
               j["stream"].get<std::string>().c_str(), j["epoch"].get<unsigned long long>(),
               j["batch_in_epoch"].get<unsigned long long>(),
               j["batches_in_epoch"].get<unsigned long long>(),
               j["producer_batches"].get<unsigned long long>(),
-              j["replayed_batches"].get<unsigned long long>(), j["occupied_slots"].get<unsigned>(),
+              j["replayed_batches"].get<unsigned long long>(),
+              j["resume_replayed_batches"].get<unsigned long long>(),
+              j["resume_replays"].get<unsigned>(), j["occupied_slots"].get<unsigned>(),
               j["slots"].get<unsigned>(), j["idle"].get<bool>() ? ", idle (nobody attached)" : "");
   std::printf("%-4s %-20s %-8s %-8s %6s %10s %9s %8s %7s %9s\n", "id", "name", "pid", "state",
               "batch", "position", "batches", "batch/s", "wait%", "attached");

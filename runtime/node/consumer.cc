@@ -185,7 +185,8 @@ Result<std::unique_ptr<shm::RingConsumer>> AttachRing(const std::string& address
   }
 }
 
-// mode=shard: this consumer's rank and world size, from the options or RANK / WORLD_SIZE.
+// mode=shard: this consumer's rank and world size, from the options or RANK / WORLD_SIZE
+// (h: the leader's header, for the carving check; null before attaching).
 Status ResolveShard(const Options& o, const shm::StreamHeader* h, uint32_t* world,
                     uint32_t* rank) {
   *world = 1, *rank = 0;
@@ -217,13 +218,19 @@ Status ResolveShard(const Options& o, const shm::StreamHeader* h, uint32_t* worl
   BC_RETURN_IF_ERROR(from_env("RANK", o.rank, &r));
   if (w < 1 || r >= w)
     return InvalidArgumentError("mode=shard: rank {} is not in a world of {} ranks", r, w);
-  if (w > 1 && (o.carve_offset || o.carve_shuffle || h->resize_spec[0]))
+  if (w > 1 && (o.carve_offset || o.carve_shuffle || (h != nullptr && h->resize_spec[0])))
     return InvalidArgumentError(
         "mode=shard cuts the epoch into global batches of world_size x batch_size and cannot "
-        "be combined with {}; unset it", h->resize_spec[0] ? "the leader's progressive "
+        "be combined with {}; unset it", h != nullptr && h->resize_spec[0] ? "the leader's progressive "
         "resizing" : "carve_offset / carve_shuffle");
   *world = static_cast<uint32_t>(w), *rank = static_cast<uint32_t>(r);
   return Status::Ok();
+}
+
+// Resume: the sample of the epoch's global order this consumer starts at.
+uint64_t ResumeSample(const Options& o, uint32_t shard_world) {
+  return static_cast<uint64_t>(o.start_batch) * static_cast<uint64_t>(o.batch_size) *
+         shard_world;
 }
 
 // Resume (options start_epoch / start_batch) and this consumer's epoch budget.
@@ -242,9 +249,15 @@ Status StartAt(const Options& o, const shm::StreamHeader* h, internal::ConsumerC
         h->resize_spec[0] ? "progressive resizing" : "carve_offset / carve_shuffle");
   c->resuming = true;
   c->resume_epoch = static_cast<uint64_t>(o.start_epoch);
-  c->resume_pos = static_cast<uint64_t>(o.start_batch) * static_cast<uint64_t>(o.batch_size) *
-                  c->shard_world;
+  c->resume_pos = ResumeSample(o, c->shard_world);
   return Status::Ok();
+}
+
+// The join's resume point (a service replays what its stream has passed).
+void SetJoinResume(const Options& o, uint32_t shard_world, shm::ConsumerConfig* cfg) {
+  cfg->resumes = o.start_epoch != 0 || o.start_batch != 0;
+  cfg->resume_epoch = static_cast<uint64_t>(o.start_epoch);
+  cfg->resume_sample = ResumeSample(o, shard_world);
 }
 
 }  // namespace
@@ -263,6 +276,9 @@ Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
   cfg.name = name;
   cfg.heartbeat_ms = options.heartbeat_ms;
   cfg.allowed_leader_uid = options.allowed_leader_uid;
+  uint32_t shard_world = 1, shard_rank = 0;
+  BC_RETURN_IF_ERROR(ResolveShard(options, nullptr, &shard_world, &shard_rank));
+  SetJoinResume(options, shard_world, &cfg);
   BC_ASSIGN_OR_RETURN(std::unique_ptr<shm::RingConsumer> attached,
                       AttachRing(address, cfg, options.connect_timeout));
   Result<std::unique_ptr<shm::RingConsumer>> ring(std::move(attached));
@@ -282,10 +298,10 @@ Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
                                               : "carve_offset / carve_shuffle",
         h->resize_spec[0] ? "attach to a leader without resize" : "unset carve_offset and "
                                                                   "carve_shuffle");
-  uint32_t shard_world = 1, shard_rank = 0;
   BC_RETURN_IF_ERROR(ResolveShard(options, h, &shard_world, &shard_rank));
   std::unique_ptr<Consumer> c(new Consumer());
   c->core_ = std::make_shared<internal::ConsumerCore>();
+  c->core_->address = address;
   c->core_->shard_world = shard_world;
   c->core_->shard_rank = shard_rank;
   BC_RETURN_IF_ERROR(StartAt(options, h, c->core_.get()));
@@ -327,6 +343,18 @@ Status ConsumerAccess::StartAt(Consumer& consumer, StreamPosition position) {
     c.next_position = next;
     c.resuming = c.options.start_epoch != 0 || c.options.start_batch != 0;
     return st;
+  }
+  if ((c.ring->leader_features() & shm::kLeaderReplaysResume) != 0) {
+    // The leader settles a resume point at admission (it may replay what its stream has
+    // passed): join again with it. Nothing was received yet, so nothing is lost.
+    shm::ConsumerConfig cfg = c.ring->config();
+    SetJoinResume(o, c.shard_world, &cfg);
+    auto ring = AttachRing(c.address, cfg, o.connect_timeout);
+    if (!ring.ok()) {
+      c.status = ring.status().WithContext("consumer: joining again at the loaded position");
+      return c.status;
+    }
+    c.ring = std::move(ring).value();
   }
   c.options = o;
   return Status::Ok();
@@ -518,7 +546,9 @@ Status Consumer::Next(Batch* out) {
       return fail(st);
     }
     if (c.first_epoch == ~0ULL) c.first_epoch = d->epoch;
-    if (d->epoch >= c.first_epoch + static_cast<uint64_t>(c.epoch_budget)) {
+    // Epochs counted, not numbered: a resumed trial's replayed epoch may be followed by a
+    // later epoch of the stream (Admission::SettleResumers).
+    if (d->epoch != c.epoch && c.epochs_started >= c.epoch_budget) {
       c.UnrefLocked(a.seq);
       c.FinishLocked();
       return Status(StatusCode::kEndOfStream, "this consumer's epochs are complete");
@@ -531,6 +561,7 @@ Status Consumer::Next(Batch* out) {
       }
       c.shard_tail.reset();
       c.epoch = d->epoch;
+      c.epochs_started += 1;
       c.epoch_pos = d->batch_in_epoch * c.ring->header()->producer_batch;
       c.index_in_epoch = 0;
       if (c.resuming && d->epoch == c.resume_epoch) {

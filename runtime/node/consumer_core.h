@@ -156,6 +156,8 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   uint64_t first_epoch = ~0ULL;
   uint64_t completed_epoch = ~0ULL;    // the last epoch counted complete
   int64_t epoch_budget = 0;            // epochs this consumer runs (options.epochs - start_epoch)
+  int64_t epochs_started = 0;          // epochs it has received batches of
+  std::string address;                 // the leader's socket (a resume joins again)
   // Resume (options start_epoch / start_batch): the stream epoch and the epoch position (in
   // samples) this consumer starts at; batches before it are skipped. Cleared once there.
   bool resuming = false;
@@ -223,10 +225,10 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
     if (d.epoch == resume_epoch && at <= resume_pos) return Status::Ok();
     return FailedPreconditionError(
         "consumer: resumes at epoch {} batch {} (sample {} of the epoch), but the stream it "
-        "attached to is already at epoch {} sample {}: it cannot give this consumer the "
+        "attached to is already at epoch {} sample {}: this leader does not replay the "
         "batches it missed. Start the leader at (or before) this position (its options "
-        "start_epoch / start_batch), or resume a trial of a shared service only from a "
-        "position the service's stream has not passed", resume_epoch,
+        "start_epoch / start_batch), or resume the trial from a batchcast serve service, "
+        "which replays a passed position to the resuming trial alone", resume_epoch,
         options.start_batch, resume_pos, d.epoch, at);
   }
   // Batches per epoch under exact or sharded carving (-1: per-producer-batch carving).

@@ -255,6 +255,8 @@ Status Leader::RunEpoch(uint64_t e, int64_t bpe, int64_t first, bool* ended) {
   producer::EpochCounts counts;
   Status st = producer::RunEpochPositions(*writer_, *admission_, e, bpe, policy, &counts, ended);
   replayed_ += counts.replayed_batches;
+  if (config_.collector != nullptr && counts.replayed_batches > 0)
+    config_.collector->Add(telemetry::Counter::kBatchesReplayed, counts.replayed_batches);
   return st;
 }
 

@@ -72,6 +72,7 @@ Result<std::unique_ptr<Service>> Service::Create(const ServiceConfig& config,
   rc.job = "service";
   rc.heartbeat_ms = o.heartbeat_ms;
   rc.handshake_timeout_ms = c.handshake_timeout_ms;
+  rc.replays_resume = true;
   auto ring = shm::RingLeader::Create(rc);
   if (!ring.ok()) return ring.status().WithContext("service");
   s->ring_ = std::move(ring).value();
@@ -82,6 +83,8 @@ Result<std::unique_ptr<Service>> Service::Create(const ServiceConfig& config,
   policy.late_join_window = c.late_join_window;
   policy.ring_slots = rc.num_slots;
   policy.join_mid_epoch = c.join_mid_epoch;
+  policy.replay_resume = true;  // every position of every epoch can be produced again
+  policy.producer_batch = p;
   s->admission_ = std::make_unique<producer::Admission>(s->ring_.get(), policy);
   Service* self = s.get();
   s->ring_->SetStatusProvider([self](shm::StreamStatus* st) {
@@ -91,6 +94,8 @@ Result<std::unique_ptr<Service>> Service::Create(const ServiceConfig& config,
     st->producer_batches = self->produced_.load();
     st->replayed_batches = self->replayed_.load();
     st->idle = self->idle_.load();
+    st->resume_replays = static_cast<uint32_t>(self->resume_replays_.load());
+    st->resume_replayed_batches = self->resume_replayed_.load();
   });
   // A trial that dies or goes silent is normal for a service (the ring logs it and frees
   // its slots); count it so the stats and the telemetry summary show churn.
@@ -124,6 +129,8 @@ ServiceStats Service::stats() const {
   s.replayed_batches = static_cast<int64_t>(replayed_.load());
   s.skipped_positions = w.empty_positions;
   s.late_joins = admission_->late_joins();
+  s.resume_replays = static_cast<int64_t>(resume_replays_.load());
+  s.resume_replayed_batches = static_cast<int64_t>(resume_replayed_.load());
   s.max_slot_wait_ns = w.max_slot_wait_ns;
   s.consumers_detached = detached_.load();
   s.consumers_lost = lost_.load();
@@ -164,8 +171,9 @@ Status Service::Run() {
   }
   ring_->End();
   writer_->ReportSkips();
-  BC_LOG(Info, Node, "service: {} epochs complete ({} producer batches, {} replayed)",
-         config_.epochs, produced_.load(), replayed_.load());
+  BC_LOG(Info, Node, "service: {} epochs complete ({} producer batches, {} replayed to late "
+         "joiners, {} to {} resuming consumers)", config_.epochs, produced_.load(),
+         replayed_.load(), resume_replayed_.load(), resume_replays_.load());
   return Status::Ok();
 }
 
@@ -177,8 +185,16 @@ Status Service::RunEpoch(uint64_t e, int64_t first) {
   producer::EpochPolicy policy;
   policy.who = "service";
   policy.first = std::min(first, plan_.BatchesPerEpoch());
+  // Late-join replays are the productions not for the shared stream (SharedMask()).
   policy.produce = [&](int64_t k, uint64_t only, const producer::AcquireWait& wait,
-                       int64_t next_k) { return Produce(e, k, only, wait, next_k); };
+                       int64_t next_k) {
+    return Produce(e, k, only, wait, next_k,
+                   only == admission_->SharedMask() ? nullptr : &replayed_);
+  };
+  policy.replay = [this](uint64_t epoch, int64_t k, uint64_t only) {
+    resume_replays_.store(static_cast<uint64_t>(admission_->resume_replays()));
+    return Produce(epoch, k, only, producer::AcquireWait{}, -1, &resume_replayed_);
+  };
   policy.idle = [this](int64_t) {
     WaitForMembers();
     return false;
@@ -207,7 +223,8 @@ producer::ProduceRequest Service::Request(uint64_t epoch, int64_t k) {
 
 Result<std::optional<uint64_t>> Service::Produce(uint64_t epoch, int64_t k, uint64_t only,
                                                  const producer::AcquireWait& wait,
-                                                 int64_t next_k) {
+                                                 int64_t next_k,
+                                                 std::atomic<uint64_t>* replays) {
   const producer::ProduceRequest req = Request(epoch, k);
   std::optional<producer::ProduceRequest> next;
   if (next_k >= 0) next = Request(epoch, next_k);
@@ -215,7 +232,11 @@ Result<std::optional<uint64_t>> Service::Produce(uint64_t epoch, int64_t k, uint
                       writer_->Produce(*source_, req, only, wait, next ? &*next : nullptr));
   if (receivers) {
     produced_.fetch_add(1);
-    if (only != ~0ULL) replayed_.fetch_add(1);
+    if (replays != nullptr) {
+      replays->fetch_add(1);
+      if (telemetry::Collector* tc = config_.collector)
+        tc->Add(telemetry::Counter::kBatchesReplayed, 1);
+    }
   }
   return receivers;
 }

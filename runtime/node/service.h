@@ -6,7 +6,8 @@
 //   - decodes only while someone is attached (it blocks, without polling, when nobody is),
 //   - admits newcomers as every producer does (producer/admission.h): at once, starting at
 //     the next epoch, or, within the late-join window (at least the ring depth in batches),
-//     with the start of the epoch replayed to them alone,
+//     with the start of the epoch replayed to them alone; a trial resuming at a position
+//     the stream has passed gets the rest of its epoch replayed to it alone,
 //   - loses a dead or silent consumer within heartbeat_ms (the ring reaps it), and
 //   - fails the stream with "service stopped: ..." when stopped, so attached consumers
 //     get a clear error instead of a hang.
@@ -46,6 +47,8 @@ struct ServiceStats {
   int64_t epochs_started = 0;
   int64_t producer_batches = 0;      // decoded and published (replays included)
   int64_t replayed_batches = 0;      // late-join replays
+  int64_t resume_replays = 0;        // resuming consumers behind the stream, replayed to
+  int64_t resume_replayed_batches = 0;  // producer batches decoded for them alone
   int64_t skipped_positions = 0;     // positions published to nobody (no decode)
   int64_t late_joins = 0;            // consumers caught up by a replay
   int64_t idle_waits = 0;            // times the service paused with nobody attached
@@ -86,9 +89,10 @@ class Service {
   producer::ProduceRequest Request(uint64_t epoch, int64_t k);
   // Produces batch k of `epoch` for the consumers in `only` (nullopt: the slot wait was
   // interrupted by a joiner; membership is settled again first), filling batch next_k
-  // ahead when >= 0.
+  // ahead when >= 0; a replay also counts in *replays.
   Result<std::optional<uint64_t>> Produce(uint64_t epoch, int64_t k, uint64_t only,
-                                          const producer::AcquireWait& wait, int64_t next_k);
+                                          const producer::AcquireWait& wait, int64_t next_k,
+                                          std::atomic<uint64_t>* replays);
   // Blocks until a consumer is attached or joining, or the service stops.
   void WaitForMembers();
 
@@ -102,6 +106,7 @@ class Service {
   std::atomic<bool> stop_{false};
   // Shown by `batchcast status` (read on the control thread).
   std::atomic<uint64_t> epoch_{0}, batch_{0}, produced_{0}, replayed_{0};
+  std::atomic<uint64_t> resume_replays_{0}, resume_replayed_{0};
   std::atomic<uint32_t> idle_{0};
   ServiceStats stats_;               // epochs_started, idle_waits (the Run thread)
   std::atomic<int64_t> detached_{0}, lost_{0};  // written by the ring's control thread

@@ -25,19 +25,85 @@ int Admission::Attached() const {
          ring_->CountMembers(shm::MemberState::kJoining);
 }
 
-uint64_t Admission::AdmitJoiners(uint64_t seq, int64_t k, int64_t bpe) {
+uint64_t Admission::AdmitJoiners(uint64_t seq, int64_t k, int64_t bpe, uint64_t ids) {
   if (!HasJoiners()) return 0;
   const bool now = k == 0 || policy_.join_mid_epoch;
-  return ring_->AdmitJoiningMask(now ? seq : seq + uint64_t(bpe - k));
+  return ring_->AdmitJoiningMask(now ? seq : seq + uint64_t(bpe - k), ids);
+}
+
+uint64_t Admission::JoinerMask(bool resuming) const {
+  uint64_t mask = 0;
+  for (const shm::MemberInfo& m : ring_->Members())
+    if (m.state == shm::MemberState::kJoining && m.resumes == resuming)
+      mask |= shm::RingLeader::MemberBit(m.id);
+  return mask;
+}
+
+ResumeReplay Admission::SettleResumers(uint64_t epoch, int64_t k, int64_t bpe) {
+  if (!policy_.replay_resume) return {};
+  if (k == 0 && queued_.empty()) excluded_ = 0;  // the stream's next epoch: theirs too
+  excluded_ &= MaskOf(shm::MemberState::kActive);
+  if (!HasJoiners()) return {};  // one joining after this is settled at the next position
+  const uint64_t seq = ring_->next_seq();
+  for (const shm::MemberInfo& m : ring_->Members()) {
+    if (m.state != shm::MemberState::kJoining || !m.resumes) continue;
+    const auto p = static_cast<uint64_t>(std::max<int64_t>(1, policy_.producer_batch));
+    const int64_t first = std::min<int64_t>(bpe, static_cast<int64_t>(m.resume_sample / p));
+    const bool behind = m.resume_epoch < epoch || (m.resume_epoch == epoch && first < k);
+    // At once: ahead of the stream it skips to its position; behind, the replay comes first.
+    const uint64_t got = ring_->AdmitJoiningMask(seq, shm::RingLeader::MemberBit(m.id));
+    if (got == 0 || !behind) continue;
+    resume_replays_ += 1;
+    ResumeReplay r{got, m.generation, m.resume_epoch, first, bpe};
+    const bool now = m.resume_epoch == epoch;
+    if (now) r.end = k;
+    BC_LOG(Info, Node, "{} resumes at epoch {} batch {} but the stream is at epoch {} batch {}: "
+           "replaying producer batches {}..{} of epoch {} to it alone, {}", m.Describe(),
+           m.resume_epoch, first, epoch, k, r.first, r.end - 1, r.epoch,
+           now ? "now (the others wait)"
+               : "between the stream's batches; it joins the stream at its next epoch");
+    if (now) return r;
+    excluded_ |= got;
+    queued_.push_back(r);
+  }
+  return {};
+}
+
+std::vector<ResumeReplay> Admission::Interleave(int64_t positions_left) {
+  std::vector<ResumeReplay> out;
+  if (queued_.empty()) return out;
+  const std::vector<shm::MemberInfo> members = ring_->Members();
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    bool here = false;  // still attached: the same consumer (generation), still addressed
+    for (const shm::MemberInfo& m : members)
+      here |= shm::RingLeader::MemberBit(m.id) == it->to && m.generation == it->generation &&
+              m.state == shm::MemberState::kActive;
+    const int64_t left = it->end - it->first;
+    if (!here || left <= 0) {
+      it = queued_.erase(it);
+      continue;
+    }
+    const int64_t n = (left + std::max<int64_t>(1, positions_left) - 1) /
+                      std::max<int64_t>(1, positions_left);
+    ResumeReplay chunk = *it;
+    chunk.end = chunk.first + n;
+    out.push_back(chunk);
+    it->first += n;
+    it = it->first >= it->end ? queued_.erase(it) : it + 1;
+  }
+  return out;
 }
 
 Settled Admission::Settle(int64_t k, int64_t bpe) {
   const uint64_t seq = ring_->next_seq();
-  if (k == 0) ring_->AdmitJoiningMask(seq);
-  const uint64_t joining = MaskOf(shm::MemberState::kJoining);
+  excluded_ &= MaskOf(shm::MemberState::kActive);
+  // Resuming joiners are SettleResumers' (an id not seen joining yet is left for later).
+  const uint64_t plain = policy_.replay_resume ? JoinerMask(false) : ~0ULL;
+  if (k == 0) ring_->AdmitJoiningMask(seq, plain);
+  const uint64_t joining = MaskOf(shm::MemberState::kJoining) & plain;
   const uint64_t active = MaskOf(shm::MemberState::kActive);
-  if (joining == 0 && active == 0) return {Step::kIdle, 0};
-  if (ring_->ReceiverMask(seq) == 0) {
+  if (joining == 0 && active == 0 && !HasJoiners()) return {Step::kIdle, 0};
+  if ((ring_->ReceiverMask(seq) & ~excluded_) == 0) {
     // Only joiners, or members waiting for a later epoch: skip ahead (no decode) so that a
     // newcomer to an idle stream starts at once with a full epoch.
     return {Step::kSkip, 0};
@@ -50,7 +116,7 @@ Settled Admission::Settle(int64_t k, int64_t bpe) {
         return {Step::kReplay, got};
       }
     } else {
-      AdmitJoiners(seq, k, bpe);
+      AdmitJoiners(seq, k, bpe, joining);
     }
   }
   return {Step::kProduce, 0};

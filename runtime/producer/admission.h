@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "batchcast/status.h"
 #include "transport/shm/ring_leader.h"
@@ -32,6 +33,21 @@ struct AdmissionPolicy {
   double late_join_window = 0.02;  // fraction of an epoch; LateJoinWindow() makes it batches
   uint32_t ring_slots = 0;         // the ring's depth: the smallest window
   bool join_mid_epoch = false;     // joiners after the window start at once, mid-epoch
+  // Joiners that resume (their join names a position, shm::MemberInfo::resumes) are settled
+  // by SettleResumers: a position the stream has passed is replayed to them alone. Needs a
+  // producer that can produce any position of any epoch again (node::Service), and its
+  // producer batch (a resume sample -> its producer batch).
+  bool replay_resume = false;
+  int64_t producer_batch = 0;
+};
+
+// A replay to one resuming joiner: producer batches [first, end) of `epoch`, published to
+// `to` alone (the member bit of the consumer of that `generation`). to == 0: nothing.
+struct ResumeReplay {
+  uint64_t to = 0;
+  uint64_t generation = 0;
+  uint64_t epoch = 0;
+  int64_t first = 0, end = 0;
 };
 
 // What to do at a position of the epoch once membership is settled.
@@ -56,10 +72,29 @@ class Admission {
   // follows the policy: replay within LateJoinWindow(), else the next epoch) and says what
   // to do.
   Settled Settle(int64_t k, int64_t bpe);
+  // With policy.replay_resume, before Settle: admits the joiners that resume at once (one
+  // ahead of the stream skips to its position) and settles those behind it (the stream is
+  // at position k of `epoch`, of bpe producer batches, k0 the joiner's producer batch):
+  //   - in the stream's epoch: returned, to be replayed now (batches [k0, k)) while the
+  //     others wait, as a late join's replay; then it goes on with everyone at k;
+  //   - in an earlier epoch: the rest of its epoch, [k0, bpe), is queued and spread over the
+  //     stream's remaining positions (Interleave), so the others are slowed, not stopped;
+  //     SharedMask() leaves it out of the stream until the stream's next epoch start, where
+  //     it joins everyone.
+  // Call again at the same position until it returns nothing.
+  ResumeReplay SettleResumers(uint64_t epoch, int64_t k, int64_t bpe);
+  // The queued replays' share of the next position of the stream, with positions_left
+  // positions of its epoch to go (counting this one): for each queued replay its next
+  // ceil(left / positions_left) batches (1: everything left). Consumers that have left are
+  // dropped.
+  std::vector<ResumeReplay> Interleave(int64_t positions_left);
+  // The `only` mask for a position of the shared stream: everyone admitted except resumers
+  // waiting, after their replay, for the stream's next epoch.
+  uint64_t SharedMask() const { return ~excluded_; }
   // Admits every joiner without replay: at `seq` when k is the epoch's first position (or
   // join_mid_epoch), else at the next epoch start, seq + bpe - k. For producers that publish
   // every position in order (`seq` is where position k of the epoch will be published).
-  uint64_t AdmitJoiners(uint64_t seq, int64_t k, int64_t bpe);
+  uint64_t AdmitJoiners(uint64_t seq, int64_t k, int64_t bpe, uint64_t ids = ~0ULL);
 
   // Member bits of the consumers in `state`.
   uint64_t MaskOf(shm::MemberState state) const;
@@ -71,11 +106,18 @@ class Admission {
 
   const AdmissionPolicy& policy() const { return policy_; }
   int64_t late_joins() const { return late_joins_; }  // consumers caught up by a replay
+  int64_t resume_replays() const { return resume_replays_; }  // resumers replayed to
 
  private:
+  // Member bits of the joining consumers that do (true) or do not (false) resume.
+  uint64_t JoinerMask(bool resuming) const;
+
   shm::RingLeader* ring_;
   AdmissionPolicy policy_;
   int64_t late_joins_ = 0;
+  int64_t resume_replays_ = 0;
+  uint64_t excluded_ = 0;  // replayed resumers waiting for the stream's next epoch
+  std::vector<ResumeReplay> queued_;  // interleaved replays: first = the next batch
 };
 
 // Blocks until no consumer is attached, or fails after timeout_ms (naming `who`).

@@ -13,6 +13,19 @@ AcquireWait InterruptOnJoin(const Admission& admission) {
   return wait;
 }
 
+namespace {
+
+// Replays batches [r.first, r.end) of r.epoch to r.to alone (nothing when r.to is 0).
+Status ReplayToResumer(const EpochPolicy& policy, const ResumeReplay& r, EpochCounts* counts) {
+  for (int64_t j = r.first; r.to != 0 && j < r.end; ++j) {
+    BC_RETURN_IF_ERROR(policy.replay(r.epoch, j, r.to).status());
+    counts->resume_replayed += 1;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status RunEpochPositions(SlotWriter& writer, Admission& admission, uint64_t e, int64_t bpe,
                          const EpochPolicy& policy, EpochCounts* counts, bool* ended) {
   *ended = false;
@@ -21,6 +34,13 @@ Status RunEpochPositions(SlotWriter& writer, Admission& admission, uint64_t e, i
   while (k < bpe) {
     BC_RETURN_IF_ERROR(policy.check_stop());
     if (policy.at_position) policy.at_position(k);
+    if (policy.replay) {  // resuming joiners behind the stream (Admission::SettleResumers)
+      const ResumeReplay r = admission.SettleResumers(e, k, bpe);
+      BC_RETURN_IF_ERROR(ReplayToResumer(policy, r, counts));
+      if (r.to != 0) continue;  // settle again at the same k
+      for (const ResumeReplay& chunk : admission.Interleave(bpe - k))  // between the stream's
+        BC_RETURN_IF_ERROR(ReplayToResumer(policy, chunk, counts));
+    }
     // A stream that starts mid-epoch (resume) admits its first joiners at its first position.
     const Settled settled = admission.Settle(k - policy.first, bpe - policy.first);
     switch (settled.step) {
@@ -48,11 +68,14 @@ Status RunEpochPositions(SlotWriter& writer, Admission& admission, uint64_t e, i
     }
     const int64_t next_k = k + 1 < bpe ? k + 1 : -1;
     BC_ASSIGN_OR_RETURN(std::optional<uint64_t> receivers,
-                        policy.produce(k, ~0ULL, interruptible, next_k));
+                        policy.produce(k, admission.SharedMask(), interruptible, next_k));
     if (!receivers) continue;  // a joiner arrived while every slot was held: settle it first
     counts->produced += 1;
     ++k;
   }
+  // Interleaved replays end with the epoch: their consumers join the stream's next one.
+  for (const ResumeReplay& chunk : admission.Interleave(1))
+    BC_RETURN_IF_ERROR(ReplayToResumer(policy, chunk, counts));
   return writer.EndEpoch(e);  // an epoch without a good sample is an error, not a wait
 }
 

@@ -31,6 +31,10 @@ struct EpochPolicy {
   std::function<bool(int64_t k)> idle;
   // Non-ok stops the epoch with that status (checked before every position).
   std::function<Status()> check_stop;
+  // Optional, with AdmissionPolicy::replay_resume: produces batch k of any `epoch` again for
+  // the consumers in `only` (a resuming joiner's replay, Admission::SettleResumers).
+  std::function<Result<std::optional<uint64_t>>(uint64_t epoch, int64_t k, uint64_t only)>
+      replay;
   // Optional: told the position about to be settled (status displays).
   std::function<void(int64_t k)> at_position;
   // The first position (a resumed stream starts mid-epoch; late joiners' replays too).
@@ -39,6 +43,7 @@ struct EpochPolicy {
 
 struct EpochCounts {
   int64_t replayed_batches = 0;  // late-join replays
+  int64_t resume_replayed = 0;   // batches replayed to resuming joiners alone
   int64_t produced = 0;          // positions produced for everyone
 };
 

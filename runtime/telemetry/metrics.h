@@ -27,6 +27,8 @@ enum class Counter : int {
   kConsumersDetached,    // leader: consumers detached for silence or death
   kCacheHits,            // leader: samples taken from the decoded-sample cache (option cache)
   kCacheMisses,          // leader: samples decoded with the cache on (not, or not yet, in it)
+  kBatchesReplayed,      // leader: producer batches decoded again for some consumers alone
+                         // (late-join replays; the service's resume replays)
   kCount
 };
 

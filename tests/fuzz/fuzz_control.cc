@@ -3,9 +3,9 @@
 // libFuzzer target: the control-socket protocol as the leader serves it. A real
 // shm::RingLeader runs in this process (its control thread parses what arrives on the
 // socket); each input is a script of client operations on up to four connections to it:
-// connect, send raw bytes (truncated, split or malformed messages), send a join, status,
-// drain or leave message built from the input's bytes (magic, version, type and size
-// sometimes wrong), admit the joining members, write a member's heartbeat, position or
+// connect, send raw bytes (truncated, split or malformed messages), send a join (with or
+// without a resume point), status, drain or leave message built from the input's bytes
+// (magic, version, type and size sometimes wrong: an old protocol's shorter join too), admit the joining members, write a member's heartbeat, position or
 // releases into the control segment, publish a position, close. After the script every
 // connection is closed and the leader must still answer status queries, not have failed its
 // stream, and soon show no member left (every closed connection reaped, whatever it sent).
@@ -100,6 +100,9 @@ void SendMessage(int fd, Script* s) {
     msg.join.flags = s->Byte() % 8;
     msg.join.order_seed = s->Word();
     s->Bytes(msg.join.name, sizeof(msg.join.name));  // not always terminated
+    msg.join.resumes = s->Byte() % 3;                 // 2: invalid
+    msg.join.resume_epoch = s->Word();
+    msg.join.resume_sample = s->Word();
   } else if (type == uint32_t(shm::MessageType::kDrain) ||
              type == uint32_t(shm::MessageType::kLeave)) {
     msg.member.position = s->Word();

@@ -141,8 +141,10 @@ def specs(out):
 
 # Control-socket scripts (tests/fuzz/fuzz_control.cc): op bytes 0 connect, 1 raw bytes,
 # 2 protocol message, 3 admit, 4 close, 5 a member writes its control entry, 6 publish.
-def join(conn, batch=2, depth=1, flags=0, name=b"trainer"):
+def join(conn, batch=2, depth=1, flags=0, name=b"trainer", resume=None):
     payload = struct.pack(">IIBBBI", 4242, 0, batch, depth, flags, 7) + name.ljust(32, b"\0")
+    epoch, sample = resume if resume else (0, 0)  # protocol 3: the join's resume point
+    payload += struct.pack(">BII", 1 if resume else 0, epoch, sample)
     return bytes([2, conn, 0, 0]) + payload
 
 
@@ -155,7 +157,12 @@ def control(out):
     seeds = {
         "join-close": [0], "join-admit-drain-leave": [0], "status": [0],
         "two-members": [0, 0], "raw-garbage": [0], "truncated-join": [0],
+        "join-resume": [0], "old-protocol-join": [0],
     }
+    seeds["join-resume"] += [join(0, resume=(3, 24)), join(1), bytes([3]), 6, bytes([4, 0])]
+    # kind 0x30: version from the script (2, the previous protocol), length from the script
+    # (72 bytes, protocol 2's join size)
+    seeds["old-protocol-join"] += [join(0)[:2] + bytes([0x30]) + join(0)[3:] + bytes([2, 72])]
     seeds["join-close"] += [join(0), bytes([4, 0])]
     seeds["join-admit-drain-leave"] += [join(0), bytes([3]), member(0, 2, 1), member(0, 3, 1)]
     seeds["status"] += [bytes([2, 0, 1, 0])]

@@ -118,6 +118,57 @@ def test_load_state_dict_refuses_what_it_cannot_honour(fmnist):
             next(iter(loader))
 
 
+def test_service_replays_a_passed_position_to_a_resuming_trial(fmnist):
+    """A trial of `batchcast serve` stops at a random batch while a second trial keeps the
+    stream going past its position; it comes back with load_state_dict() and gets the rest of
+    its epoch replayed to it alone, byte for byte, then a whole epoch of the stream."""
+    sock = f"batchcast-test-resume-{os.getpid()}"
+    serve = subprocess.Popen([os.environ["BCTEST_BIN"], "serve", "--dataset", fmnist["train"],
+                              "--batch-size", "32", "--limit-samples", "320", "--seed", "7",
+                              "--socket", sock], stdout=subprocess.PIPE, text=True)
+    try:
+        assert "listening on" in serve.stdout.readline()
+        seen, stop, progress = {}, threading.Event(), threading.Condition()
+        pacer = batchcast.Consumer(sock, batch_size=32, with_info=True, name="pacer")
+        trial = batchcast.Consumer(sock, batch_size=32, epochs=3, with_info=True, name="trial")
+
+        def pace():
+            for images, _, info in pacer.batches():
+                with progress:
+                    seen[(info.epoch, info.index)] = hashlib.sha1(images.numpy().tobytes()).digest()
+                    progress.notify_all()
+                if stop.is_set():
+                    return
+        pacer_thread = threading.Thread(target=pace)
+        pacer_thread.start()
+        seed = int.from_bytes(os.urandom(4), "little")
+        cut = random.Random(seed).randrange(1, 15)
+        batches = trial.batches()
+        for _ in range(cut):
+            next(batches)
+        state = trial.state_dict()
+        trial.close()
+        e, b = state["start_epoch"], state["start_batch"]
+        with progress:  # the stream goes on without it, into the epoch after the next
+            assert progress.wait_for(lambda: len(seen) >= (e + 2) * 10, timeout=300)
+        stop.set()
+        pacer_thread.join()
+        pacer.close()
+        resumed = batchcast.Consumer(sock, batch_size=32, epochs=e + 2, with_info=True)
+        resumed.load_state_dict(state)
+        got = [(info.epoch, info.index, hashlib.sha1(images.numpy().tobytes()).digest(),
+                [int(i) for i in info.sample_ids]) for images, _, info in resumed.batches()]
+        rest = [(ep, i, d) for ep, i, d, _ in got[:10 - b]]
+        assert rest == [(e, i, seen[(e, i)]) for i in range(b, 10)], f"seed {seed}: {state}"
+        later = got[10 - b:]
+        assert len(later) == 10 and len({ep for ep, _, _, _ in later}) == 1, f"seed {seed}"
+        assert later[0][0] > e and [i for _, i, _, _ in later] == list(range(10)), f"seed {seed}"
+        assert sorted(i for *_, ids in later for i in ids) == list(range(320)), f"seed {seed}"
+    finally:
+        serve.terminate()
+        serve.wait(60)
+
+
 def test_consumer_refuses_leader_only_options():
     for key, value in (("threads", 4), ("dataset", "x.h5"), ("on_bad_sample", "skip"),
                        ("resize", "resize(min=96,max=224)"), ("flip", True)):

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -93,6 +94,30 @@ TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
   b.Release();
   c->reset();
 
+  // A trial resuming at epoch 0 batch 1, which the stream has passed: the rest of epoch 0 is
+  // replayed to it alone (docs/service.md, "Resuming a trial"), and counted.
+  Options ro = o;
+  ro.epochs = 1;
+  ro.start_batch = 1;
+  auto resumed = Consumer::Attach(sock, ro, -1, "resumed");
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  std::vector<int> rest(n, 0);
+  uint64_t index = 1;
+  for (Status st; (st = (*resumed)->Next(&b)).code() != StatusCode::kEndOfStream;) {
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(b.info().epoch, 0u);
+    EXPECT_EQ(b.info().index, index++);
+    for (int64_t i = 0; i < b.size(); ++i) rest[static_cast<size_t>(b.sample_ids()[i])] += 1;
+  }
+  EXPECT_EQ(std::count(rest.begin(), rest.end(), 1), n - 10);  // all but its first batch
+  EXPECT_EQ(std::count(rest.begin(), rest.end(), 0), 10);
+  b.Release();
+  resumed->reset();
+  auto rj = nlohmann::json::parse(
+      RunShell(std::string(BATCHCAST_CLI) + " status --json --socket " + sock));
+  EXPECT_EQ(rj["resume_replays"], 1) << rj.dump();
+  EXPECT_GE(rj["resume_replayed_batches"].get<int64_t>(), (n - 10) / 20) << rj.dump();
+
   auto victim = Consumer::Attach(sock, o, -1, "victim");
   ASSERT_TRUE(victim.ok());
   ASSERT_TRUE((*victim)->Next(&b).ok());
@@ -122,6 +147,10 @@ TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
   int64_t produced = 0;
   for (const auto& v : tj["ranks"][0]["series"]["batches_produced"]) produced += v.get<int64_t>();
   EXPECT_GE(produced, 2 * (n + 9) / 10 / 2) << tj["ranks"][0]["series"].dump();
+  int64_t replayed = 0;  // the resumed trial's replay (kBatchesReplayed)
+  for (const auto& v : tj["ranks"][0]["series"]["batches_replayed"]) replayed += v.get<int64_t>();
+  EXPECT_GE(replayed, rj["resume_replayed_batches"].get<int64_t>())
+      << tj["ranks"][0]["series"].dump();
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
 }
 

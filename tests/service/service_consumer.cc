@@ -5,7 +5,10 @@
 //   attached <pid>
 //   epoch <e> first_batch <k> samples <unique> dups <d> missing <m> bad_pixels <x>
 //   end ok <epochs>      |   error <message>
+// With LOG "-" it writes to stdout and also one line per batch (the resume tests):
+//   batch <epoch> <index> <id,id,...> <bad_pixels> <next epoch> <next batch>
 //   service_consumer SOCKET B EPOCHS SAMPLES LOG [BATCH_US] [HEARTBEAT_MS]
+//                    [START_EPOCH START_BATCH [RANK WORLD]]   (resume; mode=shard)
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,7 +27,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int64_t n = std::atoll(argv[4]);
-  FILE* log = std::fopen(argv[5], "a");
+  const bool per_batch = std::string(argv[5]) == "-";
+  FILE* log = per_batch ? stdout : std::fopen(argv[5], "a");
   if (log == nullptr) return 2;
   setvbuf(log, nullptr, _IOLBF, 0);
   Options o;
@@ -33,6 +37,15 @@ int main(int argc, char** argv) {
   o.buffer_depth = 2;
   const int64_t batch_us = argc > 6 ? std::atoll(argv[6]) : 0;
   o.heartbeat_ms = argc > 7 ? std::atoll(argv[7]) : 1000;
+  if (argc > 9) {
+    o.start_epoch = std::atoi(argv[8]);
+    o.start_batch = std::atoll(argv[9]);
+  }
+  if (argc > 11) {
+    o.mode = "shard";
+    o.rank = std::atoi(argv[10]);
+    o.world_size = std::atoi(argv[11]);
+  }
   auto c = Consumer::Attach(argv[1], o, -1, "trial-" + std::to_string(getpid()));
   if (!c.ok()) {
     std::fprintf(log, "error %s\n", c.status().ToString().c_str());
@@ -60,12 +73,22 @@ int main(int argc, char** argv) {
     const auto* img = static_cast<const uint8_t*>(b.images().data);
     const size_t sb = b.images().nbytes / b.images().shape[0];
     const int64_t fresh = b.images().shape[0] - info.repeats;
+    std::string ids;
     for (int64_t i = 0; i < b.images().shape[0]; ++i) {
       const int64_t id = b.sample_ids()[i];
+      ids += (i ? "," : "") + std::to_string(id);
       if (id < 0 || id >= n) { ++bad; continue; }
       for (size_t k = 0; k < sb; ++k)
         if (img[i * sb + k] != node::SyntheticPixel(id, k)) { ++bad; break; }
       if (i < fresh) seen[static_cast<size_t>(id)] += 1;
+    }
+    if (per_batch) {
+      const StreamPosition next = (*c)->Position();
+      std::fprintf(log, "batch %llu %llu %s %lld %llu %llu\n", (unsigned long long)info.epoch,
+                   (unsigned long long)info.index, ids.c_str(), (long long)bad,
+                   (unsigned long long)next.epoch, (unsigned long long)next.batch);
+      char ack = 0;  // the test reads each line before this trial goes on: a kill is exact
+      if (read(0, &ack, 1) != 1) return 5;
     }
     if (info.last_in_epoch) {
       int64_t uniq = 0, dups = 0, missing = 0;

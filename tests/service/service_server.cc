@@ -61,12 +61,14 @@ int main(int argc, char** argv) {
   node::ServiceStats x = s.stats();
   std::printf("stats {\"epochs\":%lld,\"produced\":%lld,\"replayed\":%lld,\"late_joins\":%lld,"
               "\"skipped\":%lld,\"idle_waits\":%lld,\"max_slot_wait_ms\":%lld,"
-              "\"detached\":%lld,\"lost\":%lld}\n",
+              "\"detached\":%lld,\"lost\":%lld,\"resume_replays\":%lld,"
+              "\"resume_replayed\":%lld}\n",
               (long long)x.epochs_started, (long long)x.producer_batches,
               (long long)x.replayed_batches, (long long)x.late_joins,
               (long long)x.skipped_positions, (long long)x.idle_waits,
               (long long)(x.max_slot_wait_ns / 1000000), (long long)x.consumers_detached,
-              (long long)x.consumers_lost);
+              (long long)x.consumers_lost, (long long)x.resume_replays,
+              (long long)x.resume_replayed_batches);
   std::fflush(stdout);
   if (!st.ok()) std::fprintf(stderr, "service_server: %s\n", st.ToString().c_str());
   return st.ok() ? 0 : 1;

@@ -282,11 +282,28 @@ TEST(ServiceTest, HostileControlMessagesAreRejectedWithoutDisturbingOthers) {
   shm::JoinRequest j = ValidJoin();
   j.magic = 0xdeadbeef;
   EXPECT_EQ(send_join(j), kInvalid);
+  std::string msg;
+  // Another protocol version is refused by version, whatever its size: protocol 2's join
+  // was 72 bytes (no resume point).
+  const int kOtherVersion = static_cast<int>(StatusCode::kFailedPrecondition);
   j = ValidJoin(), j.version = 99;
-  EXPECT_EQ(send_join(j), kInvalid);
+  EXPECT_EQ(send_join(j, &msg), kOtherVersion);
+  EXPECT_NE(msg.find("consumer speaks control protocol 99, this leader protocol 3"),
+            std::string::npos) << msg;
+  {
+    j = ValidJoin(), j.version = 2;
+    const int fd = Connect(sock);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(shm::SendMessage(fd, &j, 72).ok());
+    EXPECT_EQ(ReplyCode(fd, &msg), kOtherVersion);
+    EXPECT_NE(msg.find("consumer speaks control protocol 2, this leader protocol 3"),
+              std::string::npos) << msg;
+  }
+  j = ValidJoin(), j.resumes = 2;
+  EXPECT_EQ(send_join(j, &msg), kInvalid);
+  EXPECT_NE(msg.find("'resumes' is 2"), std::string::npos) << msg;
   j = ValidJoin(), j.type = 77;
   EXPECT_EQ(send_join(j), kInvalid);
-  std::string msg;
   j = ValidJoin(), j.batch_size = 0;
   EXPECT_EQ(send_join(j, &msg), kInvalid);
   EXPECT_NE(msg.find("batch size 0"), std::string::npos) << msg;
@@ -351,6 +368,36 @@ TEST(ServiceTest, HostileControlMessagesAreRejectedWithoutDisturbingOthers) {
 
 // A consumer of another uid (a child that setuid()s to nobody) is refused, and so is its
 // status query; the owner's consumers are unaffected.
+// A consumer of this protocol against a leader of the previous one (protocol 2 refused our
+// longer join with its own version in the reply): the error names both versions.
+TEST(ServiceTest, ConsumerNamesBothVersionsForALeaderOfAnotherProtocol) {
+  const std::string sock = service_test::UniqueSocket("oldleader");
+  auto listen_fd = shm::ListenAbstract(sock);
+  ASSERT_TRUE(listen_fd.ok()) << listen_fd.status().ToString();
+  std::thread old_leader([fd = *listen_fd] {
+    auto conn = shm::AcceptConnection(fd);
+    if (!conn.ok()) return;
+    char buf[72];  // protocol 2's join size
+    EXPECT_TRUE(shm::RecvMessage(*conn, buf, sizeof(buf), nullptr, 10000).ok());
+    shm::JoinReply r{};
+    r.magic = shm::kControlMagic;
+    r.version = 2;
+    r.type = static_cast<uint32_t>(shm::MessageType::kJoinReply);
+    r.code = static_cast<int32_t>(StatusCode::kInvalidArgument);
+    std::snprintf(r.message, sizeof(r.message), "not a Batchcast join request of protocol 2");
+    EXPECT_TRUE(shm::SendMessage(*conn, &r, sizeof(r)).ok());
+    close(*conn);
+  });
+  Options o = ConsumerOptions(8, 1);
+  o.connect_timeout = 0;
+  auto c = Consumer::Attach(sock, o, -1, "new");
+  old_leader.join();
+  close(*listen_fd);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("leader speaks control protocol 2, this consumer "
+                                      "protocol 3"), std::string::npos) << c.status().ToString();
+}
+
 TEST(ServiceTest, OtherUidIsRefused) {
   if (getuid() != 0) GTEST_SKIP() << "needs root to setuid() a child to another user";
   const passwd* nobody = getpwnam("nobody");
@@ -479,7 +526,7 @@ TEST(ServiceTest, KilledTrialIsCountedAsLostAndFinishedOneAsDetached) {
   kill(server.pid, SIGTERM);
   const std::string stats = service_test::ReadLineWith(server, "stats");
   service_test::Wait(server);
-  EXPECT_NE(stats.find("\"lost\":1}"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"lost\":1,"), std::string::npos) << stats;
   EXPECT_NE(stats.find("\"detached\":1,"), std::string::npos) << stats;
   std::remove(log.c_str());
 }

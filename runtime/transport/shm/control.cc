@@ -170,8 +170,18 @@ Status RecvMessage(int fd, void* msg, size_t len, int* received_fd, int64_t time
   return Status::Ok();
 }
 
-Status RecvMessageNow(int fd, void* msg, size_t len) {
+Status VersionMismatch(uint32_t theirs, const char* peer, const char* self) {
+  return FailedPreconditionError(
+      "the {} speaks control protocol {}, this {} protocol {}: the consumer and its leader "
+      "come from different Batchcast versions. Run both from one installation (rebuild the "
+      "trainer against the leader's Batchcast, or restart the leader or service from the "
+      "trainer's)", peer, theirs, self, kProtocolVersion);
+}
+
+Status RecvMessageNow(int fd, void* msg, size_t len, size_t* received) {
+  if (received != nullptr) *received = 0;
   ssize_t n = RetryEintr([&] { return recv(fd, msg, len, MSG_DONTWAIT); });
+  if (n > 0 && received != nullptr) *received = static_cast<size_t>(n);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK)
       return DeadlineExceededError("control socket: no message ready");

@@ -17,7 +17,13 @@
 namespace batchcast::shm {
 
 constexpr uint32_t kControlMagic = 0x42434331;  // "BCC1"
-constexpr uint32_t kProtocolVersion = 2;  // 2: two segments, drain, member messages carry a position
+// 2: two segments, drain, member messages carry a position. 3: a join carries the consumer's
+// resume point (a service replays what its stream has passed); the join reply names the
+// leader's features; the status reply counts resume replays.
+constexpr uint32_t kProtocolVersion = 3;
+// The header every message starts with (magic, version, type): a peer of another protocol
+// version is recognised by it, whatever the size of the rest.
+constexpr size_t kMessageHeaderBytes = 3 * sizeof(uint32_t);
 
 enum class MessageType : uint32_t {
   kJoin = 1,
@@ -39,6 +45,19 @@ struct JoinRequest {
   uint32_t flags;  // ConsumerFlags
   uint64_t order_seed;
   char name[32];
+  // Resume point (Consumer options start_epoch / start_batch): with `resumes` = 1 the
+  // consumer's first batch is sample `resume_sample` of epoch `resume_epoch` (in the epoch's
+  // global order: start_batch x batch_size x world). A leader whose stream has passed it
+  // and that can replay (kLeaderReplaysResume) replays the rest of that epoch to it alone.
+  uint32_t resumes;  // 0 or 1
+  uint32_t reserved;
+  uint64_t resume_epoch;
+  uint64_t resume_sample;
+};
+
+// JoinReply::features: what the leader does beyond the protocol's minimum.
+enum LeaderFeature : uint32_t {
+  kLeaderReplaysResume = 1,  // a joiner resuming behind the stream gets its epoch replayed
 };
 
 struct JoinReply {
@@ -47,7 +66,7 @@ struct JoinReply {
   uint32_t type;  // kJoinReply
   int32_t code;   // StatusCode; 0 = accepted: the stream and control memfds are attached
   uint32_t consumer_id;
-  uint32_t reserved;
+  uint32_t features;  // LeaderFeature bits
   uint64_t generation;
   uint64_t segment_bytes;  // the stream segment
   uint64_t control_bytes;  // the control segment
@@ -101,7 +120,8 @@ struct StreamStatus {
   uint64_t producer_batches;  // produced since start (replays included)
   uint64_t replayed_batches;  // late-join replays
   uint32_t idle;              // 1: nobody attached, decoding paused
-  uint32_t reserved;
+  uint32_t resume_replays;    // resuming consumers whose epoch was replayed to them alone
+  uint64_t resume_replayed_batches;  // producer batches decoded for them alone
 };
 
 struct StatusReply {
@@ -150,8 +170,11 @@ Status RecvMessage(int fd, void* msg, size_t len, int* received_fd = nullptr,
 // Receives one fixed-size message that must already be complete (the leader's control
 // thread: a short or partial message is rejected at once instead of blocking the thread
 // that serves every consumer). kUnavailable on close, kCorruptData on a short message,
-// kDeadlineExceeded when nothing is readable yet.
-Status RecvMessageNow(int fd, void* msg, size_t len);
+// kDeadlineExceeded when nothing is readable yet. *received (optional) gets the bytes read.
+Status RecvMessageNow(int fd, void* msg, size_t len, size_t* received = nullptr);
+// The refusal for a message of another protocol version (its header read): names both
+// versions (the `peer`'s and this `self`'s, e.g. "consumer", "leader") and what to do.
+Status VersionMismatch(uint32_t theirs, const char* peer, const char* self);
 
 // Asks the leader at `name` for its status (`batchcast status`).
 Result<StatusReply> QueryStatus(const std::string& name, int64_t timeout_ms);

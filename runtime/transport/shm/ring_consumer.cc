@@ -56,6 +56,11 @@ Status RingConsumer::Join(const std::string& socket_name) {
   req.flags = config_.flags;
   req.order_seed = config_.order_seed;
   std::snprintf(req.name, sizeof(req.name), "%s", config_.name.c_str());
+  if (config_.resumes) {
+    req.resumes = 1;
+    req.resume_epoch = config_.resume_epoch;
+    req.resume_sample = config_.resume_sample;
+  }
   BC_RETURN_IF_ERROR(SendMessage(sock_, &req, sizeof(req)));
   JoinReply reply{};
   int stream_fd = -1, control_fd = -1;
@@ -73,6 +78,11 @@ Status RingConsumer::Join(const std::string& socket_name) {
     close_fds();
     return CorruptDataError("joining {}: malformed reply", DisplayAddress(socket_name));
   }
+  if (reply.version != kProtocolVersion) {
+    close_fds();
+    return VersionMismatch(reply.version, "leader", "consumer")
+        .WithContext("joining " + DisplayAddress(socket_name));
+  }
   if (reply.code != 0) {
     close_fds();
     reply.message[sizeof(reply.message) - 1] = '\0';
@@ -89,6 +99,7 @@ Status RingConsumer::Join(const std::string& socket_name) {
   if (!st.ok()) return st.WithContext("joining " + DisplayAddress(socket_name));
   id_ = reply.consumer_id;
   generation_ = reply.generation;
+  leader_features_ = reply.features;
   if (id_ >= kMaxConsumers) return CorruptDataError("leader assigned consumer id {}", id_);
   entry_ = &view_.control->consumers[id_];
   heartbeat_ms_ = view_.stream->heartbeat_ms > 0 ? view_.stream->heartbeat_ms : config_.heartbeat_ms;

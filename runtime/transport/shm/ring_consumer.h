@@ -31,6 +31,10 @@ struct ConsumerConfig {
   int64_t join_timeout_ms = 60000;
   // A leader of another uid is refused unless it is this one (-1: only our own uid).
   int64_t allowed_leader_uid = -1;
+  // Resume point sent with the join (JoinRequest): sample resume_sample of the epoch's
+  // global order in epoch resume_epoch.
+  bool resumes = false;
+  uint64_t resume_epoch = 0, resume_sample = 0;
 };
 
 // One producer batch a consumer acquired: valid until Release(slot).
@@ -78,6 +82,8 @@ class RingConsumer {
   const StreamHeader* header() const { return view_.stream; }
   const SegmentView& view() const { return view_; }
   const ConsumerConfig& config() const { return config_; }
+  // LeaderFeature bits of the leader (control.h), from its join reply.
+  uint32_t leader_features() const { return leader_features_; }
   // The leader's heartbeat period, which this consumer follows.
   int64_t heartbeat_ms() const { return heartbeat_ms_; }
   void RecordBatch();  // bookkeeping shown by the leader (batches taken)
@@ -101,6 +107,7 @@ class RingConsumer {
   ConsumerEntry* entry_ = nullptr;
   uint32_t id_ = 0;
   uint64_t generation_ = 0;
+  uint32_t leader_features_ = 0;
   uint64_t position_ = 0;
   int64_t heartbeat_ms_ = 10000;
   bool guarded_ = false;  // the stream segment is in the read-only guard's registry

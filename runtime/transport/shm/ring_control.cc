@@ -106,9 +106,21 @@ void RingLeader::HandleReadable(int fd) {
   // A joined consumer may only send drain/leave; a new connection only a join or a status query.
   size_t want = id < 0 ? sizeof(JoinRequest) : sizeof(MemberMessage);
   // Never block here: this thread serves every consumer (a partial message is refused).
-  Status st = RecvMessageNow(fd, &msg, want);
+  size_t got = 0;
+  Status st = RecvMessageNow(fd, &msg, want, &got);
   if (st.code() == StatusCode::kDeadlineExceeded) return;  // spurious wake-up
   if (id < 0) handshake_since_.erase(fd);
+  if (id < 0 && got >= kMessageHeaderBytes && msg.join.magic == kControlMagic &&
+      msg.join.version != kProtocolVersion) {
+    // Another Batchcast version (its messages may have another size): say so, by version.
+    const Status why = VersionMismatch(msg.join.version, "consumer", "leader");
+    BC_LOG(Warn, Shm, "ring: refused a connection: {}", why.message());
+    JoinReply r = MakeReply(why);
+    SendMessage(fd, &r, sizeof(r)).IgnoreError();
+    close(fd);
+    conn_member_.erase(fd);
+    return;
+  }
   if (st.ok() && id < 0 && msg.join.magic == kControlMagic &&
       msg.join.version == kProtocolVersion &&
       msg.join.type == static_cast<uint32_t>(MessageType::kStatus)) {
@@ -124,8 +136,7 @@ void RingLeader::HandleReadable(int fd) {
     return;
   }
   if (st.ok() && id < 0) {
-    if (msg.join.magic != kControlMagic || msg.join.version != kProtocolVersion ||
-        msg.join.type != static_cast<uint32_t>(MessageType::kJoin)) {
+    if (msg.join.magic != kControlMagic || msg.join.type != static_cast<uint32_t>(MessageType::kJoin)) {
       BC_LOG(Warn, Shm, "ring: refused a connection that sent no valid join request");
       JoinReply r = MakeReply(InvalidArgumentError(
           "not a Batchcast join request of protocol {} (a consumer built from another Batchcast "
@@ -183,6 +194,8 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
         req.buffer_depth, config_.num_slots - 1, config_.num_slots));
   if ((req.flags & ~uint32_t(kCarveOffset | kCarveShuffle)) != 0)
     return refuse(InvalidArgumentError("unknown consumer flags 0x{:x}", req.flags));
+  if (req.resumes > 1)
+    return refuse(InvalidArgumentError("join field 'resumes' is {} (0 or 1)", req.resumes));
 
   int id = -1;
   uint64_t generation = 0;
@@ -207,6 +220,7 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
       e.last_seen_ns.store(MonotonicNs());
       std::memset(e.name, 0, sizeof(e.name));
       std::memcpy(e.name, req.name, strnlen(req.name, sizeof(req.name) - 1));
+      resume_[i] = ResumePoint{req.resumes == 1, req.resume_epoch, req.resume_sample};
       e.state.store(static_cast<uint32_t>(MemberState::kJoining));
       id = static_cast<int>(i);
       generation = e.generation;
@@ -227,6 +241,7 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
   join_ns_[id] = MonotonicNs();
   JoinReply r = MakeReply(Status::Ok());
   r.consumer_id = static_cast<uint32_t>(id);
+  r.features = config_.replays_resume ? uint32_t(kLeaderReplaysResume) : 0u;
   r.generation = generation;
   r.segment_bytes = geo_.stream_bytes;
   r.control_bytes = geo_.control_bytes;
@@ -239,8 +254,11 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
     return;
   }
   conn_member_[fd] = id;
-  BC_LOG(Info, Shm, "ring: consumer {} joined (pid {}, rank {}, batch {}, depth {})", id,
-         cred->pid, req.rank, req.batch_size, req.buffer_depth);
+  BC_LOG(Info, Shm, "ring: consumer {} joined (pid {}, rank {}, batch {}, depth {}{})", id,
+         cred->pid, req.rank, req.batch_size, req.buffer_depth,
+         req.resumes ? fmt::format(", resuming at epoch {} sample {}", req.resume_epoch,
+                                   req.resume_sample)
+                     : std::string());
   joined_cv_.notify_all();
 }
 

@@ -189,6 +189,9 @@ MemberInfo RingLeader::InfoLocked(uint32_t id) const {
   m.batches = e.batches.load();
   m.wait_ns = e.wait_ns.load();
   m.last_seen_ns = e.last_seen_ns.load();
+  m.resumes = resume_[id].resumes;
+  m.resume_epoch = resume_[id].epoch;
+  m.resume_sample = resume_[id].sample;
   m.name = std::string(e.name, strnlen(e.name, sizeof(e.name)));
   return m;
 }

@@ -51,6 +51,9 @@ struct RingConfig {
   // A new connection that sends no complete join or status request within this long is
   // closed (it cannot hold a membership entry or the control thread).
   int64_t handshake_timeout_ms = 5000;
+  // The producer replays the rest of an epoch to a joiner resuming behind the stream
+  // (node::Service): told to consumers in the join reply (kLeaderReplaysResume).
+  bool replays_resume = false;
 };
 
 struct MemberInfo {
@@ -63,6 +66,10 @@ struct MemberInfo {
   uint64_t order_seed = 0;
   uint64_t start_seq = 0, position = 0, batches = 0, wait_ns = 0;
   int64_t last_seen_ns = 0;
+  // The resume point its join named (JoinRequest): sample resume_sample of epoch
+  // resume_epoch's global order. Kept by the leader, not in the writable control segment.
+  bool resumes = false;
+  uint64_t resume_epoch = 0, resume_sample = 0;
   std::string name;
   std::string Describe() const;  // "consumer 3 (rank 2, pid 1234, 'trial-a')"
 };
@@ -216,6 +223,11 @@ class RingLeader {
   StatusProvider status_provider_;
   std::map<int, int64_t> handshake_since_;  // control connection fd -> accept time (ns)
   int64_t join_ns_[64] = {};                // member id -> join time (status: attached for)
+  struct ResumePoint {
+    bool resumes = false;
+    uint64_t epoch = 0, sample = 0;
+  };
+  ResumePoint resume_[64];                  // member id -> its join's resume point (mu_)
   std::atomic<bool> stop_{false};
   std::thread control_thread_;
 };
