@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -57,6 +58,7 @@ struct Args {
   int kill_rank = -1, kill_after = 0;      // raise(SIGKILL) after this many batches
   int hold_rank = -1, hold_at = 2, hold_ms = 1000;  // hold a batch (stalls the stream)
   int probe_rank = -1;                     // report + check idle CPU of this rank's waits
+  std::string stage_mean;                  // a model stage's output: each image's channel means
 };
 
 std::vector<int> ParseInts(const std::string& s) {
@@ -94,6 +96,7 @@ bool ParseArgs(const std::vector<std::string>& rest, Args* a, std::string* error
       else if (key == "--hold-at") a->hold_at = std::stoi(value);
       else if (key == "--hold-ms") a->hold_ms = std::stoi(value);
       else if (key == "--probe-rank") a->probe_rank = std::stoi(value);
+      else if (key == "--stage-mean") a->stage_mean = value;
       else {
         *error = fmt::format("unknown argument '{}'", w);
         return false;
@@ -277,6 +280,29 @@ class Checker {
     v_.batches += 1;
     v_.samples += size;
     if (args_.verify) Verify(batch);
+    if (!args_.stage_mean.empty()) VerifyStageMean(batch);
+  }
+
+  // A model stage whose module returns each image's per-channel mean (tests/python/
+  // test_model_stage.py): tensor args_.stage_mean against the batch's own uint8 CHW images.
+  void VerifyStageMean(const Batch& batch) {
+    const batchcast::TensorView img = batch.images(), t = batch.tensor(args_.stage_mean.c_str());
+    const int64_t size = batch.size(), c = img.shape[1], hw = img.shape[2] * img.shape[3];
+    if (t.data == nullptr || t.dtype != batchcast::DType::kFloat32 || t.ndim != 2 ||
+        t.shape[0] != size || t.shape[1] != c || img.dtype != batchcast::DType::kUint8) {
+      v_.Fail("batch {} has no float32 [{}, {}] tensor '{}' beside uint8 images",
+              batch.info().index, size, c, args_.stage_mean);
+      return;
+    }
+    const auto* px = static_cast<const uint8_t*>(img.data);
+    const auto* mean = static_cast<const float*>(t.data);
+    for (int64_t i = 0; i < size * c; ++i) {
+      double sum = 0;
+      for (int64_t k = 0; k < hw; ++k) sum += px[i * hw + k];
+      if (std::abs(sum / double(hw) - mean[i]) > 1e-3)
+        v_.Fail("sample {} channel {}: '{}' is {}, the image's mean {}",
+                batch.sample_ids()[i / c], i % c, args_.stage_mean, mean[i], sum / double(hw));
+    }
   }
 
   // Every sample's pixels and label against this process's own decode of that sample.

@@ -88,8 +88,15 @@ class PyProducer {
     c.heartbeat_ms = heartbeat_ms;
     c.socket_name = address.empty() ? NewAddress("producer") : address;
     c.job = "python";
-    telemetry_ = std::make_unique<ProcessTelemetry>(OptionsFromKwargs(options), rank,
-                                                    telemetry::Role::kLeader);
+    const Options resolved = OptionsFromKwargs(options);
+    if (!resolved.stage.empty())  // the leader's pipeline option; nothing here would run it
+      throw StatusError(Status(
+          StatusCode::kInvalidArgument,
+          "producer: option 'stage' (" + resolved.stage + ") is set (BATCHCAST_STAGE or a "
+          "config file), but a Producer publishes the batches of its iterable and runs no "
+          "model stage; run the module in your loop and publish its output as a named tensor "
+          "of a dict batch (docs/model-stage.md), or unset 'stage'"));
+    telemetry_ = std::make_unique<ProcessTelemetry>(resolved, rank, telemetry::Role::kLeader);
     c.collector = telemetry_->collector();
     per_sample_ = int64_t(c.layout.channels) * c.layout.height * c.layout.width;
     float_ = c.layout.dtype == pipeline::DType::kFloat32;
