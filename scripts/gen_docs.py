@@ -34,14 +34,21 @@ def configuration(binary):
         "ms/s/m. Logging is configured separately: `BATCHCAST_DEBUG`, `BATCHCAST_DEBUG_SUBSYS`,",
         "`BATCHCAST_DEBUG_FILE` (docs/architecture.md).",
         "",
-        "| option | environment | type | default | description |",
-        "|---|---|---|---|---|",
+        "*Read by* is the option's scope in the registry: `leader` options configure the",
+        "leader (its decode pipeline, ring, placement); a consumer's own front door (the Python",
+        "`Consumer`) refuses them when set in code, and a `batchcast.Producer`, which runs no",
+        "decode pipeline, refuses those it does not read from any source (docs/python.md).",
+        "",
+        "| option | environment | read by | type | default | description |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         default = r["default"] if r["default"] != "" else "(empty)"
         help_text = r["help"].replace("|", "\\|")
         type_text = r["type"].replace("|", " \\| ")
-        lines.append(f"| `{r['key']}` | `{r['env']}` | {type_text} | `{default}` | {help_text} |")
+        scope = "leader, consumers" if r["scope"] == "all" else "leader"
+        lines.append(f"| `{r['key']}` | `{r['env']}` | {scope} | {type_text} | `{default}` "
+                     f"| {help_text} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,13 +1,20 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// Which options a consumer reads. Most of the registry configures the leader (dataset,
-// decode, transforms, the ring, GPU staging); a consumer front door whose options are the
-// consumer's alone (the Python Consumer, the C API's options string) refuses those when the
-// caller set them explicitly, instead of accepting and ignoring them. Values from the
-// environment or a config file are not refused: a job-wide BATCHCAST_* setting is meant for
-// the leader that shares the job.
+// Which front doors read which options. Every registry entry (options.cc) has a scope:
+// leader-only (dataset, decode, transforms, the ring, placement, GPU staging) or read by
+// consumers too (batch sizes, epochs, seed, mode/rank, telemetry, resume point).
+//
+// - A consumer front door whose options are the consumer's alone (the Python Consumer)
+//   refuses leader-only options the caller set explicitly, instead of accepting and ignoring
+//   them. Values from the environment or a config file are not refused there: a job-wide
+//   BATCHCAST_* setting is meant for the leader that shares the job.
+// - A leader that publishes batches made elsewhere (the Python Producer) is the job's
+//   leader but runs no decode pipeline: it refuses every leader-only option it does not read,
+//   from any source, BATCHCAST_* variables and config files included, since no other process
+//   of the job would read it either.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -24,5 +31,13 @@ bool ConsumerReadsOption(std::string_view key);
 // options a consumer accepts; `consumer` names the front door. Ok when there is none.
 Status CheckConsumerOptions(const Options& options, std::string_view consumer,
                             std::string_view leader);
+
+// The first leader-only option set from any source (not left at its default) that is not
+// in `reads`, as an error naming the option, where it was set (the BATCHCAST_* variable, the
+// config file, the code), why `front_door` does not read it, and `instead` (what to do).
+// Ok when there is none.
+Status CheckPublisherOptions(const Options& options, std::string_view front_door,
+                             std::initializer_list<std::string_view> reads,
+                             std::string_view instead);
 
 }  // namespace batchcast

@@ -25,9 +25,17 @@ namespace {
 
 enum class Kind { kInt, kInt64, kUint64, kDouble, kBool, kString, kEnum, kSize, kDuration };
 
+// Who reads an option (option_scope.h). Every entry states it, so a new option cannot be
+// added without deciding whether a consumer's front door accepts it.
+enum class Scope {
+  kLeader,  // only a leader reads it (dataset, decode, transforms, ring, placement, GPU staging)
+  kAll,     // consumers read it too (batch sizes, epochs, seed for carving, mode/rank, telemetry)
+};
+
 struct Entry {
   const char* key;
   Kind kind;
+  Scope scope;
   const char* help;
   const char* choices;  // for kEnum: "a|b|c"
   std::function<void*(Options&)> field;
@@ -38,62 +46,64 @@ std::function<void*(Options&)> Field(T Options::*member) {
   return [member](Options& o) -> void* { return &(o.*member); };
 }
 
-#define BC_OPT(name, kind, help) Entry{#name, Kind::kind, help, nullptr, Field(&Options::name)}
-#define BC_ENUM(name, choices, help) Entry{#name, Kind::kEnum, help, choices, Field(&Options::name)}
+#define BC_OPT(name, kind, scope, help) \
+  Entry{#name, Kind::kind, Scope::scope, help, nullptr, Field(&Options::name)}
+#define BC_ENUM(name, scope, choices, help) \
+  Entry{#name, Kind::kEnum, Scope::scope, help, choices, Field(&Options::name)}
 
 const std::vector<Entry>& Registry() {
   static const std::vector<Entry> kRegistry = {
-      BC_OPT(dataset, kString, "HDF5 dataset file in the Batchcast layout"),
-      BC_OPT(seed, kUint64, "seed of the stream: batches are a pure function of (seed, epoch, position)"),
-      BC_OPT(epochs, kInt, "epochs the leader produces"),
-      BC_OPT(limit_samples, kInt64, "use only the first N samples of the dataset (0 = all)"),
-      BC_OPT(shuffle, kBool, "permute the samples every epoch"),
-      BC_OPT(threads, kInt, "decode worker threads on the leader (0 = available cores)"),
-      BC_OPT(image_size, kInt, "output height = width in pixels (0 = stored size)"),
-      BC_ENUM(crop, "none|center|random", "crop before resizing: none, center, or random (RandomResizedCrop)"),
-      BC_OPT(crop_scale_min, kDouble, "RandomResizedCrop: smallest fraction of the image area"),
-      BC_OPT(crop_scale_max, kDouble, "RandomResizedCrop: largest fraction of the image area"),
-      BC_OPT(flip, kBool, "random horizontal flip with probability 0.5"),
-      BC_OPT(normalize, kBool, "normalise (x/255 - mean)/std; implies dtype=float32"),
-      BC_OPT(mean, kString, "per-channel mean for normalize, comma separated"),
-      BC_OPT(std, kString, "per-channel standard deviation for normalize, comma separated"),
-      BC_ENUM(dtype, "uint8|float32", "element type of the image tensor"),
-      BC_ENUM(layout, "chw|hwc", "memory layout of each image"),
-      BC_OPT(channels, kInt, "output channels: 0 = as stored, 1 = gray, 3 = RGB"),
-      BC_OPT(max_pixels, kSize, "refuse images with more pixels than this (decompression bombs); accepts k/m/g suffixes"),
-      BC_OPT(dct_scaling, kBool, "decode JPEGs at 1/2, 1/4 or 1/8 size (DCT-domain scaling) when the output needs no more pixels"),
-      BC_OPT(crop_decode, kBool, "with crop=center|random, decode only the JPEG rows and columns the crop keeps (same pixels as a full decode)"),
-      BC_ENUM(on_bad_sample, "error|skip", "what a corrupt or oversized sample does: stop with an error, or skip it (counted and reported)"),
-      BC_ENUM(verify, "off|sample|full", "per-sample checksums of the dataset file: off; sample = check each sample when it is read (xxh3, under 1% of decode time); full = also read and check every sample once when the leader starts. A sample that fails is a bad sample (on_bad_sample); files without checksums are read unchecked, which the leader logs once"),
-      BC_OPT(batch_size, kInt, "samples per batch for this consumer"),
-      BC_OPT(buffer_depth, kInt, "batches a consumer may hold unreleased"),
-      BC_OPT(producer_batch, kInt, "samples per producer batch (0 = 2 x the largest consumer batch)"),
-      BC_OPT(ring_slots, kInt, "producer batches in the shared-memory ring (0 = buffer_depth + 2)"),
-      BC_OPT(carve_offset, kBool, "seeded per-consumer offset when carving producer batches"),
-      BC_OPT(carve_shuffle, kBool, "seeded per-consumer order of the carved batches"),
-      BC_OPT(leader_trains, kBool, "the leader rank also trains instead of being an extra rank"),
-      BC_OPT(ranks_per_node, kInt, "form virtual nodes of this many consecutive ranks (0 = real nodes)"),
-      BC_ENUM(mode, "replicate|shard", "across nodes: replicate (every trainer sees the whole stream; node leaders split the decode and exchange it over MPI) or shard (data-parallel: each trainer gets a disjoint part of every global batch)"),
-      BC_OPT(job_id, kString, "job identity used in segment and socket names (default: Slurm/Open MPI job id or leader pid)"),
-      BC_OPT(heartbeat_ms, kDuration, "a consumer that shows no sign of life for this long is detached; accepts ms/s/m suffixes"),
-      BC_OPT(allowed_leader_uid, kInt, "consumers attach only to a leader of their own uid, or of this one (-1 = own uid only): an abstract socket can be taken by any local user"),
-      BC_ENUM(gpu, "auto|off|on", "GPU data plane (docs/gpu.md): auto = trainers that see a CUDA device get device batches (one H2D copy per GPU, CUDA IPC, NCCL to other GPUs), else the host path with one log line; on = the same but no device is an error; off = host path only"),
-      BC_OPT(trainers_per_gpu, kInt, "trainers sharing one GPU: trainer with local index r uses GPU r / k (0 = spread the node's trainers evenly over the visible GPUs)"),
-      BC_OPT(gpu_finish, kBool, "with the GPU data plane: turn uint8 images into normalised float32 CHW (mean/std options) once per GPU by a CUDA kernel instead of per trainer"),
-      BC_OPT(resize, kString, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
-      BC_OPT(stage, kString, "model stages the leader runs on each producer batch after the pipeline, e.g. model(path=encoder.pt,input=images,output=embedding); ';' chains several (docs/model-stage.md; needs a build with LibTorch)"),
-      BC_OPT(telemetry, kString, "telemetry sinks, e.g. telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled"),
-      BC_OPT(experiment, kString, "telemetry tag: experiment name (e.g. the sweep)"),
-      BC_OPT(workload, kString, "telemetry tag: workload name (a set of collocated runs)"),
-      BC_OPT(run_name, kString, "telemetry tag: name of this run / trial"),
-      BC_OPT(drop_last, kBool, "this consumer drops the epoch's partial last batch (N mod batch_size samples), like DataLoader(drop_last=True); default: an exact partial last batch"),
-      BC_OPT(connect_timeout, kDuration, "a consumer (C++, Python, a trainer under batchcast-run) waits this long for its leader or service to listen before it fails, naming the address; 0 = try once; accepts ms/s/m suffixes"),
-      BC_OPT(rank, kInt, "mode=shard: this consumer's data-parallel rank (-1 = RANK from the environment); the MPI Runtime derives it and refuses it"),
-      BC_OPT(world_size, kInt, "mode=shard: the number of data-parallel ranks sharing the stream (0 = WORLD_SIZE from the environment); the MPI Runtime derives it and refuses it"),
-      BC_OPT(start_epoch, kInt, "resume: the epoch to start at (Consumer::Position().epoch of the interrupted run); the leader produces epochs start_epoch..epochs-1 and a consumer runs them"),
-      BC_OPT(start_batch, kInt64, "resume: the batch within start_epoch to start at, in the consumer's batch_size (Consumer::Position().batch); the leader starts at the producer batch holding it"),
-      BC_OPT(pad_last, kBool, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
-      BC_OPT(cache, kSize, "decoded-sample cache of the leader, e.g. 8g (0 = off): the first epoch keeps each sample as decoded before any random step (crop, flip), later epochs reuse it; admits samples until the budget is full, never evicts (docs/pipeline.md); accepts k/m/g suffixes"),
+      BC_OPT(dataset, kString, kLeader, "HDF5 dataset file in the Batchcast layout"),
+      BC_OPT(seed, kUint64, kAll, "seed of the stream: batches are a pure function of (seed, epoch, position)"),
+      BC_OPT(epochs, kInt, kAll, "epochs the leader produces"),
+      BC_OPT(limit_samples, kInt64, kLeader, "use only the first N samples of the dataset (0 = all)"),
+      BC_OPT(shuffle, kBool, kLeader, "permute the samples every epoch"),
+      BC_OPT(threads, kInt, kLeader, "decode worker threads on the leader (0 = available cores)"),
+      BC_OPT(image_size, kInt, kLeader, "output height = width in pixels (0 = stored size)"),
+      BC_ENUM(crop, kLeader, "none|center|random", "crop before resizing: none, center, or random (RandomResizedCrop)"),
+      BC_OPT(crop_scale_min, kDouble, kLeader, "RandomResizedCrop: smallest fraction of the image area"),
+      BC_OPT(crop_scale_max, kDouble, kLeader, "RandomResizedCrop: largest fraction of the image area"),
+      BC_OPT(flip, kBool, kLeader, "random horizontal flip with probability 0.5"),
+      BC_OPT(normalize, kBool, kLeader, "normalise (x/255 - mean)/std; implies dtype=float32"),
+      BC_OPT(mean, kString, kLeader, "per-channel mean for normalize, comma separated"),
+      BC_OPT(std, kString, kLeader, "per-channel standard deviation for normalize, comma separated"),
+      BC_ENUM(dtype, kLeader, "uint8|float32", "element type of the image tensor"),
+      BC_ENUM(layout, kLeader, "chw|hwc", "memory layout of each image"),
+      BC_OPT(channels, kInt, kLeader, "output channels: 0 = as stored, 1 = gray, 3 = RGB"),
+      BC_OPT(max_pixels, kSize, kLeader, "refuse images with more pixels than this (decompression bombs); accepts k/m/g suffixes"),
+      BC_OPT(dct_scaling, kBool, kLeader, "decode JPEGs at 1/2, 1/4 or 1/8 size (DCT-domain scaling) when the output needs no more pixels"),
+      BC_OPT(crop_decode, kBool, kLeader, "with crop=center|random, decode only the JPEG rows and columns the crop keeps (same pixels as a full decode)"),
+      BC_ENUM(on_bad_sample, kLeader, "error|skip", "what a corrupt or oversized sample does: stop with an error, or skip it (counted and reported)"),
+      BC_ENUM(verify, kLeader, "off|sample|full", "per-sample checksums of the dataset file: off; sample = check each sample when it is read (xxh3, under 1% of decode time); full = also read and check every sample once when the leader starts. A sample that fails is a bad sample (on_bad_sample); files without checksums are read unchecked, which the leader logs once"),
+      BC_OPT(batch_size, kInt, kAll, "samples per batch for this consumer"),
+      BC_OPT(buffer_depth, kInt, kAll, "batches a consumer may hold unreleased"),
+      BC_OPT(producer_batch, kInt, kLeader, "samples per producer batch (0 = 2 x the largest consumer batch)"),
+      BC_OPT(ring_slots, kInt, kLeader, "producer batches in the shared-memory ring (0 = buffer_depth + 2)"),
+      BC_OPT(carve_offset, kBool, kAll, "seeded per-consumer offset when carving producer batches"),
+      BC_OPT(carve_shuffle, kBool, kAll, "seeded per-consumer order of the carved batches"),
+      BC_OPT(leader_trains, kBool, kLeader, "the leader rank also trains instead of being an extra rank"),
+      BC_OPT(ranks_per_node, kInt, kLeader, "form virtual nodes of this many consecutive ranks (0 = real nodes)"),
+      BC_ENUM(mode, kAll, "replicate|shard", "across nodes: replicate (every trainer sees the whole stream; node leaders split the decode and exchange it over MPI) or shard (data-parallel: each trainer gets a disjoint part of every global batch)"),
+      BC_OPT(job_id, kString, kLeader, "job identity used in segment and socket names (default: Slurm/Open MPI job id or leader pid)"),
+      BC_OPT(heartbeat_ms, kDuration, kAll, "a consumer that shows no sign of life for this long is detached; accepts ms/s/m suffixes"),
+      BC_OPT(allowed_leader_uid, kInt, kAll, "consumers attach only to a leader of their own uid, or of this one (-1 = own uid only): an abstract socket can be taken by any local user"),
+      BC_ENUM(gpu, kLeader, "auto|off|on", "GPU data plane (docs/gpu.md): auto = trainers that see a CUDA device get device batches (one H2D copy per GPU, CUDA IPC, NCCL to other GPUs), else the host path with one log line; on = the same but no device is an error; off = host path only"),
+      BC_OPT(trainers_per_gpu, kInt, kLeader, "trainers sharing one GPU: trainer with local index r uses GPU r / k (0 = spread the node's trainers evenly over the visible GPUs)"),
+      BC_OPT(gpu_finish, kBool, kLeader, "with the GPU data plane: turn uint8 images into normalised float32 CHW (mean/std options) once per GPU by a CUDA kernel instead of per trainer"),
+      BC_OPT(resize, kString, kLeader, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
+      BC_OPT(stage, kString, kLeader, "model stages the leader runs on each producer batch after the pipeline, e.g. model(path=encoder.pt,input=images,output=embedding); ';' chains several (docs/model-stage.md; needs a build with LibTorch)"),
+      BC_OPT(telemetry, kString, kAll, "telemetry sinks, e.g. telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled"),
+      BC_OPT(experiment, kString, kAll, "telemetry tag: experiment name (e.g. the sweep)"),
+      BC_OPT(workload, kString, kAll, "telemetry tag: workload name (a set of collocated runs)"),
+      BC_OPT(run_name, kString, kAll, "telemetry tag: name of this run / trial"),
+      BC_OPT(drop_last, kBool, kAll, "this consumer drops the epoch's partial last batch (N mod batch_size samples), like DataLoader(drop_last=True); default: an exact partial last batch"),
+      BC_OPT(connect_timeout, kDuration, kAll, "a consumer (C++, Python, a trainer under batchcast-run) waits this long for its leader or service to listen before it fails, naming the address; 0 = try once; accepts ms/s/m suffixes"),
+      BC_OPT(rank, kInt, kAll, "mode=shard: this consumer's data-parallel rank (-1 = RANK from the environment); the MPI Runtime derives it and refuses it"),
+      BC_OPT(world_size, kInt, kAll, "mode=shard: the number of data-parallel ranks sharing the stream (0 = WORLD_SIZE from the environment); the MPI Runtime derives it and refuses it"),
+      BC_OPT(start_epoch, kInt, kAll, "resume: the epoch to start at (Consumer::Position().epoch of the interrupted run); the leader produces epochs start_epoch..epochs-1 and a consumer runs them"),
+      BC_OPT(start_batch, kInt64, kAll, "resume: the batch within start_epoch to start at, in the consumer's batch_size (Consumer::Position().batch); the leader starts at the producer batch holding it"),
+      BC_OPT(pad_last, kBool, kAll, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
+      BC_OPT(cache, kSize, kLeader, "decoded-sample cache of the leader, e.g. 8g (0 = off): the first epoch keeps each sample as decoded before any random step (crop, flip), later epochs reuse it; admits samples until the budget is full, never evicts (docs/pipeline.md); accepts k/m/g suffixes"),
   };
   return kRegistry;
 }
@@ -103,6 +113,13 @@ std::string NormalizeKey(std::string key) {
   std::transform(key.begin(), key.end(), key.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return key;
+}
+
+// The environment variable of registry key `key`: BATCHCAST_ and the key in upper case.
+std::string EnvName(std::string_view key) {
+  std::string name = "BATCHCAST_";
+  for (char c : key) name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
 }
 
 const Entry* Find(const std::string& key) {
@@ -487,32 +504,17 @@ std::string OptionsToJson(const Options& options) {
                    {"default", Render(e, defaults)},
                    {"value", Render(e, const_cast<Options&>(options))},
                    {"source", source},
-                   {"env", "BATCHCAST_" + [&] {
-                      std::string k = e.key;
-                      for (auto& c : k) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-                      return k;
-                    }()},
+                   {"env", EnvName(e.key)},
+                   {"scope", e.scope == Scope::kAll ? "all" : "leader"},
                    {"help", e.help}});
   }
   return arr.dump(2);
 }
 
-namespace {
-
-// Options only the leader reads (dataset, decode and transforms, the ring, placement, GPU
-// staging): a consumer's own front door refuses them (option_scope.h). Every other option
-// is read by consumers too (batch_size, epochs, seed for carving, mode/rank, telemetry...).
-constexpr std::string_view kLeaderOnly[] = {
-    "dataset", "limit_samples", "shuffle", "threads", "image_size", "crop", "crop_scale_min",
-    "crop_scale_max", "flip", "normalize", "mean", "std", "dtype", "layout", "channels",
-    "max_pixels", "dct_scaling", "crop_decode", "on_bad_sample", "verify", "producer_batch",
-    "ring_slots", "leader_trains", "ranks_per_node", "job_id", "gpu", "trainers_per_gpu",
-    "gpu_finish", "resize", "cache", "stage"};
-
-}  // namespace
-
 bool ConsumerReadsOption(std::string_view key) {
-  return std::find(std::begin(kLeaderOnly), std::end(kLeaderOnly), key) == std::end(kLeaderOnly);
+  for (const auto& e : Registry())
+    if (key == e.key) return e.scope == Scope::kAll;
+  return false;
 }
 
 Status CheckConsumerOptions(const Options& options, std::string_view consumer,
@@ -526,6 +528,24 @@ Status CheckConsumerOptions(const Options& options, std::string_view consumer,
         "{}: option '{}' configures the leader, not a consumer: the leader decodes and "
         "publishes for every consumer, and a consumer never reads it. Give it to the leader "
         "({}); a consumer accepts {}", consumer, key, leader, accepted);
+  }
+  return Status::Ok();
+}
+
+Status CheckPublisherOptions(const Options& options, std::string_view front_door,
+                             std::initializer_list<std::string_view> reads,
+                             std::string_view instead) {
+  for (const auto& [key, source] : options.sources) {
+    if (ConsumerReadsOption(key) || std::find(reads.begin(), reads.end(), key) != reads.end())
+      continue;
+    std::string where = source == "env"    ? "by " + EnvName(key)
+                        : source == "file" ? std::string("in the config file")
+                        : source == "flag" ? std::string("on the command line")
+                                           : std::string("in code");
+    return InvalidArgumentError(
+        "{}: option '{}' (set {}) configures a native leader's decode pipeline or ring; {} "
+        "publishes the batches your code makes and never reads it. {}",
+        front_door, key, where, front_door, instead);
   }
   return Status::Ok();
 }

@@ -2,8 +2,9 @@
 """The leader's model stage (docs/model-stage.md) from every front door that publishes
 batches: the Python Leader, the C API leader, the MPI Runtime and `batchcast serve` each run a
 module scripted here (each image's per-channel mean, tensor "mean") once per producer batch,
-and each consumer finds in the slot what the module gives on its own images. The Python
-Producer publishes the caller's batches and refuses option 'stage'."""
+and each consumer finds in the slot what the module gives on its own images. (The Python Producer
+publishes the caller's batches and refuses option 'stage' like every leader option:
+test_producer.py.)"""
 import os
 import shutil
 import subprocess
@@ -129,10 +130,3 @@ def test_service_runs_the_stage(fmnist, mean_pt):
         serve.terminate()
         serve.wait(timeout=60)
 
-
-def test_python_producer_refuses_the_stage(monkeypatch, mean_pt):
-    monkeypatch.setenv("BATCHCAST_STAGE", stage(mean_pt))
-    batches = [(np.zeros((4, 1, 2, 2), np.uint8), np.zeros(4, np.int64))]
-    with pytest.raises(batchcast.InvalidArgumentError,
-                       match="producer: option 'stage' .* runs no model stage"):
-        batchcast.Producer(batches)

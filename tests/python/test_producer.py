@@ -127,3 +127,29 @@ def test_producer_arguments_are_checked():
         batchcast.Producer([(np.zeros((4, 2), np.int32), np.zeros(4))])
     with pytest.raises(batchcast.InvalidArgumentError, match="largest consumer batch"):
         batchcast.Producer(Batches(100, 10), max_batch_size=20)
+
+
+def test_producer_reads_or_refuses_every_leader_option_from_the_environment(monkeypatch):
+    # It reads ring_slots and heartbeat_ms from BATCHCAST_* (its arguments win) ...
+    monkeypatch.setenv("BATCHCAST_RING_SLOTS", "7")
+    monkeypatch.setenv("BATCHCAST_HEARTBEAT_MS", "3s")
+    p = batchcast.Producer(Batches(40, 10))
+    assert (p.stats()["ring_slots"], p.stats()["heartbeat_ms"]) == (7, 3000)
+    p = batchcast.Producer(Batches(40, 10), ring_slots=5, heartbeat_ms=2000)
+    assert (p.stats()["ring_slots"], p.stats()["heartbeat_ms"]) == (5, 2000)
+    monkeypatch.delenv("BATCHCAST_RING_SLOTS")
+    # ... and refuses the decode pipeline's options, which it would otherwise ignore.
+    for var, value in (("BATCHCAST_THREADS", "4"), ("BATCHCAST_CACHE", "1g"),
+                       ("BATCHCAST_STAGE", "model(path=x.pt,input=images,output=e)"),
+                       ("BATCHCAST_IMAGE_SIZE", "96")):
+        monkeypatch.setenv(var, value)
+        with pytest.raises(batchcast.InvalidArgumentError) as e:
+            batchcast.Producer(Batches(40, 10))
+        key = var[len("BATCHCAST_"):].lower()
+        message = str(e.value)
+        assert f"batchcast.Producer: option '{key}' (set by {var})" in message, message
+        assert "batchcast.Leader(dataset=...)" in message, message
+        monkeypatch.delenv(var)
+    # Options the job's consumers read are theirs, not refused.
+    monkeypatch.setenv("BATCHCAST_BATCH_SIZE", "5")
+    batchcast.Producer(Batches(40, 10))

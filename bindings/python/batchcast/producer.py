@@ -129,11 +129,15 @@ class Producer:
     telemetry: a telemetry spec (``"json=producer.json"``, ``"hdf5=run.%r.h5,interval=1s"``,
       ``"on"``), written with the summary when the stream ends or fails (docs/python.md).
     rank, run_name: this process's rank and the run's name in telemetry.
+    ring_slots, heartbeat_ms: the ring's slots (default buffer_depth + 3) and the consumers'
+      heartbeat; unset, BATCHCAST_RING_SLOTS / BATCHCAST_HEARTBEAT_MS or the config file
+      apply. Any other leader option set there (BATCHCAST_THREADS, BATCHCAST_CACHE, ...)
+      configures the native decode pipeline, which a Producer does not run: it is refused.
     """
 
     def __init__(self, iterable, *, epochs=1, consumers=1, batch_size=None, max_batch_size=None,
                  samples_per_epoch=None, sample_shape=None, dtype=None, buffer_depth=2,
-                 ring_slots=None, address=None, heartbeat_ms=10000, end_when_empty=True,
+                 ring_slots=None, address=None, heartbeat_ms=None, end_when_empty=True,
                  join_timeout=None, telemetry=None, rank=None, run_name=None):
         self._iterable = iterable
         self._epochs = int(epochs)
@@ -167,12 +171,14 @@ class Producer:
             raise InvalidArgumentError("producer: batch_size is unknown; pass batch_size=...")
         if samples_per_epoch is None:
             samples_per_epoch = _epoch_samples(iterable, batch_size)
-        slots = ring_slots or buffer_depth + 3  # +1: a slot is held while the next batch loads
+        slots = buffer_depth + 3  # +1: a slot is held while the next batch loads
         self._p = _bc._Producer(list(sample_shape), dtype, int(batch_size),
                                 int(samples_per_epoch), int(max_batch_size or batch_size),
-                                int(slots), int(heartbeat_ms), address or "",
+                                int(slots), address or "",
                                 epochs=int(self._epochs),
-                                options={"telemetry": telemetry, "run_name": run_name},
+                                options={"telemetry": telemetry, "run_name": run_name,
+                                         "ring_slots": ring_slots,
+                                         "heartbeat_ms": heartbeat_ms},
                                 rank=_env_rank() if rank is None else int(rank),
                                 tensors=self._specs)
         self.address = self._p.address

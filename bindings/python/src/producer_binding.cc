@@ -12,6 +12,7 @@
 
 #include "bindings/python/src/bindings.h"
 #include "core/log.h"
+#include "core/option_scope.h"
 #include "producer/batch_source.h"
 #include "node/external_producer.h"
 #include "node/leader.h"
@@ -66,9 +67,18 @@ py::list MemberDicts(const shm::RingLeader& ring) {
 class PyProducer {
  public:
   PyProducer(std::vector<int> sample_shape, const std::string& dtype, int64_t producer_batch,
-             int64_t epoch_samples, int max_consumer_batch, int ring_slots, int64_t heartbeat_ms,
+             int64_t epoch_samples, int max_consumer_batch, int ring_slots,
              const std::string& address, int64_t epochs, py::dict options, int rank,
              py::list tensors) {
+    // `options`: the Producer's keyword options over BATCHCAST_* and the config file. It
+    // reads ring_slots (over `ring_slots`, its default from buffer_depth) and the options
+    // every front door reads (heartbeat_ms, telemetry and its tags); any other leader option
+    // would be ignored, so it is refused wherever it was set.
+    Options o = OptionsFromKwargs(options);
+    ThrowIfError(CheckPublisherOptions(
+        o, "batchcast.Producer", {"ring_slots"},
+        "Unset it, or use batchcast.Leader(dataset=...) for the native decode pipeline; the "
+        "Producer's own settings are its keyword arguments (docs/python.md)"));
     if (sample_shape.size() != 3 && !(sample_shape.empty() && !tensors.empty()))
       throw StatusError(Status(StatusCode::kInvalidArgument,
                                "producer: sample_shape must be (channels, height, width)"));
@@ -84,19 +94,11 @@ class PyProducer {
     c.epoch_samples = epoch_samples;
     c.epochs = epochs;
     c.max_consumer_batch = static_cast<uint32_t>(max_consumer_batch);
-    c.ring_slots = static_cast<uint32_t>(ring_slots);
-    c.heartbeat_ms = heartbeat_ms;
+    c.ring_slots = static_cast<uint32_t>(o.ring_slots > 0 ? o.ring_slots : ring_slots);
+    c.heartbeat_ms = o.heartbeat_ms;
     c.socket_name = address.empty() ? NewAddress("producer") : address;
     c.job = "python";
-    const Options resolved = OptionsFromKwargs(options);
-    if (!resolved.stage.empty())  // the leader's pipeline option; nothing here would run it
-      throw StatusError(Status(
-          StatusCode::kInvalidArgument,
-          "producer: option 'stage' (" + resolved.stage + ") is set (BATCHCAST_STAGE or a "
-          "config file), but a Producer publishes the batches of its iterable and runs no "
-          "model stage; run the module in your loop and publish its output as a named tensor "
-          "of a dict batch (docs/model-stage.md), or unset 'stage'"));
-    telemetry_ = std::make_unique<ProcessTelemetry>(resolved, rank, telemetry::Role::kLeader);
+    telemetry_ = std::make_unique<ProcessTelemetry>(o, rank, telemetry::Role::kLeader);
     c.collector = telemetry_->collector();
     per_sample_ = int64_t(c.layout.channels) * c.layout.height * c.layout.width;
     float_ = c.layout.dtype == pipeline::DType::kFloat32;
@@ -188,6 +190,8 @@ class PyProducer {
     d["dropped_batches"] = s.dropped_batches;
     d["tail_copies"] = s.tail_copies;
     d["slot_wait_ns"] = s.slot_wait_ns;
+    d["ring_slots"] = p_->config().ring_slots;
+    d["heartbeat_ms"] = p_->config().heartbeat_ms;
     d["consumers"] = MemberDicts(p_->ring());
     d["telemetry_summary"] = telemetry_->summary();
     return d;
@@ -311,11 +315,11 @@ class PyLeader {
 
 void BindProducer(py::module_& m) {
   py::class_<PyProducer>(m, "_Producer")
-      .def(py::init<std::vector<int>, const std::string&, int64_t, int64_t, int, int, int64_t,
+      .def(py::init<std::vector<int>, const std::string&, int64_t, int64_t, int, int,
                     const std::string&, int64_t, py::dict, int, py::list>(),
            py::arg("sample_shape"), py::arg("dtype"), py::arg("producer_batch"),
            py::arg("epoch_samples"), py::arg("max_consumer_batch"), py::arg("ring_slots"),
-           py::arg("heartbeat_ms"), py::arg("address") = "", py::arg("epochs") = 0,
+           py::arg("address") = "", py::arg("epochs") = 0,
            py::arg("options") = py::dict(), py::arg("rank") = -1, py::arg("tensors") = py::list())
       .def_property_readonly("address", &PyProducer::address)
       .def("wait_for_consumers", &PyProducer::WaitForConsumers, py::arg("n"),

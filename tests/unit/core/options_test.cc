@@ -147,5 +147,36 @@ TEST(OptionsTest, ConsumerRefusesLeaderOnlyOptionsSetExplicitly) {
   EXPECT_TRUE(CheckConsumerOptions(*from_env, "c", "l").ok());
 }
 
+// A leader that runs no decode pipeline (the Python Producer) refuses every leader-only
+// option it does not read, wherever it was set: a BATCHCAST_* variable too, since no other
+// process of its job reads it.
+TEST(OptionsTest, PublisherRefusesLeaderOptionsItDoesNotReadFromAnySource) {
+  for (const auto& info : ListOptions()) {
+    Options o;
+    ASSERT_TRUE(SetOption(&o, info.key, info.default_value).ok()) << info.key;
+    Status st = CheckPublisherOptions(o, "P", {"ring_slots"}, "do this");
+    EXPECT_EQ(st.ok(), ConsumerReadsOption(info.key) || info.key == "ring_slots")
+        << info.key << ": " << st.ToString();
+  }
+  {
+    ScopedEnv env({{"BATCHCAST_CACHE", std::string("1g")},
+                   {"BATCHCAST_RING_SLOTS", std::string("6")},
+                   {"BATCHCAST_BATCH_SIZE", std::string("8")}});
+    auto from_env = ResolveOptions({});
+    ASSERT_TRUE(from_env.ok());
+    Status st = CheckPublisherOptions(*from_env, "P", {"ring_slots"}, "Unset it.");
+    ASSERT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(st.message(),
+              "P: option 'cache' (set by BATCHCAST_CACHE) configures a native leader's decode "
+              "pipeline or ring; P publishes the batches your code makes and never reads it. "
+              "Unset it.");
+  }
+  ScopedEnv env({{"BATCHCAST_RING_SLOTS", std::string("6")},
+                 {"BATCHCAST_BATCH_SIZE", std::string("8")}});
+  auto from_env = ResolveOptions({});
+  ASSERT_TRUE(from_env.ok());
+  EXPECT_TRUE(CheckPublisherOptions(*from_env, "P", {"ring_slots"}, "x").ok());
+}
+
 }  // namespace
 }  // namespace batchcast
