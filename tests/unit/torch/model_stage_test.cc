@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -83,6 +84,22 @@ for name, m in (("enc", Enc()), ("flat", Flat()), ("spatial", Spatial()), ("boom
     return cfg;
   }
   static std::string Module(const char* name) { return (dir_ / name).string(); }
+  // A consumer (batch size b, `epochs`) of `address` that calls on_batch(enc.pt, batch) for
+  // every batch, with enc.pt loaded in eval mode and under InferenceMode.
+  using OnBatch = std::function<void(torch::jit::Module&, const Batch&)>;
+  static void ConsumeWithEncoder(const std::string& address, int b, int rank, int epochs,
+                                 const OnBatch& on_batch) {
+    Options o;
+    o.batch_size = b;
+    o.epochs = epochs;
+    auto c = Consumer::Attach(address, o, rank);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    torch::jit::Module module = torch::jit::load(Module("enc.pt"));
+    module.eval();
+    c10::InferenceMode guard;
+    Batch batch;
+    while ((*c)->Next(&batch).ok()) on_batch(module, batch);
+  }
   static std::string Refusal(const std::string& stage) {
     auto l = Leader::Create(Config(stage, 1), std::make_unique<SyntheticSource>(40, 8, 1));
     return l.ok() ? "(accepted)" : l.status().message();
@@ -108,16 +125,9 @@ TEST_F(ModelStageTest, TheSlotHoldsWhatTheConsumerComputesOncePerProducerBatch) 
   std::vector<int64_t> seen(consumers, 0), bad(consumers, 0);
   std::vector<std::thread> threads;
   for (int i = 0; i < consumers; ++i) {
-    threads.emplace_back([&, i] {
-      Options o;
-      o.batch_size = i == 0 ? 8 : i == 1 ? 5 : 16;
-      auto c = Consumer::Attach(leader.address(), o, i);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
-      torch::jit::Module module = torch::jit::load(Module("enc.pt"));
-      module.eval();
-      c10::InferenceMode guard;
-      Batch b;
-      while ((*c)->Next(&b).ok()) {
+    const int batch_size = i == 0 ? 8 : i == 1 ? 5 : 16;
+    threads.emplace_back([&, i, batch_size] {
+      ConsumeWithEncoder(leader.address(), batch_size, i, 1, [&](auto& module, const Batch& b) {
         TorchBatch tb = ToTorch(b).value();
         ASSERT_EQ(tb.tensors.count("embedding"), 1u);
         const torch::Tensor mine = module.forward({tb.images.to(torch::kFloat32)}).toTensor();
@@ -125,7 +135,7 @@ TEST_F(ModelStageTest, TheSlotHoldsWhatTheConsumerComputesOncePerProducerBatch) 
         EXPECT_EQ(slot.sizes(), mine.sizes());
         bad[i] += !torch::allclose(slot, mine, 1e-4, 1e-5);
         seen[i] += b.size() - b.info().repeats;
-      }
+      });
     });
   }
   for (auto& th : threads) th.join();
@@ -231,15 +241,7 @@ TEST_F(ModelStageTest, KeepInputFalsePublishesTheOutputOnlyInASmallerSlot) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 2; ++i) {
     threads.emplace_back([&, i] {
-      Options o;
-      o.batch_size = i == 0 ? 8 : 5;
-      auto c = Consumer::Attach(leader.address(), o, i);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
-      torch::jit::Module module = torch::jit::load(Module("enc.pt"));
-      module.eval();
-      c10::InferenceMode guard;
-      Batch b;
-      while ((*c)->Next(&b).ok()) {
+      ConsumeWithEncoder(leader.address(), i == 0 ? 8 : 5, i, 1, [&](auto& module, const Batch& b) {
         bad[i] += b.images().nbytes != 0 || b.tensor("images").data != nullptr ||
                   b.num_tensors() != 1 || ToTorch(b).value().images.defined();
         auto images = ToTensor(b, "images");
@@ -248,7 +250,7 @@ TEST_F(ModelStageTest, KeepInputFalsePublishesTheOutputOnlyInASmallerSlot) {
         bad[i] += slot.scalar_type() != torch::kFloat16 ||
                   !torch::allclose(slot.to(torch::kFloat32), Expected(module, b, 8), 1e-2, 1e-3);
         seen[i] += b.size() - b.info().repeats;
-      }
+      });
     });
   }
   for (auto& th : threads) th.join();
@@ -288,23 +290,14 @@ TEST_F(ModelStageTest, WithProgressiveResizingEverySizeIsProbedAndRun) {
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   Status run;
   std::thread t([&] { run = (*l)->Run(); });
-  Options o;
-  o.batch_size = 4;
-  o.epochs = 2;
-  auto c = Consumer::Attach((*l)->address(), o, 0);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  torch::jit::Module module = torch::jit::load(Module("enc.pt"));
-  module.eval();
-  c10::InferenceMode guard;
   std::map<int, int64_t> samples_at;  // image size -> samples seen
   int64_t bad = 0;
-  Batch b;
-  while ((*c)->Next(&b).ok()) {
+  ConsumeWithEncoder((*l)->address(), 4, 0, 2, [&](auto& module, const Batch& b) {
     const int size = b.info().image_size;
     const torch::Tensor slot = ToTensor(b, "embedding").value();
     bad += !torch::allclose(slot, Expected(module, b, size, true), 1e-4, 1e-5);
     samples_at[size] += b.size() - b.info().repeats;
-  }
+  });
   t.join();
   ASSERT_TRUE(run.ok()) << run.ToString();
   EXPECT_EQ(bad, 0);
