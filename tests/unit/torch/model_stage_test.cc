@@ -12,11 +12,12 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <string>
 #include <thread>
 
 #include "batchcast/consumer.h"
@@ -32,16 +33,10 @@ std::string Socket() {
   return "batchcast-test-" + std::to_string(getpid()) + "-stage-" + std::to_string(n++);
 }
 
-// Scripts the test modules once: enc.pt (conv -> pool -> linear, 5 outputs, any image size),
-// flat.pt (an output whose per-sample shape depends on the batch), spatial.pt (one that
-// depends on the image size), boom.pt (raises for batches > 2).
-class ModelStageTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = std::filesystem::temp_directory_path() / ("bc-stage-" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir_);
-    const std::string script = (dir_ / "make.py").string();
-    std::ofstream(script) << R"(import sys, torch
+// The test modules: enc.pt (conv -> pool -> linear, 5 outputs, any image size), flat.pt (an
+// output whose per-sample shape depends on the batch), spatial.pt (one that depends on the
+// image size), boom.pt (raises for batches > 2).
+constexpr const char* kMakeModules = R"(import sys, torch
 torch.manual_seed(0)
 class Enc(torch.nn.Module):
     def __init__(self):
@@ -65,10 +60,28 @@ class Boom(torch.nn.Module):
 for name, m in (("enc", Enc()), ("flat", Flat()), ("spatial", Spatial()), ("boom", Boom())):
     torch.jit.script(m).save(sys.argv[1] + "/" + name + ".pt")
 )";
-    const std::string cmd = "/usr/bin/python3 " + script + " " + dir_.string();
+
+// Scripts the modules once per build tree and script: ctest runs each test of the suite as a
+// process of its own, and importing torch costs seconds, so the first process writes them
+// beside the test binary (into its own directory, then renamed: a concurrent process keeps
+// the first complete copy) and the others reuse them.
+class ModelStageTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::filesystem::path bin = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+    dir_ = bin / ("model_stage_modules-" +
+                  std::to_string(std::hash<std::string>{}(std::string(kMakeModules))));
+    if (std::filesystem::exists(dir_ / "boom.pt")) return;
+    const std::filesystem::path mine = dir_.string() + "." + std::to_string(getpid());
+    std::filesystem::create_directories(mine);
+    const std::string script = (mine / "make.py").string();
+    std::ofstream(script) << kMakeModules;
+    const std::string cmd = "/usr/bin/python3 " + script + " " + mine.string();
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::error_code ec;
+    std::filesystem::rename(mine, dir_, ec);
+    if (ec) std::filesystem::remove_all(mine);  // another process was first
   }
-  static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
 
   static LeaderConfig Config(const std::string& stage, int consumers) {
     LeaderConfig cfg;
