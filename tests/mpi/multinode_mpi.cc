@@ -16,6 +16,8 @@
 // Both: each sample's pixels and label equal a reference decode done here (the pipeline is
 // a pure function of (seed, epoch, sample), so a share decoded on another node and
 // exchanged over MPI must match byte for byte). Trainer rank 0 prints PASS/FAIL.
+// With option 'stage' (a module returning each image's per-channel mean as tensor "mean",
+// tests/python/test_model_stage.py) every batch's "mean" must equal its images' means.
 // Test-only knobs (environment, pass with mpirun -x):
 //   MULTINODE_TEST_BAD_SAMPLE=i     sample i is corrupt and skipped: it must never arrive,
 //                                   every other sample exactly once;
@@ -38,6 +40,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -207,6 +210,7 @@ class Checker {
     repeats_ += info.repeats;
     batches_ += 1;
     Verify(batch);
+    if (!o_.stage.empty()) VerifyStageMean(batch);
   }
 
   // Counts this trainer saw, minus its reported repeats, must cover the expectation.
@@ -265,6 +269,26 @@ class Checker {
         Fail(fmt::format("sample {}: label {}, dataset says {}", batch.sample_ids()[i], labels[i],
                          ref_labels_[size_t(i)]));
       checksummed_ += 1;
+    }
+  }
+
+  // With option 'stage' (tests/python/test_model_stage.py: a module returning each image's
+  // per-channel mean as tensor "mean"): every batch's "mean" equals its uint8 images' means.
+  void VerifyStageMean(const Batch& batch) {
+    const batchcast::TensorView img = batch.images(), t = batch.tensor("mean");
+    const int64_t size = batch.size(), c = img.shape[1], hw = img.shape[2] * img.shape[3];
+    if (t.data == nullptr || t.dtype != batchcast::DType::kFloat32 || t.ndim != 2 ||
+        t.shape[0] != size || t.shape[1] != c || img.dtype != batchcast::DType::kUint8)
+      return Fail(fmt::format("batch {} has no float32 [{}, {}] tensor 'mean' beside uint8 images",
+                              batch.info().index, size, c));
+    const auto* px = static_cast<const uint8_t*>(img.data);
+    const auto* mean = static_cast<const float*>(t.data);
+    for (int64_t i = 0; i < size * c; ++i) {
+      double sum = 0;
+      for (int64_t k = 0; k < hw; ++k) sum += px[i * hw + k];
+      if (std::abs(sum / double(hw) - mean[i]) > 1e-3)
+        Fail(fmt::format("sample {} channel {}: 'mean' is {}, the image's mean {}",
+                         batch.sample_ids()[i / c], i % c, mean[i], sum / double(hw)));
     }
   }
 

@@ -1,10 +1,10 @@
 # Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 """The leader's model stage (docs/model-stage.md) from every front door that publishes
-batches: the Python Leader, the C API leader, the MPI Runtime and `batchcast serve` each run a
-module scripted here (each image's per-channel mean, tensor "mean") once per producer batch,
-and each consumer finds in the slot what the module gives on its own images. (The Python Producer
-publishes the caller's batches and refuses option 'stage' like every leader option:
-test_producer.py.)"""
+batches: the Python Leader, the C API leader, the MPI Runtime, the multi-node leaders and
+`batchcast serve` each run a module scripted here (each image's per-channel mean, tensor
+"mean") once per producer batch, and each consumer finds in the slot what the module gives on
+its own images. (The Python Producer publishes the caller's batches and refuses option
+'stage' like every leader option: test_producer.py.)"""
 import os
 import shutil
 import subprocess
@@ -100,6 +100,24 @@ def test_mpi_runtime_runs_the_stage(fmnist, mean_pt):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "PASS mpi_dataplane stage" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("mode", ["replicate", "shard"])
+def test_multinode_leaders_run_the_stage(fmnist, mean_pt, mode):
+    prog = os.environ.get("BCTEST_MPI_MULTINODE")
+    mpiexec = os.environ.get("BCTEST_MPIEXEC") or shutil.which("mpirun")
+    if not prog or not mpiexec:
+        pytest.skip("BCTEST_MPI_MULTINODE or mpirun is not available")
+    # Two virtual nodes (ranks_per_node=3): each node's leader runs the stage on its slots;
+    # every trainer checks "mean" against its images (and those against its own decode).
+    cmd = [mpiexec, "--oversubscribe", "--bind-to", "none", "-n", "5", prog,
+           f"--dataset={fmnist['test']}", "--limit_samples=96", "--epochs=1", "--threads=1",
+           "--batch_size=8", f"--mode={mode}", "--ranks_per_node=3", "--heartbeat_ms=30s",
+           f"--stage={stage(mean_pt)}"] + (["--producer_batch=24"] if mode == "replicate" else [])
+    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "PASS mpi_multinode" in out.stdout, out.stdout + out.stderr
 
 
 def test_service_runs_the_stage(fmnist, mean_pt):
