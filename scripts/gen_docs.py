@@ -34,10 +34,13 @@ def configuration(binary):
         "ms/s/m. Logging is configured separately: `BATCHCAST_DEBUG`, `BATCHCAST_DEBUG_SUBSYS`,",
         "`BATCHCAST_DEBUG_FILE` (docs/architecture.md).",
         "",
-        "*Read by* is the option's scope in the registry: `leader` options configure the",
-        "leader (its decode pipeline, ring, placement); a consumer's own front door (the Python",
-        "`Consumer`) refuses them when set in code, and a `batchcast.Producer`, which runs no",
-        "decode pipeline, refuses those it does not read from any source (docs/python.md).",
+        "*Read by* is the option's scope in the registry (`runtime/core/option_scope.h`).",
+        "Front doors that configure one program's leader and consumers with one options string",
+        "(the MPI Runtime, `batchcast-run`, the C API) accept every option. A consumer's own",
+        "front door (the Python `Consumer`) refuses `leader` options set in code, the Python",
+        "`Leader` refuses `consumers` options set in code, and a `batchcast.Producer`, which",
+        "runs no decode pipeline, refuses the `leader` options it does not read from any",
+        "source (docs/python.md).",
         "",
         "| option | environment | read by | type | default | description |",
         "|---|---|---|---|---|---|",
@@ -46,7 +49,7 @@ def configuration(binary):
         default = r["default"] if r["default"] != "" else "(empty)"
         help_text = r["help"].replace("|", "\\|")
         type_text = r["type"].replace("|", " \\| ")
-        scope = "leader, consumers" if r["scope"] == "all" else "leader"
+        scope = {"all": "leader, consumers", "leader": "leader", "consumer": "consumers"}[r["scope"]]
         lines.append(f"| `{r['key']}` | `{r['env']}` | {scope} | {type_text} | `{default}` "
                      f"| {help_text} |")
     return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "core/option_scope.h"
 #include "batchcast/options.h"
 #include "cli/commands.h"
 #include "core/log.h"
@@ -39,6 +40,10 @@ struct ServeArgs {
 
 int Serve(const ServeArgs& a) {
   auto opts = ResolveOptions(a.flags);
+  if (opts.ok()) {
+    Status st = CheckLeaderOptions(*opts, "service", "each trial's consumer");
+    if (!st.ok()) opts = st;
+  }
   if (!opts.ok()) {
     std::fprintf(stderr, "batchcast serve: %s\n", opts.status().ToString().c_str());
     return 2;

@@ -154,4 +154,15 @@ void Write(Level level, Subsys subsys, std::string_view message) {
   std::fflush(g_out);
 }
 
+void Report(Subsys subsys, std::string_view message) {
+  std::fprintf(stderr, "batchcast: %.*s\n", static_cast<int>(message.size()), message.data());
+  std::fflush(stderr);
+  bool to_file;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    to_file = !g_file_pattern.empty();
+  }
+  if (to_file && Enabled(Level::kError, subsys)) Write(Level::kError, subsys, message);
+}
+
 }  // namespace batchcast::log

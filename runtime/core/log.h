@@ -52,6 +52,11 @@ inline bool Enabled(Level level, Subsys subsys) {
 
 void Write(Level level, Subsys subsys, std::string_view message);
 
+// A fatal report for the user, printed once: "batchcast: <message>" on stderr, and the same
+// as an Error line in the log file when BATCHCAST_DEBUG_FILE sends the log elsewhere (a
+// log on stderr would repeat it).
+void Report(Subsys subsys, std::string_view message);
+
 // Identity shown in every line; set by the runtime once ranks are known.
 void SetRank(int rank, int local_rank);
 // The rank set by SetRank(), or -1.

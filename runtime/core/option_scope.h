@@ -1,9 +1,14 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
 // Which front doors read which options. Every registry entry (options.cc) has a scope:
-// leader-only (dataset, decode, transforms, the ring, placement, GPU staging) or read by
-// consumers too (batch sizes, epochs, seed, mode/rank, telemetry, resume point).
+// leader-only (dataset, decode, transforms, the ring, placement, GPU staging), consumer-only
+// (drop_last, pad_last, carving, connect_timeout, allowed_leader_uid) or both (batch sizes,
+// epochs, seed, mode/rank, telemetry, the resume point).
 //
+// - A front door that configures one program's leader and its consumers with one options
+//   string (the MPI Runtime, batchcast-run, the C API) accepts every option.
+// - A leader front door with options of its own (the Python Leader) refuses consumer-only
+//   options set in code, like a consumer refuses leader-only ones.
 // - A consumer front door whose options are the consumer's alone (the Python Consumer)
 //   refuses leader-only options the caller set explicitly, instead of accepting and ignoring
 //   them. Values from the environment or a config file are not refused there: a job-wide
@@ -25,6 +30,13 @@ namespace batchcast {
 
 // Whether a consumer reads option `key` (a registry key).
 bool ConsumerReadsOption(std::string_view key);
+// Whether a leader reads option `key`.
+bool LeaderReadsOption(std::string_view key);
+
+// The first consumer-only option set explicitly ("code" or "flag"), as an error naming it,
+// the front door `leader` and `consumer` (where it belongs). Ok when there is none.
+Status CheckLeaderOptions(const Options& options, std::string_view leader,
+                          std::string_view consumer);
 
 // The first option set explicitly ("code" or "flag" source) that only the leader reads, as
 // an error naming it, `leader` (where it belongs, e.g. "batchcast.Leader(...)") and the

@@ -28,8 +28,9 @@ enum class Kind { kInt, kInt64, kUint64, kDouble, kBool, kString, kEnum, kSize, 
 // Who reads an option (option_scope.h). Every entry states it, so a new option cannot be
 // added without deciding whether a consumer's front door accepts it.
 enum class Scope {
-  kLeader,  // only a leader reads it (dataset, decode, transforms, ring, placement, GPU staging)
-  kAll,     // consumers read it too (batch sizes, epochs, seed for carving, mode/rank, telemetry)
+  kLeader,    // only a leader reads it (dataset, decode, transforms, ring, placement, GPU staging)
+  kConsumer,  // only a consumer reads it (how it carves, waits for, and checks its leader)
+  kAll,       // both (batch sizes, epochs, seed, mode/rank, telemetry, the resume point)
 };
 
 struct Entry {
@@ -79,14 +80,14 @@ const std::vector<Entry>& Registry() {
       BC_OPT(buffer_depth, kInt, kAll, "batches a consumer may hold unreleased"),
       BC_OPT(producer_batch, kInt, kLeader, "samples per producer batch (0 = 2 x the largest consumer batch)"),
       BC_OPT(ring_slots, kInt, kLeader, "producer batches in the shared-memory ring (0 = buffer_depth + 2)"),
-      BC_OPT(carve_offset, kBool, kAll, "seeded per-consumer offset when carving producer batches"),
-      BC_OPT(carve_shuffle, kBool, kAll, "seeded per-consumer order of the carved batches"),
+      BC_OPT(carve_offset, kBool, kConsumer, "seeded per-consumer offset when carving producer batches"),
+      BC_OPT(carve_shuffle, kBool, kConsumer, "seeded per-consumer order of the carved batches"),
       BC_OPT(leader_trains, kBool, kLeader, "the leader rank also trains instead of being an extra rank"),
       BC_OPT(ranks_per_node, kInt, kLeader, "form virtual nodes of this many consecutive ranks (0 = real nodes)"),
       BC_ENUM(mode, kAll, "replicate|shard", "across nodes: replicate (every trainer sees the whole stream; node leaders split the decode and exchange it over MPI) or shard (data-parallel: each trainer gets a disjoint part of every global batch)"),
       BC_OPT(job_id, kString, kLeader, "job identity used in segment and socket names (default: Slurm/Open MPI job id or leader pid)"),
       BC_OPT(heartbeat_ms, kDuration, kAll, "a consumer that shows no sign of life for this long is detached; accepts ms/s/m suffixes"),
-      BC_OPT(allowed_leader_uid, kInt, kAll, "consumers attach only to a leader of their own uid, or of this one (-1 = own uid only): an abstract socket can be taken by any local user"),
+      BC_OPT(allowed_leader_uid, kInt, kConsumer, "consumers attach only to a leader of their own uid, or of this one (-1 = own uid only): an abstract socket can be taken by any local user"),
       BC_ENUM(gpu, kLeader, "auto|off|on", "GPU data plane (docs/gpu.md): auto = trainers that see a CUDA device get device batches (one H2D copy per GPU, CUDA IPC, NCCL to other GPUs), else the host path with one log line; on = the same but no device is an error; off = host path only"),
       BC_OPT(trainers_per_gpu, kInt, kLeader, "trainers sharing one GPU: trainer with local index r uses GPU r / k (0 = spread the node's trainers evenly over the visible GPUs)"),
       BC_OPT(gpu_finish, kBool, kLeader, "with the GPU data plane: turn uint8 images into normalised float32 CHW (mean/std options) once per GPU by a CUDA kernel instead of per trainer"),
@@ -96,13 +97,13 @@ const std::vector<Entry>& Registry() {
       BC_OPT(experiment, kString, kAll, "telemetry tag: experiment name (e.g. the sweep)"),
       BC_OPT(workload, kString, kAll, "telemetry tag: workload name (a set of collocated runs)"),
       BC_OPT(run_name, kString, kAll, "telemetry tag: name of this run / trial"),
-      BC_OPT(drop_last, kBool, kAll, "this consumer drops the epoch's partial last batch (N mod batch_size samples), like DataLoader(drop_last=True); default: an exact partial last batch"),
-      BC_OPT(connect_timeout, kDuration, kAll, "a consumer (C++, Python, a trainer under batchcast-run) waits this long for its leader or service to listen before it fails, naming the address; 0 = try once; accepts ms/s/m suffixes"),
+      BC_OPT(drop_last, kBool, kConsumer, "this consumer drops the epoch's partial last batch (N mod batch_size samples), like DataLoader(drop_last=True); default: an exact partial last batch"),
+      BC_OPT(connect_timeout, kDuration, kConsumer, "a consumer (C++, Python, a trainer under batchcast-run) waits this long for its leader or service to listen before it fails, naming the address; 0 = try once; accepts ms/s/m suffixes"),
       BC_OPT(rank, kInt, kAll, "mode=shard: this consumer's data-parallel rank (-1 = RANK from the environment); the MPI Runtime derives it and refuses it"),
       BC_OPT(world_size, kInt, kAll, "mode=shard: the number of data-parallel ranks sharing the stream (0 = WORLD_SIZE from the environment); the MPI Runtime derives it and refuses it"),
       BC_OPT(start_epoch, kInt, kAll, "resume: the epoch to start at (Consumer::Position().epoch of the interrupted run); the leader produces epochs start_epoch..epochs-1 and a consumer runs them"),
       BC_OPT(start_batch, kInt64, kAll, "resume: the batch within start_epoch to start at, in the consumer's batch_size (Consumer::Position().batch); the leader starts at the producer batch holding it"),
-      BC_OPT(pad_last, kBool, kAll, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
+      BC_OPT(pad_last, kBool, kConsumer, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
       BC_OPT(cache, kSize, kLeader, "decoded-sample cache of the leader, e.g. 8g (0 = off): the first epoch keeps each sample as decoded before any random step (crop, flip), later epochs reuse it; admits samples until the budget is full, never evicts (docs/pipeline.md); accepts k/m/g suffixes"),
   };
   return kRegistry;
@@ -505,7 +506,9 @@ std::string OptionsToJson(const Options& options) {
                    {"value", Render(e, const_cast<Options&>(options))},
                    {"source", source},
                    {"env", EnvName(e.key)},
-                   {"scope", e.scope == Scope::kAll ? "all" : "leader"},
+                   {"scope", e.scope == Scope::kAll        ? "all"
+                             : e.scope == Scope::kLeader ? "leader"
+                                                         : "consumer"},
                    {"help", e.help}});
   }
   return arr.dump(2);
@@ -513,8 +516,26 @@ std::string OptionsToJson(const Options& options) {
 
 bool ConsumerReadsOption(std::string_view key) {
   for (const auto& e : Registry())
-    if (key == e.key) return e.scope == Scope::kAll;
+    if (key == e.key) return e.scope != Scope::kLeader;
   return false;
+}
+
+bool LeaderReadsOption(std::string_view key) {
+  for (const auto& e : Registry())
+    if (key == e.key) return e.scope != Scope::kConsumer;
+  return false;
+}
+
+Status CheckLeaderOptions(const Options& options, std::string_view leader,
+                          std::string_view consumer) {
+  for (const auto& [key, source] : options.sources) {
+    if (LeaderReadsOption(key) || (source != "code" && source != "flag")) continue;
+    return InvalidArgumentError(
+        "{}: option '{}' is each consumer's own (how it carves its batches, waits for and "
+        "checks its leader); a leader never reads it. Give it to the consumers ({})",
+        leader, key, consumer);
+  }
+  return Status::Ok();
 }
 
 Status CheckConsumerOptions(const Options& options, std::string_view consumer,

@@ -171,8 +171,7 @@ Status GpuRuntime::StartNccl(const GpuRuntimeInput& in, const std::string& nccl_
   MPI_Comm world = in.world;
   const int node_id = in.node_id;
   relay_->Start([world, node_id](const Status& st) {
-    std::fprintf(stderr, "batchcast: gpu relay of node %d failed: %s\n", node_id,
-                 st.message().c_str());
+    log::Report(log::kCuda, fmt::format("gpu relay of node {} failed: {}", node_id, st.message()));
     MPI_Abort(world, 1);  // its trainers would wait on the device forever
   });
   return Status::Ok();

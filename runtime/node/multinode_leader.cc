@@ -251,7 +251,11 @@ Status MultinodeLeader::Agree(const Status& local, bool* go) {
 }
 
 Status MultinodeLeader::StopTogether(const Status& why) {
-  BC_LOG(Error, Node, "multinode leader of node {}: {}", multi_.node_index, why.message());
+  // This is the node's one report of the failure, printed before the barrier so that it
+  // is out before any rank exits (Runtime::Serve does not repeat it).
+  log::Report(log::kNode, fmt::format("multinode leader of node {}: {}", multi_.node_index,
+                                      why.message()));
+  reported_ = true;
   BC_MPI(MPI_Barrier(multi_.leaders), "MPI_Barrier (node leaders: every report printed before "
                                       "the stream fails)");
   return why;

@@ -92,6 +92,9 @@ class MultinodeLeader {
   const std::string& address() const { return config_.socket_name; }
   MultinodeStats stats() const;
   int64_t producer_batch() const { return plan_.producer_batch(); }
+  // Whether Run() failed after printing its report (StopTogether): the caller must not
+  // print the same cause again.
+  bool reported() const { return reported_.load(); }
 
  private:
   MultinodeLeader(const LeaderConfig& config, std::unique_ptr<producer::BatchSource> source,
@@ -153,6 +156,7 @@ class MultinodeLeader {
   int depth_ = 1;
   Status local_error_;               // this node's first failure (decode, abort)
   uint64_t stop_at_ = UINT64_MAX;    // first batch index whose flags say stop
+  std::atomic<bool> reported_{false};
   bool stop_failed_ = false;         // ... because a leader failed (else: no consumers left)
   int failed_rank_ = -1, failed_node_ = -1;
   int64_t busy_since_ = -1;          // an exchange has been in flight since (ns)

@@ -388,9 +388,9 @@ Status Runtime::Serve() {
     st = s->multi_obj ? s->multi_obj->WaitUntilEmpty(24LL * 3600 * 1000)
                       : s->leader_obj->WaitUntilEmpty(24LL * 3600 * 1000);
   if (!st.ok()) {
-    BC_LOG(Error, Node, "leader of node {} (rank {}): {}", s->node_id, s->world_rank, st.ToString());
-    std::fprintf(stderr, "batchcast: leader of node %d (rank %d) failed: %s\n", s->node_id,
-                 s->world_rank, st.message().c_str());
+    if (!(s->multi_obj && s->multi_obj->reported()))  // else printed before the leaders' barrier
+      log::Report(log::kNode, fmt::format("leader of node {} (rank {}) failed: {}", s->node_id,
+                                        s->world_rank, st.message()));
     MPI_Abort(s->world, 1);  // fail fast: peers may be blocked on us
   }
   return st;

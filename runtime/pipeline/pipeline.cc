@@ -535,8 +535,8 @@ Status PipelineImpl::Finish(BatchJob& job, BatchResult* result) {
   int64_t written = 0;
   for (size_t pos = 0; pos < req.samples.size(); ++pos) {
     const Status& s = job.statuses[pos];
-    if (!s.ok() && !skip) {
-      BC_LOG(Error, Pipe, "{}", s.message());
+    if (!s.ok() && !skip) {  // returned, not logged: the front door reports it once
+      BC_LOG(Debug, Pipe, "failing the batch: {}", s.message());
       return s;
     }
     if (!s.ok()) {

@@ -145,7 +145,11 @@ case_signals() {
   local pid
   env $(tr_env 1 2) "$run" --join-timeout 600 "${DATA_OPTS[@]}" -- "$trainer" --samples 1 >out.txt 2>&1 &
   pid=$!
-  timeout 30 bash -c "until grep -q '^SigBlk:.*[1-9a-f]' /proc/$pid/status; do sleep 0.05; done" \
+  # Waits until batchcast-run itself (not the forked shell before its exec: that one blocks
+  # signals too, and a TERM there ran this script's EXIT trap, which removed the work
+  # directory under the test) blocks signals to wait for them.
+  timeout 30 bash -c "until [ \"\$(cat /proc/$pid/comm)\" = batchcast-run ] &&
+                            grep -q '^SigBlk:.*[1-9a-f]' /proc/$pid/status; do sleep 0.05; done" \
     || fail "the trainer task never reached its wait"
   kill -TERM $pid
   local rc=0; timeout 30 tail --pid=$pid -f /dev/null || fail "a waiting trainer task ignored SIGTERM"

@@ -75,6 +75,9 @@ case "$case" in
     run 60 3 "${common[@]}" --dataset="$bad" --shuffle=false --on_bad_sample=error --epochs=1 \
       --name=corrupt --bs=8
     expect_fail "leader of node 0 \(rank 0\) failed: .*sample 37 of $bad.*jpeg decode failed"
+    # The leader reports its cause once (it was printed twice: a log line and the report).
+    n=$(grep -c "leader of node 0 (rank 0)" "$log")
+    [ "$n" -eq 1 ] || fail "the leader's failure was reported $n times, expected once"
     # The consumers see the same message unless MPI_Abort reaches them first.
     echo "consumers that reported it: $(grep -cE "rank [12]: next batch failed: .*sample 37 of $bad" "$log")"
     ;;

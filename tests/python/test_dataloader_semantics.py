@@ -136,6 +136,15 @@ def test_consumer_refuses_leader_only_options():
         del os.environ["BATCHCAST_THREADS"]
 
 
+def test_leader_refuses_consumer_only_options(fmnist):
+    for key, value in (("drop_last", True), ("pad_last", True), ("connect_timeout", "5s")):
+        with pytest.raises(batchcast.InvalidArgumentError) as e:
+            batchcast.Leader(fmnist["train"], consumers=1, **{key: value})
+        message = str(e.value)
+        assert f"batchcast.Leader: option '{key}' is each consumer's own" in message, message
+        assert "batchcast.Consumer(address, ...)" in message, message
+
+
 def test_a_trainer_started_before_its_leader_waits(fmnist):
     address = f"batchcast-test-late-{os.getpid()}"
     trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""

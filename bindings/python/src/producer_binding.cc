@@ -213,6 +213,8 @@ class PyLeader {
            const std::string& address, bool end_when_empty, int64_t join_timeout_ms, int rank) {
     node::LeaderConfig cfg;
     cfg.options = OptionsFromKwargs(kwargs);
+    ThrowIfError(CheckLeaderOptions(cfg.options, "batchcast.Leader",
+                                    "batchcast.Consumer(address, ...)"));
     cfg.rank = rank;
     telemetry_ = std::make_unique<ProcessTelemetry>(cfg.options, rank, telemetry::Role::kLeader);
     cfg.collector = telemetry_->collector();

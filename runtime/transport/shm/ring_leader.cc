@@ -470,7 +470,9 @@ void RingLeader::Fail(const std::string& message) {
     std::snprintf(view_.stream->failure, sizeof(view_.stream->failure), "%s", message.c_str());
     view_.stream->stream_state.store(static_cast<uint32_t>(StreamState::kFailed));
   }
-  BC_LOG(Error, Shm, "ring: stream failed: {}", message);
+  // Info, not Error: whoever fails the stream reports the cause to the user, and every
+  // consumer receives it; an Error here printed the same cause a second time.
+  BC_LOG(Info, Shm, "ring: stream failed: {}", message);
   WakeConsumers();
   WakeLeader();
   joined_cv_.notify_all();

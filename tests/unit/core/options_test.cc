@@ -147,6 +147,32 @@ TEST(OptionsTest, ConsumerRefusesLeaderOnlyOptionsSetExplicitly) {
   EXPECT_TRUE(CheckConsumerOptions(*from_env, "c", "l").ok());
 }
 
+// A leader front door with its own options (the Python Leader, `batchcast serve`) refuses
+// the options only a consumer reads when they were set explicitly; every key has a scope.
+TEST(OptionsTest, LeaderRefusesConsumerOnlyOptionsSetExplicitly) {
+  for (const auto& info : ListOptions()) {
+    EXPECT_TRUE(ConsumerReadsOption(info.key) || LeaderReadsOption(info.key)) << info.key;
+    Options o;
+    ASSERT_TRUE(SetOption(&o, info.key, info.default_value).ok()) << info.key;
+    Status st = CheckLeaderOptions(o, "batchcast.Leader", "batchcast.Consumer(...)");
+    EXPECT_EQ(st.ok(), LeaderReadsOption(info.key)) << info.key << ": " << st.ToString();
+  }
+  for (const char* own : {"drop_last", "pad_last", "connect_timeout", "carve_offset"})
+    EXPECT_FALSE(LeaderReadsOption(own)) << own;
+  for (const char* shared : {"batch_size", "epochs", "seed", "mode", "start_batch", "telemetry"})
+    EXPECT_TRUE(LeaderReadsOption(shared) && ConsumerReadsOption(shared)) << shared;
+  Options o;
+  ASSERT_TRUE(SetOption(&o, "drop_last", "true").ok());
+  EXPECT_EQ(CheckLeaderOptions(o, "batchcast.Leader", "batchcast.Consumer(...)").message(),
+            "batchcast.Leader: option 'drop_last' is each consumer's own (how it carves its "
+            "batches, waits for and checks its leader); a leader never reads it. Give it to the "
+            "consumers (batchcast.Consumer(...))");
+  ScopedEnv env({{"BATCHCAST_DROP_LAST", std::string("1")}});  // job-wide: the consumers'
+  auto from_env = ResolveOptions({});
+  ASSERT_TRUE(from_env.ok());
+  EXPECT_TRUE(CheckLeaderOptions(*from_env, "l", "c").ok());
+}
+
 // A leader that runs no decode pipeline (the Python Producer) refuses every leader-only
 // option it does not read, wherever it was set: a BATCHCAST_* variable too, since no other
 // process of its job reads it.

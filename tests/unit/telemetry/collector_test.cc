@@ -6,12 +6,10 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cmath>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "telemetry/summary.h"
 
@@ -30,48 +28,37 @@ std::unique_ptr<Collector> MakeCollector(Role role, CollectorOptions o = {}) {
   return std::move(c).value();
 }
 
-// A leader thread "decodes" each batch for decode_ms into a queue of depth 2; the consumer
-// waits for the next batch (data-wait) and "trains" for step_ms (step). In steady state the
-// consumer waits max(0, decode - step) per batch.
+// A leader "decodes" each batch for decode_ms into a queue of depth 2; the consumer waits
+// for the next batch (data-wait) and "trains" for step_ms (step). In steady state the
+// consumer waits max(0, decode - step) per batch. The run is simulated in virtual time and
+// recorded through the collector's API with those times, so the numbers are exact on any
+// machine (real sleeps overran under load and made this a timing test).
 RankStats ConstructedRun(int batches, int decode_ms, int step_ms, int samples_per_batch) {
   auto c = MakeCollector(Role::kBoth);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<int> queue;
   c->SetGauge(Gauge::kWorkerThreads, 1);
-  std::thread leader([&] {
-    for (int b = 0; b < batches; ++b) {
-      {
-        ScopedTimer t(c.get(), Timer::kDecode, SpanKind::kProduce, b);
-        std::this_thread::sleep_for(std::chrono::milliseconds(decode_ms));
-      }
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return queue.size() < 2; });
-      queue.push_back(b);
-      c->Add(Counter::kBatchesProduced, 1);
-      c->Add(Counter::kSamplesProduced, samples_per_batch);
-      cv.notify_all();
-    }
-  });
+  const int64_t decode = decode_ms * 1000000LL, step = step_ms * 1000000LL;
+  std::vector<int64_t> pushed(batches), popped(batches);
+  int64_t leader_free = 0, consumer_ready = 0;
   for (int b = 0; b < batches; ++b) {
-    int64_t t0 = NowNs();
-    int seq;
-    {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return !queue.empty(); });
-      seq = queue.front();
-      queue.pop_front();
-      cv.notify_all();
-    }
-    int64_t t1 = NowNs();
-    c->AddTime(Timer::kDataWait, t1 - t0);
-    c->Span(SpanKind::kWait, seq, t0, t1);
+    const int64_t d0 = leader_free, d1 = d0 + decode;
+    c->AddTime(Timer::kDecode, decode);
+    c->Span(SpanKind::kProduce, b, d0, d1);
+    // The queue holds 2: batch b is pushed once batch b-2 was taken.
+    pushed[b] = std::max(d1, b >= 2 ? popped[b - 2] : int64_t{0});
+    leader_free = pushed[b];
+    c->Add(Counter::kBatchesProduced, 1);
+    c->Add(Counter::kSamplesProduced, samples_per_batch);
+    const int64_t t0 = consumer_ready;
+    popped[b] = std::max(t0, pushed[b]);
+    c->AddTime(Timer::kDataWait, popped[b] - t0);
+    c->Span(SpanKind::kWait, b, t0, popped[b]);
     c->Add(Counter::kBatchesReceived, 1);
     c->Add(Counter::kSamplesReceived, samples_per_batch);
-    ScopedTimer step(c.get(), Timer::kStep, SpanKind::kStep, seq);
-    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+    c->AddTime(Timer::kStep, step);
+    c->Span(SpanKind::kStep, b, popped[b], popped[b] + step);
+    consumer_ready = popped[b] + step;
   }
-  leader.join();
+  const double virtual_wall_s = 1e-9 * static_cast<double>(consumer_ready);
   FinishReport report;
   Sinks none;
   none.print_summary = false;
@@ -84,16 +71,18 @@ RankStats ConstructedRun(int batches, int decode_ms, int step_ms, int samples_pe
   EXPECT_EQ(d.Total(col::TimerCount(Timer::kDecode)), batches);
   EXPECT_EQ(d.spans.size(), 3u * batches);
   EXPECT_EQ(d.spans_dropped, 0);
-  return ComputeRankStats(d);
+  RankData virtual_time = d;
+  virtual_time.wall_s = virtual_wall_s;  // the run's length in its own (virtual) time
+  return ComputeRankStats(virtual_time);
 }
 
 TEST(CollectorTest, InputBoundConstructReadsThirtyPercentWait) {
   // decode 10 ms, step 7 ms: the consumer waits 3 of every 10 ms.
   RankStats s = ConstructedRun(40, 10, 7, 32);
-  EXPECT_GE(s.data_wait_pct, 20.0);
-  EXPECT_LE(s.data_wait_pct, 40.0);
-  EXPECT_GE(s.step_ms, 6.5);  // a sleep never returns early
-  EXPECT_GT(s.worker_util, 0.7);  // decode timed for ~all of the run with one worker
+  // The first batch waits a whole decode (10 ms), each later one decode - step (3 ms).
+  EXPECT_NEAR(s.data_wait_pct, 100.0 * (10 + 39 * 3) / (10 + 39 * 3 + 40 * 7), 1e-9);
+  EXPECT_DOUBLE_EQ(s.step_ms, 7.0);
+  EXPECT_NEAR(s.worker_util, 400.0 / 407.0, 1e-9);  // one worker decoding all but the last step
   JobSummary j;
   j.ranks = {s};
   Diagnosis d = Diagnose(j);
@@ -103,7 +92,7 @@ TEST(CollectorTest, InputBoundConstructReadsThirtyPercentWait) {
 TEST(CollectorTest, ComputeBoundConstructReadsNoWait) {
   // decode 2 ms, step 6 ms: the queue is always full, only the first batch is waited for.
   RankStats s = ConstructedRun(40, 2, 6, 16);
-  EXPECT_LT(s.data_wait_pct, 10.0);
+  EXPECT_NEAR(s.data_wait_pct, 100.0 * 2 / (2 + 40 * 6), 1e-9);
   JobSummary j;
   j.ranks = {s};
   EXPECT_EQ(Diagnose(j).bottleneck, Bottleneck::kCompute);
