@@ -37,6 +37,7 @@
 #include "batchcast/runtime.h"
 #include "data/dataset_reader.h"
 #include "pipeline/pipeline.h"
+#include "tests/mpi/stage_mean.h"
 
 namespace {
 
@@ -286,23 +287,8 @@ class Checker {
   // A model stage whose module returns each image's per-channel mean (tests/python/
   // test_model_stage.py): tensor args_.stage_mean against the batch's own uint8 CHW images.
   void VerifyStageMean(const Batch& batch) {
-    const batchcast::TensorView img = batch.images(), t = batch.tensor(args_.stage_mean.c_str());
-    const int64_t size = batch.size(), c = img.shape[1], hw = img.shape[2] * img.shape[3];
-    if (t.data == nullptr || t.dtype != batchcast::DType::kFloat32 || t.ndim != 2 ||
-        t.shape[0] != size || t.shape[1] != c || img.dtype != batchcast::DType::kUint8) {
-      v_.Fail("batch {} has no float32 [{}, {}] tensor '{}' beside uint8 images",
-              batch.info().index, size, c, args_.stage_mean);
-      return;
-    }
-    const auto* px = static_cast<const uint8_t*>(img.data);
-    const auto* mean = static_cast<const float*>(t.data);
-    for (int64_t i = 0; i < size * c; ++i) {
-      double sum = 0;
-      for (int64_t k = 0; k < hw; ++k) sum += px[i * hw + k];
-      if (std::abs(sum / double(hw) - mean[i]) > 1e-3)
-        v_.Fail("sample {} channel {}: '{}' is {}, the image's mean {}",
-                batch.sample_ids()[i / c], i % c, args_.stage_mean, mean[i], sum / double(hw));
-    }
+    const std::string wrong = batchcast::testing::CheckChannelMeans(batch, args_.stage_mean);
+    if (!wrong.empty()) v_.Fail("{}", wrong);
   }
 
   // Every sample's pixels and label against this process's own decode of that sample.

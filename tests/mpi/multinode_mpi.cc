@@ -54,6 +54,7 @@
 #include "node/multinode_plan.h"
 #include "producer/stream_plan.h"
 #include "pipeline/pipeline.h"
+#include "tests/mpi/stage_mean.h"
 
 namespace {
 
@@ -275,21 +276,8 @@ class Checker {
   // With option 'stage' (tests/python/test_model_stage.py: a module returning each image's
   // per-channel mean as tensor "mean"): every batch's "mean" equals its uint8 images' means.
   void VerifyStageMean(const Batch& batch) {
-    const batchcast::TensorView img = batch.images(), t = batch.tensor("mean");
-    const int64_t size = batch.size(), c = img.shape[1], hw = img.shape[2] * img.shape[3];
-    if (t.data == nullptr || t.dtype != batchcast::DType::kFloat32 || t.ndim != 2 ||
-        t.shape[0] != size || t.shape[1] != c || img.dtype != batchcast::DType::kUint8)
-      return Fail(fmt::format("batch {} has no float32 [{}, {}] tensor 'mean' beside uint8 images",
-                              batch.info().index, size, c));
-    const auto* px = static_cast<const uint8_t*>(img.data);
-    const auto* mean = static_cast<const float*>(t.data);
-    for (int64_t i = 0; i < size * c; ++i) {
-      double sum = 0;
-      for (int64_t k = 0; k < hw; ++k) sum += px[i * hw + k];
-      if (std::abs(sum / double(hw) - mean[i]) > 1e-3)
-        Fail(fmt::format("sample {} channel {}: 'mean' is {}, the image's mean {}",
-                         batch.sample_ids()[i / c], i % c, mean[i], sum / double(hw)));
-    }
+    const std::string wrong = batchcast::testing::CheckChannelMeans(batch, "mean");
+    if (!wrong.empty()) Fail(wrong);
   }
 
   Options o_;

@@ -85,39 +85,38 @@ def test_c_api_leader_runs_the_stage(fmnist, mean_pt):
     assert "stage OK 64 samples" in out.stdout
 
 
-def test_mpi_runtime_runs_the_stage(fmnist, mean_pt):
-    prog = os.environ.get("BCTEST_MPI_DATAPLANE")
+def run_mpi(program_env, ranks, fmnist, *args):
+    """mpirun -n RANKS of the test program named by $PROGRAM_ENV on 96 Fashion-MNIST samples
+    with ARGS; its stdout (it must exit 0)."""
+    prog = os.environ.get(program_env)
     mpiexec = os.environ.get("BCTEST_MPIEXEC") or shutil.which("mpirun")
     if not prog or not mpiexec:
-        pytest.skip("BCTEST_MPI_DATAPLANE or mpirun is not available")
-    # Rank 0 leads (and runs the stage); ranks 1 and 2 check "mean" against their images,
-    # which they also check against their own decode.
-    cmd = [mpiexec, "--oversubscribe", "--bind-to", "none", "-n", "3", prog,
+        pytest.skip(f"{program_env} or mpirun is not available")
+    cmd = [mpiexec, "--oversubscribe", "--bind-to", "none", "-n", str(ranks), prog,
            f"--dataset={fmnist['test']}", "--limit_samples=96", "--epochs=1", "--threads=1",
-           f"--stage={stage(mean_pt)}", "--stage-mean=mean", "--bs=8,5", "--name=stage",
-           "--heartbeat_ms=30s"]
+           "--heartbeat_ms=30s", *args]
     env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "PASS mpi_dataplane stage" in out.stdout, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_mpi_runtime_runs_the_stage(fmnist, mean_pt):
+    # Rank 0 leads (and runs the stage); ranks 1 and 2 check "mean" against their images,
+    # which they also check against their own decode.
+    out = run_mpi("BCTEST_MPI_DATAPLANE", 3, fmnist, f"--stage={stage(mean_pt)}",
+                  "--stage-mean=mean", "--bs=8,5", "--name=stage")
+    assert "PASS mpi_dataplane stage" in out, out
 
 
 @pytest.mark.parametrize("mode", ["replicate", "shard"])
 def test_multinode_leaders_run_the_stage(fmnist, mean_pt, mode):
-    prog = os.environ.get("BCTEST_MPI_MULTINODE")
-    mpiexec = os.environ.get("BCTEST_MPIEXEC") or shutil.which("mpirun")
-    if not prog or not mpiexec:
-        pytest.skip("BCTEST_MPI_MULTINODE or mpirun is not available")
     # Two virtual nodes (ranks_per_node=3): each node's leader runs the stage on its slots;
     # every trainer checks "mean" against its images (and those against its own decode).
-    cmd = [mpiexec, "--oversubscribe", "--bind-to", "none", "-n", "5", prog,
-           f"--dataset={fmnist['test']}", "--limit_samples=96", "--epochs=1", "--threads=1",
-           "--batch_size=8", f"--mode={mode}", "--ranks_per_node=3", "--heartbeat_ms=30s",
-           f"--stage={stage(mean_pt)}"] + (["--producer_batch=24"] if mode == "replicate" else [])
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "PASS mpi_multinode" in out.stdout, out.stdout + out.stderr
+    batches = ["--producer_batch=24"] if mode == "replicate" else []
+    out = run_mpi("BCTEST_MPI_MULTINODE", 5, fmnist, f"--stage={stage(mean_pt)}",
+                  "--batch_size=8", f"--mode={mode}", "--ranks_per_node=3", *batches)
+    assert "PASS mpi_multinode" in out, out
 
 
 def test_service_runs_the_stage(fmnist, mean_pt):
