@@ -8,7 +8,9 @@
 
 Writes DIR/<plot>.png and DIR/<plot>.svg for throughput, data_wait, cpu, rss, stages,
 (when any rank had a GPU) gpu, (with a progressive-resizing schedule) resize: image size,
-batch size and LR factor over time, and (when trainers reported evaluations) accuracy, and
+batch size and LR factor over time, (when trainers reported evaluations) accuracy, (with
+batchcast train-many's model/<name>/... named series) models: loss, accuracy and samples/s
+per model over time, and
 DIR/report.html with every image inlined (base64 PNG), the summary table, the diagnosis and
 the annotations (the resize plan, each epoch's sizes, batch sizes and LR factors).
 With several files it compares the runs: accuracy over training time and over wall time,
@@ -48,7 +50,12 @@ def load(path):
             g = f[name]
             attrs = {k: (text(v) if isinstance(v, (str, bytes)) else v) for k, v in g.attrs.items()}
             series = {k: np.asarray(g["series"][k][()]) for k in g["series"].keys()}
-            ranks.append({"name": name, "attrs": attrs, "series": series})
+            named = {}  # named/<series name>: (n, 2) rows of (time_s, value)
+            if "named" in g:
+                g["named"].visititems(lambda path, obj: named.__setitem__(
+                    path, np.asarray(obj[()]).reshape(-1, 2)) if isinstance(obj, h5py.Dataset)
+                    else None)
+            ranks.append({"name": name, "attrs": attrs, "series": series, "named": named})
     return root, ranks
 
 
@@ -99,6 +106,20 @@ def finish(fig, ax, out, name, dpi, images):
     fig.tight_layout()
     png = os.path.join(out, name + ".png")
     fig.savefig(png, dpi=dpi)  # no bbox_inches: the pixel size stays FIG_W_IN x FIG_H_IN x dpi
+    fig.savefig(os.path.join(out, name + ".svg"))
+    plt.close(fig)
+    images.append((name, png))
+
+
+def finish_panels(fig, axes, out, name, dpi, images):
+    """Saves a figure of stacked panels over time (legend on the first) as PNG and SVG."""
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+    axes[-1].set_xlabel("time since start (s)")
+    axes[0].legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    png = os.path.join(out, name + ".png")
+    fig.savefig(png, dpi=dpi)
     fig.savefig(os.path.join(out, name + ".svg"))
     plt.close(fig)
     images.append((name, png))
@@ -163,6 +184,7 @@ def plot_all(ranks, out, dpi):
     ax.grid(True, axis="y", alpha=0.3)
     finish(fig, ax, out, "stages", dpi, images)
     plot_resize(ranks, out, dpi, images, t0)
+    plot_models(ranks, out, dpi, images, t0)
     plot_accuracy([("", None, ranks)], out, dpi, images)
     return images
 
@@ -199,34 +221,72 @@ EVAL_LINE = re.compile(r"eval: train_s=([0-9.]+) wall_s=([0-9.]+) epoch=([0-9]+)
                        r"samples=([0-9.]+) accuracy=([0-9.]+)(?: cpu_s=([0-9.]+))?")
 
 
-# One line per model epoch of `batchcast train-many` (docs/multi-model.md "Telemetry").
-MODEL_LINE = re.compile(r"model=(\S+) epoch=([0-9]+) loss=([0-9.eE+-]+) accuracy=([0-9.]+) "
-                        r"samples_per_s=([0-9.]+) step_ms=([0-9.]+) peak_rss_mib=([0-9.]+)")
+# `batchcast train-many` records model/<name>/<metric> named series (docs/multi-model.md
+# "Telemetry"): per step loss, accuracy, step_ms, samples_per_s; per epoch epoch_loss,
+# epoch_accuracy, peak_rss_mib.
+MODEL_SERIES = re.compile(r"^model/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)$")
 
 
-def model_epochs(ranks):
-    """train-many's per-model series: {model: [(epoch, loss, accuracy, samples/s, step ms,
-    peak RSS MiB)]}, in the order recorded."""
+def model_series(ranks):
+    """{model: {metric: (rank, time_s array, value array)}} of every rank's model/ series."""
     out = {}
     for r in ranks:
-        for m in MODEL_LINE.finditer(text(r["attrs"].get("annotations", ""))):
-            out.setdefault(m.group(1), []).append(tuple(float(x) for x in m.groups()[1:]))
+        for path, rows in r.get("named", {}).items():
+            m = MODEL_SERIES.match(path)
+            if m:
+                out.setdefault(m.group(1), {})[m.group(2)] = (r, rows[:, 0], rows[:, 1])
     return out
 
 
+def model_row(metrics):
+    """(epochs, last epoch loss, last epoch accuracy, mean samples/s, mean step ms, peak RSS)."""
+    def values(k):
+        return metrics[k][2] if k in metrics else np.array([])
+
+    def last(k):
+        v = values(k)
+        return v[-1] if len(v) else float("nan")
+
+    def mean(k):
+        v = values(k)
+        return float(np.mean(v)) if len(v) else float("nan")
+
+    peak = values("peak_rss_mib")
+    return (len(values("epoch_loss")), last("epoch_loss"), last("epoch_accuracy"),
+            mean("samples_per_s"), mean("step_ms"), float(np.max(peak)) if len(peak) else float("nan"))
+
+
 def models_html(ranks):
-    series = model_epochs(ranks)
+    series = model_series(ranks)
     if not series:
         return ""
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in [
-            name, len(eps), fmt(eps[-1][1], ".4f"), fmt(eps[-1][2], ".4f"),
-            fmt(sum(e[3] for e in eps) / len(eps)), fmt(sum(e[4] for e in eps) / len(eps), ".2f"),
-            fmt(max(e[5] for e in eps), ".0f")]) + "</tr>"
-        for name, eps in series.items())
+            name, e, fmt(loss, ".4f"), fmt(acc, ".4f"), fmt(sps), fmt(ms, ".2f"), fmt(rss, ".0f")])
+        + "</tr>"
+        for name, (e, loss, acc, sps, ms, rss) in
+        ((name, model_row(m)) for name, m in series.items()))
     return ("<h2>Models (batchcast train-many)</h2><table><tr><th>model</th><th>epochs</th>"
-            "<th>last loss</th><th>last accuracy</th><th>samples/s</th><th>step ms</th>"
+            "<th>last epoch loss</th><th>last epoch accuracy</th><th>samples/s</th><th>step ms</th>"
             "<th>peak RSS MiB (process)</th></tr>" + rows + "</table>")
+
+
+def plot_models(ranks, out, dpi, images, t0):
+    """Per model: step loss, step accuracy and samples/s over time (one line per model)."""
+    series = model_series(ranks)
+    if not series:
+        return
+    panels = [("loss", "loss (per step)"), ("accuracy", "accuracy (per step)"),
+              ("samples_per_s", "samples / s (per step)")]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(FIG_W_IN, FIG_H_IN * 1.8), sharex=True)
+    fig.suptitle("models (batchcast train-many): named series model/<name>/...")
+    for ax, (metric, ylabel) in zip(axes, panels):
+        for name, metrics in series.items():
+            if metric in metrics:
+                r, t, v = metrics[metric]
+                ax.plot(t + offset(r, t0), v, label=name)
+        ax.set_ylabel(ylabel)
+    finish_panels(fig, axes, out, "models", dpi, images)
 
 
 def has_gauge(r, name):
@@ -254,15 +314,7 @@ def plot_resize(ranks, out, dpi, images, t0):
             v = np.where(s[name] > 0, s[name], np.nan)
             ax.step(s["time_s"] + offset(r, t0), v, where="post", label=label(r))
         ax.set_ylabel(ylabel)
-        ax.grid(True, alpha=0.3)
-    axes[-1].set_xlabel("time since start (s)")
-    axes[0].legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    png = os.path.join(out, "resize.png")
-    fig.savefig(png, dpi=dpi)
-    fig.savefig(os.path.join(out, "resize.svg"))
-    plt.close(fig)
-    images.append(("resize", png))
+    finish_panels(fig, axes, out, "resize", dpi, images)
 
 
 def plot_accuracy(runs, out, dpi, images):
@@ -432,10 +484,12 @@ def main(argv):
     root, ranks = runs[0][1], runs[0][2]
     images = plot_all(ranks, out, args.dpi)
     page = write_html(root, ranks, images, out, os.path.abspath(args.h5[0]))
-    for name, eps in model_epochs(ranks).items():
-        print(f"model {name}: {len(eps)} epochs, last loss {eps[-1][1]:.4f}, last accuracy "
-              f"{eps[-1][2]:.4f}, {sum(e[3] for e in eps) / len(eps):.0f} samples/s, "
-              f"{sum(e[4] for e in eps) / len(eps):.2f} ms/step, peak RSS {max(e[5] for e in eps):.0f} MiB")
+    for name, metrics in model_series(ranks).items():
+        e, loss, acc, sps, ms, rss = model_row(metrics)
+        points = ", ".join(f"{k} {len(v[2])}" for k, v in sorted(metrics.items()))
+        print(f"model {name}: {e} epochs, last epoch loss {loss:.4f}, last epoch accuracy "
+              f"{acc:.4f}, {sps:.0f} samples/s, {ms:.2f} ms/step, peak RSS {rss:.0f} MiB; "
+              f"points: {points}")
     print(f"batchcast report: {len(images)} plots (PNG + SVG) and {page}")
     return 0
 

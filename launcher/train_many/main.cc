@@ -3,11 +3,14 @@
 // JSON file, trained in this process on one node stream (docs/multi-model.md).
 //
 //   batchcast train-many CONFIG.json [--address=ADDR] [--torch-threads=N] [--KEY=VALUE ...]
+//   mpirun -n 2 batchcast train-many CONFIG.json [--KEY=VALUE ...]
 //
 // The leader is found like any trainer's: --address (a leader's or `batchcast serve`'s
-// address), else BATCHCAST_ADDRESS (set by batchcast-run), else the node's default service
+// address), else BATCHCAST_ADDRESS (set by batchcast-run), else, under mpirun, the MPI
+// Runtime (rank 0 leads, rank 1 trains every model), else the node's default service
 // socket. Other --KEY=VALUE flags are batchcast options for the consumers (buffer_depth,
-// connect_timeout, telemetry, ...); batch_size and epochs come from each model's settings.
+// connect_timeout, telemetry, ...) and, under mpirun, the leader (dataset, seed, ...);
+// batch_size and epochs come from each model's settings.
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,7 +21,9 @@
 #include "batchcast/options.h"
 #include "core/errors.h"
 #include "multimodel/config.h"
+#include "multimodel/progress.h"
 #include "multimodel/trainer.h"
+#include "node/runtime_internal.h"
 #include "node/service.h"
 #include "node/task_telemetry.h"
 
@@ -30,8 +35,10 @@ using batchcast::StatusCode;
 constexpr const char* kUsage =
     "usage: batchcast train-many CONFIG.json [--address=ADDR] [--torch-threads=N] "
     "[--KEY=VALUE batchcast options]\n"
+    "       mpirun -n 2 batchcast train-many CONFIG.json [--KEY=VALUE batchcast options]\n"
     "  trains the models of CONFIG.json (docs/multi-model.md) on the node stream of ADDR\n"
-    "  (default: BATCHCAST_ADDRESS under batchcast-run, else the node's batchcast serve)\n"
+    "  (default: BATCHCAST_ADDRESS under batchcast-run, else under mpirun the MPI Runtime's\n"
+    "  leader on rank 0, else the node's batchcast serve)\n"
     "Exit codes: 0 ok, 1 runtime error, 2 usage error (docs/troubleshooting.md).\n";
 
 std::string Env(const char* name) {
@@ -79,24 +86,92 @@ int ParseArgs(int argc, char** argv, Args* a) {
   return 0;
 }
 
-// The leader's address, or a refusal under mpirun (the MPI Runtime gives a rank one consumer).
-batchcast::Result<std::string> LeaderAddress(const Args& a) {
+bool UnderMpirun() {
+  return !Env("OMPI_COMM_WORLD_SIZE").empty() || !Env("PMI_SIZE").empty() ||
+         !Env("PMIX_RANK").empty();
+}
+
+// The leader's address (empty: the MPI front door).
+std::string LeaderAddress(const Args& a) {
   auto bare = [](std::string s) {
     return s.rfind('@', 0) == 0 ? s.substr(1) : s;
   };  // "@name" as printed
   if (!a.address.empty()) return bare(a.address);
   if (std::string env = Env("BATCHCAST_ADDRESS"); !env.empty()) return bare(env);
-  if (!Env("OMPI_COMM_WORLD_SIZE").empty() || !Env("PMI_SIZE").empty() || !Env("PMIX_RANK").empty())
-    return batchcast::FailedPreconditionError(
-        "train-many runs one consumer per model, and an MPI job's Runtime gives each rank one "
-        "consumer; start the node's leader with `batchcast serve` (or run train-many under "
-        "batchcast-run) and pass --address=ADDR");
+  if (UnderMpirun()) return "";
   return batchcast::node::DefaultServiceSocket();
 }
 
 int Fail(const Status& st) {
   std::fprintf(stderr, "batchcast train-many: %s\n", st.ToString().c_str());
   return st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kNotFound ? 2 : 1;
+}
+
+
+// A status every rank agrees on: the first failure of any rank (rank order), else OK.
+Status Agree(const Status& local) {
+  int bad = local.ok() ? 0 : 1, any = 0;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any == 0) return Status::Ok();
+  return local.ok() ? batchcast::UnavailableError("train-many: the other rank failed (see its message)")
+                    : local;
+}
+
+// Under mpirun: rank 0 leads the node stream (the MPI Runtime), rank 1 attaches one
+// consumer per unfinished model and trains them; a restart resumes every model at the
+// stream position of its checkpoint (docs/multi-model.md "Under mpirun").
+int RunUnderMpirun(int argc, char** argv, const batchcast::multimodel::TrainManyConfig& config,
+                   const batchcast::Options& options, const Args& a) {
+  namespace mm = batchcast::multimodel;
+  // What the configuration alone rules out is refused before MPI starts.
+  if (Status st = mm::CheckMpiFrontDoor(config, options); !st.ok()) return Fail(st);
+  int provided = 0, rank = 0, size = 1;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  auto finish = [](int rc) {
+    MPI_Finalize();
+    return rc;
+  };
+  Status st = mm::CheckMpiWorld(size);
+  std::vector<mm::ModelProgress> progress;
+  for (size_t i = 0; i < config.models.size() && st.ok(); ++i) {
+    auto p = mm::ReadModelProgress(config, config.models[i]);
+    if (p.ok()) progress.push_back(*p);
+    else st = p.status();
+  }
+  if (!st.ok()) return finish(rank == 0 ? Fail(st) : 1);  // every rank saw the same
+  const mm::MpiStream plan = mm::PlanMpiStream(config, progress, options);
+  // The trainer loads every model before the leader waits for its consumers.
+  std::unique_ptr<mm::MultiModelTrainer> trainer;
+  mm::TrainManyOptions to;
+  to.stream = options;
+  to.torch_threads = a.torch_threads;
+  to.resume_mid_epoch = true;
+  if (rank == 1) {
+    auto t = mm::MultiModelTrainer::Create(config, to);
+    st = t.ok() ? Status::Ok() : t.status();
+    if (t.ok()) trainer = std::move(t).value();
+  }
+  if (Status all = Agree(st); !all.ok()) return finish(st.ok() ? 1 : Fail(st));
+  if (plan.consumers == 0)  // every model is finished: the results only
+    return finish(rank == 1 && !(st = trainer->Run()).ok() ? Fail(st) : 0);
+  auto rt = batchcast::internal::RuntimeAccess::CreateWithOwnConsumers(
+      plan.options, MPI_COMM_WORLD, rank == 1 ? plan.consumers : 0);
+  if (!rt.ok()) return finish(rank == 0 ? Fail(rt.status()) : 1);
+  if ((*rt)->is_leader()) {
+    st = (*rt)->Serve();
+  } else {
+    trainer->SetStream(batchcast::internal::RuntimeAccess::Address(**rt),
+                       batchcast::internal::RuntimeAccess::Collector(**rt));
+    st = trainer->Run();
+  }
+  Status fin = (*rt)->Finalize();
+  if (st.ok()) st = fin;
+  if (!st.ok()) return finish(Fail(st));
+  if (rank == 1)
+    std::printf("train-many: done; results in %s/results.json\n", config.output_dir.c_str());
+  return finish(0);
 }
 
 }  // namespace
@@ -108,15 +183,23 @@ int main(int argc, char** argv) {
   if (!config.ok()) return Fail(config.status());
   auto options = batchcast::ResolveOptions(a.flags);
   if (!options.ok()) return Fail(options.status());
-  auto address = LeaderAddress(a);
-  if (!address.ok()) return Fail(address.status());
+  const std::string address = LeaderAddress(a);
+  if (address.empty()) return RunUnderMpirun(argc, argv, *config, *options, a);
+  if (config->checkpoint_every > 0)
+    return Fail(batchcast::FailedPreconditionError(
+        "train-many: 'checkpoint_every' ({}) resumes a model inside an epoch, which needs the MPI "
+        "front door (mpirun -n 2 batchcast train-many ...): a service or batchcast-run leader "
+        "does not replay the part of an epoch its stream has passed, so a restart against it "
+        "trains the interrupted epoch again; remove 'checkpoint_every' from {} (docs/multi-model.md "
+        "\"Mid-epoch resume\")",
+        config->checkpoint_every, a.config));
   auto telemetry =
       batchcast::node::TaskTelemetry::Start(*options, -1, -1, batchcast::telemetry::Role::kConsumer,
                                             "train-many-" + std::to_string(getpid()));
   if (!telemetry.ok()) return Fail(telemetry.status());
   batchcast::multimodel::TrainManyOptions to;
   to.stream = *options;
-  to.address = *address;
+  to.address = address;
   to.torch_threads = a.torch_threads;
   to.collector = *telemetry ? (*telemetry)->collector() : nullptr;  // null: telemetry off
   auto trainer = batchcast::multimodel::MultiModelTrainer::Create(*config, to);

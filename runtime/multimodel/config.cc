@@ -135,10 +135,12 @@ Result<ModelSpec> ParseModel(const json& m, size_t index, const std::string& dir
       return InvalidArgumentError("train-many: {}: '{}' is missing", where, required);
   BC_RETURN_IF_ERROR(GetString(m, "name", where, &s.name));
   for (char c : s.name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.')
+    if ((!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') ||
+        s.name == "." || s.name == "..")
       return InvalidArgumentError(
-          "train-many: {}: 'name' '{}' may hold only letters, digits, '_', '-' and '.' (it "
-          "names a directory and a control-file line)",
+          "train-many: {}: 'name' '{}' may hold only letters, digits, '_', '-' and '.', and "
+          "may not be '.' or '..' (it names a directory, a control-file line and the "
+          "telemetry series model/NAME/...)",
           where, s.name);
   BC_RETURN_IF_ERROR(GetString(m, "model", where, &s.path));
   s.path = Resolve(dir, s.path);
@@ -179,7 +181,7 @@ Result<TrainManyConfig> ParseTrainManyConfig(const std::string& text, const std:
     return InvalidArgumentError("train-many: {}: expected a JSON object with \"models\"", path);
   BC_RETURN_IF_ERROR(CheckKeys(j,
                                {"policy", "sjf_by", "output_dir", "control_file", "test_dataset",
-                                "test_limit", "mean", "std", "models"},
+                                "test_limit", "mean", "std", "checkpoint_every", "models"},
                                path));
   const std::string dir = std::filesystem::absolute(path).parent_path().string();
   TrainManyConfig c;
@@ -204,6 +206,7 @@ Result<TrainManyConfig> ParseTrainManyConfig(const std::string& text, const std:
   BC_RETURN_IF_ERROR(GetString(j, "test_dataset", path, &c.test_dataset));
   c.test_dataset = Resolve(dir, c.test_dataset);
   BC_RETURN_IF_ERROR(GetInt(j, "test_limit", path, 0, int64_t(1) << 40, &c.test_limit));
+  BC_RETURN_IF_ERROR(GetInt(j, "checkpoint_every", path, 0, int64_t(1) << 40, &c.checkpoint_every));
   BC_RETURN_IF_ERROR(GetNumber(j, "mean", path, -1e3, 1e3, &c.mean));
   BC_RETURN_IF_ERROR(GetNumber(j, "std", path, 1e-6, 1e3, &c.std));
   if (!j.contains("models") || !j.at("models").is_array() || j.at("models").empty())

@@ -45,6 +45,10 @@ struct TrainManyConfig {
   std::string test_dataset;      // evaluated after each model finishes (empty: none)
   int64_t test_limit = 0;        // 0: the whole test file
   double mean = 0.0, std = 1.0;  // input normalization after scaling pixels to [0,1]
+  // Mid-epoch checkpoints every this many steps of a model (0: at epoch ends only); a
+  // restart resumes each model at its saved stream position. Needs the MPI front door
+  // (docs/multi-model.md "Mid-epoch resume").
+  int64_t checkpoint_every = 0;
   std::vector<ModelSpec> models;
 };
 

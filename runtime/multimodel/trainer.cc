@@ -34,6 +34,7 @@
 #include "core/log.h"
 #include "data/dataset_reader.h"
 #include "multimodel/schedule.h"
+#include "node/consumer_internal.h"
 #include "telemetry/collector.h"
 
 namespace batchcast::multimodel {
@@ -88,6 +89,27 @@ Status WriteFileAtomically(const std::string& path, const std::string& text) {
   return Status::Ok();
 }
 
+// A bitmap as hex digits, bit i in digit i / 4 (for the seen ids of a partial epoch).
+std::string BitsToHex(const std::vector<bool>& bits) {
+  std::string hex((bits.size() + 3) / 4, '0');
+  for (size_t i = 0; i < hex.size(); ++i) {
+    int nibble = 0;
+    for (size_t b = 0; b < 4 && 4 * i + b < bits.size(); ++b) nibble |= bits[4 * i + b] << b;
+    hex[i] = "0123456789abcdef"[nibble];
+  }
+  return hex;
+}
+
+std::vector<bool> HexToBits(const std::string& hex) {
+  std::vector<bool> bits(4 * hex.size());
+  for (size_t i = 0; i < hex.size(); ++i) {
+    const char c = hex[i];
+    const int nibble = c >= 'a' ? c - 'a' + 10 : c - '0';
+    for (size_t b = 0; b < 4; ++b) bits[4 * i + b] = (nibble >> b) & 1;
+  }
+  return bits;
+}
+
 // What one model epoch saw: the exactly-once evidence and the training metrics.
 struct EpochRecord {
   int epoch = 0;              // the model's own epoch (0-based)
@@ -106,6 +128,28 @@ struct EpochRecord {
       id_hash += Mix(ids[i]);
     }
     samples += n;
+  }
+  // The partial record of a mid-epoch checkpoint (with the seen-ids bitmap, as hex).
+  json Save() const {
+    return {{"epoch", epoch},       {"stream_epoch", stream_epoch}, {"samples", samples},
+            {"distinct", distinct}, {"steps", steps},               {"correct", correct},
+            {"id_hash", std::to_string(id_hash)}, {"loss_sum", loss_sum}, {"step_s", step_s},
+            {"lr", lr},             {"seen", BitsToHex(seen)}};
+  }
+  static EpochRecord Load(const json& j) {
+    EpochRecord r;
+    r.epoch = j.at("epoch");
+    r.stream_epoch = j.at("stream_epoch");
+    r.samples = j.at("samples");
+    r.distinct = j.at("distinct");
+    r.steps = j.at("steps");
+    r.correct = j.at("correct");
+    r.id_hash = std::stoull(j.at("id_hash").get<std::string>());
+    r.loss_sum = j.at("loss_sum");
+    r.step_s = j.at("step_s");
+    r.lr = j.at("lr");
+    r.seen = HexToBits(j.at("seen").get<std::string>());
+    return r;
   }
   json ToJson() const {
     return {{"epoch", epoch},
@@ -136,12 +180,33 @@ struct ModelState {
   bool shape_checked = false;
   json epochs = json::array();  // EpochRecord::ToJson of every epoch, over restarts
   double train_s = 0, test_accuracy = -1;
+  StreamPosition position;                // where its consumer resumes (mid-epoch resume)
+  std::unique_ptr<EpochRecord> partial;   // the interrupted epoch so far (mid-epoch resume)
+  std::string mid_file;                   // the current mid-epoch checkpoint's file stem
 };
 
 // The files of the checkpoint after `epochs` epochs: one pair per epoch, so that the
 // state.json naming them is replaced last and a kill at any moment leaves one whole pair.
 std::string CheckpointFile(const ModelState& m, int epochs, const char* what) {
   return m.dir + "/checkpoint-e" + std::to_string(epochs) + what + ".pt";
+}
+// A mid-epoch checkpoint's pair: `stem` is "checkpoint-eE-sS" (after S steps in all).
+std::string MidFile(const ModelState& m, const std::string& stem, const char* what) {
+  return m.dir + "/" + stem + what + ".pt";
+}
+
+void RemovePair(const std::string& model_file, const std::string& optimizer_file) {
+  std::error_code ec;  // best effort: a file left behind is only disk space
+  fs::remove(model_file, ec);
+  fs::remove(optimizer_file, ec);
+}
+
+// Adam's and AdamW's step count (the same for every parameter); -1 for SGD, which keeps none.
+int64_t OptimizerSteps(const torch::optim::Optimizer& o, Optimizer kind) {
+  if (kind == Optimizer::kSgd || o.state().empty()) return kind == Optimizer::kSgd ? -1 : 0;
+  const torch::optim::OptimizerParamState& st = *o.state().begin()->second;
+  if (kind == Optimizer::kAdam) return static_cast<const torch::optim::AdamParamState&>(st).step();
+  return static_cast<const torch::optim::AdamWParamState&>(st).step();
 }
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const ModelSpec& s,
@@ -178,6 +243,7 @@ struct MultiModelTrainer::Impl {
 
   Status Load();
   Status LoadModel(ModelState& m);
+  Status LoadResumePoint(ModelState& m, const json& st, const std::string& state_path);
   Status LoadTestSet();
   void Event(const ModelState& m, const std::string& kind, json extra = json::object());
   void Fail(const Status& st);
@@ -190,8 +256,13 @@ struct MultiModelTrainer::Impl {
   // done (fewer when paused).
   Result<int> RunEpochs(ModelState& m, int epochs);
   Status Step(ModelState& m, const Batch& batch, EpochRecord* rec);
+  // Appends to the model's named series model/NAME/METRIC (docs/multi-model.md "Telemetry").
+  Status Record(const ModelState& m, std::initializer_list<std::pair<const char*, double>> points);
   Status EndEpoch(ModelState& m, EpochRecord& rec);
-  Status Checkpoint(ModelState& m);
+  Status SavePair(ModelState& m, const std::string& model_file, const std::string& optimizer_file);
+  json State(const ModelState& m, int64_t steps, StreamPosition next);
+  Status Checkpoint(ModelState& m, uint64_t stream_epoch);
+  Status MidCheckpoint(ModelState& m, const EpochRecord& rec, StreamPosition next);
   Status SaveFinal(ModelState& m);
   void Release(ModelState& m);
   Status RunConcurrent();
@@ -246,6 +317,33 @@ bool MultiModelTrainer::Impl::WaitWhilePaused(ModelState& m) {
   return true;
 }
 
+// The stream position and, inside an epoch, the mid-epoch checkpoint of a state.json.
+Status MultiModelTrainer::Impl::LoadResumePoint(ModelState& m, const json& st,
+                                                const std::string& state_path) {
+  try {
+    if (st.contains("position"))
+      m.position = {st["position"].at(0).get<uint64_t>(), st["position"].at(1).get<uint64_t>()};
+    if (!st.contains("partial")) return Status::Ok();
+    m.mid_file = st["partial"].at("file").get<std::string>();  // removed at the next checkpoint
+    if (!options.resume_mid_epoch) {  // a service does not replay behind its stream
+      BC_LOG(Info, Init,
+             "train-many: model '{}' was checkpointed inside epoch {}; this front door resumes "
+             "at epoch starts, so the epoch is trained again from its start",
+             m.spec->name, m.epochs_done);
+      m.position = {0, 0};
+      return Status::Ok();
+    }
+    m.steps = st["partial"].at("steps").get<int64_t>();
+    m.partial = std::make_unique<EpochRecord>(EpochRecord::Load(st["partial"].at("record")));
+  } catch (const json::exception& e) {
+    return CorruptDataError(
+        "train-many: checkpoint state {} has a malformed position or mid-epoch record ({}); "
+        "delete {} to train model '{}' from scratch",
+        state_path, e.what(), m.dir, m.spec->name);
+  }
+  return Status::Ok();
+}
+
 Status MultiModelTrainer::Impl::LoadModel(ModelState& m) {
   const ModelSpec& s = *m.spec;
   m.dir = (fs::path(config.output_dir) / s.name).string();
@@ -268,6 +366,7 @@ Status MultiModelTrainer::Impl::LoadModel(ModelState& m) {
     m.epochs = st["epochs"];
     m.train_s = st.value("train_s", 0.0);
     m.test_accuracy = st.value("test_accuracy", -1.0);
+    BC_RETURN_IF_ERROR(LoadResumePoint(m, st, state_path));
     if (m.epochs_done > s.epochs)
       return FailedPreconditionError(
           "train-many: model '{}' has a checkpoint of {} epochs but is configured for {}; raise "
@@ -275,7 +374,9 @@ Status MultiModelTrainer::Impl::LoadModel(ModelState& m) {
           s.name, m.epochs_done, s.epochs, m.dir);
     if (m.finished) return Status::Ok();
   }
-  const std::string from = m.epochs_done > 0 ? CheckpointFile(m, m.epochs_done, "") : s.path;
+  const std::string from = m.partial          ? MidFile(m, m.mid_file, "")
+                           : m.epochs_done > 0 ? CheckpointFile(m, m.epochs_done, "")
+                                               : s.path;
   try {
     m.module = std::make_unique<torch::jit::Module>(torch::jit::load(from));
   } catch (const c10::Error& e) {
@@ -293,15 +394,16 @@ Status MultiModelTrainer::Impl::LoadModel(ModelState& m) {
     return InvalidArgumentError("train-many: model '{}' ({}) has no parameters to train", s.name,
                                 s.path);
   m.optimizer = MakeOptimizer(s, params);
-  if (m.epochs_done > 0) {
+  if (m.epochs_done > 0 || m.partial) {
+    const std::string file = m.partial ? MidFile(m, m.mid_file, "_optimizer")
+                                       : CheckpointFile(m, m.epochs_done, "_optimizer");
     try {
-      torch::load(*m.optimizer, CheckpointFile(m, m.epochs_done, "_optimizer"));
+      torch::load(*m.optimizer, file);
     } catch (const c10::Error& e) {
       return CorruptDataError(
           "train-many: model '{}': optimizer state {} cannot be loaded ({}); delete {} to train "
           "it from scratch",
-          s.name, CheckpointFile(m, m.epochs_done, "_optimizer"),
-          FirstLine(e.what_without_backtrace()), m.dir);
+          s.name, file, FirstLine(e.what_without_backtrace()), m.dir);
     }
   }
   return Status::Ok();
@@ -381,38 +483,86 @@ Status MultiModelTrainer::Impl::Step(ModelState& m, const Batch& batch, EpochRec
                            : torch::nn::functional::cross_entropy(out, t.labels);
   loss.backward();
   m.optimizer->step();
-  rec->loss_sum += loss.item<double>();
-  rec->correct += out.argmax(1).eq(t.labels).sum().item<int64_t>();
+  const double batch_loss = loss.item<double>();
+  const int64_t correct = out.argmax(1).eq(t.labels).sum().item<int64_t>();
+  rec->loss_sum += batch_loss;
+  rec->correct += correct;
   ++rec->steps;
   ++m.steps;
-  rec->step_s += Seconds(Clock::now() - s0);
+  const double step_s = Seconds(Clock::now() - s0);
+  rec->step_s += step_s;
+  const auto n = double(batch.size());
+  return Record(m, {{"loss", batch_loss},
+                    {"accuracy", double(correct) / n},
+                    {"step_ms", 1e3 * step_s},
+                    {"samples_per_s", step_s > 0 ? n / step_s : 0.0}});
+}
+
+Status MultiModelTrainer::Impl::Record(
+    const ModelState& m, std::initializer_list<std::pair<const char*, double>> points) {
+  if (options.collector == nullptr) return Status::Ok();
+  for (const auto& [metric, value] : points)
+    BC_RETURN_IF_ERROR(
+        options.collector->Record(fmt::format("model/{}/{}", m.spec->name, metric), value));
   return Status::Ok();
 }
 
-Status MultiModelTrainer::Impl::Checkpoint(ModelState& m) {
-  json st = {{"epochs_done", m.epochs_done},
-             {"steps", m.steps},
-             {"finished", m.finished},
-             {"params", m.params},
-             {"epochs", m.epochs},
-             {"train_s", m.train_s},
-             {"test_accuracy", m.test_accuracy}};
-  if (!m.finished) {
-    try {  // the model and optimizer first, then the state that names them
-      m.module->save(CheckpointFile(m, m.epochs_done, ""));
-      torch::save(*m.optimizer, CheckpointFile(m, m.epochs_done, "_optimizer"));
-    } catch (const c10::Error& e) {
-      return IoError("train-many: cannot checkpoint model '{}' in {}: {}", m.spec->name, m.dir,
-                     FirstLine(e.what_without_backtrace()));
-    }
+Status MultiModelTrainer::Impl::SavePair(ModelState& m, const std::string& model_file,
+                                         const std::string& optimizer_file) {
+  try {
+    m.module->save(model_file);
+    torch::save(*m.optimizer, optimizer_file);
+  } catch (const c10::Error& e) {
+    return IoError("train-many: cannot checkpoint model '{}' in {}: {}", m.spec->name, m.dir,
+                   FirstLine(e.what_without_backtrace()));
   }
+  return Status::Ok();
+}
+
+// The model's state.json after `steps` steps, its consumer's next batch at `next`.
+json MultiModelTrainer::Impl::State(const ModelState& m, int64_t steps, StreamPosition next) {
+  return {{"epochs_done", m.epochs_done},
+          {"steps", steps},
+          {"finished", m.finished},
+          {"params", m.params},
+          {"epochs", m.epochs},
+          {"train_s", m.train_s},
+          {"test_accuracy", m.test_accuracy},
+          {"position", {next.epoch, next.batch}}};
+}
+
+// At an epoch end (the stream's next batch is the next epoch's first).
+Status MultiModelTrainer::Impl::Checkpoint(ModelState& m, uint64_t stream_epoch) {
+  m.position = {stream_epoch + 1, 0};
+  json st = State(m, m.steps, m.position);
+  if (!m.finished)  // the model and optimizer first, then the state that names them
+    BC_RETURN_IF_ERROR(SavePair(m, CheckpointFile(m, m.epochs_done, ""),
+                                CheckpointFile(m, m.epochs_done, "_optimizer")));
   BC_RETURN_IF_ERROR(WriteFileAtomically(m.dir + "/state.json", st.dump(1)));
-  std::error_code ec;  // the previous pair (and, once finished, the last) is no longer named
-  for (int e : {m.epochs_done - 1, m.finished ? m.epochs_done : -1}) {
-    if (e < 1) continue;
-    fs::remove(CheckpointFile(m, e, ""), ec);
-    fs::remove(CheckpointFile(m, e, "_optimizer"), ec);
-  }
+  // The previous pair (and, once finished, the last) is no longer named, nor a mid-epoch one.
+  for (int e : {m.epochs_done - 1, m.finished ? m.epochs_done : -1})
+    if (e >= 1) RemovePair(CheckpointFile(m, e, ""), CheckpointFile(m, e, "_optimizer"));
+  if (!m.mid_file.empty()) RemovePair(MidFile(m, m.mid_file, ""), MidFile(m, m.mid_file, "_optimizer"));
+  m.mid_file.clear();
+  return Status::Ok();
+}
+
+// Inside an epoch (checkpoint_every): the model, the optimizer, the epoch's record so far
+// and the consumer's position. The epoch-end pair stays: a front door that cannot resume
+// inside an epoch restarts from it.
+Status MultiModelTrainer::Impl::MidCheckpoint(ModelState& m, const EpochRecord& rec,
+                                              StreamPosition next) {
+  const std::string stem =
+      fmt::format("checkpoint-e{}-s{}", m.epochs_done, m.steps);
+  BC_RETURN_IF_ERROR(SavePair(m, MidFile(m, stem, ""), MidFile(m, stem, "_optimizer")));
+  json st = State(m, m.steps - rec.steps, next);
+  st["partial"] = {{"file", stem}, {"steps", m.steps}, {"record", rec.Save()}};
+  BC_RETURN_IF_ERROR(WriteFileAtomically(m.dir + "/state.json", st.dump(1)));
+  if (!m.mid_file.empty()) RemovePair(MidFile(m, m.mid_file, ""), MidFile(m, m.mid_file, "_optimizer"));
+  m.mid_file = stem;
+  m.position = next;
+  Event(m, "checkpoint", {{"epoch", rec.epoch}, {"steps", m.steps}, {"samples", rec.samples},
+                          {"position", {next.epoch, next.batch}}, {"pid", getpid()}});
   return Status::Ok();
 }
 
@@ -465,12 +615,17 @@ Status MultiModelTrainer::Impl::EndEpoch(ModelState& m, EpochRecord& rec) {
   ++m.epochs_done;
   m.train_s += rec.step_s;
   json j = rec.ToJson();
+  j["optimizer_steps"] = OptimizerSteps(*m.optimizer, m.spec->optimizer);
   m.epochs.push_back(j);
   const bool last = m.epochs_done == m.spec->epochs;
   if (last) BC_RETURN_IF_ERROR(SaveFinal(m));
-  BC_RETURN_IF_ERROR(Checkpoint(m));
+  BC_RETURN_IF_ERROR(Checkpoint(m, rec.stream_epoch));
   Event(m, "epoch", j);
-  if (options.collector != nullptr)  // the per-model series `batchcast report` tabulates
+  BC_RETURN_IF_ERROR(Record(m, {{"epoch_loss", j["loss"].get<double>()},
+                                {"epoch_accuracy", j["accuracy"].get<double>()},
+                                {"lr", rec.lr},
+                                {"peak_rss_mib", j["peak_rss_mib"].get<double>()}}));
+  if (options.collector != nullptr)  // one readable line per model epoch in the summary
     options.collector->Annotate(fmt::format(
         "model={} epoch={} loss={:.5f} accuracy={:.4f} samples_per_s={:.1f} step_ms={:.3f} "
         "peak_rss_mib={:.1f}",
@@ -485,10 +640,22 @@ Result<int> MultiModelTrainer::Impl::RunEpochs(ModelState& m, int epochs) {
   Options o = options.stream;
   o.batch_size = m.spec->batch_size;
   o.epochs = epochs;
+  if (options.resume_mid_epoch) {  // the leader started at or before every model's position
+    o.start_epoch = int(m.position.epoch);
+    o.start_batch = int64_t(m.position.batch);
+    o.epochs = o.start_epoch + epochs;
+  }
   BC_ASSIGN_OR_RETURN(auto consumer, Consumer::Attach(options.address, o, -1, m.spec->name));
-  Event(m, "attached", {{"epochs_done", m.epochs_done}, {"batch_size", o.batch_size}});
+  // Data wait, steps and batches of every model's consumer in the process's telemetry.
+  internal::ConsumerAccess::SetCollector(*consumer, options.collector);
+  Event(m, "attached", {{"epochs_done", m.epochs_done},
+                        {"batch_size", o.batch_size},
+                        {"position", {o.start_epoch, o.start_batch}},
+                        {"pid", getpid()}});
   int done = 0;
-  std::unique_ptr<EpochRecord> rec;
+  std::unique_ptr<EpochRecord> rec = std::move(m.partial);  // a resumed epoch goes on
+  if (rec)
+    for (auto& group : m.optimizer->param_groups()) group.options().set_lr(rec->lr);
   Batch batch;
   Status st;
   while (!abort && (st = consumer->Next(&batch)).ok()) {
@@ -508,7 +675,12 @@ Result<int> MultiModelTrainer::Impl::RunEpochs(ModelState& m, int epochs) {
     }
     if (!(st = Step(m, batch, rec.get())).ok()) break;
     batch.Release();
-    if (int64_t(info.index) + 1 < consumer->BatchesPerEpoch(info.epoch)) continue;
+    if (int64_t(info.index) + 1 < consumer->BatchesPerEpoch(info.epoch)) {
+      if (config.checkpoint_every > 0 && m.steps % config.checkpoint_every == 0 &&
+          !(st = MidCheckpoint(m, *rec, consumer->Position())).ok())
+        break;
+      continue;
+    }
     if (!(st = EndEpoch(m, *rec)).ok()) break;
     rec.reset();
     ++done;
@@ -612,6 +784,11 @@ Result<std::unique_ptr<MultiModelTrainer>> MultiModelTrainer::Create(
   at::set_num_threads(std::max(1, options.torch_threads));
   BC_RETURN_IF_ERROR(impl->Load());
   return std::unique_ptr<MultiModelTrainer>(new MultiModelTrainer(std::move(impl)));
+}
+
+void MultiModelTrainer::SetStream(const std::string& address, telemetry::Collector* collector) {
+  impl_->options.address = address;
+  impl_->options.collector = collector;
 }
 
 Status MultiModelTrainer::Run() {

@@ -27,8 +27,13 @@ struct TrainManyOptions {
   Options stream;         // consumer options; batch_size and epochs are set per model
   std::string address;    // the leader's or service's address
   int torch_threads = 1;  // LibTorch intra-op threads (per process)
-  // Optional (the `telemetry` option): each model epoch is annotated as
-  // "model=NAME epoch=E loss=... accuracy=... samples_per_s=... step_ms=... peak_rss_mib=...".
+  // Resume each model at the stream position of its checkpoint, inside an epoch too (the MPI
+  // front door, whose leader starts at the earliest position). Off: a model checkpointed
+  // inside an epoch trains that epoch again from its start (a service does not replay).
+  bool resume_mid_epoch = false;
+  // Optional (the `telemetry` option): named series per model (model/NAME/loss, accuracy,
+  // step_ms, samples_per_s per step; epoch_loss, epoch_accuracy, lr, peak_rss_mib per epoch)
+  // and an annotation line per model epoch (docs/multi-model.md "Telemetry").
   telemetry::Collector* collector = nullptr;
 };
 
@@ -41,6 +46,9 @@ class MultiModelTrainer {
   MultiModelTrainer(const MultiModelTrainer&) = delete;
   MultiModelTrainer& operator=(const MultiModelTrainer&) = delete;
 
+  // Sets the stream's address and the telemetry collector after Create (the MPI front door
+  // loads the models before its Runtime, and so the leader, exists). Call before Run().
+  void SetStream(const std::string& address, telemetry::Collector* collector);
   // Trains every model under the policy; writes output_dir/results.json. Fails with the
   // first model's error (the other models stop at their next batch).
   Status Run();

@@ -19,6 +19,7 @@
 #include "node/gpu_consumer.h"
 #include "node/leader.h"
 #include "node/multinode_leader.h"
+#include "node/runtime_internal.h"
 #include "telemetry/spec.h"
 #include "transport/mpi/mpi_status.h"
 
@@ -48,6 +49,8 @@ struct RuntimeState {
   std::unique_ptr<telemetry::Collector> collector;  // null when telemetry is off
   telemetry::Sinks sinks;
   bool finalized = false;
+  int own_consumers = 0;  // > 0: this trainer attaches that many consumers itself
+  std::string address;    // the node leader's
 };
 
 }  // namespace internal
@@ -146,18 +149,21 @@ Status PlanMultinode(internal::RuntimeState* s) {
   return Status::Ok();
 }
 
-// The leader learns every local trainer's batch size and epochs; creates the ring.
+// The leader learns every local trainer's batch size, epochs and consumer count (1, or
+// its own consumers: RuntimeAccess::CreateWithOwnConsumers); creates the ring.
 Status StartLeader(internal::RuntimeState* s, std::string* socket_name) {
-  int mine[2] = {s->trainer ? s->options.batch_size : 0, s->trainer ? s->options.epochs : 0};
-  std::vector<int> all(2 * static_cast<size_t>(s->node_size));
-  BC_MPI(MPI_Gather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, 0, s->node), "MPI_Gather (requests)");
+  int mine[3] = {s->trainer ? s->options.batch_size : 0, s->trainer ? s->options.epochs : 0,
+                 s->trainer ? std::max(1, s->own_consumers) : 0};
+  std::vector<int> all(3 * static_cast<size_t>(s->node_size));
+  BC_MPI(MPI_Gather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, 0, s->node), "MPI_Gather (requests)");
   if (!s->leader) return Status::Ok();
-  int trainers = 0, max_b = 0, max_epochs = 0;
+  int trainers = 0, consumers = 0, max_b = 0, max_epochs = 0;
   for (int r = 0; r < s->node_size; ++r) {
-    if (all[2 * r] == 0) continue;
+    if (all[3 * r] == 0) continue;
     ++trainers;
-    max_b = std::max(max_b, all[2 * r]);
-    max_epochs = std::max(max_epochs, all[2 * r + 1]);
+    consumers += all[3 * r + 2];
+    max_b = std::max(max_b, all[3 * r]);
+    max_epochs = std::max(max_epochs, all[3 * r + 1]);
   }
   if (s->use_multi) {  // every node leader must plan the same stream
     int local[2] = {max_b, max_epochs}, global[2] = {0, 0};
@@ -174,7 +180,7 @@ Status StartLeader(internal::RuntimeState* s, std::string* socket_name) {
   node::LeaderConfig cfg;
   cfg.options = s->options;
   cfg.options.epochs = max_epochs;
-  cfg.expected_consumers = trainers;
+  cfg.expected_consumers = consumers;
   cfg.max_consumer_batch = static_cast<uint32_t>(max_b);
   std::string job = JobId(s->options);
   cfg.job = job;
@@ -268,6 +274,22 @@ Status ShareAddress(internal::RuntimeState* s, std::string* name) {
 }  // namespace
 
 Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Comm comm) {
+  return internal::RuntimeAccess::CreateWithOwnConsumers(options, comm, 0);
+}
+
+namespace internal {
+
+const std::string& RuntimeAccess::Address(const Runtime& runtime) {
+  return runtime.state_->address;
+}
+
+telemetry::Collector* RuntimeAccess::Collector(const Runtime& runtime) {
+  return runtime.state_->collector.get();
+}
+
+Result<std::unique_ptr<Runtime>> RuntimeAccess::CreateWithOwnConsumers(const Options& options,
+                                                                       MPI_Comm comm,
+                                                                       int consumers) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) return FailedPreconditionError("runtime: call MPI_Init before Runtime::Create");
@@ -275,6 +297,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
   rt->state_ = std::make_unique<internal::RuntimeState>();
   internal::RuntimeState* s = rt->state_.get();
   s->options = options;
+  s->own_consumers = consumers;
   BC_MPI(MPI_Comm_dup(comm, &s->world), "MPI_Comm_dup");
   BC_MPI(MPI_Comm_set_errhandler(s->world, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   BC_MPI(MPI_Comm_rank(s->world, &s->world_rank), "MPI_Comm_rank");
@@ -300,6 +323,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
     return st;
   }
   BC_RETURN_IF_ERROR(ShareAddress(s, &address));
+  s->address = address;
   st = mpi::AgreeOnStatus(s->world, SetupGpu(s, address));
   if (!st.ok()) {
     s->finalized = true;
@@ -320,7 +344,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
       if (!staged.ok() && s->leader_status.ok()) s->leader_status = staged;
     });
   }
-  if (s->trainer) {
+  if (s->trainer && s->own_consumers == 0) {
     // mode=shard: the node leader (MultinodeLeader) already publishes this trainer's part
     // to it alone; the consumer takes every batch it receives.
     Options consumer_options = options;
@@ -351,6 +375,8 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const Options& options, MPI_Com
          s->trainer ? (s->leader ? "+trainer" : "trainer") : "");
   return rt;
 }
+
+}  // namespace internal
 
 Runtime::~Runtime() {
   if (state_ && !state_->finalized) {

@@ -203,6 +203,59 @@ void Collector::Annotate(std::string_view line) {
   if (line.empty() || line.back() != '\n') annotations_.push_back('\n');
 }
 
+namespace {
+
+// A name that is a path prefix of `name` (a/b for a/b/c) or has `name` as its prefix.
+template <typename Map>
+const std::string* PrefixClash(const Map& named, std::string_view name) {
+  for (size_t i = name.find('/'); i != std::string_view::npos; i = name.find('/', i + 1))
+    if (auto it = named.find(name.substr(0, i)); it != named.end()) return &it->first;
+  const std::string below = std::string(name) + "/";
+  auto it = named.lower_bound(below);
+  if (it != named.end() && it->first.compare(0, below.size(), below) == 0) return &it->first;
+  return nullptr;
+}
+
+}  // namespace
+
+Status Collector::Record(std::string_view name, double value) {
+  const double t = (NowNs() - start_mono_ns_) * 1e-9;
+  std::lock_guard lock(notes_mu_);
+  auto it = named_.find(name);
+  if (it == named_.end()) {
+    BC_RETURN_IF_ERROR(ValidateSeriesName(name));
+    if (named_.size() >= kMaxNamedSeries)
+      return ResourceExhaustedError(
+          "telemetry: series '{}' would be the {}th named series of rank {}; at most {} "
+          "(record fewer names, e.g. one per model and metric)",
+          name, named_.size() + 1, tags_.rank, kMaxNamedSeries);
+    if (const std::string* other = PrefixClash(named_, name))
+      return InvalidArgumentError(
+          "telemetry: series '{}' and '{}' clash: one is a path prefix of the other, and each "
+          "series is one HDF5 dataset; rename one (e.g. '{}/value')",
+          name, *other, name.size() < other->size() ? name : std::string_view(*other));
+    it = named_.emplace(std::string(name), NamedState{}).first;
+    it->second.series.name = std::string(name);
+  }
+  NamedState& st = it->second;
+  NamedSeries& s = st.series;
+  if (++st.offered < s.stride) return Status::Ok();
+  st.offered = 0;
+  if (s.time_s.size() >= static_cast<size_t>(options_.max_rows)) {  // keep the later of pairs
+    size_t kept = 0;
+    for (size_t i = 1; i < s.time_s.size(); i += 2, ++kept) {
+      s.time_s[kept] = s.time_s[i];
+      s.value[kept] = s.value[i];
+    }
+    s.time_s.resize(kept);
+    s.value.resize(kept);
+    s.stride *= 2;
+  }
+  s.time_s.push_back(t);
+  s.value.push_back(value);
+  return Status::Ok();
+}
+
 RankData Collector::BuildRankData() {
   RankData d;
   d.tags = tags_;
@@ -212,6 +265,7 @@ RankData Collector::BuildRankData() {
     if (annotations_dropped_ > 0)
       d.annotations += fmt::format("({} more annotation lines dropped: over {} bytes)\n",
                                    annotations_dropped_, kMaxAnnotationBytes);
+    for (const auto& [name, st] : named_) d.named.push_back(st.series);
   }
   d.pid = static_cast<int>(getpid());
   d.start_unix_s = start_unix_s_;

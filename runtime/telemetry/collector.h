@@ -32,6 +32,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -109,6 +110,18 @@ class Collector {
   void Annotate(std::string_view line);
   static constexpr size_t kMaxAnnotationBytes = 256 * 1024;
 
+  // Appends the point (now, value) to this rank's named series `name`: values the trainer
+  // computes, such as "model/lenet/loss" or "model/lenet/samples_per_s" (docs/telemetry.md
+  // "Named series"), written by every sink next to the sampled columns. Names are segments
+  // of [A-Za-z0-9_.-] separated by '/', and no name may be a path prefix of another (each
+  // is one HDF5 dataset under named/). Takes a lock: a point per step or per epoch, not per
+  // sample. A series keeps at most `max_rows` points: when full, every other point is
+  // dropped and from then on only every second point is kept (the stride doubles), so it
+  // still covers the whole run. At most kMaxNamedSeries names; a new name past that, a bad
+  // name or a prefix clash is an error naming the series.
+  [[nodiscard]] Status Record(std::string_view name, double value);
+  static constexpr size_t kMaxNamedSeries = 1024;
+
   // Records one lifecycle span [begin_ns, end_ns] (NowNs() clock) of producer batch `seq`.
   void Span(SpanKind kind, uint64_t seq, int64_t begin_ns, int64_t end_ns);
 
@@ -180,6 +193,11 @@ class Collector {
   std::mutex notes_mu_;
   std::string annotations_;          // guarded by notes_mu_
   int64_t annotations_dropped_ = 0;  // guarded by notes_mu_
+  struct NamedState {
+    NamedSeries series;
+    int64_t offered = 0;  // points offered since the last kept one
+  };
+  std::map<std::string, NamedState, std::less<>> named_;  // guarded by notes_mu_
 };
 
 // Times a scope into a Timer (and optionally a lifecycle span). With a null collector it

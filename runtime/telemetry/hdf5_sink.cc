@@ -100,6 +100,33 @@ class Writer {
     return Status::Ok();
   }
 
+  // named/<name>: an (n, 2) float64 dataset of (time_s, value) rows per named series; the
+  // '/' of a name makes the intermediate groups.
+  Status Named(hid_t group, const RankData& d) {
+    H5Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+    BC_RETURN_IF_ERROR(Check(lcpl.ok() && H5Pset_create_intermediate_group(lcpl.get(), 1) >= 0,
+                             "link creation property list"));
+    std::vector<double> rows;
+    for (const NamedSeries& s : d.named) {
+      const size_t n = s.time_s.size();
+      rows.resize(2 * n);
+      for (size_t i = 0; i < n; ++i) rows[2 * i] = s.time_s[i], rows[2 * i + 1] = s.value[i];
+      hsize_t dims[2] = {static_cast<hsize_t>(n), 2};
+      H5Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+      H5Handle ds(H5Dcreate2(group, s.name.c_str(), H5T_NATIVE_DOUBLE, space.get(), lcpl.get(),
+                             H5P_DEFAULT, H5P_DEFAULT),
+                  H5Dclose);
+      BC_RETURN_IF_ERROR(Check(ds.ok(), fmt::format("dataset 'named/{}'", s.name)));
+      if (n > 0)
+        BC_RETURN_IF_ERROR(Check(
+            H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) >= 0,
+            fmt::format("write of dataset 'named/{}'", s.name)));
+      BC_RETURN_IF_ERROR(StringAttr(ds.get(), "columns", "time_s,value"));
+      BC_RETURN_IF_ERROR(NumberAttr(ds.get(), "stride", s.stride));
+    }
+    return Status::Ok();
+  }
+
   Status Spans(hid_t group, const RankData& d) {
     size_t n = d.spans.size();
     std::vector<int32_t> kind(n), tid(n);
@@ -157,6 +184,9 @@ class Writer {
     H5Handle series(H5Gcreate2(id, "series", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     BC_RETURN_IF_ERROR(Check(series.ok(), fmt::format("group '{}/series'", name)));
     BC_RETURN_IF_ERROR(Series(series.get(), d));
+    H5Handle named(H5Gcreate2(id, "named", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    BC_RETURN_IF_ERROR(Check(named.ok(), fmt::format("group '{}/named'", name)));
+    BC_RETURN_IF_ERROR(Named(named.get(), d));
     H5Handle spans(H5Gcreate2(id, "spans", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     BC_RETURN_IF_ERROR(Check(spans.ok(), fmt::format("group '{}/spans'", name)));
     return Spans(spans.get(), d);

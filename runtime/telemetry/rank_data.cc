@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
+
 #include "core/errors.h"
 
 namespace batchcast::telemetry {
@@ -28,6 +30,35 @@ bool ColumnIsInteger(int c) {
   return (c >= col::kCounters && c < col::kGauges) || c == col::kRssBytes || c == col::kGpuMem;
 }
 
+Status ValidateSeriesName(std::string_view name) {
+  if (name.empty() || name.size() > 200)
+    return InvalidArgumentError("telemetry: series name '{}' must have 1 to 200 characters", name);
+  size_t segment = 0;
+  for (size_t i = 0; i <= name.size(); ++i) {
+    if (i == name.size() || name[i] == '/') {
+      if (i == segment || name.substr(segment, i - segment) == "." ||
+          name.substr(segment, i - segment) == "..")
+        return InvalidArgumentError(
+            "telemetry: series name '{}' has an empty, '.' or '..' segment; write segments "
+            "separated by single '/', e.g. model/lenet/loss", name);
+      segment = i + 1;
+      continue;
+    }
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (!std::isalnum(c) && c != '_' && c != '.' && c != '-')
+      return InvalidArgumentError(
+          "telemetry: series name '{}' has '{}' at position {}; use letters, digits, '_', '.', "
+          "'-' and '/' between segments", name, name[i], i);
+  }
+  return Status::Ok();
+}
+
+const NamedSeries* RankData::Named(std::string_view name) const {
+  for (const NamedSeries& s : named)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
 std::string SerializeRankData(const RankData& d) {
   nlohmann::json j;
   j["tags"] = {d.tags.experiment, d.tags.workload,   d.tags.run,
@@ -46,6 +77,9 @@ std::string SerializeRankData(const RankData& d) {
   }
   j["spans"] = std::move(spans);
   j["notes"] = d.annotations;
+  nlohmann::json named = nlohmann::json::array();
+  for (const NamedSeries& s : d.named) named.push_back({s.name, s.stride, s.time_s, s.value});
+  j["named"] = std::move(named);
   std::vector<uint8_t> cbor = nlohmann::json::to_cbor(j);
   return std::string(cbor.begin(), cbor.end());
 }
@@ -73,6 +107,16 @@ Result<RankData> DeserializeRankData(std::string_view bytes) {
     d.spans_dropped = j.at("dropped");
     d.rows = j.at("rows").get<std::vector<double>>();
     if (j.contains("notes")) d.annotations = j.at("notes").get<std::string>();
+    if (j.contains("named")) {
+      for (const auto& s : j.at("named")) {
+        NamedSeries n{s.at(0).get<std::string>(), s.at(2).get<std::vector<double>>(),
+                      s.at(3).get<std::vector<double>>(), s.at(1).get<int64_t>()};
+        if (n.time_s.size() != n.value.size())
+          return CorruptDataError("telemetry: series '{}' has {} times and {} values", n.name,
+                                  n.time_s.size(), n.value.size());
+        d.named.push_back(std::move(n));
+      }
+    }
     auto spans = j.at("spans").get<std::vector<int64_t>>();
     for (size_t i = 0; i + 4 < spans.size(); i += 5)
       d.spans.push_back({static_cast<int32_t>(spans[i]), static_cast<int32_t>(spans[i + 1]),

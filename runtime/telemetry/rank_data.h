@@ -65,6 +65,20 @@ struct SpanRecord {
   int64_t end_ns = 0;
 };
 
+// One named series of a rank (Collector::Record): points a trainer computed, e.g.
+// "model/lenet/loss", at the times it recorded them (seconds since the collector started,
+// the clock of the time_s column). After thinning only every `stride`-th point is kept.
+struct NamedSeries {
+  std::string name;
+  std::vector<double> time_s;
+  std::vector<double> value;
+  int64_t stride = 1;
+};
+
+// A series name is one or more '/'-separated segments of [A-Za-z0-9_.-], at most 200
+// characters ("model/lenet/loss"). The error names the offending character or segment.
+Status ValidateSeriesName(std::string_view name);
+
 struct RankData {
   Tags tags;
   int pid = 0;
@@ -81,11 +95,14 @@ struct RankData {
   std::vector<double> rows;     // row-major, col::kNum values per row
   std::vector<SpanRecord> spans;
   std::string annotations;      // Collector::Annotate lines, each ending in '\n'
+  std::vector<NamedSeries> named;  // Collector::Record series, sorted by name
 
   int64_t num_rows() const { return static_cast<int64_t>(rows.size()) / col::kNum; }
   double At(int64_t row, int column) const { return rows[row * col::kNum + column]; }
   // The last row's value of a cumulative column (0 with no rows).
   double Total(int column) const { return rows.empty() ? 0.0 : At(num_rows() - 1, column); }
+  // The named series `name`, or null.
+  const NamedSeries* Named(std::string_view name) const;
 };
 
 // Binary form for the MPI gather (CBOR).

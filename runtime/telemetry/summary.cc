@@ -348,4 +348,29 @@ std::string FormatAnnotations(const std::vector<RankData>& ranks) {
   return out;
 }
 
+std::string FormatNamedSeries(const std::vector<RankData>& ranks) {
+  constexpr int kMaxLines = 64;
+  std::string out;
+  int lines = 0, more = 0;
+  for (const RankData& d : ranks) {
+    for (const NamedSeries& s : d.named) {
+      if (lines == kMaxLines) {
+        ++more;
+        continue;
+      }
+      if (out.empty()) out = "named series (rank, name, points, first -> last value):\n";
+      ++lines;
+      if (s.value.empty()) {
+        out += fmt::format("  {:>4} {} 0 points\n", d.tags.rank, s.name);
+        continue;
+      }
+      out += fmt::format("  {:>4} {} {} points{}, {:.6g} -> {:.6g}\n", d.tags.rank, s.name,
+                         s.value.size(), s.stride > 1 ? fmt::format(" (every {})", s.stride) : "",
+                         s.value.front(), s.value.back());
+    }
+  }
+  if (more > 0) out += fmt::format("  ({} more series in the output files)\n", more);
+  return out;
+}
+
 }  // namespace batchcast::telemetry

@@ -84,6 +84,9 @@ Diagnosis Diagnose(const JobSummary& summary);
 std::string FormatSummary(const JobSummary& summary, const Diagnosis& diagnosis);
 // Every rank's annotations (Collector::Annotate), headed by the rank; "" when none has any.
 std::string FormatAnnotations(const std::vector<RankData>& ranks);
+// One line per named series (Collector::Record): rank, name, points, first and last value;
+// at most 64 lines (then a count of the rest); "" when no rank recorded any.
+std::string FormatNamedSeries(const std::vector<RankData>& ranks);
 std::string_view BottleneckName(Bottleneck b);
 
 }  // namespace batchcast::telemetry

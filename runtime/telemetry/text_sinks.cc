@@ -66,10 +66,39 @@ std::string CsvField(const std::string& s) {
 
 // JSON number or null (JSON has no NaN).
 std::string JsonNumber(double v) { return std::isnan(v) ? "null" : fmt::format("{:.9g}", v); }
+// A recorded value exactly (shortest round-trip form); null when not finite.
+std::string ExactNumber(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
+
+}  // namespace
+
+std::string NamedCsvPath(const std::string& csv_path) {
+  const std::string ext = ".csv";
+  if (csv_path.size() > ext.size() && csv_path.ends_with(ext))
+    return csv_path.substr(0, csv_path.size() - ext.size()) + ".series.csv";
+  return csv_path + ".series.csv";
+}
+
+namespace {
+
+// The named series in long form: a row per point.
+Status WriteNamedCsv(const std::string& path, const std::vector<RankData>& ranks) {
+  BC_ASSIGN_OR_RETURN(OutFile out, OutFile::Open(path));
+  out.Print("rank,local_rank,host,role,series,time_s,value\n");
+  for (const auto& d : ranks) {
+    std::string prefix = fmt::format("{},{},{},{}", d.tags.rank, d.tags.local_rank,
+                                     CsvField(d.tags.host), RoleName(d.tags.role));
+    for (const NamedSeries& s : d.named)
+      for (size_t i = 0; i < s.time_s.size(); ++i)
+        out.Print("{},{},{:.6f},{}\n", prefix, s.name, s.time_s[i],
+                  std::isfinite(s.value[i]) ? fmt::format("{}", s.value[i]) : "");
+  }
+  return out.Close();
+}
 
 }  // namespace
 
 Status WriteCsv(const std::string& path, const std::vector<RankData>& ranks) {
+  BC_RETURN_IF_ERROR(WriteNamedCsv(NamedCsvPath(path), ranks));
   BC_ASSIGN_OR_RETURN(OutFile out, OutFile::Open(path));
   out.Print("rank,local_rank,host,role");
   for (int c = 0; c < col::kNum; ++c) out.Print(",{}", ColumnName(c));
@@ -126,6 +155,17 @@ Status WriteJson(const std::string& path, const std::vector<RankData>& ranks,
         out.Print("{}{}", r ? "," : "", Value(d.At(r, c), c, "null"));
       out.Print("]");
     }
+    out.Print("}},\"named\":{{");
+    for (size_t k = 0; k < d.named.size(); ++k) {
+      const NamedSeries& n = d.named[k];
+      out.Print("{}{}:{{\"stride\":{},\"time_s\":[", k ? "," : "", Quote(n.name), n.stride);
+      for (size_t p = 0; p < n.time_s.size(); ++p)
+        out.Print("{}{}", p ? "," : "", JsonNumber(n.time_s[p]));
+      out.Print("],\"value\":[");
+      for (size_t p = 0; p < n.value.size(); ++p)
+        out.Print("{}{}", p ? "," : "", ExactNumber(n.value[p]));
+      out.Print("]}}");
+    }
     out.Print("}}}}");
   }
   out.Print("]}}\n");
@@ -172,6 +212,14 @@ Status WriteTrace(const std::string& path, const std::vector<RankData>& ranks) {
   }
   int64_t flow_id = 0;
   for (const auto& d : ranks) {
+    // Named series as counter tracks of the rank's process (one track per name).
+    for (const NamedSeries& n : d.named)
+      for (size_t p = 0; p < n.time_s.size(); ++p)
+        if (std::isfinite(n.value[p]))
+          out.Print("{}{{\"ph\":\"C\",\"name\":{},\"pid\":{},\"ts\":{:.3f},"
+                    "\"args\":{{\"value\":{}}}}}",
+                    sep(), Quote(n.name), d.tags.rank, (d.start_unix_s - t0 + n.time_s[p]) * 1e6,
+                    ExactNumber(n.value[p]));
     for (const auto& s : d.spans) {
       if (s.kind < 0 || s.kind >= kNumSpanKinds) continue;
       auto kind = static_cast<SpanKind>(s.kind);

@@ -4,13 +4,19 @@
 # Usage: train_many_test.sh CASE   (BATCHCAST_BIN and TRAIN_MANY_FIXTURE in the environment)
 #   fixture     makes the models and the dataset into $TRAIN_MANY_FIXTURE (a ctest fixture)
 #   config      configuration errors: unknown key (did you mean), bad value, missing file,
-#               a model that does not take the batch, an MPI job without an address
+#               a model that does not take the batch, checkpoint_every without mpirun, a
+#               sequential policy under mpirun
 #   policies    fcfs, priority, sjf (params and epochs), round-robin: the order of the epochs
 #               and of completion; concurrent; every model epoch sees every sample once
 #   separator   pause by name, a finished model saved and released while the others are
 #               paused (no consumer left attached), SIGKILL, restart continuing every model
 #               from its checkpoint, resume by name during the run; then SIGKILL at an
 #               arbitrary moment of a round-robin run and a restart
+#   mpi         under mpirun -n 2 (the MPI Runtime's leader on rank 0): a job of 3 ranks
+#               refused; SIGKILL at a random mid-epoch checkpoint (seed printed; TRAIN_MANY_SEED
+#               replays it), restart: every model resumes at its stream position, every
+#               model epoch sees every sample once, the optimizer's step count goes on, and
+#               the per-model named telemetry series hold a point per step of the run
 set -euo pipefail
 case_name=${1:?case}
 bin=${BATCHCAST_BIN:?set BATCHCAST_BIN}
@@ -97,7 +103,11 @@ case_config() {
   "$py" -c 'import json;c=json.load(open("good.json"));c["models"][1]["name"]="mlp";json.dump(c,open("dup.json","w"))'
   expect_fail "two models are named 'mlp'" train dup.json
   expect_fail "cannot read the configuration missing.json" train missing.json
-  expect_fail "an MPI job's Runtime gives each rank one consumer" \
+  "$py" -c 'import json;c=json.load(open("good.json"));c["checkpoint_every"]=2;json.dump(c,open("ce.json","w"))'
+  expect_fail "'checkpoint_every' (2) resumes a model inside an epoch, which needs the MPI front door" \
+    train ce.json
+  # Under mpirun (its environment; refused before MPI starts): the sequential policies.
+  expect_fail "train-many under mpirun runs policy 'concurrent' only, not 'fcfs'" \
     env -u BATCHCAST_ADDRESS OMPI_COMM_WORLD_SIZE=2 "$bin" train-many good.json
   # A model that does not take the batch: named, with the batch shape, at its first step.
   start_service
@@ -129,6 +139,19 @@ case_policies() {
     grep -q "$want" report.log || { cat report.log >&2; fail "batchcast report did not say: $want"; }
   done
   grep -q "Models (batchcast train-many)" report/report.html || fail "report.html has no model table"
+  [ -s report/models.png ] || fail "the report has no per-model plot"
+  # The named series of each model: a point per step (4, 24, 6 steps) and per epoch (1, 3, 2).
+  "$py" - "$work"/tel.*.h5 <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+g = f[[k for k in f if k.startswith("rank_")][0]]["named/model"]
+for m, (steps, epochs) in {"mlp": (4, 1), "lenet": (24, 3), "resnet": (6, 2)}.items():
+    for s in ("loss", "accuracy", "step_ms", "samples_per_s"):
+        assert g[m][s].shape == (steps, 2), (m, s, g[m][s].shape)
+    for s in ("epoch_loss", "epoch_accuracy", "lr", "peak_rss_mib"):
+        assert g[m][s].shape == (epochs, 2), (m, s, g[m][s].shape)
+    assert abs(g[m]["lr"][0, 1] - {"mlp": 0.05, "lenet": 0.002, "resnet": 0.003}[m]) < 1e-12
+PY
   # The learning-rate schedules: lenet halves every epoch (step), resnet follows the cosine.
   "$py" - out-fcfs <<'PY'
 import json, math, sys
@@ -205,6 +228,56 @@ PY
   train_pid=
   train rr.json >rr2.log 2>&1 || { cat rr2.log >&2; fail "the run restarted after SIGKILL failed"; }
   "$py" "$here/check_run.py" record out-rr "$n" '{"mlp": 1, "lenet": 3, "resnet": 2}'
+}
+
+mpirun_n() { timeout 200 "${MPIEXEC:-mpirun}" --oversubscribe -n "$@"; }
+stream_flags=(--dataset="$fx/train.h5" --producer-batch=100 --threads=1 --seed=7)
+
+case_mpi() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  write_config run.json concurrent out '{"checkpoint_every": 2}'
+  expect_fail "one leader rank and one trainer rank that trains every model (mpirun -n 2), but the job has 3 ranks" \
+    mpirun_n 3 "$bin" train-many run.json "${stream_flags[@]}"
+  local seed=${TRAIN_MANY_SEED:-$((RANDOM % 1000))}
+  # Mid-epoch checkpoints: mlp 1 (of 4 steps), lenet 9 (3 epochs of 8), resnet 2 (2 epochs of 3).
+  local k=$((1 + seed % 10))
+  echo "seed $seed: SIGKILL at the first mid-epoch checkpoint from checkpoint event $k on (TRAIN_MANY_SEED=$seed replays)"
+  mpirun_n 2 "$bin" train-many run.json "${stream_flags[@]}" >run1.log 2>&1 &
+  train_pid=$!
+  "$py" "$here/kill_mid_epoch.py" out "$k" mlp lenet resnet || { cat run1.log >&2; fail "no mid-epoch kill"; }
+  if wait "$train_pid"; then fail "mpirun exited 0 after its trainer was killed"; fi
+  train_pid=
+  mpirun_n 2 "$bin" train-many run.json "${stream_flags[@]}" --telemetry="telemetry(hdf5=$work/mpi.h5)" \
+    >run2.log 2>&1 || { cat run2.log >&2; fail "the restarted mpirun job failed"; }
+  "$py" "$here/check_run.py" record out "$n" '{"mlp": 1, "lenet": 3, "resnet": 2}'
+  "$py" - out killed.json "$work/mpi.h5" <<'PY'
+import json, sys, h5py
+out, killed, h5 = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3]
+ev = [json.loads(l) for l in open(out + "/events.jsonl")]
+res = {m["name"]: m for m in json.load(open(out + "/results.json"))["models"]}
+per_epoch = {"mlp": 4, "lenet": 8, "resnet": 3}  # ceil(256 / batch size)
+for name, k in killed.items():
+    m = res[name]
+    assert [e["steps"] for e in m["epochs"]] == [per_epoch[name]] * len(m["epochs"]), m["epochs"]
+    # The model state went on: the optimizer's own step count (Adam, AdamW) is every step.
+    assert m["steps"] == sum(e["steps"] for e in m["epochs"]), (name, m["steps"])
+    if name != "mlp":
+        assert m["epochs"][-1]["optimizer_steps"] == m["steps"], (name, m["epochs"][-1])
+    if k["finished"]:
+        continue
+    # The restart attached at the checkpoint's stream position, inside the epoch if it was.
+    att = [e for e in ev if e["event"] == "attached" and e["model"] == name][-1]
+    assert att["position"] == k["position"], (name, att, k)
+    assert not k["mid_epoch"] or k["position"][1] > 0, (name, k)
+    # Named telemetry series of the restarted run: a point per step and per epoch it trained.
+    with h5py.File(h5, "r") as f:
+        g = f["rank_00001/named/model/" + name]
+        steps_run2 = m["steps"] - k["steps"]
+        assert g["loss"].shape == (steps_run2, 2), (name, g["loss"].shape, steps_run2)
+        assert g["samples_per_s"].shape[0] == steps_run2
+        assert g["epoch_loss"].shape[0] == m["epochs_done"] - k["epochs_done"], name
+print("mid-epoch resume ok:", {n: (k["position"], res[n]["steps"]) for n, k in killed.items()})
+PY
 }
 
 "case_$case_name"

@@ -46,6 +46,27 @@ def test_leader_and_consumer_write_their_own_files(fmnist, tmp_path, capfd):
     assert [c["rank"] for c in stats["consumers"]] in ([1], [])
 
 
+def test_consumer_records_named_series(fmnist, tmp_path):
+    leader = batchcast.Leader(fmnist["train"], consumers=1, epochs=1, batch_size=16,
+                              limit_samples=16 * 3, rank=0)
+    loader = batchcast.Consumer(leader.address, batch_size=16, rank=1,
+                                telemetry=f"json={tmp_path}/c.json")
+    for step, batch in enumerate(loader):
+        loader.record("model/net/loss", 1.0 / (step + 1))
+    with pytest.raises(batchcast.InvalidArgumentError, match="series name 'model//loss'"):
+        loader.record("model//loss", 1.0)
+    leader.wait()
+    loader.close()
+    named = json.load(open(tmp_path / "c.json"))["ranks"][0]["named"]
+    assert named["model/net/loss"]["value"] == [1.0, 0.5, 1.0 / 3]
+    assert len(named["model/net/loss"]["time_s"]) == 3
+    # The last batch outlives its consumer: its release still records its step into the
+    # consumer's telemetry, which the batch keeps alive (it used to be freed first: a
+    # segfault here).
+    del loader, leader
+    del batch
+
+
 def test_producer_records_telemetry(tmp_path):
     batches = [(np.full((8, 1, 4, 4), k, np.uint8), np.arange(8)) for k in range(5)]
     producer = batchcast.Producer(batches, epochs=1, telemetry=f"json={tmp_path}/p.json",

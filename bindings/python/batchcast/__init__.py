@@ -433,6 +433,13 @@ class Consumer:
         (with ``telemetry=...``; "" before or when off)."""
         return self._c.telemetry_summary()
 
+    def record(self, name, value):
+        """Appends (now, value) to the named series ``name`` of this consumer's telemetry,
+        e.g. ``record("model/resnet/loss", loss.item())`` once per step: written to every
+        telemetry output (docs/telemetry.md, "Named series"). Does nothing with telemetry off;
+        a bad name (segments of letters, digits, ``_.-`` between ``/``) raises."""
+        self._c.record(str(name), float(value))
+
     def close(self):
         """Leaves the stream; the leader and the other consumers go on."""
         self._c.close()

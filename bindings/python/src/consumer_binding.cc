@@ -212,6 +212,11 @@ class PyConsumer {
 
   // The summary the consumer's telemetry printed at close() ("" before, or when off).
   std::string TelemetrySummary() const { return telemetry_ ? telemetry_->summary() : ""; }
+  // A point of the named series `name` in this consumer's telemetry (a no-op when off).
+  void Record(const std::string& name, double value) {
+    if (telemetry_ && telemetry_->collector() != nullptr)
+      ThrowIfError(telemetry_->collector()->Record(name, value));
+  }
 
   py::dict Stats() const {
     py::dict d;
@@ -268,9 +273,11 @@ class PyConsumer {
     // release="next" views pin no slot, but they keep the mapping (the Consumer) alive.
     std::shared_ptr<void> keep =
         release_on_next_ ? std::shared_ptr<void>(state_->consumer) : b.KeepAlive();
+    // The telemetry first: a pair destroys `second` (the slot, whose release records a step
+    // into the collector) before `first`.
     if (state_->telemetry)
-      keep = std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<ProcessTelemetry>>>(
-          std::move(keep), state_->telemetry);
+      keep = std::make_shared<std::pair<std::shared_ptr<ProcessTelemetry>, std::shared_ptr<void>>>(
+          state_->telemetry, std::move(keep));
     auto make = [&](const TensorView& v) -> py::object {
       if (numpy) return MakeNumpyView(v, keep);
       return MakeDLPackCapsule(v, keep);
@@ -347,6 +354,7 @@ void BindConsumer(py::module_& m) {
       .def("start_at", &PyConsumer::StartAt, py::arg("epoch"), py::arg("batch"))
       .def("stats", &PyConsumer::Stats)
       .def("telemetry_summary", &PyConsumer::TelemetrySummary)
+      .def("record", &PyConsumer::Record, py::arg("name"), py::arg("value"))
       .def("close", &PyConsumer::Close);
 }
 

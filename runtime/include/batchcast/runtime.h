@@ -28,6 +28,7 @@ namespace batchcast {
 
 namespace internal {
 struct RuntimeState;
+struct RuntimeAccess;  // runtime-internal front doors (train-many)
 }
 
 class BATCHCAST_API Runtime {
@@ -56,6 +57,7 @@ class BATCHCAST_API Runtime {
   Status Finalize();
 
  private:
+  friend struct internal::RuntimeAccess;
   Runtime() = default;
   std::unique_ptr<internal::RuntimeState> state_;
 };

@@ -225,5 +225,67 @@ TEST(CollectorTest, SerializeRoundTrips) {
   EXPECT_FALSE(DeserializeRankData("not cbor").ok());
 }
 
+TEST(CollectorTest, NamedSeriesKeepEveryPointInOrderAndRoundTrip) {
+  auto c = MakeCollector(Role::kConsumer);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(c->Record("model/lenet/loss", 2.0 - 0.1 * i).ok());
+    if (i % 2 == 0) {
+      ASSERT_TRUE(c->Record("model/mlp/accuracy", 0.1 * i).ok());
+    }
+  }
+  RankData d = c->Snapshot();
+  ASSERT_EQ(d.named.size(), 2u);
+  EXPECT_EQ(d.named[0].name, "model/lenet/loss");  // sorted by name
+  const NamedSeries* loss = d.Named("model/lenet/loss");
+  ASSERT_NE(loss, nullptr);
+  ASSERT_EQ(loss->value.size(), 10u);
+  EXPECT_DOUBLE_EQ(loss->value[3], 1.7);
+  for (size_t i = 1; i < loss->time_s.size(); ++i) EXPECT_GE(loss->time_s[i], loss->time_s[i - 1]);
+  EXPECT_LE(loss->time_s.back(), d.At(d.num_rows() - 1, col::kTime));  // the rows' clock
+  EXPECT_EQ(d.Named("model/mlp/accuracy")->value.size(), 5u);
+  Result<RankData> back = DeserializeRankData(SerializeRankData(d));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->named.size(), 2u);
+  EXPECT_EQ(back->named[0].value, loss->value);
+  EXPECT_EQ(back->named[0].time_s, loss->time_s);
+  std::string text = FormatNamedSeries({*back});
+  EXPECT_NE(text.find("model/lenet/loss 10 points, 2 -> 1.1"), std::string::npos) << text;
+  EXPECT_EQ(FormatNamedSeries({RankData()}), "");
+}
+
+TEST(CollectorTest, NamedSeriesRefuseBadNamesAndPrefixClashes) {
+  auto c = MakeCollector(Role::kConsumer);
+  ASSERT_TRUE(c->Record("model/a/loss", 1).ok());
+  for (const char* bad : {"", "model//loss", "/model", "model/", "a b", "model/../x", "x:y"}) {
+    Status st = c->Record(bad, 1);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("series name"), std::string::npos) << st.ToString();
+  }
+  Status up = c->Record("model/a", 1);  // would be the group holding model/a/loss
+  EXPECT_EQ(up.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(up.message().find("'model/a' and 'model/a/loss' clash"), std::string::npos)
+      << up.ToString();
+  Status down = c->Record("model/a/loss/x", 1);
+  EXPECT_NE(down.message().find("'model/a/loss/x' and 'model/a/loss' clash"), std::string::npos)
+      << down.ToString();
+  EXPECT_TRUE(c->Record("model/ab", 1).ok()) << "a common string prefix is not a path prefix";
+  EXPECT_EQ(c->Snapshot().named.size(), 2u);
+}
+
+TEST(CollectorTest, NamedSeriesStayBoundedAndCoverTheRun) {
+  CollectorOptions o;
+  o.max_rows = 16;
+  auto c = MakeCollector(Role::kConsumer, o);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(c->Record("step", i).ok());
+  RankData d = c->Snapshot();
+  const NamedSeries& s = d.named.at(0);
+  EXPECT_LE(s.value.size(), 16u);
+  EXPECT_GE(s.value.size(), 8u);
+  EXPECT_EQ(s.stride, 8);  // thinned when full at points 16, 32 and 64
+  for (size_t i = 1; i < s.value.size(); ++i) EXPECT_GT(s.value[i], s.value[i - 1]);
+  EXPECT_GE(s.value.back(), 100 - s.stride) << "the series reaches the end of the run";
+  EXPECT_LE(s.value.front(), 2 * s.stride) << "and still starts near its beginning";
+}
+
 }  // namespace
 }  // namespace batchcast::telemetry

@@ -57,6 +57,13 @@ class SinksTest : public ::testing::Test {
           c->Add(Counter::kBatchesReceived, 1);
           c->Add(Counter::kSamplesReceived, 64);
           c->Span(SpanKind::kStep, b, t + 2000, t + 5000);
+          // A train-many model's named series: the report tables and plots them per model.
+          EXPECT_TRUE(c->Record("model/mlp/loss", 2.0 / (b + 1)).ok());
+          EXPECT_TRUE(c->Record("model/mlp/samples_per_s", 1000 + b).ok());
+          if (b % 2 == 1) {
+            EXPECT_TRUE(c->Record("model/mlp/epoch_loss", 1.0 / b).ok());
+            EXPECT_TRUE(c->Record("model/mlp/epoch_accuracy", 0.125 * b).ok());
+          }
         }
         d = c->Snapshot();
       }
@@ -164,6 +171,71 @@ TEST_F(SinksTest, TraceIsChromeJsonWithSpansAndFlows) {
   EXPECT_EQ(meta, 4);         // name + sort index per rank
 }
 
+// Named series (Collector::Record) written by every sink and read back: HDF5 through h5py
+// (named/<name> as (n, 2) rows), the CSV's long-form sibling, the JSON document and the
+// trace's counter events; the values and times are the recorded ones in each.
+TEST_F(SinksTest, NamedSeriesRoundTripInEveryFormat) {
+  std::vector<RankData> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    CollectorOptions o;
+    o.interval_ms = 60000;
+    o.gpu = false;
+    auto c = std::move(Collector::Create(Tags{"e", "w", "r", "", rank, rank}, o)).value();
+    for (int step = 0; step < 3 + rank; ++step) {
+      ASSERT_TRUE(c->Record(fmt::format("model/m{}/loss", rank), 1.0 / (step + 1)).ok());
+      ASSERT_TRUE(c->Record(fmt::format("model/m{}/accuracy", rank), 0.25 * step).ok());
+    }
+    ranks.push_back(c->Snapshot());
+  }
+  JobSummary j = Summarize(ranks);
+  Diagnosis d = Diagnose(j);
+  ASSERT_TRUE(WriteHdf5(Path("run.h5"), ranks, j, d, FormatSummary(j, d)).ok());
+  ASSERT_TRUE(WriteCsv(Path("run.csv"), ranks).ok());
+  ASSERT_TRUE(WriteJson(Path("run.json"), ranks, j, d).ok());
+  ASSERT_TRUE(WriteTrace(Path("run.trace.json"), ranks).ok());
+  const NamedSeries& loss1 = *ranks[1].Named("model/m1/loss");
+  // CSV: a row per point, with the recorded time.
+  ASSERT_EQ(NamedCsvPath(Path("run.csv")), Path("run.series.csv"));
+  std::ifstream csv(Path("run.series.csv"));
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "rank,local_rank,host,role,series,time_s,value");
+  int rows = 0, m1_loss = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    if (line.find(",model/m1/loss,") == std::string::npos) continue;
+    double t = std::stod(line.substr(line.find(",model/m1/loss,") + 15));
+    EXPECT_NEAR(t, loss1.time_s[m1_loss], 1e-6) << line;
+    ++m1_loss;
+  }
+  EXPECT_EQ(rows, 2 * 3 + 2 * 4);
+  EXPECT_EQ(m1_loss, 4);
+  // JSON: per rank "named" {name: {time_s, value, stride}}.
+  std::ifstream js(Path("run.json"));
+  nlohmann::json doc = nlohmann::json::parse(js);
+  const auto& named = doc.at("ranks").at(1).at("named").at("model/m1/loss");
+  EXPECT_EQ(named.at("value").get<std::vector<double>>(), loss1.value);
+  EXPECT_EQ(named.at("stride").get<int>(), 1);
+  EXPECT_EQ(doc.at("ranks").at(0).at("named").size(), 2u);
+  // Trace: a counter event per point, on the rank's process.
+  std::ifstream tr(Path("run.trace.json"));
+  nlohmann::json trace = nlohmann::json::parse(tr);
+  int counters = 0;
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.at("ph") == "C" && e.at("name") == "model/m1/accuracy" && e.at("pid") == 1) ++counters;
+  EXPECT_EQ(counters, 4);
+  // HDF5: rank_00001/named/model/m1/loss is (4, 2) of (time_s, value).
+  if (!PythonHas("h5py, numpy")) GTEST_SKIP() << "/usr/bin/python3 has no h5py";
+  std::string cmd = fmt::format(
+      "/usr/bin/python3 -c \"import h5py,sys; f=h5py.File('{}'); "
+      "ds=f['rank_00001/named/model/m1/loss']; v=ds[()]; c=ds.attrs['columns']; "
+      "c=c.decode() if isinstance(c, bytes) else c; ok=v.shape==(4,2) and abs(v[3,1]-0.25)<1e-12 "
+      "and abs(v[2,0]-{:.9f})<1e-6 and c=='time_s,value' and "
+      "len(f['rank_00000/named/model/m0'])==2; sys.exit(0 if ok else 1)\"",
+      Path("run.h5"), loss1.time_s[2]);
+  EXPECT_EQ(RunCommand(cmd), 0) << cmd;
+}
+
 // Width and height from a PNG's IHDR chunk.
 bool PngSize(const std::string& path, uint32_t* w, uint32_t* h) {
   std::ifstream in(path, std::ios::binary);
@@ -193,6 +265,7 @@ TEST_F(SinksTest, ReportRendersPlotsAndHtml) {
     EXPECT_GT(fs::file_size(Path("report/") + plot + ".svg"), 2000u) << plot;
   }
   EXPECT_FALSE(fs::exists(Path("report/gpu.png")));  // no rank had a GPU: no GPU plot
+  EXPECT_TRUE(fs::exists(Path("report/models.png")));  // rank 1's model/mlp/... series
   std::ifstream html(Path("report/report.html"));
   std::stringstream ss;
   ss << html.rdbuf();
@@ -201,6 +274,10 @@ TEST_F(SinksTest, ReportRendersPlotsAndHtml) {
   EXPECT_NE(page.find("data:image/png;base64,"), std::string::npos);
   EXPECT_NE(page.find("Bottleneck"), std::string::npos);
   EXPECT_NE(page.find("<td>consumer</td>"), std::string::npos);
+  // The model table from the named series: 2 epochs, the last epoch's loss and accuracy (1/3,
+  // 3/8), mean samples/s over the 5 steps (1002).
+  EXPECT_NE(page.find("<td>mlp</td><td>2</td><td>0.3333</td><td>0.3750</td><td>1002.0</td>"),
+            std::string::npos);
 }
 
 // A consumer under a resize schedule that reported evaluations: the report draws the

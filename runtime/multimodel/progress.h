@@ -1,0 +1,51 @@
+// Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+//
+// Where each model of a train-many run stands after its last checkpoint, and what the node
+// leader must produce for them under mpirun (docs/multi-model.md "Under mpirun" and
+// "Mid-epoch resume"). Free of LibTorch: the leader rank plans the same stream from the same
+// files as the trainer rank without loading a model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "batchcast/consumer.h"
+#include "batchcast/options.h"
+#include "batchcast/status.h"
+#include "multimodel/config.h"
+
+namespace batchcast::multimodel {
+
+// What output_dir/NAME/state.json says (a model without one is fresh).
+struct ModelProgress {
+  int epochs_done = 0;
+  bool finished = false;
+  // The batch its consumer gets next: the stream epoch and the batch within it in the
+  // model's batch size (Consumer::Position() when the checkpoint was taken).
+  StreamPosition position;
+  bool mid_epoch = false;  // the checkpoint was taken inside an epoch (checkpoint_every)
+};
+
+// The path of a model's state.json.
+std::string StatePath(const TrainManyConfig& config, const ModelSpec& spec);
+Result<ModelProgress> ReadModelProgress(const TrainManyConfig& config, const ModelSpec& spec);
+
+// Under mpirun: the policy must be concurrent, with no control file, mode=shard or
+// leader_trains (each refused with the reason and the fix). Checked before MPI_Init.
+Status CheckMpiFrontDoor(const TrainManyConfig& config, const Options& options);
+// Under mpirun: the job must be one leader rank and one trainer rank.
+Status CheckMpiWorld(int world_size);
+
+// The stream the node leader produces under mpirun so that every unfinished model resumes
+// at its position: epochs up to the last a model needs, starting at the earliest position
+// (batch_size is the largest model batch). `consumers` is the number of unfinished models
+// (0: nothing to train).
+struct MpiStream {
+  Options options;
+  int consumers = 0;
+};
+MpiStream PlanMpiStream(const TrainManyConfig& config, const std::vector<ModelProgress>& progress,
+                        const Options& base);
+
+}  // namespace batchcast::multimodel
