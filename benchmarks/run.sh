@@ -50,7 +50,10 @@ case "$name" in
     if [ ! -f "$set/complete" ]; then
       "$build/benchmarks/bench_decode" --cache "$build/benchmarks/decode_set" --reps 1 > /dev/null
     fi
-    exec "$bin" --set "$set" "$@" ;;
+    "$bin" --set "$set" "$@"
+    # The strategy profiler (docs/profiler.md) on the same photos as an ImageFolder and on
+    # Fashion-MNIST (PNG), then its recommendation per weights and cache setting.
+    exec bash "$(dirname "$0")/bench_profile_strategies.sh" "$build" "$set" ;;
   stage)
     # The scripted encoder is made once (python3-torch) and cached in the build directory.
     exec "$bin" --cache "$build/benchmarks/stage_set" "$@" ;;

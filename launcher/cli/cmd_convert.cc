@@ -17,8 +17,7 @@
 #include "data/convert.h"
 #include "data/dataset_writer.h"
 #include "data/image_encode.h"
-#include "pipeline/decode.h"
-#include "pipeline/transform.h"
+#include "pipeline/stored_form.h"
 
 namespace batchcast::cli {
 namespace {
@@ -56,45 +55,19 @@ data::ProgressFn MakeProgress(const std::string& label) {
   };
 }
 
-// One offline bucket image: decode (DCT-scaled to at least the target), resize so the
-// shorter side is `size` (never upscaled), encode. Thread-safe (a decoder per thread).
+// One offline bucket image: the stored form resized:<size> (the same decode and resampler),
+// encoded. Thread-safe.
 Result<std::vector<uint8_t>> MakeBucketImage(const std::string& encoding, int quality,
                                              std::span<const uint8_t> sample, int width,
                                              int height, int channels, int size) {
-  thread_local std::unique_ptr<pipeline::ImageDecoder> decoder;
-  pipeline::DecodedImage decoded;
-  pipeline::PixelView view;
-  if (channels > 0) {  // raw pixels
-    if (channels != 1 && channels != 3)
-      return InvalidArgumentError("raw samples with {} channels cannot be bucketed (1 or 3)",
-                                  channels);
-    view = pipeline::PixelView{sample.data(), size_t(width) * channels, width, height, channels};
-  } else {
-    if (!decoder) {
-      BC_ASSIGN_OR_RETURN(pipeline::ImageDecoder d, pipeline::ImageDecoder::Create());
-      decoder = std::make_unique<pipeline::ImageDecoder>(std::move(d));
-    }
-    BC_ASSIGN_OR_RETURN(pipeline::ImageHeader header,
-                        decoder->ReadHeader(sample, int64_t(1) << 31));
-    width = header.width;
-    height = header.height;
-    const double f = std::min(1.0, double(size) / std::min(width, height));
-    const int tw = std::max(1, int(width * f + 0.5)), th = std::max(1, int(height * f + 0.5));
-    int scale = pipeline::kScaleDenom;
-    if (header.format == pipeline::ImageFormat::kJpeg)
-      scale = pipeline::ChooseScaleNum(width, height, tw, th);
-    BC_RETURN_IF_ERROR(decoder->Decode(sample, header, scale, header.channels == 1 ? 1 : 3,
-                                       &decoded));
-    view = pipeline::PixelView{decoded.data(), decoded.stride(), decoded.width, decoded.height,
-                               decoded.channels};
-  }
-  const double f = std::min(1.0, double(size) / std::min(width, height));
-  const int tw = std::max(1, int(width * f + 0.5)), th = std::max(1, int(height * f + 0.5));
-  std::vector<uint8_t> resized(size_t(tw) * th * view.channels);
-  pipeline::ResizeBox(view, pipeline::FullBox(view.width, view.height), tw, th, resized.data(),
-                      size_t(tw) * view.channels);
-  if (encoding == "png") return data::EncodePng(resized, tw, th, view.channels);
-  return data::EncodeJpeg(resized, tw, th, view.channels, quality);
+  data::StoreForm form;
+  form.kind = data::StoreForm::Kind::kResized;
+  form.short_side = size;
+  BC_ASSIGN_OR_RETURN(data::StoredPixels px,
+                      pipeline::MakeStoredPixels(form, sample, width, height, channels));
+  const data::StoredShape& sh = px.shape;
+  if (encoding == "png") return data::EncodePng(px.pixels, sh.width, sh.height, sh.channels);
+  return data::EncodeJpeg(px.pixels, sh.width, sh.height, sh.channels, quality);
 }
 
 // --buckets 96,128,160 [--bucket-encoding jpeg|png] [--bucket-quality 90]
@@ -112,6 +85,11 @@ void AddBucketOptions(CLI::App* cmd, data::OfflineBuckets* b) {
       ->capture_default_str();
   cmd->parse_complete_callback([=] {
     b->sizes.clear();
+    const std::string enc = b->encoding;
+    const int q = *quality;
+    b->encoder = [enc, q](std::span<const uint8_t> s, int w, int h, int c, int size) {
+      return MakeBucketImage(enc, q, s, w, h, c, size);
+    };
     if (text->empty()) return;
     size_t start = 0;
     while (start <= text->size()) {
@@ -129,12 +107,43 @@ void AddBucketOptions(CLI::App* cmd, data::OfflineBuckets* b) {
       }
       start = end + 1;
     }
-    const std::string enc = b->encoding;
-    const int q = *quality;
-    b->encoder = [enc, q](std::span<const uint8_t> s, int w, int h, int c, int size) {
-      return MakeBucketImage(enc, q, s, w, h, c, size);
-    };
   });
+}
+
+// --store FORM [--compression C] (docs/dataset-format.md, "Stored forms"). Returns the text
+// of --store, parsed by ApplyStoreText once every option is in.
+std::shared_ptr<std::string> AddStoreOptions(CLI::App* cmd, data::StoreOptions* st) {
+  auto text = std::make_shared<std::string>("encoded");
+  cmd->add_option("--store", *text,
+                  "what is stored per sample: encoded (the original bytes), decoded (the "
+                  "pixels), resized:<S> (shorter side S), resized:<W>x<H> (exactly, as "
+                  "crop=none at that size) or buckets:<S1>,<S2>,... (encoded + offline buckets); "
+                  "random steps always stay online")
+      ->capture_default_str();
+  cmd->add_option("--compression", st->compression,
+                  "stored pixels: chunk compression none | gzip[:1-9] | lz4 (default none; lz4 "
+                  "needs hdf5-filter-plugin; zstd is refused: Debian's plugins have none)");
+  return text;
+}
+
+// Parses --store into `st` (buckets:<sizes> become offline buckets); false after printing why.
+bool ApplyStoreText(const std::string& text, data::StoreOptions* st, data::OfflineBuckets* b) {
+  auto form = data::ParseStoreForm(text);
+  if (!form.ok()) {
+    std::fprintf(stderr, "batchcast %s\n", form.status().message().c_str());
+    return false;
+  }
+  st->form = *form;
+  st->make_pixels = pipeline::MakeStoredPixels;
+  if (form->kind != data::StoreForm::Kind::kBuckets) return true;
+  if (!b->sizes.empty()) {
+    std::fprintf(stderr, "batchcast convert: --store %s and --buckets both name offline buckets; "
+                 "give the sizes once\n", text.c_str());
+    return false;
+  }
+  b->sizes = form->bucket_sizes;
+  st->form = data::StoreForm{};  // the encoded bytes, plus the buckets
+  return true;
 }
 
 // Every file the conversion did not store, each once: bad ones (`bad` names them "skipped"
@@ -176,10 +185,11 @@ void Report(const Result<data::ConvertReport>& r, const std::string& out, int* e
               static_cast<long long>(r->stored_bytes), r->skipped.size(), r->ignored.size(),
               r->seconds);
   if (r->chunk_samples > 0 && r->samples > 0)
-    std::printf("images: %.1f KiB per stored sample on average, HDF5 chunks of %lld samples, "
-                "compression %s; file %.1f MiB (%.3fx the stored bytes)\n",
-                r->stored_bytes / 1024.0 / double(r->samples),
-                static_cast<long long>(r->chunk_samples), r->compression.c_str(),
+    std::printf("images (%s): %.1f KiB per stored sample on average, HDF5 chunks of %lld "
+                "samples (%.1f KiB), compression %s; file %.1f MiB (%.3fx the stored bytes)\n",
+                r->store.c_str(), r->stored_bytes / 1024.0 / double(r->samples),
+                static_cast<long long>(r->chunk_samples), r->chunk_bytes / 1024.0,
+                r->compression.c_str(),
                 r->file_bytes / 1048576.0,
                 r->stored_bytes ? double(r->file_bytes) / r->stored_bytes : 0.0);
   if (r->bucket_sizes.empty()) return;
@@ -197,6 +207,8 @@ void Report(const Result<data::ConvertReport>& r, const std::string& out, int* e
               r->stored_bytes ? double(r->stored_bytes + total) / r->stored_bytes : 0.0);
 }
 
+}  // namespace
+
 std::vector<std::string> SplitCommas(const std::string& text) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -208,6 +220,8 @@ std::vector<std::string> SplitCommas(const std::string& text) {
   }
   return out;
 }
+
+namespace {
 
 void RegisterIdx(CLI::App* convert, int* exit_code) {
   auto* cmd = convert->add_subcommand("idx", "convert MNIST / Fashion-MNIST IDX files (.gz or plain)");
@@ -265,8 +279,16 @@ void RegisterImageFolder(CLI::App* convert, int* exit_code) {
                 "read and check every file, list every bad or ignored file and empty class with "
                 "its cause, write nothing (--out is not needed)");
   cmd->add_flag("--force", o->overwrite, "replace OUT if it exists");
+  cmd->add_option("--limit", o->limit,
+                  "convert only N files, taken evenly across the sorted listing (0 = all)")
+      ->check(CLI::NonNegativeNumber);
   AddBucketOptions(cmd, &o->buckets);
+  auto store = AddStoreOptions(cmd, &o->store);
   cmd->callback([=] {
+    if (!ApplyStoreText(*store, &o->store, &o->buckets)) {
+      *exit_code = 1;
+      return;
+    }
     if (o->check_only) {
       ReportCheck(data::ConvertImageFolder(*o, MakeProgress("check")), *o, exit_code);
       return;
@@ -282,6 +304,32 @@ void RegisterImageFolder(CLI::App* convert, int* exit_code) {
   });
 }
 
+void RegisterStored(CLI::App* convert, int* exit_code) {
+  auto* cmd = convert->add_subcommand(
+      "h5", "re-store a Batchcast file (encoded or raw) in another stored form (--store)");
+  auto o = std::make_shared<data::StoredConvertOptions>();
+  cmd->add_option("source", o->source, "the Batchcast HDF5 file to read")->required();
+  cmd->add_option("--out", o->out_path, "output HDF5 file")->required();
+  cmd->add_option("--limit", o->limit, "convert only the first N samples (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", o->threads, "decoding threads (0 = all cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--skip-bad", o->skip_bad,
+                "leave out (and report) samples that cannot be read, fail their checksum or do "
+                "not decode, instead of failing");
+  cmd->add_flag("--force", o->overwrite, "replace OUT if it exists");
+  AddBucketOptions(cmd, &o->buckets);
+  auto store = AddStoreOptions(cmd, &o->store);
+  cmd->callback([=] {
+    if (!ApplyStoreText(*store, &o->store, &o->buckets)) {
+      *exit_code = 1;
+      return;
+    }
+    ArmCleanup(o->out_path);
+    Report(data::ConvertStored(*o, MakeProgress("convert")), o->out_path, exit_code);
+  });
+}
+
 }  // namespace
 
 void RegisterConvert(CLI::App& app, int* exit_code) {
@@ -290,6 +338,7 @@ void RegisterConvert(CLI::App& app, int* exit_code) {
   convert->require_subcommand(1);
   RegisterIdx(convert, exit_code);
   RegisterImageFolder(convert, exit_code);
+  RegisterStored(convert, exit_code);
 }
 
 }  // namespace batchcast::cli

@@ -16,8 +16,11 @@ void PrintText(const data::DatasetSummary& s) {
   std::printf("schema version:  %d\n", i.schema_version);
   std::printf("samples:         %lld\n", static_cast<long long>(i.num_samples));
   std::printf("storage:         %s, encoding %s\n",
-              i.kind == data::SampleKind::kRaw ? "raw pixels" : "encoded images",
+              i.kind == data::SampleKind::kRaw      ? "raw pixels"
+              : i.kind == data::SampleKind::kPixels ? "stored pixels of per-sample shapes"
+                                                    : "encoded images",
               i.encoding.c_str());
+  if (!i.store.empty()) std::printf("stored form:     %s (convert --store)\n", i.store.c_str());
   if (i.kind == data::SampleKind::kRaw)
     std::printf("raw shape:       %d x %d x %d (H x W x C)\n", i.raw_height, i.raw_width,
                 i.raw_channels);

@@ -16,6 +16,10 @@ void RegisterReport(CLI::App& app, int* exit_code);
 void RegisterServe(CLI::App& app, int* exit_code);
 void RegisterStatus(CLI::App& app, int* exit_code);
 void RegisterTrainMany(CLI::App& app, int* exit_code);
+void RegisterProfile(CLI::App& app, int* exit_code);
+
+// "a,b,,c" -> {"a", "b", "", "c"}.
+std::vector<std::string> SplitCommas(const std::string& text);
 
 // Adds every registry option (batchcast/options.h) as `--key` to `cmd`, collecting the
 // words into *flags for ResolveOptions(), so `--help` lists them.

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   batchcast::cli::RegisterServe(app, &exit_code);
   batchcast::cli::RegisterStatus(app, &exit_code);
   batchcast::cli::RegisterTrainMany(app, &exit_code);
+  batchcast::cli::RegisterProfile(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version

@@ -38,7 +38,78 @@ struct Encoded {
   std::vector<uint8_t> bytes;
   ImageHeader header;
   std::vector<std::vector<uint8_t>> buckets;  // one pre-resized image per bucket size
+  StoredShape shape;  // when `bytes` holds stored pixels (--store decoded|resized)
 };
+
+// The writer's spec for a stored form: decoded and resized:<S> store pixels of per-sample
+// shapes, resized:<W>x<H> a fixed W x H x 3 raw array (the leader's crop=none output at
+// that size, nothing left to resample); pixel forms are uncompressed unless asked.
+Status ApplyStore(const StoreOptions& st, DatasetSpec* spec) {
+  const StoreForm& f = st.form;
+  spec->store = f.ToString();
+  if (f.kind == StoreForm::Kind::kEncoded && !spec->bucket_sizes.empty()) {
+    StoreForm buckets{StoreForm::Kind::kBuckets, 0, 0, 0, spec->bucket_sizes};
+    spec->store = buckets.ToString();
+  }
+  if (f.kind == StoreForm::Kind::kBuckets)
+    return InvalidArgumentError("convert: --store {} is given as OfflineBuckets (--buckets)",
+                                spec->store);
+  if (!f.stores_pixels()) {
+    spec->compression = st.compression;
+    return Status::Ok();
+  }
+  if (!st.make_pixels)
+    return InvalidArgumentError("convert: --store {} needs a pixel maker", spec->store);
+  if (!spec->bucket_sizes.empty())
+    return InvalidArgumentError("convert: --store {} with --buckets: offline buckets are kept "
+                                "beside encoded images only; use --store buckets:<sizes>, or "
+                                "one file per stored form", spec->store);
+  spec->kind = f.short_side == 0 && f.kind == StoreForm::Kind::kResized ? SampleKind::kRaw
+                                                                         : SampleKind::kPixels;
+  spec->raw_height = f.height;
+  spec->raw_width = f.width;
+  spec->raw_channels = 3;
+  spec->compress = false;
+  spec->compression = st.compression;
+  return Status::Ok();
+}
+
+// Replaces the sample's bytes by its stored pixels (in the producing thread). `channels` 0:
+// e->bytes is encoded; else raw w x h x channels pixels. A sample that does not decode is bad.
+void MakeStored(const StoreOptions& st, int w, int h, int channels, Encoded* e) {
+  if (!e->status.ok() || !st.form.stores_pixels()) return;
+  auto px = st.make_pixels(st.form, e->bytes, w, h, channels);
+  if (!px.ok()) {
+    e->status = px.status().WithContext(fmt::format("--store {}", st.form.ToString()));
+    return;
+  }
+  e->bytes = std::move(px->pixels);
+  e->shape = px->shape;
+}
+
+// Appends one produced sample as its writer stores it.
+Status AppendSample(DatasetWriter& w, const DatasetSpec& spec, const Encoded& e, int64_t label,
+                    int width, int height) {
+  if (spec.kind == SampleKind::kPixels) return w.AppendPixels(e.bytes, label, width, height, e.shape);
+  return w.Append(e.bytes, label, width, height, e.header.encoding, e.buckets);
+}
+
+// The report's storage part, once the file is written.
+void ReportStorage(const DatasetWriter& w, const DatasetSpec& spec, const OfflineBuckets& b,
+                   const std::string& out, ConvertReport* r) {
+  r->samples = w.num_samples();
+  r->bucket_sizes = b.sizes;
+  r->bucket_bytes = w.bucket_bytes();
+  r->chunk_samples = w.chunk_samples();
+  r->chunk_bytes = w.chunk_bytes();
+  r->store = spec.store.empty() ? "encoded" : spec.store;
+  std::error_code ec;
+  r->file_bytes = int64_t(std::filesystem::file_size(out, ec));
+  r->compression = spec.kind == SampleKind::kEncoded ? "none"
+                   : !spec.compression.empty()       ? spec.compression
+                   : spec.compress                   ? "gzip:1"
+                                                     : "none";
+}
 
 Status CheckBuckets(const OfflineBuckets& b) {
   if (!b.sizes.empty() && !b.encoder)
@@ -65,9 +136,13 @@ void ApplyBuckets(const OfflineBuckets& b, DatasetSpec* spec) {
   spec->bucket_encoding = b.encoding;
 }
 
-void ReportBuckets(const DatasetWriter& w, const OfflineBuckets& b, ConvertReport* r) {
-  r->bucket_sizes = b.sizes;
-  r->bucket_bytes = w.bucket_bytes();
+// The spec's provenance, offline buckets and stored form.
+Status ApplyOutputs(std::string created_by, const OfflineBuckets& b, const StoreOptions& st,
+                    DatasetSpec* spec) {
+  spec->created_by = std::move(created_by);
+  BC_RETURN_IF_ERROR(CheckBuckets(b));
+  ApplyBuckets(b, spec);
+  return ApplyStore(st, spec);
 }
 
 Result<std::vector<std::string>> IdxClassNames(const IdxConvertOptions& o,
@@ -211,15 +286,7 @@ Result<ConvertReport> ConvertIdx(const IdxConvertOptions& o, const ProgressFn& p
   BC_RETURN_IF_ERROR(OrderedParallelMap<Encoded>(n, threads, kWindowPerThread * threads, produce,
                                                  consume));
   BC_RETURN_IF_ERROR(writer->Finish());
-  report.samples = writer->num_samples();
-  ReportBuckets(*writer, o.buckets, &report);
-  report.chunk_samples = writer->chunk_samples();
-  std::error_code ec;
-  report.file_bytes = int64_t(std::filesystem::file_size(o.out_path, ec));
-  report.compression = spec.kind != SampleKind::kRaw ? "none"
-                       : !o.compression.empty()      ? o.compression
-                       : o.compress                  ? "gzip:1"
-                                                     : "none";
+  ReportStorage(*writer, spec, o.buckets, o.out_path, &report);
   report.seconds = SecondsSince(t0);
   return report;
 }
@@ -247,6 +314,13 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
                                          const ProgressFn& progress) {
   auto t0 = std::chrono::steady_clock::now();
   BC_ASSIGN_OR_RETURN(ImageFolderListing listing, ListImageFolder(o.root));
+  if (o.limit < 0) return InvalidArgumentError("convert: --limit {} is negative", o.limit);
+  if (o.limit > 0 && o.limit < int64_t(listing.files.size())) {  // every k-th file
+    std::vector<ImageFolderEntry> kept;
+    const int64_t total = int64_t(listing.files.size());
+    for (int64_t i = 0; i < o.limit; ++i) kept.push_back(listing.files[size_t(i * total / o.limit)]);
+    listing.files = std::move(kept);
+  }
   ConvertReport report;
   for (const auto& f : listing.ignored) report.ignored.push_back(f.path + ": " + f.reason);
   report.empty_classes = listing.empty_classes;
@@ -254,9 +328,9 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
   spec.kind = SampleKind::kEncoded;
   spec.class_names = listing.class_names;
   spec.overwrite = o.overwrite;
-  spec.created_by = fmt::format("batchcast convert imagefolder {}", o.root);
-  BC_RETURN_IF_ERROR(CheckBuckets(o.buckets));
-  ApplyBuckets(o.buckets, &spec);
+  BC_RETURN_IF_ERROR(ApplyOutputs(
+      fmt::format("batchcast convert imagefolder {} --store {}", o.root, o.store.form.ToString()),
+      o.buckets, o.store, &spec));
   std::unique_ptr<DatasetWriter> writer;
   if (!o.check_only) {
     BC_ASSIGN_OR_RETURN(writer, DatasetWriter::Create(o.out_path, spec));
@@ -271,6 +345,7 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
   auto produce = [&](int64_t i) {
     Encoded e = LoadImageFile(listing.files[size_t(i)].path);
     if (writing) EncodeBuckets(o.buckets, e.header.width, e.header.height, 0, &e);
+    MakeStored(o.store, 0, 0, 0, &e);  // a decode error is bad, listed with the others
     return e;
   };
   auto consume = [&](int64_t i, Encoded&& e) -> Status {
@@ -280,8 +355,8 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
       if (!o.skip_bad) writing = false;
     } else if (writing) {
       report.stored_bytes += int64_t(e.bytes.size());
-      BC_RETURN_IF_ERROR(writer->Append(e.bytes, f.label, e.header.width, e.header.height,
-                                        e.header.encoding, e.buckets));
+      BC_RETURN_IF_ERROR(
+          AppendSample(*writer, spec, e, f.label, e.header.width, e.header.height));
     }
     if (progress) progress(i + 1, n);
     return Status::Ok();
@@ -295,8 +370,72 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
   if (writer->num_samples() == 0)
     return InvalidArgumentError("convert: every image under {} was bad; nothing to write", o.root);
   BC_RETURN_IF_ERROR(writer->Finish());
-  report.samples = writer->num_samples();
-  ReportBuckets(*writer, o.buckets, &report);
+  ReportStorage(*writer, spec, o.buckets, o.out_path, &report);
+  report.seconds = SecondsSince(t0);
+  return report;
+}
+
+Result<ConvertReport> ConvertStored(const StoredConvertOptions& o, const ProgressFn& progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  BC_ASSIGN_OR_RETURN(auto source, DatasetReader::Open(o.source));
+  const DatasetInfo& info = source->info();
+  const auto stored = ParseStoreForm(info.store);
+  if (info.kind == SampleKind::kPixels || (stored.ok() && stored->stores_pixels()))
+    return InvalidArgumentError("convert: {} already stores the {} form; convert from the "
+                                "encoded (or raw) original", o.source,
+                                info.store.empty() ? "pixel" : info.store);
+  if (o.limit < 0) return InvalidArgumentError("convert: --limit {} is negative", o.limit);
+  const int64_t n = o.limit > 0 ? std::min(o.limit, info.num_samples) : info.num_samples;
+  DatasetSpec spec;
+  spec.kind = info.kind;
+  spec.raw_height = info.raw_height;
+  spec.raw_width = info.raw_width;
+  spec.raw_channels = info.raw_channels;
+  spec.class_names = info.class_names;
+  spec.overwrite = o.overwrite;
+  BC_RETURN_IF_ERROR(ApplyOutputs(
+      fmt::format("batchcast convert h5 {} --store {}", o.source, o.store.form.ToString()),
+      o.buckets, o.store, &spec));
+  if (info.kind == SampleKind::kRaw && !o.store.form.stores_pixels())
+    spec.compression = o.store.compression.empty() ? "gzip:1" : o.store.compression;
+  BC_ASSIGN_OR_RETURN(auto writer, DatasetWriter::Create(o.out_path, spec));
+  const int raw_c = info.kind == SampleKind::kRaw ? info.raw_channels : 0;
+  auto produce = [&](int64_t i) {
+    Encoded e;
+    e.status = source->ReadSample(i, &e.bytes);
+    if (e.status.ok()) e.status = source->VerifySample(i, e.bytes);
+    e.header = {ImageEncoding::kUnknown, source->OriginalWidth(i), source->OriginalHeight(i), raw_c};
+    if (e.status.ok() && raw_c == 0) {
+      auto hdr = ProbeImage(e.bytes);
+      if (hdr.ok()) e.header = *hdr;
+      else e.status = hdr.status();
+    }
+    EncodeBuckets(o.buckets, e.header.width, e.header.height, raw_c, &e);
+    MakeStored(o.store, e.header.width, e.header.height, raw_c, &e);
+    return e;
+  };
+  ConvertReport report;
+  auto consume = [&](int64_t i, Encoded&& e) -> Status {
+    if (!e.status.ok()) {
+      if (!o.skip_bad)
+        return e.status.WithContext(fmt::format("convert: sample {} of {} (pass --skip-bad to "
+                                                "leave bad samples out)", i, o.source));
+      report.skipped.push_back(fmt::format("sample {}: {}", i, e.status.message()));
+    } else {
+      report.stored_bytes += int64_t(e.bytes.size());
+      BC_RETURN_IF_ERROR(AppendSample(*writer, spec, e, source->Label(i), e.header.width,
+                                      e.header.height));
+    }
+    if (progress) progress(i + 1, n);
+    return Status::Ok();
+  };
+  const int threads = ResolveThreads(o.threads);
+  BC_RETURN_IF_ERROR(OrderedParallelMap<Encoded>(n, threads, kWindowPerThread * threads, produce,
+                                                 consume));
+  if (writer->num_samples() == 0)
+    return InvalidArgumentError("convert: every sample of {} was bad; nothing to write", o.source);
+  BC_RETURN_IF_ERROR(writer->Finish());
+  ReportStorage(*writer, spec, o.buckets, o.out_path, &report);
   report.seconds = SecondsSince(t0);
   return report;
 }

@@ -13,6 +13,7 @@
 
 #include "batchcast/status.h"
 #include "data/dataset_writer.h"
+#include "data/store_form.h"
 
 namespace batchcast::data {
 
@@ -27,7 +28,9 @@ struct ConvertReport {
   int64_t stored_bytes = 0;           // sum of stored sample bytes
   std::vector<int> bucket_sizes;      // offline buckets written (empty: none)
   std::vector<int64_t> bucket_bytes;  // stored bytes per bucket (bucket_sizes order)
-  int64_t chunk_samples = 0;          // samples per HDF5 chunk of `images`
+  int64_t chunk_samples = 0;          // samples per HDF5 chunk of `images` (pixels: about)
+  int64_t chunk_bytes = 0;            // bytes per HDF5 chunk of `images`, before compression
+  std::string store;                  // the stored form (--store), e.g. "decoded"
   std::string compression;            // its chunk filter ("none", "gzip:1", "lz4")
   int64_t file_bytes = 0;             // size of the written file (compressed, with metadata)
   double seconds = 0;
@@ -39,6 +42,19 @@ struct OfflineBuckets {
   std::vector<int> sizes;         // strictly ascending; empty = no buckets
   std::string encoding = "jpeg";  // jpeg | png
   BucketEncoder encoder;          // required when sizes is not empty
+};
+
+// Makes the stored pixels of one sample (pipeline::MakeStoredPixels): encoded bytes
+// (channels == 0) or raw width x height x channels pixels in. Supplied by the caller, as
+// BucketEncoder is (the data module links no decoder).
+using StorePixelsFn = std::function<Result<StoredPixels>(
+    const StoreForm& form, std::span<const uint8_t> sample, int width, int height, int channels)>;
+
+// What `--store` asks of a conversion (docs/dataset-format.md, "Stored forms").
+struct StoreOptions {
+  StoreForm form;            // kBuckets: give the sizes in OfflineBuckets instead
+  std::string compression;   // pixel forms: none (default) | gzip[:1-9] | lz4; zstd refused
+  StorePixelsFn make_pixels; // required for decoded and resized
 };
 
 struct IdxConvertOptions {
@@ -63,7 +79,24 @@ struct ImageFolderConvertOptions {
   bool skip_bad = false;  // skip (and report) unreadable or corrupt images instead of failing
   bool allow_empty_classes = false;  // keep class directories without images (labels unused)
   bool check_only = false;  // read and check every file, write nothing (out_path unused)
+  // Convert only this many files (0: all), taken evenly across the sorted listing so that
+  // every class is represented (the profiler's sample budget).
+  int64_t limit = 0;
   bool overwrite = false;
+  OfflineBuckets buckets;
+  StoreOptions store;  // stored form of every image (default: the original bytes)
+};
+
+// Re-stores an existing Batchcast file (`convert h5 SRC --out OUT --store FORM`): every sample
+// of `source` (encoded or raw) in the form asked, labels and class names kept. Bad samples
+// (unreadable, failing their checksum, undecodable) fail the conversion unless skip_bad.
+struct StoredConvertOptions {
+  std::string source, out_path;
+  int64_t limit = 0;      // convert only the first `limit` samples (0: all)
+  int threads = 0;
+  bool skip_bad = false;
+  bool overwrite = false;
+  StoreOptions store;
   OfflineBuckets buckets;
 };
 
@@ -73,6 +106,7 @@ std::vector<std::string> FashionMnistClassNames();
 Result<ConvertReport> ConvertIdx(const IdxConvertOptions& options, const ProgressFn& progress);
 Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& options,
                                          const ProgressFn& progress);
+Result<ConvertReport> ConvertStored(const StoredConvertOptions& options, const ProgressFn& progress);
 
 // What in `report` (of a conversion or a check) stops a conversion with `options`: a
 // message listing every bad image and empty class, one per line, with the fix; "" if none.

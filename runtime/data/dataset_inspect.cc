@@ -121,7 +121,9 @@ std::string SummaryToJson(const DatasetSummary& s) {
   nlohmann::ordered_json j = {
       {"path", s.info.path},
       {"schema_version", s.info.schema_version},
-      {"kind", s.info.kind == SampleKind::kRaw ? "raw" : "encoded"},
+      {"kind", s.info.kind == SampleKind::kRaw      ? "raw"
+               : s.info.kind == SampleKind::kPixels ? "pixels"
+                                                    : "encoded"},
       {"encoding", s.info.encoding},
       {"num_samples", s.info.num_samples},
       {"num_classes", s.info.class_names.size()},
@@ -134,6 +136,7 @@ std::string SummaryToJson(const DatasetSummary& s) {
       {"checksum_algorithm", "xxh3-64 over (label le64, length le64, bytes) per sample"},
   };
   j["sample_checksums"] = s.info.has_checksums;
+  if (!s.info.store.empty()) j["store"] = s.info.store;
   if (s.verified) {
     nlohmann::ordered_json bad = nlohmann::ordered_json::array();
     for (const BadSample& b : s.bad_samples) bad.push_back({{"index", b.index}, {"cause", b.cause}});

@@ -12,7 +12,7 @@ inline constexpr int kSchemaVersion = 1;
 inline constexpr char kSchemaAttr[] = "batchcast_schema_version";  // root, int
 inline constexpr char kCompleteAttr[] = "batchcast_complete";       // root, int 1, written last
 inline constexpr char kCreatedByAttr[] = "batchcast_created_by";    // root, string (provenance)
-inline constexpr char kEncodingAttr[] = "encoding";                 // on images: raw|jpeg|png|mixed
+inline constexpr char kEncodingAttr[] = "encoding";  // on images: raw|jpeg|png|mixed|pixels
 inline constexpr char kImages[] = "images";
 inline constexpr char kLabels[] = "labels";
 inline constexpr char kClassNames[] = "class_names";
@@ -26,6 +26,17 @@ inline constexpr char kChecksums[] = "checksums";
 // encoded image (JPEG or PNG) per sample, shorter side = <size> (never upscaled), same
 // sample order as `images`; `encoding` attribute as on `images`.
 inline constexpr char kBuckets[] = "buckets";
+// Stored pixels of varying shape (`convert --store decoded|resized:<size>`, encoding
+// "pixels"): `images` is a 1-D uint8 array, sample i's H x W x C bytes (HWC) following sample
+// i-1's; these int32 datasets give each sample's stored shape (the original size stays in
+// widths/heights). Offsets are their running sum.
+inline constexpr char kPixelsEncoding[] = "pixels";
+inline constexpr char kStoredWidths[] = "stored_widths";
+inline constexpr char kStoredHeights[] = "stored_heights";
+inline constexpr char kStoredChannels[] = "stored_channels";
+// How the form was made (string attribute on `images`, e.g. "decoded", "resized:160"): what
+// the converter's --store said, for inspect and provenance.
+inline constexpr char kStoreAttr[] = "store";
 inline constexpr int kMaxBuckets = 64;
 
 // Limits on what a file may declare, checked before any size is computed from it.
@@ -36,6 +47,11 @@ inline constexpr int64_t kMaxRawSide = 65535;  // raw height and width
 // random read decompresses little, large enough that the chunk index stays small.
 inline constexpr int64_t kRawChunkTargetBytes = 64 << 10;
 inline constexpr int64_t kRawChunkMaxSamples = 256;
+// Stored-pixel chunks (bytes of the 1-D `images`): about one mean sample, at least
+// kPixelChunkMinBytes (PRESTO: samples under ~0.08 MB read slowly one by one, so small ones
+// share a chunk that the reader's chunk cache keeps) and at most kPixelChunkMaxBytes.
+inline constexpr int64_t kPixelChunkMinBytes = 64 << 10;
+inline constexpr int64_t kPixelChunkMaxBytes = 4 << 20;
 // Encoded (vlen) chunks: elements per chunk of the heap-reference array (16 bytes each).
 inline constexpr int64_t kVlenChunkSamples = 1024;
 

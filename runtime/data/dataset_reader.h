@@ -21,6 +21,13 @@ namespace batchcast::data {
 enum class SampleKind {
   kEncoded,  // variable-length uint8 per sample: JPEG or PNG bytes
   kRaw,      // fixed-shape uint8 array N x H x W x C
+  kPixels,   // uint8 pixels of a per-sample shape H_i x W_i x C_i (convert --store decoded|resized)
+};
+
+// The shape of one stored sample's pixels (kRaw, kPixels; all 0 for kEncoded).
+struct StoredShape {
+  int width = 0, height = 0, channels = 0;
+  size_t bytes() const { return size_t(width) * height * channels; }
 };
 
 struct DatasetInfo {
@@ -31,7 +38,10 @@ struct DatasetInfo {
   // For kRaw: the stored shape of every sample. For kEncoded: 0 (per-sample sizes below).
   int raw_height = 0, raw_width = 0, raw_channels = 0;
   std::vector<std::string> class_names;
-  std::string encoding;  // "raw", "jpeg", "png" or "mixed"
+  std::string encoding;  // "raw", "jpeg", "png", "mixed" or "pixels"
+  // How the converter stored the samples (`--store`): "encoded", "decoded", "resized:160", ...
+  // ("" for files written before the attribute existed).
+  std::string store;
   // Offline progressive-resizing buckets stored in the file (ascending; empty: none).
   std::vector<int> bucket_sizes;
   // The file stores per-sample checksums (dataset 'checksums'); older files do not.
@@ -62,6 +72,9 @@ class DatasetReader {
   virtual int64_t Label(int64_t index) const = 0;
   virtual int OriginalWidth(int64_t index) const = 0;
   virtual int OriginalHeight(int64_t index) const = 0;
+  // The shape of sample `index` as stored: the raw shape (kRaw), its own (kPixels), zeros
+  // (kEncoded: its header says).
+  virtual StoredShape SampleShape(int64_t index) const;
 
   // Copies the stored bytes of one sample into *out (resized to fit): the encoded image
   // for kEncoded, H*W*C pixels for kRaw. Errors name the file and the sample index.

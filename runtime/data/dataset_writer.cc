@@ -56,11 +56,12 @@ std::string PartialPath(const std::string& out_path) {
 Status CheckCompression(const DatasetSpec& spec) {
   const std::string& c = spec.compression;
   if (c.empty() || c == "none") return Status::Ok();
-  if (spec.kind != SampleKind::kRaw)
+  if (spec.kind == SampleKind::kEncoded)
     return InvalidArgumentError(
-        "convert: --compression {} applies to raw pixels only: encoded JPEG/PNG bytes are "
+        "convert: --compression {} applies to stored pixels only: encoded JPEG/PNG bytes are "
         "already compressed and HDF5 filters do not reach variable-length data; use "
-        "--compression none, or store raw pixels (convert idx --encode raw)", c);
+        "--compression none, or store pixels (convert idx --encode raw, or --store "
+        "decoded|resized:<size>)", c);
   if (c == "lz4" || c == "gzip") return Status::Ok();
   if (c == "zstd")
     return InvalidArgumentError(
@@ -162,6 +163,7 @@ Status DatasetWriter::CreateBuckets() {
 // The chunk filter of raw images (spec_.compression, checked by Create).
 Status DatasetWriter::SetCompression(int64_t dcpl) const {
   const std::string& c = spec_.compression;
+  if (c.empty() && spec_.kind == SampleKind::kPixels) return Status::Ok();  // none by default
   if (c.empty()) return spec_.compress && H5Pset_deflate(dcpl, 1) < 0
                             ? Hdf5Error(StatusCode::kInternal, "cannot set gzip compression")
                             : Status::Ok();
@@ -178,7 +180,29 @@ Status DatasetWriter::SetCompression(int64_t dcpl) const {
   return Status::Ok();
 }
 
+// Stored pixels: a 1-D uint8 `images`, created at the first flush so that the chunk fits
+// the mean sample (dataset_layout.h, kPixelChunk*).
+Status DatasetWriter::CreatePixelImages() {
+  const int64_t n = std::max<int64_t>(int64_t(pending_sizes_.size()), 1);
+  const int64_t mean = std::max<int64_t>(int64_t(pending_bytes_.size()) / n, 1);
+  chunk_bytes_ = std::clamp<int64_t>((mean + 4095) / 4096 * 4096, layout::kPixelChunkMinBytes,
+                                     layout::kPixelChunkMaxBytes);
+  chunk_samples_ = std::max<int64_t>(chunk_bytes_ / mean, 1);
+  hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {hsize_t(chunk_bytes_)};
+  H5Id space(H5Screate_simple(1, dims, maxdims));
+  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  H5Pset_chunk(dcpl.get(), 1, chunk);
+  BC_RETURN_IF_ERROR(SetCompression(dcpl.get()));
+  images_ = std::make_unique<H5Id>(H5Dcreate2(file_->get(), layout::kImages, H5T_STD_U8LE,
+                                              space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  if (!images_->valid())
+    return Hdf5Error(StatusCode::kIoError,
+                     fmt::format("cannot create dataset 'images' in {}", partial_path_));
+  return Status::Ok();
+}
+
 Status DatasetWriter::CreateImages() {
+  if (spec_.kind == SampleKind::kPixels) return Status::Ok();  // at the first flush
   const bool raw = spec_.kind == SampleKind::kRaw;
   hsize_t dims[4] = {0, hsize_t(spec_.raw_height), hsize_t(spec_.raw_width),
                      hsize_t(spec_.raw_channels)};
@@ -187,6 +211,7 @@ Status DatasetWriter::CreateImages() {
                       dims[1], dims[2], dims[3]};
   int rank = raw ? 4 : 1;
   chunk_samples_ = int64_t(chunk[0]);
+  chunk_bytes_ = chunk_samples_ * (raw ? sample_bytes_ : int64_t(sizeof(hvl_t)));
   H5Id space(H5Screate_simple(rank, dims, maxdims));
   H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
   H5Pset_chunk(dcpl.get(), rank, chunk);
@@ -229,6 +254,9 @@ Status DatasetWriter::Append(std::span<const uint8_t> bytes, int64_t label, int 
                                 spec_.raw_channels, sample_bytes_);
   if (spec_.kind == SampleKind::kEncoded && bytes.empty())
     return InvalidArgumentError("convert: sample {} is empty (0 bytes)", num_samples_);
+  if (spec_.kind == SampleKind::kPixels && int64_t(stored_widths_.size()) != num_samples_ + 1)
+    return InvalidArgumentError("convert: sample {} of stored pixels needs its shape "
+                                "(DatasetWriter::AppendPixels)", num_samples_);
   if (label < 0 || (!spec_.class_names.empty() && label >= int64_t(spec_.class_names.size())))
     return InvalidArgumentError("convert: sample {} has label {}, outside [0, {})", num_samples_,
                                 label, spec_.class_names.size());
@@ -257,6 +285,31 @@ Status DatasetWriter::Append(std::span<const uint8_t> bytes, int64_t label, int 
   if (pending_bytes_.size() >= kFlushBytes || pending_sizes_.size() >= kFlushSamples)
     return Flush();
   return Status::Ok();
+}
+
+Status DatasetWriter::AppendPixels(std::span<const uint8_t> pixels, int64_t label, int width,
+                                   int height, StoredShape shape) {
+  if (spec_.kind != SampleKind::kPixels)
+    return InvalidArgumentError("convert: {} does not store pixels of per-sample shapes",
+                                out_path_);
+  if (shape.width <= 0 || shape.height <= 0 || shape.width > layout::kMaxRawSide ||
+      shape.height > layout::kMaxRawSide ||
+      (shape.channels != 1 && shape.channels != 3 && shape.channels != 4) ||
+      pixels.size() != shape.bytes())
+    return InvalidArgumentError("convert: sample {} has {} bytes of pixels for a stored shape of "
+                                "{}x{}x{} (W x H x C; sides up to {}, 1, 3 or 4 channels)",
+                                num_samples_, pixels.size(), shape.width, shape.height,
+                                shape.channels, layout::kMaxRawSide);
+  stored_widths_.push_back(shape.width);
+  stored_heights_.push_back(shape.height);
+  stored_channels_.push_back(shape.channels);
+  Status st = Append(pixels, label, width, height);
+  if (!st.ok() && int64_t(stored_widths_.size()) > num_samples_) {
+    stored_widths_.pop_back();
+    stored_heights_.pop_back();
+    stored_channels_.pop_back();
+  }
+  return st;
 }
 
 namespace {
@@ -301,8 +354,31 @@ Status DatasetWriter::FlushBuckets() {
 }
 
 Status DatasetWriter::Flush() {
-  if (pending_sizes_.empty()) return Status::Ok();
   std::lock_guard lock(Hdf5Lock());
+  if (spec_.kind == SampleKind::kPixels) {
+    if (images_ == nullptr) BC_RETURN_IF_ERROR(CreatePixelImages());
+    if (pending_sizes_.empty()) return Status::Ok();
+    const hsize_t count[1] = {pending_bytes_.size()}, start[1] = {hsize_t(flushed_bytes_)};
+    const hsize_t new_dims[1] = {start[0] + count[0]};
+    H5Id mem(H5Screate_simple(1, count, nullptr));
+    herr_t rc = H5Dset_extent(images_->get(), new_dims);
+    H5Id file_space(H5Dget_space(images_->get()));
+    if (rc >= 0)
+      rc = H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+    if (rc >= 0)
+      rc = H5Dwrite(images_->get(), H5T_NATIVE_UINT8, mem.get(), file_space.get(), H5P_DEFAULT,
+                    pending_bytes_.data());
+    if (rc < 0)
+      return Hdf5Error(StatusCode::kIoError,
+                       fmt::format("cannot write samples {}..{} to {}", flushed_,
+                                   num_samples_ - 1, partial_path_));
+    flushed_bytes_ += int64_t(count[0]);
+    flushed_ = num_samples_;
+    pending_bytes_.clear();
+    pending_sizes_.clear();
+    return FlushBuckets();
+  }
+  if (pending_sizes_.empty()) return Status::Ok();
   const bool raw = spec_.kind == SampleKind::kRaw;
   hsize_t n = pending_sizes_.size();
   hsize_t start[4] = {hsize_t(flushed_), 0, 0, 0};
@@ -356,7 +432,17 @@ Status DatasetWriter::WriteSmallDatasets() {
   for (const auto& c : spec_.class_names) names.push_back(c.c_str());
   BC_RETURN_IF_ERROR(Write1D(f, layout::kClassNames, str.get(), str.get(), names.data(),
                              names.size(), partial_path_));
-  std::string encoding = "raw";
+  if (spec_.kind == SampleKind::kPixels) {
+    BC_RETURN_IF_ERROR(Write1D(f, layout::kStoredWidths, H5T_STD_I32LE, H5T_NATIVE_INT32,
+                               stored_widths_.data(), n, partial_path_));
+    BC_RETURN_IF_ERROR(Write1D(f, layout::kStoredHeights, H5T_STD_I32LE, H5T_NATIVE_INT32,
+                               stored_heights_.data(), n, partial_path_));
+    BC_RETURN_IF_ERROR(Write1D(f, layout::kStoredChannels, H5T_STD_I32LE, H5T_NATIVE_INT32,
+                               stored_channels_.data(), n, partial_path_));
+  }
+  if (!spec_.store.empty())
+    BC_RETURN_IF_ERROR(WriteStringAttribute(images_->get(), layout::kStoreAttr, spec_.store));
+  std::string encoding = spec_.kind == SampleKind::kPixels ? layout::kPixelsEncoding : "raw";
   if (spec_.kind == SampleKind::kEncoded)
     encoding = saw_jpeg_ && saw_png_ ? "mixed" : saw_png_ ? "png" : saw_jpeg_ ? "jpeg" : "mixed";
   return WriteStringAttribute(images_->get(), layout::kEncodingAttr, encoding);

@@ -38,6 +38,9 @@ struct DatasetSpec {
   // stores one pre-resized encoded image per size, under buckets/<size>/images.
   std::vector<int> bucket_sizes;
   std::string bucket_encoding = "jpeg";  // jpeg | png (the attribute on each bucket)
+  // How the samples were stored (`--store`, e.g. "decoded", "resized:160"); written as the
+  // `store` attribute of `images` when not empty.
+  std::string store;
 };
 
 // Makes the bucket image of one sample: encoded JPEG/PNG bytes (channels == 0) or raw
@@ -67,6 +70,11 @@ class DatasetWriter {
                 ImageEncoding encoding = ImageEncoding::kUnknown,
                 std::span<const std::vector<uint8_t>> buckets = {});
 
+  // Appends one sample of stored pixels (kPixels): shape.bytes() bytes, HWC; width and
+  // height are the original image's.
+  Status AppendPixels(std::span<const uint8_t> pixels, int64_t label, int width, int height,
+                      StoredShape shape);
+
   // Writes labels, sizes, class names and the completeness marker, then renames.
   Status Finish();
 
@@ -78,10 +86,13 @@ class DatasetWriter {
   // Samples per HDF5 chunk of `images` (raw: chosen from the sample size, about
   // kRawChunkTargetBytes per chunk; encoded: kVlenChunkSamples descriptors).
   int64_t chunk_samples() const { return chunk_samples_; }
+  // Bytes per HDF5 chunk of `images` before compression.
+  int64_t chunk_bytes() const { return chunk_bytes_; }
 
  private:
   DatasetWriter() = default;
   Status CreateImages();
+  Status CreatePixelImages();
   Status SetCompression(int64_t dcpl) const;  // an hid_t
   Status Flush();
   Status CreateBuckets();
@@ -99,7 +110,9 @@ class DatasetWriter {
   std::vector<int64_t> bucket_bytes_;
   int64_t images_bytes_ = 0, bucket_flushed_ = 0;
   int64_t num_samples_ = 0, flushed_ = 0;
-  int64_t chunk_samples_ = 0;
+  int64_t chunk_samples_ = 0, chunk_bytes_ = 0;
+  int64_t flushed_bytes_ = 0;  // kPixels: bytes of `images` written
+  std::vector<int32_t> stored_widths_, stored_heights_, stored_channels_;  // kPixels
   int64_t sample_bytes_ = 0;  // raw: H*W*C
   std::vector<uint8_t> pending_bytes_;
   std::vector<size_t> pending_sizes_;

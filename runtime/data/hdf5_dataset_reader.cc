@@ -52,6 +52,7 @@ class Hdf5DatasetReader final : public DatasetReader {
   int OriginalHeight(int64_t index) const override {
     return InRange(index) ? heights_[index] : 0;
   }
+  StoredShape SampleShape(int64_t index) const override;
   Status ReadSample(int64_t index, std::vector<uint8_t>* out) const override;
   Status ReadSamples(int64_t first, int64_t count,
                      std::vector<std::vector<uint8_t>>* out) const override;
@@ -76,12 +77,17 @@ class Hdf5DatasetReader final : public DatasetReader {
   Status SelectRange(int64_t first, int64_t count, H5Id* mem) const;
   Status ReadRaw(int64_t first, int64_t count, uint8_t* dst) const;
   Status ReadVlen(int64_t first, int64_t count, std::vector<uint8_t>* outs) const;
+  Status LoadPixelShapes(uint64_t pixel_bytes);
+  Status ReadPixels(int64_t index, std::vector<uint8_t>* out) const;
 
   DatasetInfo info_;
   H5Id file_, images_, file_space_, vlen_type_;
   std::vector<int64_t> labels_;
   std::vector<int32_t> widths_, heights_;
   std::vector<uint64_t> checksums_;  // empty: the file has none
+  // kPixels: each sample's stored shape and the offset of its first byte (N + 1 entries).
+  std::vector<int32_t> stored_w_, stored_h_, stored_c_;
+  std::vector<uint64_t> offsets_;
   std::vector<H5Id> bucket_images_;  // buckets/<info_.bucket_sizes[i]>/images
 };
 
@@ -228,11 +234,17 @@ Status Hdf5DatasetReader::OpenImages(const ReaderOptions& options) {
     return Hdf5Error(StatusCode::kCorruptData, fmt::format("cannot open dataset 'images' in {}", path));
   file_space_ = H5Id(H5Dget_space(images_.get()));
   const bool raw = info_.kind == SampleKind::kRaw;
+  const bool pixels = info_.kind == SampleKind::kPixels;
   BC_RETURN_IF_ERROR(CheckStorage(
       images_.get(), layout::kImages,
-      raw ? info_.num_samples * info_.raw_height * info_.raw_width * info_.raw_channels
-          : info_.num_samples,
-      raw ? 1 : int64_t(sizeof(hvl_t))));
+      raw      ? info_.num_samples * info_.raw_height * info_.raw_width * info_.raw_channels
+      : pixels ? int64_t(offsets_.back())
+               : info_.num_samples,
+      raw || pixels ? 1 : int64_t(sizeof(hvl_t))));
+  if (HasAttribute(images_.get(), layout::kStoreAttr)) {
+    BC_ASSIGN_OR_RETURN(info_.store,
+                        ReadStringAttribute(images_.get(), layout::kStoreAttr, info_.path));
+  }
   vlen_type_ = H5Id(H5Tvlen_create(H5T_NATIVE_UINT8));
   return ReadEncoding();
 }
@@ -245,7 +257,8 @@ void Hdf5DatasetReader::SizeChunkCache(hid_t dcpl, const ReaderOptions& options,
   hsize_t chunk[4] = {1, 1, 1, 1};
   H5Pget_chunk(dcpl, 4, chunk);
   const bool raw = info_.kind == SampleKind::kRaw;
-  const int64_t elem = raw ? 1 : int64_t(sizeof(hvl_t));
+  const bool pixels = info_.kind == SampleKind::kPixels;
+  const int64_t elem = raw || pixels ? 1 : int64_t(sizeof(hvl_t));
   uint64_t chunk_elems = 1;  // 64-bit, saturating: chunk dimensions come from the file
   for (hsize_t c : chunk)
     if (__builtin_mul_overflow(chunk_elems, uint64_t(c), &chunk_elems)) chunk_elems = 1ULL << 40;
@@ -254,9 +267,12 @@ void Hdf5DatasetReader::SizeChunkCache(hid_t dcpl, const ReaderOptions& options,
   const int64_t row = raw ? int64_t(info_.raw_height) * info_.raw_width * info_.raw_channels
                           : int64_t(sizeof(hvl_t));
   int64_t all = 0;
-  if (__builtin_mul_overflow(row, info_.num_samples, &all) ||
-      __builtin_add_overflow(all, chunk_bytes, &all))
+  if (pixels) {
+    all = int64_t(std::min<uint64_t>(offsets_.back(), uint64_t(1) << 50)) + chunk_bytes;
+  } else if (__builtin_mul_overflow(row, info_.num_samples, &all) ||
+             __builtin_add_overflow(all, chunk_bytes, &all)) {
     all = options.chunk_cache_bytes;
+  }
   const int64_t want = std::max(std::min(options.chunk_cache_bytes, all), chunk_bytes);
   const int64_t chunks = std::max<int64_t>(want / std::max<int64_t>(chunk_bytes, 1), 1);
   H5Pset_chunk_cache(dapl, NextPrime(uint64_t(chunks) * 10 + 1), size_t(want), 0.0);
@@ -278,13 +294,18 @@ Status Hdf5DatasetReader::CheckImagesType(hid_t type, hid_t space) {
   int rank = H5Sget_simple_extent_ndims(space);
   hsize_t dims[4] = {0, 0, 0, 0};
   if (rank >= 1 && rank <= 4) H5Sget_simple_extent_dims(space, dims, nullptr);
+  if (u8 && rank == 1) {  // stored pixels of per-sample shapes (--store decoded|resized)
+    info_.kind = SampleKind::kPixels;
+    return LoadPixelShapes(uint64_t(dims[0]));
+  }
   BC_RETURN_IF_ERROR(CheckDims(u8, dims));
   if (vlen_u8 && rank != 1)
     return CorruptDataError("hdf5: dataset 'images' in {} (vlen uint8) has rank {}, expected 1 "
                             "(one encoded image per sample); {}", path, rank, kFix);
   if (u8 && (rank != 4 || dims[1] == 0 || dims[2] == 0 || dims[3] == 0))
     return CorruptDataError("hdf5: dataset 'images' in {} (uint8) has rank {}, expected 4 "
-                            "(N x H x W x C with H, W, C > 0); {}", path, rank, kFix);
+                            "(N x H x W x C with H, W, C > 0) or 1 (stored pixels); {}", path,
+                            rank, kFix);
   info_.kind = u8 ? SampleKind::kRaw : SampleKind::kEncoded;
   info_.num_samples = int64_t(dims[0]);
   if (u8) {
@@ -352,17 +373,24 @@ Status Hdf5DatasetReader::CheckStorage(hid_t ds, const char* name, int64_t eleme
 
 Status Hdf5DatasetReader::ReadEncoding() {
   const bool raw = info_.kind == SampleKind::kRaw;
+  const bool pixels = info_.kind == SampleKind::kPixels;
   if (!HasAttribute(images_.get(), layout::kEncodingAttr)) {
-    info_.encoding = raw ? "raw" : "mixed";  // the decoder sniffs each sample's magic bytes
+    // The decoder sniffs each encoded sample's magic bytes.
+    info_.encoding = raw ? "raw" : pixels ? layout::kPixelsEncoding : "mixed";
     return Status::Ok();
   }
   BC_ASSIGN_OR_RETURN(info_.encoding,
                       ReadStringAttribute(images_.get(), layout::kEncodingAttr, info_.path));
   const std::string& e = info_.encoding;
-  bool ok = raw ? e == "raw" : (e == "jpeg" || e == "png" || e == "mixed");
+  bool ok = raw      ? e == "raw"
+            : pixels ? e == layout::kPixelsEncoding
+                     : (e == "jpeg" || e == "png" || e == "mixed");
   if (!ok)
     return CorruptDataError("hdf5: dataset 'images' in {} has encoding '{}', expected {}; {}",
-                            info_.path, e, raw ? "'raw' for uint8 pixels" : "jpeg, png or mixed",
+                            info_.path, e,
+                            raw      ? "'raw' for uint8 pixels"
+                            : pixels ? "'pixels' for 1-D stored pixels"
+                                     : "jpeg, png or mixed",
                             kFix);
   return Status::Ok();
 }
@@ -520,14 +548,75 @@ Status Hdf5DatasetReader::VerifySample(int64_t index, std::span<const uint8_t> b
                           bytes.size(), labels_[size_t(index)], kFix);
 }
 
+// The per-sample shapes of stored pixels, read at Open (before LoadMetadata, which needs
+// num_samples): every shape positive and bounded, their bytes adding up to `pixel_bytes`.
+Status Hdf5DatasetReader::LoadPixelShapes(uint64_t pixel_bytes) {
+  {
+    BC_ASSIGN_OR_RETURN(H5Id ds, OpenVector(layout::kStoredWidths, H5T_INTEGER, "int32"));
+    H5Id space(H5Dget_space(ds.get()));
+    info_.num_samples = H5Sget_simple_extent_npoints(space.get());
+  }
+  if (info_.num_samples < 0 || info_.num_samples > layout::kMaxSamples)
+    return CorruptDataError("hdf5: dataset '{}' in {} declares {} samples; {}",
+                            layout::kStoredWidths, info_.path, info_.num_samples, kFix);
+  const size_t n = size_t(info_.num_samples);
+  stored_w_.resize(n);
+  stored_h_.resize(n);
+  stored_c_.resize(n);
+  BC_RETURN_IF_ERROR(LoadIntVector(layout::kStoredWidths, H5T_NATIVE_INT32, stored_w_.data()));
+  BC_RETURN_IF_ERROR(LoadIntVector(layout::kStoredHeights, H5T_NATIVE_INT32, stored_h_.data()));
+  BC_RETURN_IF_ERROR(LoadIntVector(layout::kStoredChannels, H5T_NATIVE_INT32, stored_c_.data()));
+  offsets_.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int w = stored_w_[i], h = stored_h_[i], c = stored_c_[i];
+    if (w <= 0 || h <= 0 || w > layout::kMaxRawSide || h > layout::kMaxRawSide ||
+        (c != 1 && c != 3 && c != 4))
+      return CorruptDataError("hdf5: sample {} in {} has stored shape {}x{}x{} (W x H x C), "
+                              "expected sides in [1, {}] and 1, 3 or 4 channels; {}", i,
+                              info_.path, w, h, c, layout::kMaxRawSide, kFix);
+    offsets_[i + 1] = offsets_[i] + uint64_t(w) * uint64_t(h) * uint64_t(c);
+  }
+  if (offsets_[n] != pixel_bytes)
+    return CorruptDataError("hdf5: dataset 'images' in {} holds {} bytes but the stored shapes "
+                            "of its {} samples add up to {}; {}", info_.path, pixel_bytes, n,
+                            offsets_[n], kFix);
+  return Status::Ok();
+}
+
+StoredShape Hdf5DatasetReader::SampleShape(int64_t index) const {
+  if (info_.kind != SampleKind::kPixels || !InRange(index))
+    return DatasetReader::SampleShape(index);
+  const size_t i = size_t(index);
+  return StoredShape{stored_w_[i], stored_h_[i], stored_c_[i]};
+}
+
+Status Hdf5DatasetReader::ReadPixels(int64_t index, std::vector<uint8_t>* out) const {
+  if (!InRange(index))
+    return OutOfRangeError("hdf5: sample {} is outside the {} samples of {}", index,
+                           info_.num_samples, info_.path);
+  const hsize_t start[1] = {offsets_[size_t(index)]};
+  const hsize_t count[1] = {offsets_[size_t(index) + 1] - start[0]};
+  out->resize(size_t(count[0]));
+  std::lock_guard lock(Hdf5Lock());
+  H5Id mem(H5Screate_simple(1, count, nullptr));
+  if (H5Sselect_hyperslab(file_space_.get(), H5S_SELECT_SET, start, nullptr, count, nullptr) < 0 ||
+      H5Dread(images_.get(), H5T_NATIVE_UINT8, mem.get(), file_space_.get(), H5P_DEFAULT,
+              out->data()) < 0)
+    return Hdf5Error(StatusCode::kCorruptData,
+                     fmt::format("cannot read sample {} of {}", index, info_.path));
+  return Status::Ok();
+}
+
 Status Hdf5DatasetReader::ReadSample(int64_t index, std::vector<uint8_t>* out) const {
   if (info_.kind == SampleKind::kEncoded) return ReadVlen(index, 1, out);
+  if (info_.kind == SampleKind::kPixels) return ReadPixels(index, out);
   out->resize(size_t(info_.raw_height) * info_.raw_width * info_.raw_channels);
   return ReadRaw(index, 1, out->data());
 }
 
 Status Hdf5DatasetReader::ReadSamples(int64_t first, int64_t count,
                                       std::vector<std::vector<uint8_t>>* out) const {
+  if (info_.kind == SampleKind::kPixels) return DatasetReader::ReadSamples(first, count, out);
   out->resize(size_t(std::max<int64_t>(count, 0)));
   if (info_.kind == SampleKind::kEncoded) return ReadVlen(first, count, out->data());
   const size_t bytes = size_t(info_.raw_height) * info_.raw_width * info_.raw_channels;
@@ -549,6 +638,12 @@ Status DatasetReader::ReadSamples(int64_t first, int64_t count,
 
 uint64_t SampleChecksum(std::span<const uint8_t> bytes, int64_t label) {
   return uint64_t(XXH3_64bits_withSeed(bytes.data(), bytes.size(), uint64_t(label)));
+}
+
+StoredShape DatasetReader::SampleShape(int64_t) const {
+  const DatasetInfo& i = info();
+  if (i.kind != SampleKind::kRaw) return StoredShape{};
+  return StoredShape{i.raw_width, i.raw_height, i.raw_channels};
 }
 
 Status DatasetReader::VerifySample(int64_t, std::span<const uint8_t>) const {

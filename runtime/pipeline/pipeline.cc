@@ -128,12 +128,12 @@ class PipelineImpl final : public Pipeline {
   Status ProcessSample(WorkerContext& ctx, const BatchJob& job, int64_t index, void* dst,
                        SampleTimes* times);
   Status ReadSample(WorkerContext& ctx, int bucket_size, int64_t index, SampleTimes* times);
-  Status RawPixels(WorkerContext& ctx, int out_channels, PixelView* view) const;
+  Status RawPixels(WorkerContext& ctx, int64_t index, int out_channels, PixelView* view) const;
   Status LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t index, CropBox* box,
                     PixelView* view);
   Status LoadCached(WorkerContext& ctx, const BatchJob& job, int64_t index, CropBox* box,
                     PixelView* view, SampleTimes* times);
-  Status DecodeWhole(WorkerContext& ctx, const BatchJob& job, DecodedSample* out);
+  Status DecodeWhole(WorkerContext& ctx, const BatchJob& job, int64_t index, DecodedSample* out);
   int CacheScale(const ImageHeader& header) const;
   CropBox ChooseBox(int width, int height, int64_t index, uint64_t epoch) const;
   Status Finish(BatchJob& job, BatchResult* result);
@@ -164,8 +164,9 @@ Status PipelineImpl::Init() {
   const data::DatasetInfo& info = reader_->info();
   const bool raw = info.kind == data::SampleKind::kRaw;
   if (!raw && options_.image_size == 0)
-    return InvalidArgumentError(
-        "pipeline: {} stores encoded images of varying size; set option 'image_size'", info.path);
+    return InvalidArgumentError("pipeline: {} stores {} of varying size; set option 'image_size'",
+                                info.path,
+                                info.kind == data::SampleKind::kPixels ? "pixels" : "encoded images");
   if (raw && (info.raw_height <= 0 || info.raw_width <= 0 ||
               (info.raw_channels != 1 && info.raw_channels != 3 && info.raw_channels != 4)))
     return InvalidArgumentError("pipeline: {} has raw samples of shape {}x{}x{}, expected HxWx1|3|4",
@@ -262,10 +263,12 @@ CropBox PipelineImpl::ChooseBox(int width, int height, int64_t index, uint64_t e
 
 namespace {
 
-// The raw sample just read, checked and converted to the output's channels.
-Status PipelineImpl::RawPixels(WorkerContext& ctx, int out_channels, PixelView* view) const {
-  const data::DatasetInfo& info = reader_->info();
-  const int w = info.raw_width, h = info.raw_height, c = info.raw_channels;
+// The raw sample (or stored pixels, `convert --store`) just read, checked and converted to
+// the output's channels.
+Status PipelineImpl::RawPixels(WorkerContext& ctx, int64_t index, int out_channels,
+                               PixelView* view) const {
+  const data::StoredShape shape = reader_->SampleShape(index);
+  const int w = shape.width, h = shape.height, c = shape.channels;
   const size_t expect = size_t(w) * h * c;
   if (ctx.encoded.size() != expect)
     return CorruptDataError("raw sample has {} bytes, expected {}x{}x{} = {}", ctx.encoded.size(),
@@ -288,8 +291,8 @@ Status PipelineImpl::LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t
   const SampleLayout& l = job.spec.layout;
   const uint64_t epoch = job.req.epoch;
   const int out_c = l.channels;
-  if (info.kind == data::SampleKind::kRaw && job.bucket_size == 0) {
-    BC_RETURN_IF_ERROR(RawPixels(ctx, out_c, view));
+  if (info.kind != data::SampleKind::kEncoded && job.bucket_size == 0) {
+    BC_RETURN_IF_ERROR(RawPixels(ctx, index, out_c, view));
     *box = ChooseBox(view->width, view->height, index, epoch);
     return Status::Ok();
   }
@@ -347,11 +350,12 @@ int PipelineImpl::CacheScale(const ImageHeader& header) const {
 
 // The sample just read as the deterministic part of the pipeline leaves it: the whole image
 // at CacheScale (a raw sample: converted to the output's channels).
-Status PipelineImpl::DecodeWhole(WorkerContext& ctx, const BatchJob& job, DecodedSample* out) {
+Status PipelineImpl::DecodeWhole(WorkerContext& ctx, const BatchJob& job, int64_t index,
+                                 DecodedSample* out) {
   const int out_c = spec_.layout.channels;
-  if (reader_->info().kind == data::SampleKind::kRaw && job.bucket_size == 0) {
+  if (reader_->info().kind != data::SampleKind::kEncoded && job.bucket_size == 0) {
     PixelView v;
-    BC_RETURN_IF_ERROR(RawPixels(ctx, out_c, &v));
+    BC_RETURN_IF_ERROR(RawPixels(ctx, index, out_c, &v));
     *out = DecodedSample{v.width, v.height, kScaleDenom, v.width, v.height, v.channels, v.data,
                          v.stride};
     return Status::Ok();
@@ -378,7 +382,7 @@ Status PipelineImpl::LoadCached(WorkerContext& ctx, const BatchJob& job, int64_t
     ++times->cache_misses;
     BC_RETURN_IF_ERROR(ReadSample(ctx, job.bucket_size, index, times));
     const int64_t t0 = core::SteadyNowNs();
-    BC_RETURN_IF_ERROR(DecodeWhole(ctx, job, &s));
+    BC_RETURN_IF_ERROR(DecodeWhole(ctx, job, index, &s));
     times->decode_ns += core::SteadyNowNs() - t0;
     cache_->Offer(key, s);  // only a sample decoded without error is offered
   }
@@ -396,9 +400,9 @@ Result<size_t> PipelineImpl::DecodedBytes(int64_t index) {
   SampleTimes times;
   BC_RETURN_IF_ERROR(ReadSample(ctx, 0, index, &times));
   const int out_c = spec_.layout.channels;
-  if (reader_->info().kind == data::SampleKind::kRaw) {
+  if (reader_->info().kind != data::SampleKind::kEncoded) {
     PixelView v;
-    BC_RETURN_IF_ERROR(RawPixels(ctx, out_c, &v));
+    BC_RETURN_IF_ERROR(RawPixels(ctx, index, out_c, &v));
     return size_t(v.width) * v.height * v.channels;
   }
   BC_ASSIGN_OR_RETURN(ImageHeader header, ctx.decoder.ReadHeader(ctx.encoded, options_.max_pixels));

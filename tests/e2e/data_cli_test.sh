@@ -167,7 +167,7 @@ case_compression() {
   for c in none gzip:6 lz4; do
     "$bin" convert idx --images "$fm/t10k-images-idx3-ubyte.gz" --labels "$fm/t10k-labels-idx1-ubyte.gz" \
       --out "$c.h5" --compression "$c" >out.txt
-    grep -q "HDF5 chunks of 83 samples, compression $c; file" out.txt || { cat out.txt >&2; fail "chunking report"; }
+    grep -q "HDF5 chunks of 83 samples (63.5 KiB), compression $c; file" out.txt || { cat out.txt >&2; fail "chunking report"; }
     "$bin" inspect --verify "$c.h5" | grep -q "all 10000 samples match their checksums" \
       || fail "inspect --verify of --compression $c"
   done
@@ -182,10 +182,173 @@ assert os.path.getsize("gzip:6.h5") < os.path.getsize("lz4.h5") < os.path.getsiz
 PY
   expect_fail "Debian 12's hdf5-filter-plugin has no zstd filter" convert_t10k z.h5 raw --compression zstd
   expect_fail "the gzip level must be 1-9" convert_t10k z.h5 raw --compression gzip:12
-  expect_fail "applies to raw pixels only" convert_t10k z.h5 png --compression lz4
+  expect_fail "applies to stored pixels only" convert_t10k z.h5 png --compression lz4
   [ ! -e z.h5 ] || fail "a refused conversion wrote z.h5"
   expect_fail "install the Debian package hdf5-filter-plugin" env HDF5_PLUGIN_PATH=/nonexistent \
     "$bin" inspect --verify lz4.h5
+}
+
+# Stored forms (--store, docs/dataset-format.md "Stored forms") from a small real-JPEG ImageFolder:
+# each form is written with its shape, chunking and checksum (inspect --verify reads every
+# sample through the leader's reader); convert h5 re-stores an encoded file the same way; bad
+# forms, zstd, a read-only output directory and corrupt samples (--skip-bad, every form).
+photo_folder() {  # root: 9 JPEG photos (one gray) and a PNG in two classes
+  "$py" - "$1" <<'PY'
+import os, sys, numpy as np
+from PIL import Image
+rng = np.random.default_rng(7)
+for i in range(10):
+    d = os.path.join(sys.argv[1], "cat" if i % 2 else "dog")
+    os.makedirs(d, exist_ok=True)
+    w, h = 90 + 17 * i, 70 + 11 * i
+    y, x = np.mgrid[0:h, 0:w]
+    img = np.stack([x * 255 // w, y * 255 // h, (x * y) % 256], -1) + rng.integers(0, 30, (h, w, 3))
+    im = Image.fromarray(img.clip(0, 255).astype(np.uint8))
+    if i == 3: im = im.convert("L")
+    im.save(os.path.join(d, "%02d.%s" % (i, "png" if i == 9 else "jpg")), quality=88)
+PY
+}
+ro_run() {  # dir command...: run with dir read-only (as root: a read-only bind mount)
+  local dir=$1; shift
+  if [ "$(id -u)" = 0 ]; then
+    unshare -m sh -c 'mount --bind -o ro "$0" "$0" && exec "$@"' "$dir" "$@"
+  else
+    chmod a-w "$dir"; "$@"; local rc=$?; chmod u+w "$dir"; return $rc
+  fi
+}
+case_store() {
+  photo_folder root
+  "$bin" convert imagefolder root --out enc.h5 >/dev/null
+  for form in decoded resized:48 resized:32x32 buckets:32,48; do
+    "$bin" convert imagefolder root --out "$form.h5" --store "$form" >out.txt
+    grep -q "images (.*): .* KiB per stored sample on average, HDF5 chunks of" out.txt || { cat out.txt >&2; fail "$form: no storage report"; }
+    "$bin" inspect --verify --json "$form.h5" >i.json || fail "inspect --verify $form"
+    [ "$(json_get i.json num_samples)" = 10 ] || fail "$form: sample count"
+    [ "$(json_get i.json store)" = "$form" ] || fail "$form: store attribute"
+    "$bin" convert h5 enc.h5 --out "h5-$form.h5" --store "$form" --limit 6 >/dev/null
+    "$bin" inspect --json "h5-$form.h5" >j.json
+    [ "$(json_get j.json num_samples)" = 6 ] || fail "convert h5 --limit 6 --store $form"
+  done
+  [ "$(json_get i.json kind)" = encoded ] || fail "buckets keep the encoded bytes"
+  "$py" - <<'PY'
+import h5py, numpy as np
+d = h5py.File("decoded.h5", "r")
+shapes = np.stack([d["stored_heights"][:], d["stored_widths"][:], d["stored_channels"][:]], 1)
+assert list(d["widths"][:]) == list(d["stored_widths"][:]), "decoded keeps the original size"
+assert shapes[0].tolist() == [81, 107, 3] and shapes[1].tolist() == [103, 141, 1], shapes[:3]
+assert d["images"].shape == (int(np.prod(shapes, 1).sum()),)
+r = h5py.File("resized:48.h5", "r")
+assert min(r["stored_widths"][0], r["stored_heights"][0]) == 48
+assert h5py.File("resized:32x32.h5", "r")["images"].shape == (10, 32, 32, 3)
+a = h5py.File("decoded.h5", "r")["images"][:]
+b = h5py.File("h5-decoded.h5", "r")["images"][:]
+assert np.array_equal(a[:len(b)], b), "convert h5 stores the same pixels as convert imagefolder"
+PY
+  "$bin" convert imagefolder root --out lz4.h5 --store decoded --compression lz4 | grep -q "compression lz4" \
+    || fail "--compression lz4 with --store decoded"
+  expect_fail "--store 'resized:' has no size" "$bin" convert imagefolder root --out x.h5 --store resized:
+  expect_fail "is not a stored form" "$bin" convert imagefolder root --out x.h5 --store thumbnails
+  expect_fail "no zstd filter" "$bin" convert imagefolder root --out x.h5 --store decoded --compression zstd
+  expect_fail "applies to stored pixels only" "$bin" convert imagefolder root --out x.h5 --compression gzip
+  expect_fail "--buckets both name offline buckets" "$bin" convert imagefolder root --out x.h5 --store buckets:32 --buckets 48
+  [ ! -e x.h5 ] || fail "a refused conversion wrote x.h5"
+  mkdir ro
+  expect_fail "cannot create" ro_run ro "$bin" convert imagefolder root --out ro/x.h5 --store decoded
+  [ -z "$(ls ro)" ] || fail "a conversion into a read-only directory left files"
+  head -c 600 root/dog/00.jpg >root/dog/cut.jpg
+  for form in encoded decoded resized:48 resized:32x32; do
+    expect_fail "bad image: root/dog/cut.jpg" "$bin" convert imagefolder root --out "bad.h5" --store "$form"
+    "$bin" convert imagefolder root --out "bad-$form.h5" --store "$form" --skip-bad >out.txt 2>err.txt
+    grep -q "skipped: root/dog/cut.jpg" err.txt || fail "$form: --skip-bad did not report the bad file"
+    grep -q "wrote bad-$form.h5: 10 samples" out.txt || fail "$form: --skip-bad sample count"
+  done
+  "$py" - <<'PY'
+import h5py
+f = h5py.File("enc.h5", "r+"); f["labels"][4] = 1; f.close()  # sample 4 now fails its checksum
+PY
+  expect_fail "fails its checksum" "$bin" convert h5 enc.h5 --out c.h5 --store decoded
+  "$bin" convert h5 enc.h5 --out c.h5 --store decoded --skip-bad 2>err.txt | grep -q "9 samples" \
+    || fail "convert h5 --skip-bad"
+  grep -q "skipped: sample 4: .*fails its checksum" err.txt || fail "convert h5 did not name the bad sample"
+}
+
+# `batchcast profile` (docs/profiler.md) on a tiny ImageFolder and budget: the table, CSV and
+# JSON hold every strategy (3 forms, compressions for the pixel forms, cache off/on, 1 and 2
+# threads) with the extrapolation said; the recommendation is the min-max objective's best for
+# every weight vector (checked on the run's own numbers, re-scored with --from-json, never on
+# timings) and follows the weights on a table of known numbers; bad inputs are refused.
+case_profile() {
+  photo_folder root
+  "$bin" profile root --samples 6 --thread-counts 1,2 --compressions none,lz4 --image-size 24 \
+    --crop random --flip true --drop-caches no --json p.json --csv p.csv >out.txt 2>err.txt \
+    || { cat err.txt >&2; fail "profile failed"; }
+  grep -q "profile: measuring decoded (lz4), cache on, 2 threads" err.txt || fail "no progress on stderr"
+  grep -q "6 of 10 samples measured, 2 epochs; page cache: kept (--drop-caches no)" out.txt || fail "summary line"
+  grep -q "for the full dataset multiply by 1.67 (extrapolated" out.txt || fail "extrapolation not said"
+  grep -q "batchcast convert imagefolder root --out OUT.h5 --store" out.txt || fail "no command line"
+  [ "$(grep -c "^resized:24 " out.txt)" = 8 ] || fail "table rows"
+  for w in 0,0,1 1,0,1 0,1,1 0,1,0 1,0,0 2,1,3; do
+    "$bin" profile --from-json p.json --weights "$w" --json "w$w.json" >/dev/null || fail "--from-json $w"
+  done
+  "$bin" profile --from-json p.json --caches off --json off.json >/dev/null || fail "--caches off"
+  "$py" - <<'PY'
+import csv, json
+p = json.load(open("p.json"))
+assert p["samples"] == 6 and p["full_samples"] == 10 and p["extrapolated"] is True
+rows = p["strategies"]
+assert len(rows) == 20, len(rows)  # encoded x1 + (decoded, resized:24) x (none, lz4); x cache x threads
+assert {r["form"] for r in rows} == {"encoded", "decoded", "resized:24"}
+assert {(r["cache"], r["threads"]) for r in rows} == {(c, t) for c in (False, True) for t in (1, 2)}
+assert all(r["samples_per_s"] > 0 and r["cpu_s_per_sample"] > 0 and r["storage_bytes"] > 0 for r in rows)
+assert all(abs(r["storage_bytes_full"] - r["storage_bytes"] * 10 / 6) <= 1 for r in rows)
+assert all(r["chunk_bytes"] >= 65536 for r in rows if r["form"] != "encoded")
+table = list(csv.DictReader(open("p.csv")))
+assert len(table) == 20 and float(table[3]["samples_per_s"]) == round(rows[3]["samples_per_s"], 3)
+
+def best(rows, w):
+    def norm(key):
+        v = [r[key] for r in rows]; lo, hi = min(v), max(v)
+        return [(x - lo) / (hi - lo) if hi > lo else 0.0 for x in v]
+    p, s, t = norm("offline_s"), norm("storage_bytes"), norm("samples_per_s")
+    score = [w[2] * t[i] - w[0] * p[i] - w[1] * s[i] for i in range(len(rows))]
+    return max(range(len(rows)), key=lambda i: (score[i], -i))
+
+for w in ("0,0,1", "1,0,1", "0,1,1", "0,1,0", "1,0,0", "2,1,3"):
+    q = json.load(open("w%s.json" % w))
+    weights = [float(x) for x in w.split(",")]
+    assert q["weights"] == weights
+    assert q["recommended"] == best(rows, weights), (w, q["recommended"], best(rows, weights))
+    r = rows[q["recommended"]]
+    assert q["command"].startswith("batchcast convert imagefolder root --out OUT.h5 --store " + r["form"])
+    assert ("--threads=%d" % r["threads"]) in q["command"] and ("--cache=" in q["command"]) == r["cache"]
+assert rows[json.load(open("w0,1,0.json"))["recommended"]]["storage_bytes"] == min(r["storage_bytes"] for r in rows)
+off = json.load(open("off.json"))  # --caches off: the cache-off strategies only, scored among themselves
+assert [r["cache"] for r in off["strategies"]] == [False] * 10
+assert off["recommended"] == best([r for r in rows if not r["cache"]], [0, 0, 1])
+
+# Known numbers: throughput alone picks the fastest (1); with offline time or storage weighed
+# too, the one nearly as fast and 10x quicker to make (2); storage alone the smallest (0).
+known = dict(p, strategies=[
+    dict(rows[0], form="encoded", offline_s=1.0, storage_bytes=40, samples_per_s=100.0),
+    dict(rows[0], form="decoded", offline_s=10.0, storage_bytes=900, samples_per_s=1000.0),
+    dict(rows[0], form="resized:24", offline_s=1.0, storage_bytes=50, samples_per_s=900.0)])
+json.dump(known, open("known.json", "w"))
+PY
+  for pair in 0,0,1:1 1,0,1:2 0,1,0:0 0,1,1:2; do
+    "$bin" profile --from-json known.json --weights "${pair%%:*}" --json k.json >/dev/null
+    [ "$(json_get k.json recommended)" = "${pair##*:}" ] || fail "weights ${pair%%:*}: recommended $(json_get k.json recommended), expected ${pair##*:}"
+  done
+  expect_fail "dataset nowhere does not exist" "$bin" profile nowhere --image-size 24
+  expect_fail "--weights '1,2' has 2 values" "$bin" profile root --weights 1,2
+  expect_fail "'x' is not a weight" "$bin" profile root --weights x,0,1
+  expect_fail "are all 0" "$bin" profile root --weights 0,0,0
+  expect_fail "--caches 'maybe': 'maybe' is not on or off" "$bin" profile root --caches maybe
+  expect_fail "--samples 0 is not a budget" "$bin" profile root --samples 0
+  expect_fail "option 'threads' is not one the profiler measures with" "$bin" profile root --threads 2
+  expect_fail "option 'ring_slots' is not one the profiler measures with" "$bin" profile root --ring-slots 4
+  expect_fail "is not a \`batchcast profile --json\` file" "$bin" profile --from-json p.csv
+  mkdir ro
+  expect_fail "cannot create the temp directory" ro_run ro "$bin" profile root --tmp ro --image-size 24 --drop-caches no
 }
 
 case_fashion_mnist_script() {

@@ -94,6 +94,9 @@ def hdf5(out, cli, seeds):
             "raw.h5": ["convert", "idx", "--images", os.path.join(tmp, "train-images-idx3-ubyte"),
                        "--labels", os.path.join(tmp, "train-labels-idx1-ubyte"), "--threads", "1",
                        "--no-compress", "--out"],
+            # Stored pixels of per-sample shapes (convert --store decoded): the 1-D layout.
+            "pixels.h5": ["convert", "imagefolder", os.path.join(tmp, "folder"), "--threads", "1",
+                          "--store", "decoded", "--compression", "gzip:1", "--out"],
             "png.h5": ["convert", "idx", "--images", os.path.join(tmp, "train-images-idx3-ubyte"),
                        "--labels", os.path.join(tmp, "train-labels-idx1-ubyte"), "--threads", "1",
                        "--encode", "png", "--out"],
