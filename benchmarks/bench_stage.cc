@@ -8,6 +8,11 @@
 //   cost_ratio          leader-stage / per-consumer CPU per delivered sample (target at K=4:
 //                       <= 1/K + 0.10)
 //   samples_per_s       per consumer, wall clock
+// and, at K = 1, where the stage's output goes: encoder.pt ends in a linear layer, whose out=
+// variant writes into the slot (nothing copied after forward); encoder_copy.pt is the same
+// module ending in .contiguous() (no out= variant: the output is copied into the slot):
+//   copied_bytes_per_sample   the leader's stage_copied_bytes / samples (0 in place)
+//   inplace_vs_copy_stage     stage time per sample, in place / copied
 #include <ATen/Parallel.h>
 #include <torch/script.h>
 
@@ -34,7 +39,8 @@ constexpr int kSide = 64;
 std::string MakeEncoder(const std::string& dir) {
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/encoder.pt";
-  if (std::filesystem::exists(path)) return path;
+  if (std::filesystem::exists(path) && std::filesystem::exists(dir + "/encoder_copy.pt"))
+    return path;
   std::ofstream(dir + "/make.py") << R"(import sys, torch
 torch.manual_seed(0)
 class Enc(torch.nn.Module):
@@ -48,7 +54,15 @@ class Enc(torch.nn.Module):
         x = torch.relu(self.c1(x / 255.0))
         x = torch.relu(self.c2(x))
         return self.fc(torch.flatten(self.pool(x), 1))
-torch.jit.script(Enc()).save(sys.argv[1])
+class Copy(torch.nn.Module):
+    def __init__(self, enc):
+        super().__init__()
+        self.enc = enc
+    def forward(self, x):
+        return self.enc(x).contiguous()
+enc = Enc()
+torch.jit.script(enc).save(sys.argv[1])
+torch.jit.script(Copy(enc)).save(sys.argv[1].replace(".pt", "_copy.pt"))
 )";
   const std::string cmd = "/usr/bin/python3 " + dir + "/make.py " + path;
   if (std::system(cmd.c_str()) != 0) {
@@ -60,6 +74,7 @@ torch.jit.script(Enc()).save(sys.argv[1])
 
 struct Run {
   double cpu_per_sample = 0, samples_per_s = 0;
+  double stage_ms_per_sample = 0, copied_bytes_per_sample = 0;  // the leader's stage
 };
 
 // One stream to K consumers; `in_leader`: the leader runs the encoder, else every consumer.
@@ -114,7 +129,10 @@ Run RunOnce(const std::string& encoder, int k, bool in_leader, int rep) {
     std::fprintf(stderr, "bench_stage: %s\n", run.ToString().c_str());
     std::exit(1);
   }
-  return {cpu / double(k * kSamples * kEpochs), double(kSamples * kEpochs) / wall};
+  const node::LeaderStats s = (*l)->stats();
+  return {cpu / double(k * kSamples * kEpochs), double(kSamples * kEpochs) / wall,
+          double(s.stage_ns) * 1e-6 / double(kSamples * kEpochs),
+          double(s.stage_copied_bytes) / double(kSamples * kEpochs)};
 }
 
 }  // namespace
@@ -154,6 +172,24 @@ int main(int argc, char** argv) {
     json.Add(fmt::format("leader_samples_per_s_k{}", k), Summarize(leader_rate).median);
     json.Add(fmt::format("consumer_samples_per_s_k{}", k), Summarize(consumer_rate).median);
   }
+  // Where the output goes: written in place by the last operation vs copied after forward.
+  std::vector<double> in_place_ms, copy_ms, ratio;
+  double in_place_bytes = 0, copy_bytes = 0;
+  const std::string copying = encoder.substr(0, encoder.size() - 3) + "_copy.pt";
+  for (int r = 0; r < reps; ++r) {
+    const Run a = RunOnce(encoder, 1, true, 100 + r), b = RunOnce(copying, 1, true, 200 + r);
+    in_place_ms.push_back(a.stage_ms_per_sample);
+    copy_ms.push_back(b.stage_ms_per_sample);
+    ratio.push_back(a.stage_ms_per_sample / b.stage_ms_per_sample);
+    in_place_bytes = a.copied_bytes_per_sample;
+    copy_bytes = b.copied_bytes_per_sample;
+  }
+  table.Add("K=1 stage written in place: stage time per sample", Summarize(in_place_ms), "ms");
+  table.Add("K=1 stage copied after forward: stage time per sample", Summarize(copy_ms), "ms");
+  table.Add("K=1 stage time, in place / copied", Summarize(ratio), "x");
+  json.Add("copied_bytes_per_sample_in_place", in_place_bytes);
+  json.Add("copied_bytes_per_sample_copy", copy_bytes);
+  json.Add("inplace_vs_copy_stage", Summarize(ratio).median);
   table.Print();
   json.Print();
   return 0;

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "batchcast/batchcast_c.h"
 #include "capi/guard.h"
@@ -29,8 +30,15 @@ Result<TensorView> NamedView(bc_batch_t batch, const char* name) {
   if (!b.valid()) return Status(StatusCode::kFailedPrecondition, "dlpack: the batch was released");
   TensorView v = b.tensor(name);
   if (v.data == nullptr && v.nbytes == 0 && v.ndim == 0) {
-    std::string have = "images, labels, sample_ids";
+    std::string have =
+        b.images().nbytes > 0 ? "images, labels, sample_ids" : "labels, sample_ids";
     for (int i = 0; i < b.num_tensors(); ++i) have += std::string(", ") + b.tensor_name(i);
+    if (std::string_view(name) == "images")
+      return Status(StatusCode::kNotFound,
+                    "dlpack: the batch has no images: its producer does not publish them (a "
+                    "leader model stage with keep_input=false in option 'stage' reads them and "
+                    "publishes only its output; or a Producer's dict batches without images); "
+                    "it has " + have);
     return Status(StatusCode::kNotFound,
                   std::string("dlpack: the batch has no tensor '") + name + "'; it has " + have);
   }

@@ -132,7 +132,9 @@ const char* Batch::tensor_name(int i) const {
 TensorView Batch::tensor(const char* name) const {
   if (!ref_ || name == nullptr) return TensorView();
   const std::string_view n(name);
-  if (n == "images") return images_;
+  // No images (a model stage's keep_input=false, a Producer's dict batches without them): no
+  // such tensor, as for any other name the batch lacks.
+  if (n == "images") return images_.nbytes > 0 || ref_->num_tensors == 0 ? images_ : TensorView();
   if (n == "labels") return labels_;
   if (n == "sample_ids") {
     TensorView v;

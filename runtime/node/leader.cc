@@ -55,8 +55,10 @@ Result<std::unique_ptr<Leader>> Leader::Create(const LeaderConfig& config,
                                       [&l](int size) { return l.source_->Layout(size); });
   }
   producer::SlotLayout slot = producer::ComputeSlotLayout(p, max_b, l.layout_, buckets);
+  std::vector<pipeline::SampleLayout> sizes_seen;  // the stages probe every size
+  for (const producer::SlotBucket& b : buckets) sizes_seen.push_back(b.sample);
   std::vector<std::unique_ptr<producer::BatchStage>> stages;
-  BC_RETURN_IF_ERROR(producer::PrepareStages(o.stage, l.layout_, p, o.threads, !o.resize.empty(),
+  BC_RETURN_IF_ERROR(producer::PrepareStages(o.stage, l.layout_, sizes_seen, p, o.threads,
                                              "leader", &slot, &stages));
   shm::RingConfig rc = producer::RingConfigFor(slot, producer::RingSlots(o), max_b,
                                                static_cast<uint64_t>(p),

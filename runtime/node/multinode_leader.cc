@@ -52,7 +52,7 @@ Result<std::unique_ptr<MultinodeLeader>> MultinodeLeader::Create(
   const int64_t slot_samples = shard ? int64_t(max_b) : p;
   producer::SlotLayout slot = producer::ComputeSlotLayout(slot_samples, max_b, l->layout_);
   std::vector<std::unique_ptr<producer::BatchStage>> stages;
-  BC_RETURN_IF_ERROR(producer::PrepareStages(o.stage, l->layout_, slot_samples, o.threads, false,
+  BC_RETURN_IF_ERROR(producer::PrepareStages(o.stage, l->layout_, {}, slot_samples, o.threads,
                                              "multinode leader", &slot, &stages));
   int slots = static_cast<int>(producer::RingSlots(o));
   // Shard: each local trainer holds its own slots; give each room for buffer_depth + 2.

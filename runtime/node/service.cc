@@ -62,7 +62,7 @@ Result<std::unique_ptr<Service>> Service::Create(const ServiceConfig& config,
   s->layout_ = s->source_->MaxLayout();
   producer::SlotLayout slot = producer::ComputeSlotLayout(p, max_b, s->layout_);
   std::vector<std::unique_ptr<producer::BatchStage>> stages;
-  BC_RETURN_IF_ERROR(producer::PrepareStages(o.stage, s->layout_, p, o.threads, false, "service",
+  BC_RETURN_IF_ERROR(producer::PrepareStages(o.stage, s->layout_, {}, p, o.threads, "service",
                                              &slot, &stages));
   shm::RingConfig rc = producer::RingConfigFor(slot, producer::RingSlots(o), max_b,
                                                static_cast<uint64_t>(p),

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -92,22 +93,26 @@ Result<std::vector<std::unique_ptr<BatchStage>>> CreateStages(std::string_view s
 }
 
 Status PrepareStages(std::string_view specs, const pipeline::SampleLayout& images,
-                     int64_t producer_batch, int decode_threads, bool resizing,
-                     std::string_view who, SlotLayout* slot,
-                     std::vector<std::unique_ptr<BatchStage>>* stages) {
+                     std::span<const pipeline::SampleLayout> image_sizes,
+                     int64_t producer_batch, int decode_threads, std::string_view who,
+                     SlotLayout* slot, std::vector<std::unique_ptr<BatchStage>>* stages) {
   if (Trim(specs).empty()) return Status::Ok();
-  if (resizing)
-    return FailedPreconditionError(
-        "{}: option 'stage' with progressive resizing (option 'resize'): a stage's output shape "
-        "is fixed at start, but the images change size per epoch; use one of the two",
-        who);
   StageContext context;
   context.images = images;
+  context.image_sizes.assign(image_sizes.begin(), image_sizes.end());
+  if (context.image_sizes.empty()) context.image_sizes.push_back(images);
   context.producer_batch = producer_batch;
   context.decode_threads = decode_threads;
   BC_ASSIGN_OR_RETURN(*stages, CreateStages(specs, context, who));
+  if (StagesDrop(*stages, "images")) DropImagesTail(slot);
   for (const auto& stage : *stages) BC_RETURN_IF_ERROR(AddTensors(stage->Outputs(), who, slot));
   return Status::Ok();
+}
+
+bool StagesDrop(std::span<const std::unique_ptr<BatchStage>> stages, std::string_view name) {
+  return std::any_of(stages.begin(), stages.end(), [&](const std::unique_ptr<BatchStage>& s) {
+    return !s->keeps_input() && s->input() == name;
+  });
 }
 
 }  // namespace batchcast::producer

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,8 +40,15 @@ class BatchStage {
   virtual const std::string& name() const = 0;
   // The named tensors it writes (added to the slot layout at start).
   virtual std::vector<TensorSpec> Outputs() const = 0;
+  // The tensor it reads ("images" or an earlier stage's output) and whether consumers see it
+  // (keep_input): a dropped input stays in the slot for the stage but is not published.
+  virtual const std::string& input() const = 0;
+  virtual bool keeps_input() const { return true; }
   // Runs on one producer batch; an error names the stage and the cause.
   virtual Status Run(const StageSlot& slot) = 0;
+  // Bytes of output copied into the slot after forward so far (0 while every output was
+  // written in place: docs/model-stage.md "Where the output is written").
+  virtual int64_t copied_bytes() const { return 0; }
 };
 
 // What a stage may read when it is created: the images' layout, the named tensors written
@@ -48,6 +56,9 @@ class BatchStage {
 // pins its own threads so that it and the decode workers do not oversubscribe the cores).
 struct StageContext {
   pipeline::SampleLayout images;
+  // Every image layout the batches may have: images alone, or one per size of a
+  // progressive-resizing schedule (a stage probes each at start).
+  std::vector<pipeline::SampleLayout> image_sizes;
   std::vector<TensorSpec> tensors;
   int64_t producer_batch = 0;
   int decode_threads = 0;
@@ -68,12 +79,17 @@ Result<std::vector<std::unique_ptr<BatchStage>>> CreateStages(std::string_view s
                                                                std::string_view who);
 
 // What every front door with a pipeline does with option 'stage' (`specs`): creates the
-// stages for producer batches of `producer_batch` images of `images` and adds their outputs
-// to `slot`. Refused with progressive resizing (the images change size per epoch). Hand
-// *stages to SlotWriter::SetStages.
+// stages for producer batches of `producer_batch` images of `images` (the largest layout)
+// and of each of `image_sizes` (progressive resizing: every size is probed; empty: images
+// only), and adds their outputs to `slot`. When a stage drops the images (keep_input=false)
+// the slot keeps no room for their fill-repeat tail (DropImagesTail). Hand *stages to
+// SlotWriter::SetStages.
 Status PrepareStages(std::string_view specs, const pipeline::SampleLayout& images,
-                     int64_t producer_batch, int decode_threads, bool resizing,
-                     std::string_view who, SlotLayout* slot,
-                     std::vector<std::unique_ptr<BatchStage>>* stages);
+                     std::span<const pipeline::SampleLayout> image_sizes,
+                     int64_t producer_batch, int decode_threads, std::string_view who,
+                     SlotLayout* slot, std::vector<std::unique_ptr<BatchStage>>* stages);
+
+// Whether the stages drop tensor `name` (some stage reads it with keep_input=false).
+bool StagesDrop(std::span<const std::unique_ptr<BatchStage>> stages, std::string_view name);
 
 }  // namespace batchcast::producer

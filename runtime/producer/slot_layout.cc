@@ -40,21 +40,38 @@ uint32_t RingSlots(const Options& options) {
                                                       : options.buffer_depth + 2);
 }
 
+namespace {
+
+// Labels, ids and the slot size after images of l.images_bytes.
+void PlaceAfterImages(SlotLayout* l) {
+  l->labels_offset = Align(l->images_bytes, 64);
+  l->ids_offset = Align(l->labels_offset + l->capacity_samples * sizeof(int64_t), 64);
+  l->slot_bytes = Align(l->ids_offset + l->capacity_samples * sizeof(int64_t), 4096);
+}
+
+}  // namespace
+
 SlotLayout ComputeSlotLayout(int64_t producer_batch, uint32_t max_consumer_batch,
                              const pipeline::SampleLayout& sample,
                              std::span<const SlotBucket> buckets) {
   SlotLayout l;
   l.capacity_samples = WithTail(uint64_t(producer_batch), max_consumer_batch);
   l.images_bytes = l.capacity_samples * sample.bytes();
+  l.images_fill_bytes = uint64_t(producer_batch) * sample.bytes();
   for (const SlotBucket& b : buckets) {
     const uint64_t count = WithTail(b.producer_batch, b.max_consumer_batch);
     l.capacity_samples = std::max(l.capacity_samples, count);
     l.images_bytes = std::max<uint64_t>(l.images_bytes, count * b.sample.bytes());
+    l.images_fill_bytes = std::max<uint64_t>(l.images_fill_bytes,
+                                              b.producer_batch * b.sample.bytes());
   }
-  l.labels_offset = Align(l.images_bytes, 64);
-  l.ids_offset = Align(l.labels_offset + l.capacity_samples * sizeof(int64_t), 64);
-  l.slot_bytes = Align(l.ids_offset + l.capacity_samples * sizeof(int64_t), 4096);
+  PlaceAfterImages(&l);
   return l;
+}
+
+void DropImagesTail(SlotLayout* layout) {
+  layout->images_bytes = layout->images_fill_bytes;
+  PlaceAfterImages(layout);
 }
 
 uint64_t TensorSpec::sample_bytes() const {

@@ -70,6 +70,7 @@ struct TensorSlot {
 struct SlotLayout {
   uint64_t capacity_samples = 0;  // label / id entries a slot holds
   uint64_t images_bytes = 0;      // room for images at the front of a slot
+  uint64_t images_fill_bytes = 0; // of which the distinct samples' (without the tail)
   uint64_t labels_offset = 0;
   uint64_t ids_offset = 0;
   std::vector<TensorSlot> tensors;  // further named tensors, after the ids
@@ -86,6 +87,11 @@ struct SlotLayout {
 SlotLayout ComputeSlotLayout(int64_t producer_batch, uint32_t max_consumer_batch,
                              const pipeline::SampleLayout& sample,
                              std::span<const SlotBucket> buckets = {});
+
+// Images that only a model stage reads (keep_input=false: consumers never see them) need no
+// room for the fill-repeat tail: shrinks images to images_fill_bytes and moves the labels and
+// ids after them. Call before AddTensors.
+void DropImagesTail(SlotLayout* layout);
 
 // Adds named tensors after the ids (capacity_samples rows each) and grows slot_bytes.
 // Refuses, naming `who` and the tensor, an empty, too long, repeated or reserved name

@@ -107,14 +107,26 @@ Status SlotWriter::Fill(BatchSource& source, uint64_t epoch, int image_size,
   return FinishFill(source, epoch, samples, data, pos, record, written);
 }
 
+void SlotWriter::SetStages(std::vector<std::unique_ptr<BatchStage>> stages) {
+  stages_ = std::move(stages);
+  images_dropped_ = StagesDrop(stages_, "images");
+  published_tensors_.clear();
+  for (const TensorSlot& t : layout_.tensors)
+    if (!StagesDrop(stages_, t.spec.name)) published_tensors_.push_back(t);
+}
+
 Status SlotWriter::RunStages(const shm::SlotWrite& w, const SlotContents& c) {
   if (stages_.empty() || c.num_samples == 0) return Status::Ok();
   const int64_t t0 = shm::MonotonicNs();
-  for (const auto& stage : stages_)
+  int64_t copied = 0;
+  for (const auto& stage : stages_) {
     BC_RETURN_IF_ERROR(stage->Run({w.data, &layout_, c.layout, c.num_samples}).WithContext(who_));
+    copied += stage->copied_bytes();
+  }
   const int64_t ns = shm::MonotonicNs() - t0;
   stats_.stage_runs += static_cast<int64_t>(stages_.size());
   stats_.stage_ns += ns;
+  stats_.stage_copied_bytes = copied;  // each stage counts from the start
   if (collector_ != nullptr) collector_->AddTime(telemetry::Timer::kStage, ns);
   return Status::Ok();
 }
@@ -127,6 +139,11 @@ Result<uint64_t> SlotWriter::Publish(const shm::SlotWrite& w, SlotContents c, ui
   c.images_bytes = layout_.images_bytes;
   c.tensors = layout_.tensors;
   BC_RETURN_IF_ERROR(RunStages(w, c));
+  if (!stages_.empty()) c.tensors = published_tensors_;
+  if (images_dropped_) {  // read by a stage only: 0 bytes per image for the consumers
+    if (c.image_size == 0) c.image_size = c.layout.height;
+    c.layout = pipeline::SampleLayout{};
+  }
   const uint32_t tail = TailForReceivers(*ring_, w.seq, only, c);
   BC_RETURN_IF_ERROR(CompleteSlot(w, tail, c).WithContext(who_));
   if (hook_ != nullptr) BC_RETURN_IF_ERROR(hook_->BeforePublish(w));

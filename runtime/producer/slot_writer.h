@@ -55,6 +55,7 @@ struct WriterStats {
   int64_t starved_wait_ns = 0;
   int64_t stage_runs = 0;         // model stage calls (one per stage per producer batch)
   int64_t stage_ns = 0;           // time in them
+  int64_t stage_copied_bytes = 0; // stage output copied into slots after forward (0: in place)
 };
 
 // What the fills of one producer batch add up to (its telemetry record).
@@ -92,8 +93,10 @@ class SlotWriter {
 
   void SetHook(SlotHook* hook) { hook_ = hook; }
   // Stages run on each producer batch at Publish, before the tail and the descriptor (the
-  // slot layout must hold their outputs: AddTensors).
-  void SetStages(std::vector<std::unique_ptr<BatchStage>> stages) { stages_ = std::move(stages); }
+  // slot layout must hold their outputs: AddTensors). What a stage reads with
+  // keep_input=false is not published: no images (descriptor: 0 bytes per image) or no such
+  // named tensor.
+  void SetStages(std::vector<std::unique_ptr<BatchStage>> stages);
   SlotHook* hook() const { return hook_; }
   const SlotLayout& layout() const { return layout_; }
   shm::RingLeader& ring() { return *ring_; }
@@ -181,6 +184,8 @@ class SlotWriter {
   telemetry::Collector* collector_;
   SlotHook* hook_ = nullptr;
   std::vector<std::unique_ptr<BatchStage>> stages_;
+  bool images_dropped_ = false;               // a stage reads them with keep_input=false
+  std::vector<TensorSlot> published_tensors_;  // the layout's, less those stages drop
   WriterStats stats_;
   SkipAccount skips_;
   int64_t wait_since_ns_ = 0;     // start of an interrupted wait (0: none)

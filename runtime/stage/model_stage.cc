@@ -9,6 +9,7 @@
 // Built only with LibTorch, as its own shared module (libbatchcast_model_stage.so): the
 // producer core loads it when option 'stage' is set (producer/batch_stage.cc), so neither
 // the leader library nor the CLI loads LibTorch otherwise.
+#include <torch/csrc/jit/api/function_impl.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -57,17 +58,13 @@ Result<ModelSpec> ParseModelSpec(std::string_view s, const std::string& who) {
     else
       return InvalidArgumentError("{}: unknown key or value '{}'; the keys are path, input, "
                                   "output, device=cpu|cuda, dtype=float32|float16, threads, "
-                                  "keep_input=true", who, kv);
+                                  "keep_input=true|false", who, kv);
   }
   if (m.path.empty()) return InvalidArgumentError("{}: no path=<TorchScript file>", who);
   if (m.device != "cpu" && m.device != "cuda")
     return InvalidArgumentError("{}: device={}; use cpu or cuda", who, m.device);
   if (m.dtype != "float32" && m.dtype != "float16")
     return InvalidArgumentError("{}: dtype={}; use float32 or float16", who, m.dtype);
-  if (!m.keep_input)
-    return InvalidArgumentError(
-        "{}: keep_input=false is not supported yet: the input stays in the slot for the "
-        "consumers (they may ignore it); leave keep_input unset", who);
   return m;
 }
 
@@ -82,33 +79,87 @@ std::string FirstLine(const std::exception& e) {
   return what.substr(0, what.find('\n'));
 }
 
+// forward with its last operation writing into memory given as a further argument `out`
+// (forward(input, out)): the graph's returned value is made by an operator that has an
+// `.out` overload (aten::linear, addmm, add, mean, ...), which is swapped in. nullptr (with
+// the reason in *why) when the graph does not end so; the caller then copies the output.
+std::unique_ptr<torch::jit::GraphFunction> ForwardWritingInto(torch::jit::Module& module,
+                                                              std::string* why) {
+  using torch::jit::Node;
+  using torch::jit::Value;
+  std::shared_ptr<torch::jit::Graph> g = module.get_method("forward").graph()->copy();
+  if (g->outputs().size() != 1) {
+    *why = "forward returns more than one value";
+    return nullptr;
+  }
+  Node* last = g->outputs()[0]->node();
+  if (last->kind().is_prim() || last->outputs().size() != 1) {
+    *why = fmt::format("forward's last operation is {}", last->kind().toQualString());
+    return nullptr;
+  }
+  Value* out = g->addInput("out")->setType(c10::TensorType::get());
+  std::vector<Value*> inputs(last->inputs().begin(), last->inputs().end());
+  inputs.push_back(out);
+  Node* into = g->create(last->kind(), inputs, 1);
+  into->insertBefore(last);
+  into->output()->setType(last->output()->type());
+  const c10::FunctionSchema* schema = into->maybeSchema();
+  if (schema == nullptr || schema->overload_name() != "out") {
+    *why = fmt::format("forward's last operation {} has no out= variant",
+                       last->kind().toQualString());
+    return nullptr;
+  }
+  last->output()->replaceAllUsesWith(into->output());
+  last->destroy();
+  return std::make_unique<torch::jit::GraphFunction>("forward_into", g, nullptr);
+}
+
+// The per-sample shape of images of layout `l` as the module sees them.
+std::vector<int64_t> ImageShape(const pipeline::SampleLayout& l) {
+  return l.layout == pipeline::Layout::kHWC ? std::vector<int64_t>{l.height, l.width, l.channels}
+                                            : std::vector<int64_t>{l.channels, l.height, l.width};
+}
+
 class ModelStage : public producer::BatchStage {
  public:
   static Result<std::unique_ptr<producer::BatchStage>> Create(std::string_view spec,
                                                              const producer::StageContext& ctx);
   const std::string& name() const override { return name_; }
   std::vector<producer::TensorSpec> Outputs() const override { return {output_}; }
+  const std::string& input() const override { return spec_.input; }
+  bool keeps_input() const override { return spec_.keep_input; }
   Status Run(const producer::StageSlot& slot) override;
+  int64_t copied_bytes() const override { return copied_bytes_; }
 
  private:
   Result<torch::Tensor> Forward(const torch::Tensor& input);
-  // The input of n samples in `slot` (or zeros for a probe) as the module's input.
-  torch::Tensor Input(uint8_t* data, int64_t n) const;
+  // The input of n samples of per-sample `shape` in `data` (nullptr: zeros, for a probe) as
+  // the module's input.
+  torch::Tensor Input(uint8_t* data, int64_t n, const std::vector<int64_t>& shape) const;
+  // Runs the module on dummy batches of 1 and 2 samples of per-sample `shape`: the output's
+  // per-sample shape, which must not depend on the batch size.
+  Result<std::vector<int64_t>> Probe(const std::vector<int64_t>& shape, const std::string& who);
+  // Writes forward's output for the n samples at `in` into `out` (see Run).
+  Status ForwardInto(uint8_t* in, int64_t n, const std::vector<int64_t>& in_shape, uint8_t* out);
+  // forward(input, out) when it writes into `out` exactly what forward gives (checked on a
+  // random batch of per-sample `shape`); else leaves the copy after forward.
+  void PrepareWriteInPlace(const std::vector<int64_t>& shape);
 
   std::string name_;
   ModelSpec spec_;
   torch::jit::Module module_;
   torch::Device device_ = torch::kCPU;
   torch::ScalarType in_type_ = torch::kUInt8;
-  std::vector<int64_t> in_shape_;   // per sample
-  uint64_t in_offset_ = 0;          // in the slot (images: 0)
+  std::vector<int64_t> in_shape_;   // per sample (images: of the largest size)
   bool in_is_images_ = true;
   producer::TensorSpec output_;
+  int64_t copied_bytes_ = 0;
+  std::unique_ptr<torch::jit::GraphFunction> forward_into_;  // null: copy after forward
 };
 
-torch::Tensor ModelStage::Input(uint8_t* data, int64_t n) const {
+torch::Tensor ModelStage::Input(uint8_t* data, int64_t n, const std::vector<int64_t>& shape) const {
   std::vector<int64_t> sizes{n};
-  sizes.insert(sizes.end(), in_shape_.begin(), in_shape_.end());
+  sizes.insert(sizes.end(), shape.begin(), shape.end());
   torch::Tensor t = data ? torch::from_blob(data, sizes, torch::TensorOptions().dtype(in_type_))
                          : torch::zeros(sizes, torch::TensorOptions().dtype(in_type_));
   const bool half = spec_.dtype == "float16" && device_.is_cuda();
@@ -129,6 +180,24 @@ Result<torch::Tensor> ModelStage::Forward(const torch::Tensor& input) {
   }
 }
 
+Result<std::vector<int64_t>> ModelStage::Probe(const std::vector<int64_t>& in_shape,
+                                               const std::string& who) {
+  std::vector<int64_t> shape[2];
+  for (int64_t n : {1, 2}) {
+    BC_ASSIGN_OR_RETURN(torch::Tensor out, Forward(Input(nullptr, n, in_shape)));
+    if (out.dim() < 1 || out.size(0) != n)
+      return InvalidArgumentError("{}: the output of a batch of {} has shape {}; its first "
+                                  "dimension must be the batch", who, n,
+                                  fmt::format("{}", fmt::join(out.sizes(), "x")));
+    shape[n - 1].assign(out.sizes().begin() + 1, out.sizes().end());
+  }
+  if (shape[0] != shape[1])
+    return InvalidArgumentError("{}: the output shape is not fixed: {} per sample for a batch of "
+                                "1, {} for a batch of 2", who, fmt::join(shape[0], "x"),
+                                fmt::join(shape[1], "x"));
+  return shape[0];
+}
+
 Result<std::unique_ptr<producer::BatchStage>> ModelStage::Create(
     std::string_view spec, const producer::StageContext& ctx) {
   const std::string who = fmt::format("stage {} {}", ctx.index, spec);
@@ -141,9 +210,7 @@ Result<std::unique_ptr<producer::BatchStage>> ModelStage::Create(
     const pipeline::SampleLayout& l = ctx.images;
     if (l.bytes() == 0) return InvalidArgumentError("{}: input=images but the batches have none", who);
     s->in_type_ = l.dtype == pipeline::DType::kFloat32 ? torch::kFloat32 : torch::kUInt8;
-    s->in_shape_ = l.layout == pipeline::Layout::kHWC
-                       ? std::vector<int64_t>{l.height, l.width, l.channels}
-                       : std::vector<int64_t>{l.channels, l.height, l.width};
+    s->in_shape_ = ImageShape(l);
   } else {
     auto it = std::find_if(ctx.tensors.begin(), ctx.tensors.end(),
                            [&](const producer::TensorSpec& t) { return t.name == m.input; });
@@ -179,25 +246,35 @@ Result<std::unique_ptr<producer::BatchStage>> ModelStage::Create(
   const int threads = m.threads > 0 ? m.threads
                       : ctx.decode_threads > 0 ? std::max(1, cores - ctx.decode_threads) : 1;
   at::set_num_threads(threads);
-  // Probe: the per-sample output shape must not depend on the batch size.
-  std::vector<int64_t> shape[2];
-  for (int64_t n : {1, 2}) {
-    BC_ASSIGN_OR_RETURN(torch::Tensor out, s->Forward(s->Input(nullptr, n)));
-    if (out.dim() < 1 || out.size(0) != n)
-      return InvalidArgumentError("{}: the output of a batch of {} has shape {}; its first "
-                                  "dimension must be the batch", who, n,
-                                  fmt::format("{}", fmt::join(out.sizes(), "x")));
-    shape[n - 1].assign(out.sizes().begin() + 1, out.sizes().end());
+  // Probe every input size the stream has (progressive resizing: each size of the schedule):
+  // one per-sample output shape for all, so the slot's named tensor is laid out once.
+  std::vector<std::vector<int64_t>> sizes{s->in_shape_};
+  if (s->in_is_images_ && !ctx.image_sizes.empty()) {
+    sizes.clear();
+    for (const pipeline::SampleLayout& l : ctx.image_sizes) sizes.push_back(ImageShape(l));
   }
-  if (shape[0] != shape[1])
-    return InvalidArgumentError("{}: the output shape is not fixed: {} per sample for a batch of "
-                                "1, {} for a batch of 2", who, fmt::join(shape[0], "x"),
-                                fmt::join(shape[1], "x"));
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::string at = sizes.size() > 1 ? fmt::format("{} (input {} per sample)", who,
+                                                          fmt::join(sizes[i], "x"))
+                                            : who;
+    BC_ASSIGN_OR_RETURN(std::vector<int64_t> got, s->Probe(sizes[i], at));
+    if (i > 0 && got != shape)
+      return InvalidArgumentError(
+          "{}: the output shape depends on the image size: {} per sample for input {}, {} for "
+          "input {}; with progressive resizing (option 'resize') the module must give one "
+          "shape at every size (pool globally before the linear layer, e.g. "
+          "AdaptiveAvgPool2d(1))", who, fmt::join(shape, "x"), fmt::join(sizes[0], "x"),
+          fmt::join(got, "x"), fmt::join(sizes[i], "x"));
+    shape = std::move(got);
+  }
   s->output_.name = m.output;
   s->output_.dtype = core::DTypeNamed(m.dtype)->code;
-  s->output_.shape = shape[0];
-  BC_LOG(Info, Pipe, "{}: frozen, {} thread(s), output {} {} per sample", s->name_, threads,
-         m.dtype, fmt::join(shape[0], "x"));
+  s->output_.shape = shape;
+  s->PrepareWriteInPlace(sizes[0]);
+  BC_LOG(Info, Pipe, "{}: frozen, {} thread(s), output {} {} per sample{}{}", s->name_, threads,
+         m.dtype, fmt::join(shape, "x"), m.keep_input ? "" : ", input not published",
+         s->forward_into_ ? ", written in place" : "");
   return std::unique_ptr<producer::BatchStage>(std::move(s));
 }
 
@@ -206,15 +283,70 @@ Status ModelStage::Run(const producer::StageSlot& slot) {
   uint8_t* out = slot.layout->tensor(slot.data, output_.name);
   if (in == nullptr || out == nullptr)
     return InternalError("{}: the slot has no tensor '{}'", name_, in ? output_.name : spec_.input);
-  const int64_t n = slot.num_samples;
-  BC_ASSIGN_OR_RETURN(torch::Tensor y, Forward(Input(in, n)));
+  // Images: this batch's size (progressive resizing changes it between epochs).
+  return ForwardInto(in, slot.num_samples, in_is_images_ ? ImageShape(slot.images) : in_shape_,
+                     out);
+}
+
+void ModelStage::PrepareWriteInPlace(const std::vector<int64_t>& shape) {
+  // Only a float32 output on the CPU can be the module's own result (float16 and cuda
+  // outputs are converted or brought back to the host: one copy).
+  std::string why = "dtype=float16 or device=cuda";
+  if (spec_.dtype == "float32" && device_.is_cpu()) {
+    try {
+      forward_into_ = ForwardWritingInto(module_, &why);
+    } catch (const std::exception& e) {
+      why = FirstLine(e);
+    }
+  }
+  if (forward_into_) {
+    why.clear();
+    std::vector<int64_t> sizes{2};
+    sizes.insert(sizes.end(), shape.begin(), shape.end());
+    const torch::Tensor x = torch::rand(sizes) * 255;
+    std::vector<int64_t> out_sizes{2};
+    out_sizes.insert(out_sizes.end(), output_.shape.begin(), output_.shape.end());
+    try {
+      c10::InferenceMode guard;
+      const torch::Tensor want = module_.forward({x}).toTensor();
+      torch::Tensor out = torch::full(out_sizes, -1.0f);
+      const torch::jit::IValue got = (*forward_into_)({module_._ivalue(), x, out});
+      if (!got.isTensor() || got.toTensor().data_ptr() != out.data_ptr() ||
+          !torch::allclose(out, want, 1e-5, 1e-6))
+        why = "forward(input, out) did not give forward's result in out";
+    } catch (const std::exception& e) {
+      why = FirstLine(e);
+    }
+    if (why.empty()) return;
+    forward_into_.reset();
+  }
+  BC_LOG(Info, Pipe, "{}: the output is copied into the slot after forward ({})", name_, why);
+}
+
+Status ModelStage::ForwardInto(uint8_t* in, int64_t n, const std::vector<int64_t>& in_shape,
+                               uint8_t* out) {
   std::vector<int64_t> sizes{n};
   sizes.insert(sizes.end(), output_.shape.begin(), output_.shape.end());
+  const auto type = spec_.dtype == "float16" ? torch::kFloat16 : torch::kFloat32;
+  torch::Tensor slot = torch::from_blob(out, sizes, torch::TensorOptions().dtype(type));
+  const torch::Tensor input = Input(in, n, in_shape);
+  torch::Tensor y;
+  if (forward_into_) {  // the last operation writes into the slot
+    try {
+      c10::InferenceMode guard;
+      y = (*forward_into_)({module_._ivalue(), input, slot}).toTensor();
+    } catch (const std::exception& e) {
+      return InternalError("{}: forward failed on a batch of {}: {}", name_, n, FirstLine(e));
+    }
+  } else {
+    BC_ASSIGN_OR_RETURN(y, Forward(input));
+  }
   if (y.sizes().vec() != sizes)
     return InternalError("{}: forward returned shape {} for {} samples, {} at start", name_,
                          fmt::join(y.sizes(), "x"), n, fmt::join(output_.shape, "x"));
-  const auto type = spec_.dtype == "float16" ? torch::kFloat16 : torch::kFloat32;
-  torch::from_blob(out, sizes, torch::TensorOptions().dtype(type)).copy_(y);  // into the slot
+  if (y.data_ptr() == slot.data_ptr()) return Status::Ok();  // written in place
+  slot.copy_(y);  // one write into the slot, no intermediate host buffer
+  copied_bytes_ += static_cast<int64_t>(slot.nbytes());
   return Status::Ok();
 }
 

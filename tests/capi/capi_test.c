@@ -6,6 +6,7 @@
  * outlives the batch. Usage: capi_test DATASET.h5 SAMPLES (a dataset with SAMPLES images).
  */
 #include <dlpack/dlpack.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,8 +315,71 @@ static int ConsumeNamed(const char* address, int samples) {
   return failures == 0 ? 0 : 1;
 }
 
+/* `capi_test --stage DATASET SAMPLES MEAN_PT` (tests/python/test_model_stage.py): a C API
+ * leader with a model stage whose module returns each image's per-channel mean (tensor
+ * "mean", float32 [C]). With keep_input=true every sample's "mean" equals the mean of its
+ * pixels computed here; with keep_input=false the batch has no images (a clear error naming
+ * the option) and the same means arrive (a checksum over sample ids equal to the first run). */
+static double StageRun(const char* dataset, int samples, const char* module, int keep) {
+  char extra[1024];
+  snprintf(extra, sizeof(extra),
+           "--limit-samples %d --stage model(path=%s,output=mean,keep_input=%s)", samples,
+           module, keep ? "true" : "false");
+  bc_leader_t leader = StartLeader(dataset, extra);
+  if (leader == NULL) return -1;
+  bc_consumer_t c = AttachTo(leader, 0, 0);
+  if (c == NULL) return -1;
+  bc_batch_t b;
+  bc_batch_info_t info;
+  bc_batch_info_init(&info);
+  double checksum = 0;
+  int seen = 0, bad = 0;
+  while (bc_consumer_next(c, &b, &info) == BC_SUCCESS) {
+    struct DLManagedTensor *mean = NULL, *images = NULL;
+    EXPECT_STATUS(bc_batch_tensor_dlpack(b, "mean", &mean), BC_SUCCESS);
+    if (mean == NULL) break;
+    const int64_t ch = mean->dl_tensor.shape[1];
+    const float* m = (const float*)mean->dl_tensor.data;
+    if (keep) {
+      EXPECT_STATUS(bc_batch_tensor_dlpack(b, "images", &images), BC_SUCCESS);
+      if (images == NULL) break;
+      const int64_t hw = images->dl_tensor.shape[2] * images->dl_tensor.shape[3];
+      const uint8_t* px = (const uint8_t*)images->dl_tensor.data;
+      for (int64_t i = 0; i < info.size * ch; ++i) {
+        double sum = 0;
+        for (int64_t k = 0; k < hw; ++k) sum += px[i * hw + k];
+        bad += fabs(sum / (double)hw - m[i]) > 1e-3;
+      }
+      images->deleter(images);
+    } else {
+      EXPECT(bc_batch_tensor_dlpack(b, "images", &images) == BC_ERR_NOT_FOUND);
+      EXPECT(strstr(bc_last_error(), "keep_input=false in option 'stage'") != NULL);
+    }
+    for (int64_t i = 0; i < info.size - info.repeats; ++i)
+      for (int64_t k = 0; k < ch; ++k)
+        checksum += (double)m[i * ch + k] * (double)(info.sample_ids[i] + 1) * (double)(k + 1);
+    seen += (int)(info.size - info.repeats);
+    mean->deleter(mean);
+    bc_batch_release(b);
+  }
+  EXPECT(bad == 0);
+  EXPECT(seen == samples);
+  Finish(c, leader);
+  return checksum;
+}
+
+static int TestStage(const char* dataset, int samples, const char* module) {
+  const double kept = StageRun(dataset, samples, module, 1);
+  const double dropped = StageRun(dataset, samples, module, 0);
+  EXPECT(kept > 0 && fabs(kept - dropped) <= 1e-9 * kept);
+  if (failures == 0) printf("capi_test: stage OK %d samples, checksum %.6g\n", samples, kept);
+  return failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   if (argc == 4 && strcmp(argv[1], "--named") == 0) return ConsumeNamed(argv[2], atoi(argv[3]));
+  if (argc == 5 && strcmp(argv[1], "--stage") == 0)
+    return TestStage(argv[2], atoi(argv[3]), argv[4]);
   if (argc != 3) {
     fprintf(stderr, "usage: capi_test DATASET.h5 SAMPLES\n");
     return 2;

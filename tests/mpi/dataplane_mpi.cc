@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -36,6 +37,7 @@
 #include "batchcast/runtime.h"
 #include "data/dataset_reader.h"
 #include "pipeline/pipeline.h"
+#include "tests/mpi/stage_mean.h"
 
 namespace {
 
@@ -57,6 +59,7 @@ struct Args {
   int kill_rank = -1, kill_after = 0;      // raise(SIGKILL) after this many batches
   int hold_rank = -1, hold_at = 2, hold_ms = 1000;  // hold a batch (stalls the stream)
   int probe_rank = -1;                     // report + check idle CPU of this rank's waits
+  std::string stage_mean;                  // a model stage's output: each image's channel means
 };
 
 std::vector<int> ParseInts(const std::string& s) {
@@ -94,6 +97,7 @@ bool ParseArgs(const std::vector<std::string>& rest, Args* a, std::string* error
       else if (key == "--hold-at") a->hold_at = std::stoi(value);
       else if (key == "--hold-ms") a->hold_ms = std::stoi(value);
       else if (key == "--probe-rank") a->probe_rank = std::stoi(value);
+      else if (key == "--stage-mean") a->stage_mean = value;
       else {
         *error = fmt::format("unknown argument '{}'", w);
         return false;
@@ -277,6 +281,14 @@ class Checker {
     v_.batches += 1;
     v_.samples += size;
     if (args_.verify) Verify(batch);
+    if (!args_.stage_mean.empty()) VerifyStageMean(batch);
+  }
+
+  // A model stage whose module returns each image's per-channel mean (tests/python/
+  // test_model_stage.py): tensor args_.stage_mean against the batch's own uint8 CHW images.
+  void VerifyStageMean(const Batch& batch) {
+    const std::string wrong = batchcast::testing::CheckChannelMeans(batch, args_.stage_mean);
+    if (!wrong.empty()) v_.Fail("{}", wrong);
   }
 
   // Every sample's pixels and label against this process's own decode of that sample.

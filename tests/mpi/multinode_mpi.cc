@@ -16,6 +16,8 @@
 // Both: each sample's pixels and label equal a reference decode done here (the pipeline is
 // a pure function of (seed, epoch, sample), so a share decoded on another node and
 // exchanged over MPI must match byte for byte). Trainer rank 0 prints PASS/FAIL.
+// With option 'stage' (a module returning each image's per-channel mean as tensor "mean",
+// tests/python/test_model_stage.py) every batch's "mean" must equal its images' means.
 // Test-only knobs (environment, pass with mpirun -x):
 //   MULTINODE_TEST_BAD_SAMPLE=i     sample i is corrupt and skipped: it must never arrive,
 //                                   every other sample exactly once;
@@ -38,6 +40,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +54,7 @@
 #include "node/multinode_plan.h"
 #include "producer/stream_plan.h"
 #include "pipeline/pipeline.h"
+#include "tests/mpi/stage_mean.h"
 
 namespace {
 
@@ -207,6 +211,7 @@ class Checker {
     repeats_ += info.repeats;
     batches_ += 1;
     Verify(batch);
+    if (!o_.stage.empty()) VerifyStageMean(batch);
   }
 
   // Counts this trainer saw, minus its reported repeats, must cover the expectation.
@@ -266,6 +271,13 @@ class Checker {
                          ref_labels_[size_t(i)]));
       checksummed_ += 1;
     }
+  }
+
+  // With option 'stage' (tests/python/test_model_stage.py: a module returning each image's
+  // per-channel mean as tensor "mean"): every batch's "mean" equals its uint8 images' means.
+  void VerifyStageMean(const Batch& batch) {
+    const std::string wrong = batchcast::testing::CheckChannelMeans(batch, "mean");
+    if (!wrong.empty()) Fail(wrong);
   }
 
   Options o_;

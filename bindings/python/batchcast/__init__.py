@@ -186,10 +186,23 @@ def _read_only_copy(array):
     return array.view(SharedBatchArray)
 
 
+class NamedBatch(dict):
+    """A batch of named tensors: a dict whose missing "images" says why they are missing."""
+
+    def __missing__(self, key):
+        if key == "images":
+            raise KeyError(
+                "'images': the batch has no images: its producer does not publish them (a "
+                "leader model stage with keep_input=false in option 'stage' reads them and "
+                "publishes only its output; or a Producer's dict batches without images); it "
+                f"has {', '.join(self)}")
+        raise KeyError(key)
+
+
 def _named_batch(images, labels, named, convert):
     """{"images"?, "labels", name: tensor...} of a batch with named tensors. DLPack 0.6 has no
     bool, so bool tensors arrive as uint8 and are viewed back as bool here (no copy)."""
-    out = {} if images is None else {"images": images}
+    out = NamedBatch() if images is None else NamedBatch(images=images)
     out["labels"] = labels
     for name, (t, dtype) in named.items():
         if convert is not None:

@@ -118,8 +118,15 @@ inline Result<torch::Tensor> ToTensor(const Batch& batch, const TensorView& view
 inline Result<torch::Tensor> ToTensor(const Batch& batch, const char* name) {
   const TensorView view = batch.tensor(name);
   if (batch.valid() && view.data == nullptr && view.nbytes == 0) {
-    std::string have = "images, labels, sample_ids";
+    std::string have = batch.images().nbytes > 0 ? "images, labels, sample_ids"
+                                                 : "labels, sample_ids";
     for (int i = 0; i < batch.num_tensors(); ++i) have += std::string(", ") + batch.tensor_name(i);
+    if (name != nullptr && std::string(name) == "images")
+      return Status(StatusCode::kNotFound,
+                    "torch: the batch has no images: its producer does not publish them (a "
+                    "leader model stage with keep_input=false in option 'stage' reads them and "
+                    "publishes only its output; or a Producer's dict batches without images); "
+                    "it has " + have);
     return Status(StatusCode::kNotFound, std::string("torch: the batch has no tensor '") +
                                              (name ? name : "") + "'; it has " + have);
   }

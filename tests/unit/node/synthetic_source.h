@@ -65,6 +65,43 @@ class SyntheticSource : public producer::BatchSource {
   std::deque<std::pair<pipeline::BatchRequest, std::vector<int64_t>>> started_;
 };
 
+// Pixels that are a function of (sample, image size): a SizedSource sample proves the size it
+// was produced at.
+inline uint8_t SizedPixel(int64_t sample, int size, size_t byte) {
+  return SyntheticPixel(sample * 131 + size, byte);
+}
+
+// A source that honours BatchRequest::image_size (like the decode pipeline does), for
+// progressive resizing.
+class SizedSource : public producer::BatchSource {
+ public:
+  SizedSource(int64_t n, int full, int channels) : n_(n), full_(full), channels_(channels) {}
+  int64_t num_samples() const override { return n_; }
+  pipeline::SampleLayout MaxLayout() const override { return Layout(full_); }
+  pipeline::SampleLayout Layout(int size) const override {
+    pipeline::SampleLayout l;
+    l.channels = channels_;
+    l.height = l.width = size > 0 ? size : full_;
+    return l;
+  }
+  Status Fill(const pipeline::BatchRequest& req, pipeline::BatchResult* result) override {
+    const int size = req.image_size > 0 ? req.image_size : full_;
+    const size_t sb = Layout(size).bytes();
+    auto* out = static_cast<uint8_t*>(req.images);
+    for (size_t i = 0; i < req.samples.size(); ++i) {
+      for (size_t b = 0; b < sb; ++b) out[i * sb + b] = SizedPixel(req.samples[i], size, b);
+      req.labels[i] = req.samples[i] % 10;
+    }
+    result->written = static_cast<int64_t>(req.samples.size());
+    result->kept.assign(req.samples.begin(), req.samples.end());
+    return Status::Ok();
+  }
+
+ private:
+  int64_t n_;
+  int full_, channels_;
+};
+
 // A SyntheticSource that skips the samples `bad(epoch, batch_index, position)` names, as the
 // pipeline does under on_bad_sample=skip (compacted, with a reason), and records them.
 class SkippingSource : public SyntheticSource {

@@ -26,6 +26,29 @@ TEST(SlotLayoutTest, HoldsTheProducerBatchAndTheLargestTail) {
   EXPECT_EQ(reinterpret_cast<uint8_t*>(l.ids(slot)), slot + l.ids_offset);
 }
 
+// Images only a model stage reads (keep_input=false) keep room for the distinct samples of
+// the largest producer batch, not for the fill-repeat tail; labels and ids keep every position.
+TEST(SlotLayoutTest, ImagesWithoutTheirTailHoldTheDistinctSamplesOnly) {
+  SlotBucket small;
+  small.producer_batch = 256;
+  small.max_consumer_batch = 128;
+  small.sample = Rgb(4);  // 48 bytes
+  const SlotBucket buckets[] = {small};
+  for (const bool resizing : {false, true}) {
+    const auto b = resizing ? std::span<const SlotBucket>(buckets) : std::span<const SlotBucket>();
+    const SlotLayout full = ComputeSlotLayout(64, 32, Rgb(8), b);
+    SlotLayout l = full;
+    DropImagesTail(&l);
+    EXPECT_EQ(l.images_bytes, resizing ? 256u * 48 : 64u * 192) << resizing;
+    EXPECT_EQ(l.capacity_samples, full.capacity_samples);
+    EXPECT_GE(l.labels_offset, l.images_bytes);
+    EXPECT_LT(l.labels_offset, full.labels_offset);
+    EXPECT_EQ(l.ids_offset - l.labels_offset, full.ids_offset - full.labels_offset);
+    EXPECT_LT(l.slot_bytes, full.slot_bytes);
+    EXPECT_GE(l.slot_bytes, l.ids_offset + l.capacity_samples * sizeof(int64_t));
+  }
+}
+
 TEST(SlotLayoutTest, ResizeBucketsTakeTheLargestCountAndImageBytes) {
   // A small-image bucket holds more (smaller) samples, a larger consumer batch and fewer
   // image bytes: the slot is sized for the largest of each.
