@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -16,6 +17,19 @@
 #include "transport/shm/ring_leader.h"
 
 namespace batchcast::shm {
+
+namespace {
+
+// now - then for a time a consumer wrote into the control segment (its heartbeat): any
+// value may be there (a hostile or broken process), so no signed overflow: a time in the
+// future reads as 0 (seen just now), one in the far past as INT64_MAX.
+int64_t ElapsedSinceNs(int64_t now, int64_t then) {
+  if (then >= now) return 0;
+  const uint64_t d = static_cast<uint64_t>(now) - static_cast<uint64_t>(then);
+  return d > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(d);
+}
+
+}  // namespace
 namespace {
 
 JoinReply MakeReply(const Status& status) {
@@ -405,7 +419,7 @@ void RingLeader::HandleStatus(int fd) {
       s.batches = m.batches;
       s.wait_ns = m.wait_ns;
       s.attached_ns = now - join_ns_[i];
-      s.silent_ns = now - m.last_seen_ns;
+      s.silent_ns = ElapsedSinceNs(now, m.last_seen_ns);
       std::snprintf(s.name, sizeof(s.name), "%s", m.name.c_str());
     }
   }
@@ -447,7 +461,7 @@ void RingLeader::CheckHeartbeats() {
     if (state != static_cast<uint32_t>(MemberState::kActive) &&
         state != static_cast<uint32_t>(MemberState::kJoining))
       continue;
-    if (now - e.last_seen_ns.load() <= limit) continue;
+    if (ElapsedSinceNs(now, e.last_seen_ns.load()) <= limit) continue;
     // Stopped (SIGSTOP, Slurm suspend, a debugger) or hung: the others go on without it,
     // but what it holds stays intact and its entry stays its own while its process lives.
     MemberInfo info;
