@@ -15,8 +15,12 @@ DIR/report.html with every image inlined (base64 PNG), the summary table, the di
 the annotations (the resize plan, each epoch's sizes, batch sizes and LR factors).
 With several files it compares the runs: accuracy over training time and over wall time,
 and image size / LR factor over time, one line per run (e.g. with and without a schedule).
+A `batchcast profile --json` file instead (docs/profiler.md) gives DIR/profile.png/.svg:
+every strategy's CPU per sample against its storage, one colour per stored form, filled
+markers with the decoded-sample cache, the recommendation starred, and DIR/profile.html.
 Needs h5py, numpy and matplotlib.
 """
+import json
 import argparse
 import base64
 import html
@@ -448,9 +452,79 @@ run <b>{html.escape(text(root.get('run', '')) or '-')}</b>,
     return path
 
 
+def load_profile(path):
+    """A `batchcast profile --json` file, or None when `path` is not one."""
+    if not path.endswith(".json"):
+        return None
+    with open(path) as f:
+        j = json.load(f)
+    if not isinstance(j, dict) or not isinstance(j.get("strategies"), list):
+        raise ValueError("not a `batchcast profile --json` file (no \"strategies\" list)")
+    return j
+
+
+def plot_profile(prof, out, dpi):
+    """CPU-ms per sample against stored MiB per strategy; returns [(name, png)]."""
+    rows = prof["strategies"]
+    best = prof.get("recommended", -1)
+    full = prof.get("extrapolated", False)
+    key = "storage_bytes_full" if full else "storage_bytes"
+    fig, ax = plt.subplots(figsize=(FIG_W_IN, FIG_H_IN))
+    w = prof.get("weights", [0, 0, 1])
+    ax.set_title(f"batchcast profile: {os.path.basename(str(prof.get('dataset', '')))}, "
+                 f"{prof.get('samples')} of {prof.get('full_samples')} samples; "
+                 f"weights p={w[0]:g} s={w[1]:g} t={w[2]:g}")
+    ax.set_xlabel("online CPU per sample (ms, epochs after the first)")
+    ax.set_ylabel("storage (MiB" + (", extrapolated to the full dataset)" if full else ")"))
+    ax.grid(True, alpha=0.3)
+    forms = sorted({r["form"] for r in rows})
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, form in enumerate(forms):
+        for cache in (False, True):
+            pick = [r for r in rows if r["form"] == form and bool(r["cache"]) == cache]
+            if not pick:
+                continue
+            c = colours[i % len(colours)]
+            ax.scatter([1e3 * r["cpu_s_per_sample"] for r in pick],
+                       [r[key] / 2**20 for r in pick],
+                       s=[30 + 15 * int(r["threads"]) for r in pick],
+                       facecolors=c if cache else "none", edgecolors=c,
+                       label=f"{form}, cache {'on' if cache else 'off'}")
+    if 0 <= best < len(rows):
+        r = rows[best]
+        ax.scatter([1e3 * r["cpu_s_per_sample"]], [r[key] / 2**20], marker="*", s=400,
+                   color="black", zorder=5,
+                   label=f"recommended: {r['form']} ({r['compression']}), cache "
+                         f"{'on' if r['cache'] else 'off'}, {r['threads']} threads")
+    ax.set_yscale("log")
+    images = []
+    finish(fig, ax, out, "profile", dpi, images)
+    return images
+
+
+def write_profile_html(prof, images, out, source):
+    rows = prof["strategies"]
+    best = prof.get("recommended", -1)
+    head = ("form", "compression", "cache", "threads", "offline_s", "storage_bytes",
+            "samples_per_s", "cpu_s_per_sample", "score")
+    table = "".join(
+        "<tr{}>{}</tr>".format(' style="font-weight:bold"' if i == best else "",
+                                "".join(f"<td>{html.escape(str(r.get(k)))}</td>" for k in head))
+        for i, r in enumerate(rows))
+    page = os.path.join(out, "profile.html")
+    with open(page, "w") as f:
+        f.write(f"<html><head><meta charset='utf-8'><title>batchcast profile</title></head><body>"
+                f"<h1>batchcast profile</h1><p>{html.escape(source)}</p>"
+                f"<p>apply: <code>{html.escape(str(prof.get('command', '')))}</code></p>"
+                f"{image_html(images)}<table border='1'><tr>"
+                + "".join(f"<th>{k}</th>" for k in head) + f"</tr>{table}</table></body></html>")
+    return page
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("h5", nargs="+", help="telemetry HDF5 file(s) (telemetry(hdf5=...))")
+    p.add_argument("h5", nargs="+", help="telemetry HDF5 file(s) (telemetry(hdf5=...)), or one "
+                                         "`batchcast profile --json` file")
     p.add_argument("--out", help="output directory (default: <first file>_report)")
     p.add_argument("--labels", help="comma-separated run names for several files "
                                     "(default: the file names)")
@@ -463,6 +537,18 @@ def main(argv):
         print(f"batchcast report: {len(labels)} labels for {len(args.h5)} files; give one "
               "label per file", file=sys.stderr)
         return 2
+    try:
+        prof = load_profile(args.h5[0]) if len(args.h5) == 1 else None
+    except (OSError, ValueError) as e:
+        print(f"batchcast report: cannot read {args.h5[0]}: {e}", file=sys.stderr)
+        return 2
+    if prof is not None:
+        os.makedirs(out, exist_ok=True)
+        images = plot_profile(prof, out, args.dpi)
+        page = write_profile_html(prof, images, out, os.path.abspath(args.h5[0]))
+        print(f"batchcast report: profile of {len(prof['strategies'])} strategies: "
+              f"{len(images)} plot (PNG + SVG) and {page}")
+        return 0
     runs = []
     for h5, run_label in zip(args.h5, labels):
         try:

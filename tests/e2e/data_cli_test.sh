@@ -291,6 +291,13 @@ case_profile() {
     "$bin" profile --from-json p.json --weights "$w" --json "w$w.json" >/dev/null || fail "--from-json $w"
   done
   "$bin" profile --from-json p.json --caches off --json off.json >/dev/null || fail "--caches off"
+  # The plot: batchcast report renders a profile JSON (one point per strategy, the pick starred).
+  "$bin" report p.json --out prof_report >rep.txt 2>&1 || { cat rep.txt >&2; fail "report of p.json"; }
+  grep -q "profile of 20 strategies: 1 plot" rep.txt || { cat rep.txt >&2; fail "report: no profile plot"; }
+  [ -s prof_report/profile.png ] && [ -s prof_report/profile.svg ] || fail "no profile.png/.svg"
+  grep -q "batchcast convert imagefolder root" prof_report/profile.html || fail "profile.html has no command"
+  echo '{"strategies": 3}' > notprof.json
+  expect_fail "not a \`batchcast profile --json\` file" "$bin" report notprof.json --out x
   "$py" - <<'PY'
 import csv, json
 p = json.load(open("p.json"))
