@@ -23,12 +23,12 @@ namespace {
 namespace fs = std::filesystem;
 constexpr int kStorePhotos = 14;
 
-// ROOT/{a,b}/NN.jpg|png from testing::PhotoSamples, plus `extra` files (name -> bytes).
+// ROOT/{a,b}/NN.jpg|png from batchcast::testing::PhotoSamples, plus `extra` files (name -> bytes).
 std::string WriteStoreFolder(const std::string& name,
                         const std::vector<std::pair<std::string, std::vector<uint8_t>>>& extra) {
   const fs::path root = fs::path(::testing::TempDir()) / ("bc_store_" + name);
   fs::remove_all(root);
-  const auto images = testing::PhotoSamples(kStorePhotos);
+  const auto images = ::batchcast::testing::PhotoSamples(kStorePhotos);
   auto write = [&](const fs::path& p, const std::vector<uint8_t>& bytes) {
     fs::create_directories(p.parent_path());
     std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
@@ -37,7 +37,7 @@ std::string WriteStoreFolder(const std::string& name,
   for (int i = 0; i < kStorePhotos; ++i) {
     char file[32];
     std::snprintf(file, sizeof(file), "%s/%02d.%s", i % 2 ? "b" : "a", i,
-                  testing::PhotoIsPng(i) ? "png" : "jpg");
+                  ::batchcast::testing::PhotoIsPng(i) ? "png" : "jpg");
     write(root / file, images[size_t(i)]);
   }
   for (const auto& [file, bytes] : extra) write(root / file, bytes);
@@ -192,7 +192,7 @@ TEST_F(StoredFormTest, EveryFormCarriesPerSampleChecksums) {
 // A corrupt JPEG (header and end marker intact, so only a decode finds it) and a truncated
 // one: every form refuses the folder naming both, or with skip_bad leaves both out.
 TEST_F(StoredFormTest, SkipBadAppliesToEveryForm) {
-  auto photos = testing::PhotoSamples(2);
+  auto photos = ::batchcast::testing::PhotoSamples(2);
   std::vector<uint8_t> cut(photos[0].begin(), photos[0].begin() + photos[0].size() / 2);
   std::vector<uint8_t> scrambled = photos[1];
   for (size_t i = scrambled.size() / 2; i < scrambled.size() - 2; ++i) scrambled[i] = 0xff;
