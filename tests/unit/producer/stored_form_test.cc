@@ -7,6 +7,7 @@
 // (a second resampling) stays within the documented tolerance; bad samples are left out of
 // every form alike.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -26,7 +27,10 @@ constexpr int kStorePhotos = 14;
 // ROOT/{a,b}/NN.jpg|png from batchcast::testing::PhotoSamples, plus `extra` files (name -> bytes).
 std::string WriteStoreFolder(const std::string& name,
                         const std::vector<std::pair<std::string, std::vector<uint8_t>>>& extra) {
-  const fs::path root = fs::path(::testing::TempDir()) / ("bc_store_" + name);
+  // Per process: ctest runs each case as its own process, two at a time, and a shared
+  // directory was removed under a neighbour's SetUpTestSuite (a case skipped, or failed).
+  const fs::path root = fs::path(::testing::TempDir()) /
+                        ("bc_store_" + name + "." + std::to_string(getpid()));
   fs::remove_all(root);
   const auto images = ::batchcast::testing::PhotoSamples(kStorePhotos);
   auto write = [&](const fs::path& p, const std::vector<uint8_t>& bytes) {
@@ -119,7 +123,13 @@ class StoredFormTest : public ::testing::Test {
       ASSERT_GT(r->chunk_bytes, 0);
     }
   }
-  static void TearDownTestSuite() { delete root_; }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    for (const char* form : {"encoded", "decoded", "resized:56", "resized:40x40"})
+      fs::remove(Path(form), ec);
+    fs::remove_all(*root_, ec);
+    delete root_;
+  }
   static std::string Path(const std::string& form) { return *root_ + "_" + form + ".h5"; }
   static std::string* root_;
 };
@@ -210,6 +220,7 @@ TEST_F(StoredFormTest, SkipBadAppliesToEveryForm) {
     EXPECT_EQ(kept->skipped.size(), 2u) << form;
     fs::remove(root + ".h5");
   }
+  fs::remove_all(root);
 }
 
 TEST(StoreFormParseTest, RefusesBadFormsNamingWhatIsAccepted) {
