@@ -65,6 +65,16 @@ def test_consumer_records_named_series(fmnist, tmp_path):
     # segfault here).
     del loader, leader
     del batch
+    # With telemetry off nothing is written, but a bad name is refused all the same.
+    quiet = batchcast.Leader(fmnist["train"], consumers=1, epochs=1, batch_size=16,
+                             limit_samples=16)
+    loader = batchcast.Consumer(quiet.address, batch_size=16)
+    loader.record("model/net/loss", 1.0)
+    with pytest.raises(batchcast.InvalidArgumentError, match="series name 'model//loss'"):
+        loader.record("model//loss", 1.0)
+    assert sum(1 for _ in loader) == 1
+    quiet.wait()
+    loader.close()
 
 
 def test_producer_records_telemetry(tmp_path):

@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "core/option_scope.h"
 #include "node/consumer_internal.h"
+#include "telemetry/rank_data.h"
 
 namespace batchcast::python {
 namespace {
@@ -213,9 +214,13 @@ class PyConsumer {
   // The summary the consumer's telemetry printed at close() ("" before, or when off).
   std::string TelemetrySummary() const { return telemetry_ ? telemetry_->summary() : ""; }
   // A point of the named series `name` in this consumer's telemetry (a no-op when off).
+  // With telemetry off the point goes nowhere, but the name is checked all the same: a
+  // script must not start failing only when telemetry is turned on.
   void Record(const std::string& name, double value) {
     if (telemetry_ && telemetry_->collector() != nullptr)
       ThrowIfError(telemetry_->collector()->Record(name, value));
+    else
+      ThrowIfError(telemetry::ValidateSeriesName(name));
   }
 
   py::dict Stats() const {
