@@ -109,6 +109,15 @@ case_config() {
   # Under mpirun (its environment; refused before MPI starts): the sequential policies.
   expect_fail "train-many under mpirun runs policy 'concurrent' only, not 'fcfs'" \
     env -u BATCHCAST_ADDRESS OMPI_COMM_WORLD_SIZE=2 "$bin" train-many good.json
+  # ... a control file (pause by name), mode=shard and leader_trains: each refused, named.
+  "$py" -c 'import json;c=json.load(open("good.json"));c["policy"]="concurrent";json.dump(c,open("cc.json","w"))'
+  "$py" -c 'import json;c=json.load(open("cc.json"));c["control_file"]="ctl";json.dump(c,open("ctl.json","w"))'
+  expect_fail "train-many under mpirun does not take 'control_file' (" \
+    env -u BATCHCAST_ADDRESS OMPI_COMM_WORLD_SIZE=2 "$bin" train-many ctl.json
+  expect_fail "train-many under mpirun: option 'mode=shard' does not apply" \
+    env -u BATCHCAST_ADDRESS OMPI_COMM_WORLD_SIZE=2 "$bin" train-many cc.json --mode=shard
+  expect_fail "train-many under mpirun: option 'leader_trains' does not apply" \
+    env -u BATCHCAST_ADDRESS OMPI_COMM_WORLD_SIZE=2 "$bin" train-many cc.json --leader-trains=true
   # A model that does not take the batch: named, with the batch shape, at its first step.
   start_service
   "$py" -c 'import json,sys;c=json.load(open("good.json"));c["models"]=[dict(c["models"][1],name="rgb",model=sys.argv[1]+"/rgb_lenet.pt")];json.dump(c,open("rgb.json","w"))' "$fx"
