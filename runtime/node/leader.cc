@@ -195,7 +195,7 @@ Leader::BatchPlan Leader::PlanBatch(uint64_t epoch, int64_t k) {
 }
 
 void Leader::Abort(const std::string& why) {
-  abort_.store(true);
+  abort_.Set(why);
   ring_->Fail(why);
 }
 
@@ -220,7 +220,7 @@ Status Leader::Run() {
     const int64_t first = e == static_cast<uint64_t>(o.start_epoch) ? FirstPosition() : 0;
     Status st = RunEpoch(e, *epoch_batches, first, &ended);
     if (!st.ok()) {
-      if (abort_.load()) return CancelledError("leader: aborted");
+      if (abort_.set()) return abort_.Error("leader");
       ring_->Fail(st.message());
       return st;
     }
@@ -248,11 +248,11 @@ Status Leader::RunEpoch(uint64_t e, int64_t bpe, int64_t first, bool* ended) {
       ring_->End();
       return true;
     }
-    admission_->WaitForMembers(abort_);
+    admission_->WaitForMembers(abort_.flag());
     return false;
   };
   policy.check_stop = [this] {
-    return abort_.load() ? CancelledError("leader: aborted") : Status::Ok();
+    return abort_.set() ? abort_.Error("leader") : Status::Ok();
   };
   producer::EpochCounts counts;
   Status st = producer::RunEpochPositions(*writer_, *admission_, e, bpe, policy, &counts, ended);

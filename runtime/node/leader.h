@@ -22,6 +22,7 @@
 
 #include "batchcast/options.h"
 #include "batchcast/status.h"
+#include "producer/abort_reason.h"
 #include "producer/admission.h"
 #include "producer/batch_source.h"
 #include "producer/slot_hook.h"
@@ -122,7 +123,7 @@ class Leader {
   uint64_t epoch_samples_ = 0;     // samples the current epoch covers
   uint32_t scale_cap_ = 0;         // the spec's max_batch, for consumers' scaled batches
   uint32_t lr_rule_ = 0;           // shm::LrRuleCode of the spec's lr rule
-  std::atomic<bool> abort_{false};
+  producer::AbortReason abort_;  // Abort(): the stop flag and its first reason
 };
 
 }  // namespace batchcast::node

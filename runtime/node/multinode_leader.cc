@@ -98,7 +98,7 @@ MultinodeStats MultinodeLeader::stats() const {
 }
 
 void MultinodeLeader::Abort(const std::string& why) {
-  abort_.store(true);
+  abort_.Set(why);
   ring_->Fail(why);
 }
 
@@ -175,7 +175,7 @@ Status MultinodeLeader::RunShard() {
     const int64_t G = plan_.BatchesPerEpoch();
     for (int64_t g = e == start ? producer::ResumeFirstGlobalBatch(config_.options) : 0; g < G;
          ++g) {
-      if (abort_.load()) return CancelledError("multinode leader: aborted");
+      if (abort_.set()) return abort_.Error("multinode leader");
       if (ring_->CountMembers(shm::MemberState::kActive) == 0) {
         BC_LOG(Info, Node, "multinode leader: every consumer has left at epoch {} batch {}", e, g);
         return Status::Ok();
@@ -263,8 +263,8 @@ Status MultinodeLeader::StopTogether(const Status& why) {
 
 Status MultinodeLeader::RunReplicate() {
   bool go = false;
-  BC_RETURN_IF_ERROR(Agree(abort_.load() ? CancelledError("multinode leader: aborted before the "
-                                                          "stream started")
+  BC_RETURN_IF_ERROR(Agree(abort_.set() ? abort_.Error("multinode leader (before the stream "
+                                                        "started)")
                                          : Status::Ok(),
                            &go));
   if (!go) {
@@ -320,7 +320,7 @@ Status MultinodeLeader::StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, 
   f->k = k;
   f->bpe = bpe;
   f->index = index;
-  if (local_error_.ok() && abort_.load()) local_error_ = CancelledError("multinode leader: aborted");
+  if (local_error_.ok() && abort_.set()) local_error_ = abort_.Error("multinode leader");
   // After a stop is known (the batches still started then are drained, never published) or a
   // local failure, the batch goes through scratch memory: its slot position may be taken.
   if (local_error_.ok() && stop_at_ == UINT64_MAX) {
@@ -377,7 +377,7 @@ Status MultinodeLeader::StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, 
   const int64_t stride = kMetaHeader + 2 * MaxShare(f->n, N);
   f->meta.assign(size_t(stride) * size_t(N), 0);
   int64_t* block = f->meta.data() + size_t(stride) * size_t(me);
-  block[0] = (!local_error_.ok() || abort_.load()) ? 1 : 0;
+  block[0] = (!local_error_.ok() || abort_.set()) ? 1 : 0;
   block[1] = admission_->Attached() > 0 ? 1 : 0;
   block[2] = config_.rank;
   block[3] = mine.count;

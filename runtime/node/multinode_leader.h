@@ -36,6 +36,7 @@
 
 #include "batchcast/status.h"
 #include "node/leader.h"
+#include "producer/abort_reason.h"
 #include "producer/admission.h"
 #include "producer/batch_source.h"
 #include "producer/slot_writer.h"
@@ -149,7 +150,7 @@ class MultinodeLeader {
   pipeline::SampleLayout layout_;
   std::unique_ptr<producer::SlotWriter> writer_;
   std::unique_ptr<producer::Admission> admission_;
-  std::atomic<bool> abort_{false};
+  producer::AbortReason abort_;  // Abort(): the stop flag and its first reason
   MultinodeStats stats_;             // exchange figures; the rest comes from writer_
   // Replicate.
   std::deque<std::unique_ptr<InFlight>> in_flight_;

@@ -68,7 +68,9 @@ case "$case" in
   killed_consumer)  # rank 2 kills itself mid-epoch: fail fast, naming it
     run 60 4 "${common[@]}" --epochs=3 --name=killed --bs=8 --step-us=2000 \
       --kill-rank=2 --kill-after=5
-    expect_fail "consumer [0-9]+ \(rank 2, pid [0-9]+\) died or stopped responding" ;;
+    # The leader's report names the cause (it said "leader: aborted", the cause only in a log
+    # line of the ring).
+    expect_fail "leader of node 0 \(rank 0\) failed: leader: aborted: consumer [0-9]+ \(rank 2, pid [0-9]+\) died or stopped responding" ;;
   corrupt_jpeg)  # sample 37 is a truncated JPEG and on_bad_sample=error
     [ -f "$bad" ] || "$makeset" "$bad" --images 240 --width 64 --height 48 --corrupt-index 37 \
       || exit 1
