@@ -551,8 +551,10 @@ FloorResult RunPingFloor(const Args& a, const std::string& dataset, int k, int t
 
 // The leader's chain on 1 thread with crop decoding on and off (roi_decode_ratio), in CPU
 // time: both pipelines are made once and warmed by one pass (allocations, page faults, the
-// page cache), then each repetition runs one pass of each over the same samples, one after
-// the other, so that the machine's other load hits both alike.
+// page cache), then each repetition runs both over the same samples in turns of 8 samples
+// (which goes first alternates), so that a change in the machine's speed hits both alike
+// within milliseconds (one whole pass after the other spread a quiet VM's ratios over
+// 0.74-1.04; bench_decode's PairedCpu does the same).
 class ChainCost {
  public:
   ChainCost(const Args& a, const std::string& dataset) {
@@ -570,12 +572,21 @@ class ChainCost {
     for (int64_t i = 0; i < n; ++i) samples_.push_back(i);
     images_.resize(pipelines_[0]->OutputLayout().bytes() * samples_.size());
     labels_.resize(samples_.size());
-    for (auto& p : pipelines_) Pass(*p, 1000);  // warm-up
+    for (auto& p : pipelines_) Pass(*p, 1000, 0, samples_.size());  // warm-up
   }
   // CPU-seconds per sample, crop decoding off and on, for one repetition.
   std::pair<double, double> Measure(uint64_t epoch) {
-    const double full = Pass(*pipelines_[0], epoch);
-    return {full, Pass(*pipelines_[1], epoch)};
+    constexpr size_t kTurn = 8;
+    double cpu[2] = {0, 0};
+    for (size_t first = 0, turn = 0; first < samples_.size(); first += kTurn, ++turn) {
+      const size_t n = std::min(kTurn, samples_.size() - first);
+      for (size_t j = 0; j < 2; ++j) {
+        const size_t which = (turn + j) % 2;
+        cpu[which] += Pass(*pipelines_[which], epoch, first, n);
+      }
+    }
+    const double per = 1.0 / double(samples_.size());
+    return {cpu[0] * per, cpu[1] * per};
   }
 
  private:
@@ -583,13 +594,16 @@ class ChainCost {
     std::fprintf(stderr, "bench_fanout: %s\n", st.ToString().c_str());
     std::exit(1);
   }
-  double Pass(pipeline::Pipeline& p, uint64_t epoch) {
+  // CPU seconds of samples_[first, first + n) through p (CPU, not wall: robust to the
+  // machine's other load).
+  double Pass(pipeline::Pipeline& p, uint64_t epoch, size_t first, size_t n) {
     pipeline::BatchResult res;
-    const double t0 = ProcessCpuSeconds();  // CPU, not wall: robust to the machine's other load
-    Status st = p.RunBatch({epoch, samples_, 0, images_.data(), labels_.data()}, &res);
+    const std::vector<int64_t> idx(samples_.begin() + first, samples_.begin() + first + n);
+    const double t0 = ProcessCpuSeconds();
+    Status st = p.RunBatch({epoch, idx, 0, images_.data(), labels_.data()}, &res);
     const double t = ProcessCpuSeconds() - t0;
     if (!st.ok()) Fail(st);
-    return t / double(samples_.size());
+    return t;
   }
   std::vector<std::unique_ptr<pipeline::Pipeline>> pipelines_;
   std::vector<int64_t> samples_;
