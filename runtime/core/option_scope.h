@@ -38,6 +38,13 @@ bool LeaderReadsOption(std::string_view key);
 Status CheckLeaderOptions(const Options& options, std::string_view leader,
                           std::string_view consumer);
 
+// A one-node leader that publishes one shared stream (`batchcast serve`, batchcast.Leader):
+// drop_last, pad_last, mode, rank and world_size carve that stream per consumer and are each
+// consumer's own; set on the leader they would be ignored, so they are refused with a
+// message naming `front_door` and `consumer` (where they belong).
+Status CheckSharedStreamOptions(const Options& options, std::string_view front_door,
+                                std::string_view consumer);
+
 // The first option set explicitly ("code" or "flag" source) that only the leader reads, as
 // an error naming it, `leader` (where it belongs, e.g. "batchcast.Leader(...)") and the
 // options a consumer accepts; `consumer` names the front door. Ok when there is none.

@@ -538,6 +538,17 @@ Status CheckLeaderOptions(const Options& options, std::string_view leader,
   return Status::Ok();
 }
 
+Status CheckSharedStreamOptions(const Options& options, std::string_view front_door,
+                                std::string_view consumer) {
+  if (options.drop_last || options.pad_last || options.rank >= 0 || options.world_size > 0 ||
+      options.mode != "replicate")
+    return InvalidArgumentError(
+        "{}: options drop_last, pad_last, mode, rank and world_size are each consumer's own "
+        "(a sharded DDP job and a sweep share one stream); set them on the consumers ({}), "
+        "not on the leader", front_door, consumer);
+  return Status::Ok();
+}
+
 Status CheckConsumerOptions(const Options& options, std::string_view consumer,
                             std::string_view leader) {
   for (const auto& [key, source] : options.sources) {

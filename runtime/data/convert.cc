@@ -404,7 +404,10 @@ Result<ConvertReport> ConvertStored(const StoredConvertOptions& o, const Progres
     Encoded e;
     e.status = source->ReadSample(i, &e.bytes);
     if (e.status.ok()) e.status = source->VerifySample(i, e.bytes);
-    e.header = {ImageEncoding::kUnknown, source->OriginalWidth(i), source->OriginalHeight(i), raw_c};
+    // Raw pixels: the stored shape (the original size may differ, e.g. a resized store).
+    const StoredShape shape = source->SampleShape(i);
+    e.header = {ImageEncoding::kUnknown, raw_c > 0 ? shape.width : source->OriginalWidth(i),
+                raw_c > 0 ? shape.height : source->OriginalHeight(i), raw_c};
     if (e.status.ok() && raw_c == 0) {
       auto hdr = ProbeImage(e.bytes);
       if (hdr.ok()) e.header = *hdr;

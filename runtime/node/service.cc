@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/errors.h"
+#include "core/option_scope.h"
 #include "core/log.h"
 #include "producer/epoch_loop.h"
 #include "producer/slot_layout.h"
@@ -46,11 +47,7 @@ Result<std::unique_ptr<Service>> Service::Create(const ServiceConfig& config,
   if (config.epochs < 0)
     return InvalidArgumentError("service: epochs {} is negative (0 runs until stopped)",
                                 config.epochs);
-  if (o.drop_last || o.pad_last || o.rank >= 0 || o.world_size > 0 || o.mode != "replicate")
-    return InvalidArgumentError(
-        "service: options drop_last, pad_last, mode, rank and world_size are each trial's own "
-        "(a sharded DDP job and a sweep share one service stream); set them on the trials' "
-        "consumers, not on `batchcast serve`");
+  BC_RETURN_IF_ERROR(CheckSharedStreamOptions(o, "service", "the trials' consumers"));
   if (source->num_samples() <= 0) return InvalidArgumentError("service: the dataset has no samples");
   BC_ASSIGN_OR_RETURN(producer::BatchSizes sizes,
                       producer::ResolveBatchSizes(o, config.max_consumer_batch, "service"));

@@ -42,6 +42,10 @@ Result<data::StoredPixels> MakeStoredPixels(const data::StoreForm& form, std::sp
     if (channels != 1 && channels != 3)
       return InvalidArgumentError("raw samples with {} channels cannot be stored as {} (1 or 3)",
                                   channels, form.ToString());
+    if (width <= 0 || height <= 0 || sample.size() != size_t(width) * height * channels)
+      return CorruptDataError("a raw sample of {} bytes is not {}x{}x{} pixels; re-create the "
+                              "dataset with `batchcast convert`", sample.size(), width, height,
+                              channels);
     view = PixelView{sample.data(), size_t(width) * channels, width, height, channels};
     TargetSize(form, width, height, &tw, &th);
   } else {

@@ -48,7 +48,10 @@ ResumeReplay Admission::SettleResumers(uint64_t epoch, int64_t k, int64_t bpe) {
   for (const shm::MemberInfo& m : ring_->Members()) {
     if (m.state != shm::MemberState::kJoining || !m.resumes) continue;
     const auto p = static_cast<uint64_t>(std::max<int64_t>(1, policy_.producer_batch));
-    const int64_t first = std::min<int64_t>(bpe, static_cast<int64_t>(m.resume_sample / p));
+    // resume_sample is the consumer's word: at most the epoch's end (a huge value would turn
+    // negative as int64_t and count as behind).
+    const int64_t first =
+        static_cast<int64_t>(std::min<uint64_t>(static_cast<uint64_t>(bpe), m.resume_sample / p));
     const bool behind = m.resume_epoch < epoch || (m.resume_epoch == epoch && first < k);
     // At once: ahead of the stream it skips to its position; behind, the replay comes first.
     const uint64_t got = ring_->AdmitJoiningMask(seq, shm::RingLeader::MemberBit(m.id));

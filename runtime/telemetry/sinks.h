@@ -22,7 +22,7 @@ inline constexpr int kFormatVersion = 1;
                                const JobSummary& summary, const Diagnosis& diagnosis,
                                const std::string& summary_text);
 // One CSV table, a row per (rank, interval): rank,local_rank,host,role,<columns>; and
-// beside it (NamedCsvPath) the named series, a row per point:
+// beside it (NamedCsvPath), when some rank recorded one, the named series, a row per point:
 // rank,local_rank,host,role,series,time_s,value.
 [[nodiscard]] Status WriteCsv(const std::string& path, const std::vector<RankData>& ranks);
 // run.csv -> run.series.csv (any other name: NAME.series.csv).

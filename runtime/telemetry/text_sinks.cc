@@ -98,7 +98,11 @@ Status WriteNamedCsv(const std::string& path, const std::vector<RankData>& ranks
 }  // namespace
 
 Status WriteCsv(const std::string& path, const std::vector<RankData>& ranks) {
-  BC_RETURN_IF_ERROR(WriteNamedCsv(NamedCsvPath(path), ranks));
+  // The side file only when some rank recorded a named series: csv=/dev/stdout, or a CSV in
+  // a directory where no sibling can be made, then works as before the series existed.
+  bool any_named = false;
+  for (const auto& d : ranks) any_named = any_named || !d.named.empty();
+  if (any_named) BC_RETURN_IF_ERROR(WriteNamedCsv(NamedCsvPath(path), ranks));
   BC_ASSIGN_OR_RETURN(OutFile out, OutFile::Open(path));
   out.Print("rank,local_rank,host,role");
   for (int c = 0; c < col::kNum; ++c) out.Print(",{}", ColumnName(c));

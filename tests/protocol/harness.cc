@@ -375,13 +375,12 @@ void Engine::OnSync(int i, const std::string& name) {
   runs_[size_t(i)].parked = name;
   if (s_.on_sync && s_.on_sync(*this, i, name)) return;
   if (name == "late") {
-    std::set<int> joiners;
-    for (int j = 0; j < consumers(); ++j)
-      if (s_.consumers[size_t(j)].late_after == i && !runs_[size_t(j)].started) {
-        StartConsumer(j);
-        joiners.insert(j);
-      }
-    late_waiting_[i] = joiners;
+    // Not before every initial consumer has attached: a late joiner could otherwise be one
+    // of the `expect` joins the leader waits for and start the stream without an initial
+    // consumer, whose process (slow to start on a loaded machine) then found the stream
+    // ended and no listener (seed 26, producer external, once in a ctest run).
+    if (InitialSettled()) StartLateJoiners(i);
+    else late_parked_.insert(i);
   } else if (name == "cstop") {
     Signal(i, SIGSTOP);
     cstop_ = i;
@@ -400,6 +399,29 @@ void Engine::OnSync(int i, const std::string& name) {
   }
 }
 
+bool Engine::InitialSettled() const {
+  for (int j = 0; j < consumers(); ++j) {
+    const ConsumerPlan& c = s_.consumers[size_t(j)];
+    if (c.late_after != -1 || c.expect == Expect::kAttachRefused) continue;
+    const ConsumerRun& r = runs_[size_t(j)];
+    bool settled = !r.started || r.out_fd < 0;
+    for (const auto& l : r.lines)
+      if (StartsWith(l, "attached") || StartsWith(l, "attach-error")) settled = true;
+    if (!settled) return false;
+  }
+  return true;
+}
+
+void Engine::StartLateJoiners(int i) {
+  std::set<int> joiners;
+  for (int j = 0; j < consumers(); ++j)
+    if (s_.consumers[size_t(j)].late_after == i && !runs_[size_t(j)].started) {
+      StartConsumer(j);
+      joiners.insert(j);
+    }
+  late_waiting_[i] = joiners;
+}
+
 void Engine::ReapExits() {
   for (auto& r : runs_) {
     if (!r.started || r.exited) continue;
@@ -412,6 +434,10 @@ void Engine::ReapExits() {
 
 void Engine::Tick() {
   ReapExits();
+  if (!late_parked_.empty() && InitialSettled()) {
+    for (int i : late_parked_) StartLateJoiners(i);
+    late_parked_.clear();
+  }
   // Late joiners: the trigger goes on once each has attached (or failed to).
   for (auto it = late_waiting_.begin(); it != late_waiting_.end();) {
     std::set<int>& js = it->second;
@@ -433,7 +459,7 @@ void Engine::Tick() {
   for (int j = 0; j < consumers(); ++j) {
     const int t = s_.consumers[size_t(j)].late_after;
     if (t >= 0 && !runs_[size_t(j)].started && runs_[size_t(t)].started &&
-        runs_[size_t(t)].out_fd < 0)
+        runs_[size_t(t)].out_fd < 0 && InitialSettled())
       StartConsumer(j);
   }
   // A consumer stopped past the heartbeat: wait until the leader evicted it and the others

@@ -106,6 +106,10 @@ class Engine {
   void OnLine(int i, const std::string& line);
   void OnSync(int i, const std::string& name);
   void Tick();
+  // Whether every consumer started with the leader has attached or failed to attach.
+  bool InitialSettled() const;
+  // Starts the late joiners that trigger i's "late" sync releases.
+  void StartLateJoiners(int i);
   void ReapExits();
   bool AllDone() const;
   void Finish();
@@ -129,6 +133,7 @@ class Engine {
   std::vector<int64_t> cstop_since_;
   int lstop_by_ = -1;                    // consumer at whose sync the leader was stopped
   std::map<int, std::set<int>> late_waiting_;  // trigger -> late joiners not yet attached
+  std::set<int> late_parked_;  // triggers at "late" while an initial consumer is not attached
   std::vector<std::string> violations_;
   std::string impostor_info_;
 };

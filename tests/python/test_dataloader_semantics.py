@@ -194,6 +194,14 @@ def test_leader_refuses_consumer_only_options(fmnist):
         message = str(e.value)
         assert f"batchcast.Leader: option '{key}' is each consumer's own" in message, message
         assert "batchcast.Consumer(address, ...)" in message, message
+    # mode and world_size are read by both sides elsewhere (the MPI runtime shards across
+    # nodes), but a one-node Leader's stream is carved by each consumer: refused, not ignored.
+    for key, value in (("mode", "shard"), ("world_size", 4)):
+        with pytest.raises(batchcast.InvalidArgumentError) as e:
+            batchcast.Leader(fmnist["train"], consumers=1, **{key: value})
+        message = str(e.value)
+        assert "batchcast.Leader: options drop_last, pad_last, mode, rank and world_size are " \
+            "each consumer's own" in message, message
 
 
 def test_a_trainer_started_before_its_leader_waits(fmnist):

@@ -215,6 +215,8 @@ class PyLeader {
     cfg.options = OptionsFromKwargs(kwargs);
     ThrowIfError(CheckLeaderOptions(cfg.options, "batchcast.Leader",
                                     "batchcast.Consumer(address, ...)"));
+    ThrowIfError(CheckSharedStreamOptions(cfg.options, "batchcast.Leader",
+                                          "batchcast.Consumer(address, ...)"));
     cfg.rank = rank;
     telemetry_ = std::make_unique<ProcessTelemetry>(cfg.options, rank, telemetry::Role::kLeader);
     cfg.collector = telemetry_->collector();

@@ -382,7 +382,7 @@ TEST(ShardTest, TheServiceRefusesEachTrialsOwnOptions) {
   cfg.socket_name = UniqueSocket("svc-opts");
   auto s = Service::Create(cfg, std::make_unique<SyntheticSource>(64));
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("each trial's own"), std::string::npos)
+  EXPECT_NE(s.status().message().find("each consumer's own"), std::string::npos)
       << s.status().message();
 }
 

@@ -254,3 +254,24 @@ TEST_F(StoredFormTest, RefusesZstdAndCompressionOfEncodedBytes) {
 
 }  // namespace
 }  // namespace batchcast::producer
+
+namespace batchcast::producer {
+namespace {
+
+// A raw sample whose bytes do not match the shape it is said to have (a file's sizes
+// disagreeing with its pixels) is refused, not read past its end.
+TEST(StoredPixelsTest, RawSampleOfTheWrongSizeIsRefused) {
+  auto form = data::ParseStoreForm("resized:8");
+  ASSERT_TRUE(form.ok()) << form.status().ToString();
+  const std::vector<uint8_t> pixels(16 * 16 * 3, 7);
+  auto ok = pipeline::MakeStoredPixels(*form, pixels, 16, 16, 3);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  auto bad = pipeline::MakeStoredPixels(*form, pixels, 32, 32, 3);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kCorruptData);
+  EXPECT_NE(bad.status().message().find("not 32x32x3 pixels"), std::string::npos)
+      << bad.status().ToString();
+}
+
+}  // namespace
+}  // namespace batchcast::producer

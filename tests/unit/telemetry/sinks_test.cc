@@ -210,6 +210,12 @@ TEST_F(SinksTest, NamedSeriesRoundTripInEveryFormat) {
   }
   EXPECT_EQ(rows, 2 * 3 + 2 * 4);
   EXPECT_EQ(m1_loss, 4);
+  // No named series anywhere: no side file (csv=/dev/stdout must not need a sibling).
+  std::vector<RankData> plain = ranks;
+  for (auto& r : plain) r.named.clear();
+  ASSERT_TRUE(WriteCsv(Path("plain.csv"), plain).ok());
+  EXPECT_TRUE(std::filesystem::exists(Path("plain.csv")));
+  EXPECT_FALSE(std::filesystem::exists(Path("plain.series.csv")));
   // JSON: per rank "named" {name: {time_s, value, stride}}.
   std::ifstream js(Path("run.json"));
   nlohmann::json doc = nlohmann::json::parse(js);
