@@ -26,6 +26,7 @@
 #include "node/runtime_internal.h"
 #include "node/service.h"
 #include "node/task_telemetry.h"
+#include "transport/mpi/mpi_status.h"
 
 namespace {
 
@@ -102,19 +103,35 @@ std::string LeaderAddress(const Args& a) {
   return batchcast::node::DefaultServiceSocket();
 }
 
-int Fail(const Status& st) {
-  std::fprintf(stderr, "batchcast train-many: %s\n", st.ToString().c_str());
+int ExitCode(const Status& st) {
   return st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kNotFound ? 2 : 1;
 }
 
+int Fail(const Status& st) {
+  std::fprintf(stderr, "batchcast train-many: %s\n", st.ToString().c_str());
+  return ExitCode(st);
+}
 
-// A status every rank agrees on: the first failure of any rank (rank order), else OK.
-Status Agree(const Status& local) {
-  int bad = local.ok() ? 0 : 1, any = 0;
-  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any == 0) return Status::Ok();
-  return local.ok() ? batchcast::UnavailableError("train-many: the other rank failed (see its message)")
-                    : local;
+// Under mpirun, before the Runtime splits the job into nodes: both ranks on one node (with
+// ranks_per_node refused, the Runtime's node is MPI_COMM_TYPE_SHARED), else each rank would
+// lead a node of its own and none would train (the caller agrees on the verdict).
+Status CheckOneNode(int rank) {
+  MPI_Comm node = MPI_COMM_NULL;
+  int node_size = 0;
+  BC_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+         "MPI_Comm_split_type (node)");
+  const int rc = MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  BC_MPI(rc, "MPI_Comm_size (node)");
+  return batchcast::multimodel::CheckMpiNode(rank, node_size);
+}
+
+// This rank and the job's size, MPI's return codes as Status (MPI_COMM_WORLD returns them).
+Status RankAndSize(int* rank, int* size) {
+  BC_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  BC_MPI(MPI_Comm_rank(MPI_COMM_WORLD, rank), "MPI_Comm_rank");
+  BC_MPI(MPI_Comm_size(MPI_COMM_WORLD, size), "MPI_Comm_size");
+  return Status::Ok();
 }
 
 // Under mpirun: rank 0 leads the node stream (the MPI Runtime), rank 1 attaches one
@@ -126,14 +143,16 @@ int RunUnderMpirun(int argc, char** argv, const batchcast::multimodel::TrainMany
   // What the configuration alone rules out is refused before MPI starts.
   if (Status st = mm::CheckMpiFrontDoor(config, options); !st.ok()) return Fail(st);
   int provided = 0, rank = 0, size = 1;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided); rc != MPI_SUCCESS)
+    return Fail(batchcast::mpi::FromMpi(rc, "MPI_Init_thread"));
   auto finish = [](int rc) {
     MPI_Finalize();
     return rc;
   };
-  Status st = mm::CheckMpiWorld(size);
+  Status st = RankAndSize(&rank, &size);
+  if (!st.ok()) return finish(Fail(st));
+  st = mm::CheckMpiWorld(size);
+  if (st.ok()) st = batchcast::mpi::AgreeOnStatus(MPI_COMM_WORLD, CheckOneNode(rank));
   std::vector<mm::ModelProgress> progress;
   for (size_t i = 0; i < config.models.size() && st.ok(); ++i) {
     auto p = mm::ReadModelProgress(config, config.models[i]);
@@ -146,6 +165,7 @@ int RunUnderMpirun(int argc, char** argv, const batchcast::multimodel::TrainMany
   std::unique_ptr<mm::MultiModelTrainer> trainer;
   mm::TrainManyOptions to;
   to.stream = options;
+  to.stream.gpu = "off";  // as the leader's (PlanMpiStream): the consumers take host batches
   to.torch_threads = a.torch_threads;
   to.resume_mid_epoch = true;
   if (rank == 1) {
@@ -153,7 +173,8 @@ int RunUnderMpirun(int argc, char** argv, const batchcast::multimodel::TrainMany
     st = t.ok() ? Status::Ok() : t.status();
     if (t.ok()) trainer = std::move(t).value();
   }
-  if (Status all = Agree(st); !all.ok()) return finish(st.ok() ? 1 : Fail(st));
+  if (Status all = batchcast::mpi::AgreeOnStatus(MPI_COMM_WORLD, st); !all.ok())
+    return finish(rank == 0 ? Fail(all) : ExitCode(all));  // names the failing rank's cause
   if (plan.consumers == 0)  // every model is finished: the results only
     return finish(rank == 1 && !(st = trainer->Run()).ok() ? Fail(st) : 0);
   auto rt = batchcast::internal::RuntimeAccess::CreateWithOwnConsumers(

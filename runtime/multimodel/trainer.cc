@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -33,6 +34,7 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "data/dataset_reader.h"
+#include "multimodel/progress.h"
 #include "multimodel/schedule.h"
 #include "node/consumer_internal.h"
 #include "telemetry/collector.h"
@@ -243,7 +245,7 @@ struct MultiModelTrainer::Impl {
 
   Status Load();
   Status LoadModel(ModelState& m);
-  Status LoadResumePoint(ModelState& m, const json& st, const std::string& state_path);
+  Status LoadResumePoint(ModelState& m, const ModelStateFile& st, const std::string& state_path);
   Status LoadTestSet();
   void Event(const ModelState& m, const std::string& kind, json extra = json::object());
   void Fail(const Status& st);
@@ -318,13 +320,12 @@ bool MultiModelTrainer::Impl::WaitWhilePaused(ModelState& m) {
 }
 
 // The stream position and, inside an epoch, the mid-epoch checkpoint of a state.json.
-Status MultiModelTrainer::Impl::LoadResumePoint(ModelState& m, const json& st,
+Status MultiModelTrainer::Impl::LoadResumePoint(ModelState& m, const ModelStateFile& st,
                                                 const std::string& state_path) {
+  m.position = st.progress.position;
+  if (st.partial.is_null()) return Status::Ok();
   try {
-    if (st.contains("position"))
-      m.position = {st["position"].at(0).get<uint64_t>(), st["position"].at(1).get<uint64_t>()};
-    if (!st.contains("partial")) return Status::Ok();
-    m.mid_file = st["partial"].at("file").get<std::string>();  // removed at the next checkpoint
+    m.mid_file = st.partial.at("file").get<std::string>();  // removed at the next checkpoint
     if (!options.resume_mid_epoch) {  // a service does not replay behind its stream
       BC_LOG(Info, Init,
              "train-many: model '{}' was checkpointed inside epoch {}; this front door resumes "
@@ -333,11 +334,11 @@ Status MultiModelTrainer::Impl::LoadResumePoint(ModelState& m, const json& st,
       m.position = {0, 0};
       return Status::Ok();
     }
-    m.steps = st["partial"].at("steps").get<int64_t>();
-    m.partial = std::make_unique<EpochRecord>(EpochRecord::Load(st["partial"].at("record")));
+    m.steps = st.partial.at("steps").get<int64_t>();
+    m.partial = std::make_unique<EpochRecord>(EpochRecord::Load(st.partial.at("record")));
   } catch (const json::exception& e) {
     return CorruptDataError(
-        "train-many: checkpoint state {} has a malformed position or mid-epoch record ({}); "
+        "train-many: checkpoint state {} has a malformed mid-epoch record 'partial' ({}); "
         "delete {} to train model '{}' from scratch",
         state_path, e.what(), m.dir, m.spec->name);
   }
@@ -351,22 +352,16 @@ Status MultiModelTrainer::Impl::LoadModel(ModelState& m) {
   fs::create_directories(m.dir, ec);
   if (ec) return IoError("train-many: cannot create {}: {}", m.dir, ec.message());
   const std::string state_path = m.dir + "/state.json";
-  if (fs::exists(state_path)) {  // a restart: continue where the last run checkpointed
-    std::ifstream in(state_path);
-    json st = json::parse(in, nullptr, false);
-    if (st.is_discarded() || !st.contains("epochs_done"))
-      return CorruptDataError(
-          "train-many: checkpoint state {} is not valid JSON; delete {} to train model '{}' from "
-          "scratch",
-          state_path, m.dir, s.name);
-    m.epochs_done = st["epochs_done"].get<int>();
-    m.steps = st["steps"].get<int64_t>();
-    m.finished = st["finished"].get<bool>();
-    m.params = st["params"].get<int64_t>();
-    m.epochs = st["epochs"];
-    m.train_s = st.value("train_s", 0.0);
-    m.test_accuracy = st.value("test_accuracy", -1.0);
-    BC_RETURN_IF_ERROR(LoadResumePoint(m, st, state_path));
+  BC_ASSIGN_OR_RETURN(std::optional<ModelStateFile> st, ReadModelStateFile(state_path, s.name));
+  if (st) {  // a restart: continue where the last run checkpointed
+    m.epochs_done = st->progress.epochs_done;
+    m.steps = st->steps;
+    m.finished = st->progress.finished;
+    m.params = st->params;
+    m.epochs = st->epochs;
+    m.train_s = st->train_s;
+    m.test_accuracy = st->test_accuracy;
+    BC_RETURN_IF_ERROR(LoadResumePoint(m, *st, state_path));
     if (m.epochs_done > s.epochs)
       return FailedPreconditionError(
           "train-many: model '{}' has a checkpoint of {} epochs but is configured for {}; raise "

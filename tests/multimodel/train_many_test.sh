@@ -5,15 +5,16 @@
 #   fixture     makes the models and the dataset into $TRAIN_MANY_FIXTURE (a ctest fixture)
 #   config      configuration errors: unknown key (did you mean), bad value, missing file,
 #               a model that does not take the batch, checkpoint_every without mpirun, a
-#               sequential policy under mpirun
+#               sequential policy, a control file, mode=shard, leader_trains, gpu=on under mpirun
 #   policies    fcfs, priority, sjf (params and epochs), round-robin: the order of the epochs
 #               and of completion; concurrent; every model epoch sees every sample once
 #   separator   pause by name, a finished model saved and released while the others are
 #               paused (no consumer left attached), SIGKILL, restart continuing every model
 #               from its checkpoint, resume by name during the run; then SIGKILL at an
 #               arbitrary moment of a round-robin run and a restart
-#   mpi         under mpirun -n 2 (the MPI Runtime's leader on rank 0): a job of 3 ranks
-#               refused; SIGKILL at a random mid-epoch checkpoint (seed printed; TRAIN_MANY_SEED
+#   mpi         under mpirun -n 2 (the MPI Runtime's leader on rank 0): a job of 3 ranks,
+#               ranks_per_node and a state.json with a field of the wrong type refused;
+#               SIGKILL at a random mid-epoch checkpoint (seed printed; TRAIN_MANY_SEED
 #               replays it), restart: every model resumes at its stream position, every
 #               model epoch sees every sample once, the optimizer's step count goes on, and
 #               the per-model named telemetry series hold a point per step of the run
@@ -118,6 +119,9 @@ case_config() {
     env -u BATCHCAST_ADDRESS OMPI_COMM_WORLD_SIZE=2 "$bin" train-many cc.json --mode=shard
   expect_fail "train-many under mpirun: option 'leader_trains' does not apply" \
     env -u BATCHCAST_ADDRESS OMPI_COMM_WORLD_SIZE=2 "$bin" train-many cc.json --leader-trains=true
+  # ... and gpu=on: the per-model consumers take host batches (the front door runs gpu=off).
+  expect_fail "train-many under mpirun: option 'gpu=on' does not apply" \
+    env -u BATCHCAST_ADDRESS OMPI_COMM_WORLD_SIZE=2 "$bin" train-many cc.json --gpu=on
   # A model that does not take the batch: named, with the batch shape, at its first step.
   start_service
   "$py" -c 'import json,sys;c=json.load(open("good.json"));c["models"]=[dict(c["models"][1],name="rgb",model=sys.argv[1]+"/rgb_lenet.pt")];json.dump(c,open("rgb.json","w"))' "$fx"
@@ -247,6 +251,16 @@ case_mpi() {
   write_config run.json concurrent out '{"checkpoint_every": 2}'
   expect_fail "one leader rank and one trainer rank that trains every model (mpirun -n 2), but the job has 3 ranks" \
     mpirun_n 3 "$bin" train-many run.json "${stream_flags[@]}"
+  # Virtual nodes of one rank each would make both ranks leaders and train nothing.
+  expect_fail "train-many under mpirun: option 'ranks_per_node' (1) does not apply" \
+    mpirun_n 2 "$bin" train-many run.json "${stream_flags[@]}" --ranks-per-node=1
+  # A state.json with a field of the wrong type: named, not std::terminate.
+  write_config bad.json concurrent out-bad '{"checkpoint_every": 2}'
+  mkdir -p out-bad/mlp
+  echo '{"epochs_done": "3", "steps": 0, "finished": false, "params": 0, "epochs": []}' \
+    >out-bad/mlp/state.json
+  expect_fail "out-bad/mlp/state.json has a missing or malformed 'epochs_done'" \
+    mpirun_n 2 "$bin" train-many bad.json "${stream_flags[@]}"
   local seed=${TRAIN_MANY_SEED:-$((RANDOM % 1000))}
   # Mid-epoch checkpoints: mlp 1 (of 4 steps), lenet 9 (3 epochs of 8), resnet 2 (2 epochs of 3).
   local k=$((1 + seed % 10))
