@@ -13,6 +13,8 @@
 //                    224 chain (entropy_floor_ratio) bounds half_res_cost_ratio from below
 //   crop floor       the 224 chain's boxes crop-decoded at 1/8 (CropFloor): the entropy
 //                    floor of the crop-decoding chains (entropy_floor_crop_ratio_cpu)
+// The CPU-time rows (roi_decode_ratio, the half-size ratios, floors and gaps) are measured in
+// pairs: every 1-thread chain runs a slice of --slice samples before the next slice (PairedCpu).
 // The image set (about 500x375, quality 90) is made from photos Debian packages ship
 // (python3-skimage), by random crops, scales and mirrors; it is cached in --cache.
 #include <turbojpeg.h>
