@@ -13,6 +13,10 @@
 //                    224 chain (entropy_floor_ratio) bounds half_res_cost_ratio from below
 //   crop floor       the 224 chain's boxes crop-decoded at 1/8 (CropFloor): the entropy
 //                    floor of the crop-decoding chains (entropy_floor_crop_ratio_cpu)
+//   restart markers  the same set re-coded losslessly with a restart marker at every MCU row
+//                    (as some cameras write files; tests/unit/pipeline/restart_markers.h),
+//                    which the crop decoder enters at the box's interval: the 224 and 112
+//                    chains, the 224 full decode and the 1/8 decode on it (the *restart* keys)
 // The CPU-time rows (roi_decode_ratio, the half-size ratios, floors and gaps) are measured in
 // pairs: every 1-thread chain runs a slice of --slice samples before the next slice (PairedCpu).
 // The image set (about 500x375, quality 90) is made from photos Debian packages ship
@@ -37,6 +41,7 @@
 #include "pipeline/sample_rng.h"
 #include "pipeline/worker_pool.h"
 #include "tests/unit/pipeline/memory_reader.h"
+#include "tests/unit/pipeline/restart_markers.h"
 
 namespace batchcast::bench {
 namespace {
@@ -49,6 +54,7 @@ struct Args {
   std::string cache = "decode_set";
   int slice = 8;    // --slice N: samples per turn of the paired CPU-time measurement (PairedCpu)
   int profile = 0;  // --profile SIZE: only the 1-thread SIZE chain, `reps` epochs (for perf)
+  bool profile_restart = false;  // --profile-restart: profile on the set with restart markers
   std::vector<std::string> photos = {
       "/usr/lib/python3/dist-packages/skimage/data/astronaut.png",
       "/usr/lib/python3/dist-packages/skimage/data/chelsea.png",
@@ -414,10 +420,11 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--cache") a.cache = next();
     else if (k == "--profile") a.profile = std::stoi(next());
     else if (k == "--slice") a.slice = std::max(1, std::stoi(next()));
+    else if (k == "--profile-restart") a.profile_restart = true;
     else {
       std::fprintf(stderr,
                    "usage: bench_decode [--images N] [--reps R] [--threads T] [--batch B] [--cache DIR]"
-                   " [--profile SIZE] [--slice N]\n");
+                   " [--profile SIZE] [--profile-restart] [--slice N]\n");
       std::exit(2);
     }
   }
@@ -453,7 +460,22 @@ int Main(int argc, char** argv) {
   const std::vector<std::vector<uint8_t>> set = ImageSet(a);
   auto reader = testing::MemoryReader::Encoded(set, "decode_set");
   reader->StoreChecksums();  // as converted files have them: verify=sample (default) checks
-  if (a.profile > 0) return Profile(a, reader);
+  // The set with a restart marker at every MCU row (the same pixels).
+  std::vector<std::vector<uint8_t>> restart_set;
+  size_t plain_bytes = 0, restart_bytes = 0;
+  for (const auto& jpeg : set) {
+    std::string why;
+    restart_set.push_back(testing::AddRestartMarkers(jpeg, &why));
+    if (restart_set.back().empty()) {
+      std::fprintf(stderr, "bench_decode: cannot add restart markers: %s\n", why.c_str());
+      std::exit(1);
+    }
+    plain_bytes += jpeg.size();
+    restart_bytes += restart_set.back().size();
+  }
+  auto restart_reader = testing::MemoryReader::Encoded(restart_set, "decode_set_restart");
+  restart_reader->StoreChecksums();
+  if (a.profile > 0) return Profile(a, a.profile_restart ? restart_reader : reader);
   std::vector<Config> configs;
   configs.emplace_back("rrc224 dct 1 thread", 1, 224, true, reader, a.batch);
   configs.emplace_back(fmt::format("rrc224 dct {} threads", T), T, 224, true, reader, a.batch);
@@ -463,8 +485,13 @@ int Main(int argc, char** argv) {
   configs.emplace_back("rrc224 dct 1 thread verify=off", 1, 224, true, reader, a.batch, "off");
   configs.emplace_back("rrc224 full decode 1 thread", 1, 224, true, reader, a.batch, "sample", false);
   configs.emplace_back("rrc112 full decode 1 thread", 1, 112, true, reader, a.batch, "sample", false);
+  configs.emplace_back("rrc224 restart markers 1 thread", 1, 224, true, restart_reader, a.batch);
+  configs.emplace_back("rrc112 restart markers 1 thread", 1, 112, true, restart_reader, a.batch);
+  configs.emplace_back("rrc224 restart markers full decode 1 thread", 1, 224, true, restart_reader,
+                       a.batch, "sample", false);
   std::vector<DecodeOnly> decode_only;
   for (int num : {8, 4, 1}) decode_only.emplace_back(num, &set);
+  decode_only.emplace_back(1, &restart_set);
   ChecksumOnly checksum(&set);
   CropFloor crop_floor(&set);
   for (auto& c : configs) c.Epoch(0);  // warm-up: caches, allocations, page faults
@@ -474,12 +501,16 @@ int Main(int argc, char** argv) {
   for (auto& d : decode_only) d.ResetRates();
   crop_floor.ResetRates();
   // The chains the CPU-time rows compare, in PairedCpu turns: 0 rrc224, 1 rrc112, 2 rrc224
-  // full decode, 3 rrc112 full decode, 4 decode only at 1/8, 5 the crop floor.
+  // full decode, 3 rrc112 full decode, 4 decode only at 1/8, 5 the crop floor; on the set
+  // with restart markers: 6 rrc224, 7 rrc112, 8 rrc224 full decode, 9 decode only at 1/8.
   PairedCpu paired;
   for (int c : {0, 2, 6, 7})
     paired.Add([&configs, c](uint64_t e, int64_t f, int64_t n) { return configs[c].Slice(e, f, n); });
   paired.Add([&decode_only](uint64_t, int64_t f, int64_t n) { return decode_only[2].Slice(f, n); });
   paired.Add([&crop_floor](uint64_t e, int64_t f, int64_t n) { return crop_floor.Slice(e, f, n); });
+  for (int c : {8, 9, 10})
+    paired.Add([&configs, c](uint64_t e, int64_t f, int64_t n) { return configs[c].Slice(e, f, n); });
+  paired.Add([&decode_only](uint64_t, int64_t f, int64_t n) { return decode_only[3].Slice(f, n); });
   const int64_t n_images = static_cast<int64_t>(set.size());
   for (int rep = 0; rep < a.reps; ++rep) {
     for (auto& c : configs) c.Epoch(1 + rep);
@@ -496,9 +527,10 @@ int Main(int argc, char** argv) {
   for (const auto& c : configs) table.Add(c.name() + " rate", Summarize(c.rates()), "samples/s");
   table.Add("scaling_efficiency rate_T/(T*rate_1)", Summarize(Ratios(rT, r1, T)), "target >= 0.9");
   table.Add("half_res_cost_ratio cost112/cost224", Summarize(Ratios(r1, r112, 1)), "target <= 0.4");
-  for (const auto& d : decode_only)
-    table.Add(fmt::format("decode only at {}/8, cost / cost224", d.scale_num()),
-              Summarize(Ratios(r1, d.rates(), 1)), d.scale_num() == 1 ? "entropy floor" : "");
+  for (size_t d = 0; d < 3; ++d)
+    table.Add(fmt::format("decode only at {}/8, cost / cost224", decode_only[d].scale_num()),
+              Summarize(Ratios(r1, decode_only[d].rates(), 1)),
+              decode_only[d].scale_num() == 1 ? "entropy floor" : "");
   table.Add("naive half_res_cost_ratio", Summarize(Ratios(configs[3].rates(), configs[4].rates(), 1)), "");
   // Cost ratios of 1-thread chains in CPU time, measured in pairs (PairedCpu).
   const auto& c224 = paired.cpu_rates(0);
@@ -516,6 +548,18 @@ int Main(int argc, char** argv) {
   table.Add("CPU: gap half_res_cost_ratio - crop entropy floor", Summarize(Gaps(Ratios(c224, c112, 1), Ratios(c224, crop8, 1))), "");
   table.Add("CPU: gap half_res_cost_ratio - entropy floor", Summarize(Gaps(Ratios(c224, c112, 1), Ratios(c224, floor8, 1))), "target <= 0.15");
   table.Add("CPU: decode_ms_per_sample (rrc224 chain)", Summarize(Ratios(std::vector<double>(c224.size(), 1000.0), c224, 1)), "ms");
+  // The set with restart markers at every MCU row (as `batchcast convert` stores it).
+  const auto& rs224 = paired.cpu_rates(6);
+  const auto& rs112 = paired.cpu_rates(7);
+  const auto& rsf224 = paired.cpu_rates(8);
+  const auto& rsfloor8 = paired.cpu_rates(9);
+  table.Add("CPU restart: roi_decode_ratio cost224 / cost224 full decode", Summarize(Ratios(rsf224, rs224, 1)), "entered at the box's interval");
+  table.Add("CPU restart: cost224 / cost224 crop decoding of the plain set", Summarize(Ratios(c224, rs224, 1)), "");
+  table.Add("CPU restart: cost224 full decode / the plain set's", Summarize(Ratios(f224, rsf224, 1)), "what the markers cost a full decode");
+  table.Add("CPU restart: half_res_cost_ratio cost112/cost224", Summarize(Ratios(rs224, rs112, 1)), "");
+  table.Add("CPU restart: decode only at 1/8, cost / cost224", Summarize(Ratios(rs224, rsfloor8, 1)), "entropy floor");
+  table.Add("CPU restart: gap half_res_cost_ratio - entropy floor", Summarize(Gaps(Ratios(rs224, rs112, 1), Ratios(rs224, rsfloor8, 1))), "target <= 0.15");
+  table.Add("CPU restart: decode_ms_per_sample (rrc224 chain)", Summarize(Ratios(std::vector<double>(rs224.size(), 1000.0), rs224, 1)), "ms");
   table.Add("dct speedup at 224 (rate/naive rate)", Summarize(Ratios(r1, configs[3].rates(), 1)), "x");
   table.Add("verify cost (rate verify=off / rate verify=sample)",
             Summarize(Ratios(configs[5].rates(), r1, 1)), "target <= 1.02");
@@ -558,6 +602,17 @@ int Main(int argc, char** argv) {
   json.Add("half_res_gap_cpu", median(Gaps(Ratios(c224, c112, 1), Ratios(c224, floor8, 1))));
   json.Add("cpu_pair_slice", a.slice);
   json.Add("half_res_gap_crop_floor_cpu", median(Gaps(Ratios(c224, c112, 1), Ratios(c224, crop8, 1))));
+  // The set with a restart marker at every MCU row: crop decoding over the full decode on
+  // it, against the plain set's crop chain, what the markers cost a full decode, the
+  // half-size ratio and its gap to the set's own entropy floor.
+  json.Add("roi_decode_ratio_restart", median(Ratios(rsf224, rs224, 1)));
+  json.Add("restart_over_plain_crop_cpu", median(Ratios(c224, rs224, 1)));
+  json.Add("restart_full_decode_cost_ratio", median(Ratios(f224, rsf224, 1)));
+  json.Add("half_res_cost_ratio_restart_cpu", median(Ratios(rs224, rs112, 1)));
+  json.Add("entropy_floor_ratio_restart_cpu", median(Ratios(rs224, rsfloor8, 1)));
+  json.Add("half_res_gap_restart_cpu", median(Gaps(Ratios(rs224, rs112, 1), Ratios(rs224, rsfloor8, 1))));
+  json.Add("decode_ms_per_sample_restart", 1000.0 / median(rs224));
+  json.Add("restart_bytes_ratio", double(restart_bytes) / double(plain_bytes));
   json.Print();
   return 0;
 }

@@ -3,9 +3,12 @@
 // Crop decoding: a JPEG decoded only where a crop box keeps pixels. Through the libjpeg API
 // of libjpeg-turbo: DCT scaling (scale_num/8), jpeg_crop_scanline for the iMCU columns
 // that cover the box and jpeg_skip_scanlines / an early stop for the rows above and below
-// it. Entropy decoding still runs from the top of the image to the box's last row (the
-// bit stream has no random access); the inverse DCT, upsampling and colour conversion run
-// for the box's iMCUs only. Progressive images are entropy-decoded whole at the start.
+// it. Entropy decoding runs from the top of the image to the box's last row (the bit stream
+// has no random access), except in a file with restart markers at MCU-row boundaries, which
+// is entered at the restart interval above the box (StartAtInterval); the inverse DCT,
+// upsampling and colour conversion run for the box's iMCUs only (at least 16 columns).
+// Progressive images are entropy-decoded whole at the start. Every image gets a new libjpeg
+// decompressor, so no table of an earlier image is used.
 //
 // Equality: the pixels inside the box are bit-exact with a full decode at the same scale
 // (ImageDecoder::Decode), because the decoded region keeps one pixel of context left and
@@ -47,6 +50,9 @@ class JpegCropDecoder {
  private:
   struct State;
   explicit JpegCropDecoder(std::unique_ptr<State> state);
+  // After jpeg_read_header: re-reads a file with row restart markers from the interval
+  // above output row box_y; returns the output rows left out (0: the file as it is).
+  int StartAtInterval(std::span<const uint8_t> bytes, int box_y);
   std::unique_ptr<State> state_;
 };
 

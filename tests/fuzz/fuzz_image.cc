@@ -5,12 +5,17 @@
 // decode at every DCT scale, PNG decode, 1 and 3 channels) and the header probe of
 // `inspect` and the converters (data::ProbeImage). One decoder is reused across inputs, as
 // a pipeline worker reuses it across samples, so state left behind by a bad image shows up.
+// A JPEG is also crop-decoded (pipeline::JpegCropDecoder, which enters a file with restart
+// markers at every MCU row at the box's interval) on a box the input's last bytes pick:
+// where the full decode succeeds too, the crop decoder's box must hold its pixels.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
 #include "data/image_probe.h"
 #include "fuzz_util.h"
+#include "pipeline/crop_decode.h"
 #include "pipeline/decode.h"
 
 namespace {
@@ -22,6 +27,23 @@ batchcast::pipeline::ImageDecoder& Decoder() {
   static auto decoder = batchcast::pipeline::ImageDecoder::Create();
   batchcast::fuzz::Check(decoder.ok(), "ImageDecoder::Create");
   return *decoder;
+}
+
+batchcast::pipeline::JpegCropDecoder& CropDecoder() {
+  static auto decoder = batchcast::pipeline::JpegCropDecoder::Create();
+  batchcast::fuzz::Check(decoder.ok(), "JpegCropDecoder::Create");
+  return *decoder;
+}
+
+bool SameBox(const batchcast::pipeline::DecodedImage& full, const batchcast::pipeline::CropBox& box,
+             const batchcast::pipeline::DecodedImage& part, const batchcast::pipeline::CropBox& in) {
+  const int c = full.channels;
+  for (int y = 0; y < box.height; ++y) {
+    const uint8_t* a = full.data() + (size_t(box.y + y) * full.width + box.x) * c;
+    const uint8_t* b = part.data() + (size_t(in.y + y) * part.width + in.x) * c;
+    if (!std::equal(a, a + size_t(box.width) * c, b)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -52,6 +74,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::Check(out.channels == channels, "Decode: requested channels");
     fuzz::Check(out.pixels.size() >= out.stride() * size_t(out.height), "Decode: buffer size");
     fuzz::Check(out.width <= header->width && out.height <= header->height, "Decode: size");
+  }
+  if (header->format != pipeline::ImageFormat::kJpeg || size < 8) return 0;
+  // The box: bytes size-2 .. size-5 pick its corner and size within the decoded image.
+  const int dw = pipeline::ScaledDim(header->width, scale), dh = pipeline::ScaledDim(header->height, scale);
+  pipeline::CropBox box;
+  box.x = data[size - 2] % dw;
+  box.y = data[size - 3] % dh;
+  box.width = 1 + data[size - 4] % (dw - box.x);
+  box.height = 1 + data[size - 5] % (dh - box.y);
+  pipeline::DecodedImage part;
+  pipeline::CropBox in;
+  Status crop = CropDecoder().Decode(bytes, *header, scale, channels, box, &part, &in);
+  if (crop.ok()) {
+    fuzz::Check(in.x >= 0 && in.y >= 0 && in.x + in.width <= part.width &&
+                in.y + in.height <= part.height, "crop decode: box inside the decoded region");
+    fuzz::Check(part.pixels.size() >= part.stride() * size_t(part.height), "crop decode: buffer size");
+    if (st.ok()) fuzz::Check(SameBox(out, box, part, in), "crop decode: the full decode's pixels");
   }
   return 0;
 }

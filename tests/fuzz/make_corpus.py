@@ -60,6 +60,12 @@ def images(out):
     write(out, t, "gray.jpg", image("L", (8, 8), "JPEG"))
     write(out, t, "cmyk.jpg", image("CMYK", (8, 8), "JPEG"))
     write(out, t, "progressive.jpg", image("RGB", (24, 16), "JPEG", progressive=True))
+    # A restart marker at every MCU row (what `batchcast convert` stores): the crop decoder
+    # enters such a file at the box's interval. jpegtran (libjpeg-turbo-progs) adds them.
+    tall = image("RGB", (24, 80), "JPEG", quality=75)
+    rst = subprocess.run(["jpegtran", "-restart", "1"], input=tall, capture_output=True,
+                         check=True).stdout
+    write(out, t, "rgb-restart-rows.jpg", rst + bytes([0x41, 0x07, 0x30, 0x15, 0x02]))
     write(out, t, "rgb.png", image("RGB", (9, 7), "PNG"))
     write(out, t, "gray.png", image("L", (8, 5), "PNG"))
     write(out, t, "gray16.png", image("I;16", (4, 4), "PNG"))

@@ -4,6 +4,9 @@
 // inside the box is the same, for every kind of JPEG the pipeline meets (baseline 4:2:0,
 // 4:2:2, 4:4:4, gray, progressive, CMYK), odd sizes, every DCT scale, RGB and gray output,
 // boxes at the image's edges; and the pipeline's output bytes with crop_decode on and off.
+// The same for files with a restart marker at every MCU row (restart_markers.h), which the
+// crop decoder enters at the restart interval above the box: box rows on and next to every
+// iMCU row, damage in the intervals it skips, damaged restart markers.
 #include "pipeline/crop_decode.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +17,7 @@
 #include "core/random.h"
 #include "pipeline/pipeline.h"
 #include "tests/unit/pipeline/memory_reader.h"
+#include "tests/unit/pipeline/restart_markers.h"
 #include "tests/unit/pipeline/test_images.h"
 
 namespace batchcast::pipeline {
@@ -33,6 +37,37 @@ const Kind kKinds[] = {
     {"cmyk", 4, TJSAMP_420, false},
 };
 
+std::vector<uint8_t> Encode(const Kind& k, int w, int h);
+
+// The kind's file re-coded with a restart marker at every MCU row (not for progressive kinds).
+std::vector<uint8_t> EncodeWithRestarts(const Kind& k, int w, int h) {
+  std::string why;
+  auto bytes = testing::AddRestartMarkers(Encode(k, w, h), &why);
+  EXPECT_FALSE(bytes.empty()) << k.name << " " << w << "x" << h << ": " << why;
+  return bytes;
+}
+
+// Every pixel of `box` (of the image decoded at `scale`) as the crop decoder gives it, against
+// the full decode `full`; "" when they are equal.
+std::string CompareBox(JpegCropDecoder& crop, const std::vector<uint8_t>& jpeg,
+                       const ImageHeader& header, int scale, int channels, const DecodedImage& full,
+                       const CropBox& box) {
+  DecodedImage part;
+  CropBox in;
+  Status st = crop.Decode(jpeg, header, scale, channels, box, &part, &in);
+  if (!st.ok()) return st.ToString();
+  if (part.channels != channels) return "channels";
+  if (in.x < 0 || in.y < 0 || in.x + in.width > part.width || in.y + in.height > part.height)
+    return fmt::format("box {},{} {}x{} outside the decoded {}x{}", in.x, in.y, in.width,
+                       in.height, part.width, part.height);
+  for (int y = 0; y < box.height; ++y) {
+    const uint8_t* a = full.data() + (size_t(box.y + y) * full.width + box.x) * channels;
+    const uint8_t* b = part.data() + (size_t(in.y + y) * part.width + in.x) * channels;
+    if (!std::equal(a, a + size_t(box.width) * channels, b)) return fmt::format("row {} differs", y);
+  }
+  return "";
+}
+
 std::vector<uint8_t> Encode(const Kind& k, int w, int h) {
   testing::Image photo = testing::Photo(w, h);
   testing::Image img{w, h, k.channels, std::vector<uint8_t>(size_t(w) * h * k.channels)};
@@ -49,7 +84,13 @@ std::vector<CropBox> Boxes(int w, int h, uint64_t seed) {
   std::vector<CropBox> boxes = {{0, 0, std::max(1, w / 3), std::max(1, h / 3)},
                                 {w - std::max(1, w / 4), h - std::max(1, h / 5), w / 4, h / 5},
                                 {0, h / 2, w, 1},
-                                {w - 1, 0, 1, h}};
+                                {w - 1, 0, 1, h},
+                                // Narrow boxes at the left edge and on iMCU columns: a region
+                                // of under 3 chroma samples is upsampled by another filter.
+                                {0, 0, 1, 2},
+                                {0, 1, 2, h - 1},
+                                {std::min(w - 1, 16), 0, 1, h},
+                                {std::min(w - 1, 31), 2, 1, 3}};
   // Edges on and next to iMCU boundaries (16 pixels at most): where a region without
   // context would be upsampled as an image edge.
   for (int edge : {16, 17, 33}) {
@@ -109,7 +150,214 @@ TEST(CropDecodeTest, BoxPixelsEqualTheFullDecodeForEveryKindSizeAndScale) {
       }
     }
   }
-  EXPECT_GE(compared, 7 * 4 * 4 * 2 * 10);
+  EXPECT_GE(compared, 7 * 4 * 4 * 2 * 14);
+}
+
+TEST(CropDecodeTest, NarrowBoxesOfNoisyChromaEqualTheFullDecode) {
+  // Every box 1 to 3 columns wide, at every column, of small images whose colour changes
+  // from pixel to pixel (the smooth test photo hides upsampling differences): libjpeg-turbo
+  // upsamples a component of 2 or fewer samples per row without its smoothing filter, so a
+  // decoded region that narrow differs from the full decode (fuzz_image found it).
+  auto full_decoder = ImageDecoder::Create();
+  auto crop = JpegCropDecoder::Create();
+  ASSERT_TRUE(full_decoder.ok() && crop.ok());
+  int compared = 0;
+  for (int subsamp : {TJSAMP_420, TJSAMP_422, TJSAMP_411}) {
+    for (const auto& size : {std::pair{16, 12}, {37, 21}}) {
+      const int w = size.first, h = size.second;
+      testing::Image img{w, h, 3, std::vector<uint8_t>(size_t(w) * h * 3)};
+      for (size_t i = 0; i < img.pixels.size(); ++i)
+        img.pixels[i] = static_cast<uint8_t>(Mix64(HashCombine(uint64_t(subsamp), i)));
+      const auto jpeg = testing::EncodeJpeg(img, 95, subsamp);
+      auto header = full_decoder->ReadHeader(jpeg, 1 << 30);
+      ASSERT_TRUE(header.ok());
+      for (int scale : kScaleNums) {
+        DecodedImage full;
+        ASSERT_TRUE(full_decoder->Decode(jpeg, *header, scale, 3, &full).ok());
+        for (int x = 0; x < full.width; ++x) {
+          for (int bw = 1; bw <= 3 && x + bw <= full.width; ++bw) {
+            const CropBox box{x, 0, bw, std::min(full.height, 3)};
+            ASSERT_EQ(CompareBox(*crop, jpeg, *header, scale, 3, full, box), "")
+                << "subsampling " << subsamp << ", " << w << "x" << h << " scale " << scale
+                << ", box " << box.x << "," << box.y << " " << box.width << "x" << box.height;
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(compared, 300);
+}
+
+TEST(CropDecodeTest, RestartMarkersKeepEveryPixelAtEveryScale) {
+  // The files the restart tests use are the plain files' pixels, so that a difference in
+  // the crop decoder's box is the crop decoder's.
+  auto decoder = ImageDecoder::Create();
+  ASSERT_TRUE(decoder.ok());
+  for (const Kind& kind : kKinds) {
+    if (kind.progressive) continue;
+    for (const auto& size : {std::pair{173, 131}, {33, 200}, {8, 8}}) {
+      const auto plain = Encode(kind, size.first, size.second);
+      const auto marked = EncodeWithRestarts(kind, size.first, size.second);
+      auto header = decoder->ReadHeader(marked, 1 << 30);
+      ASSERT_TRUE(header.ok()) << kind.name;
+      for (int scale : kScaleNums) {
+        for (int channels : {3, 1}) {
+          DecodedImage a, b;
+          ASSERT_TRUE(decoder->Decode(plain, *header, scale, channels, &a).ok());
+          ASSERT_TRUE(decoder->Decode(marked, *header, scale, channels, &b).ok());
+          ASSERT_EQ(a.width * a.height, b.width * b.height);
+          EXPECT_TRUE(std::equal(a.data(), a.data() + size_t(a.width) * a.height * channels, b.data()))
+              << kind.name << " " << size.first << "x" << size.second << " scale " << scale;
+        }
+      }
+    }
+  }
+}
+
+TEST(CropDecodeTest, RestartMarkedFilesGiveTheFullDecodesBoxOnEveryRowBoundary) {
+  // Tall images, so that boxes start in every restart interval (the marker numbers wrap
+  // at 8, so the renumbering is exercised with every offset), a box starting on, just
+  // before and just after every iMCU row boundary, at every scale, RGB and gray output.
+  auto full_decoder = ImageDecoder::Create();
+  auto crop = JpegCropDecoder::Create();
+  ASSERT_TRUE(full_decoder.ok() && crop.ok());
+  int compared = 0;
+  for (const Kind& kind : kKinds) {
+    if (kind.progressive) continue;
+    for (const auto& size : {std::pair{150, 333}, {41, 290}}) {
+      const auto jpeg = EncodeWithRestarts(kind, size.first, size.second);
+      auto header = full_decoder->ReadHeader(jpeg, 1 << 30);
+      ASSERT_TRUE(header.ok()) << kind.name;
+      for (int scale : kScaleNums) {
+        for (int channels : {3, 1}) {
+          DecodedImage full;
+          ASSERT_TRUE(full_decoder->Decode(jpeg, *header, scale, channels, &full).ok());
+          // Every boundary of 8-row blocks at this scale (MCU rows are 8 or 16 rows high).
+          for (int boundary = 0; boundary < full.height; boundary += scale) {
+            for (int dy : {-1, 0, 1}) {
+              const int top = boundary + dy;
+              if (top < 0 || top >= full.height) continue;
+              const int x = (top * 7) % std::max(1, full.width / 2);
+              const CropBox box{x, top, std::max(1, full.width / 3),
+                                std::max(1, std::min(full.height - top, 3 + top % 23))};
+              const std::string diff = CompareBox(*crop, jpeg, *header, scale, channels, full, box);
+              ASSERT_EQ(diff, "") << kind.name << " " << size.first << "x" << size.second
+                                  << " scale " << scale << ", " << channels << " channels, box "
+                                  << box.x << "," << box.y << " " << box.width << "x" << box.height;
+              ++compared;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(compared, 5000);
+}
+
+// The offsets just after each restart marker of `jpeg`'s scan (the start of intervals 1, 2, ...).
+std::vector<size_t> IntervalStarts(const std::vector<uint8_t>& jpeg) {
+  std::vector<size_t> starts;
+  size_t i = 2;
+  while (i + 1 < jpeg.size() && !(jpeg[i] == 0xff && jpeg[i + 1] == 0xda)) ++i;  // SOS
+  for (; i + 1 < jpeg.size(); ++i)
+    if (jpeg[i] == 0xff && jpeg[i + 1] >= 0xd0 && jpeg[i + 1] <= 0xd7) starts.push_back(i + 2);
+  return starts;
+}
+
+TEST(CropDecodeTest, RestartMarkedFilesAreEnteredAboveTheBox) {
+  // Damage in the first rows' intervals: the box far below them decodes as from the good
+  // file (those intervals are never read), while the same damage in a file without markers,
+  // and the damaged file's full decode, fail. This is how the test sees that the decoder
+  // started at the box's interval.
+  const Kind& kind = kKinds[0];
+  const auto good = EncodeWithRestarts(kind, 160, 320);  // 20 MCU rows of 16
+  auto full_decoder = ImageDecoder::Create();
+  auto crop = JpegCropDecoder::Create();
+  auto header = full_decoder->ReadHeader(good, 1 << 30);
+  ASSERT_TRUE(header.ok());
+  const auto starts = IntervalStarts(good);
+  ASSERT_EQ(starts.size(), 19u);
+  auto damaged = good;
+  // Intervals 1 and 2: data bytes changed to 0x12, never making or breaking a marker.
+  for (size_t i = starts[0] + 4; i + 4 < starts[2]; i += 5)
+    if (damaged[i] != 0xff && damaged[i - 1] != 0xff) damaged[i] = 0x12;
+  DecodedImage full;
+  ASSERT_TRUE(full_decoder->Decode(good, *header, 8, 3, &full).ok());
+  DecodedImage damaged_full;
+  EXPECT_FALSE(full_decoder->Decode(damaged, *header, 8, 3, &damaged_full).ok())
+      << "the damage must be visible to a full decode for this test to mean anything";
+  const CropBox below{10, 16 * 10 + 3, 100, 40};  // iMCU row 10: entered at interval 9
+  EXPECT_EQ(CompareBox(*crop, damaged, *header, 8, 3, full, below), "");
+  const CropBox inside{10, 16 * 2 + 3, 100, 40};  // iMCU row 2: reads the damage
+  EXPECT_NE(CompareBox(*crop, damaged, *header, 8, 3, full, inside).find("jpeg decode failed"),
+            std::string::npos);
+  // A restart marker with the wrong number, above the box: found while looking for the
+  // box's interval, so the decoder reads the file from the top and fails as a full decode.
+  auto renumbered = good;
+  renumbered[starts[4] - 1] = 0xd0 + ((renumbered[starts[4] - 1] - 0xd0 + 3) & 7);
+  EXPECT_FALSE(full_decoder->Decode(renumbered, *header, 8, 3, &damaged_full).ok());
+  EXPECT_NE(CompareBox(*crop, renumbered, *header, 8, 3, full, below).find("jpeg decode failed"),
+            std::string::npos);
+  // ... and one inside the box's rows: a warning, so an error, after the renumbering too.
+  renumbered = good;
+  renumbered[starts[10] - 1] = 0xd0 + ((renumbered[starts[10] - 1] - 0xd0 + 1) & 7);
+  EXPECT_NE(CompareBox(*crop, renumbered, *header, 8, 3, full, below).find("jpeg decode failed"),
+            std::string::npos);
+  // The decoder is as new after every error.
+  EXPECT_EQ(CompareBox(*crop, good, *header, 8, 3, full, below), "");
+  EXPECT_EQ(CompareBox(*crop, good, *header, 8, 3, full, inside), "");
+}
+
+// `jpeg` without its segments of marker `marker` (0xdb: DQT, 0xc4: DHT) before the scan.
+std::vector<uint8_t> WithoutSegments(const std::vector<uint8_t>& jpeg, uint8_t marker) {
+  std::vector<uint8_t> out(jpeg.begin(), jpeg.begin() + 2);
+  size_t p = 2;
+  while (p + 4 <= jpeg.size() && jpeg[p] == 0xff && jpeg[p + 1] != 0xda) {
+    const size_t length = size_t(jpeg[p + 2]) << 8 | jpeg[p + 3];
+    if (jpeg[p + 1] != marker) out.insert(out.end(), jpeg.begin() + p, jpeg.begin() + p + 2 + length);
+    p += 2 + length;
+  }
+  out.insert(out.end(), jpeg.begin() + p, jpeg.end());
+  return out;
+}
+
+TEST(CropDecodeTest, ImagesDoNotInheritTablesFromTheImagesBefore) {
+  // libjpeg keeps tables in their slots from one image to the next on the same decoder. A
+  // file without its DQT must fail in every worker, whatever that worker decoded before,
+  // and a file without its DHT (a Motion-JPEG frame) must use the standard tables, not the
+  // previous image's optimised ones (fuzz_image found both decoders doing so).
+  const Kind& kind = kKinds[0];
+  const auto previous = testing::AddRestartMarkers(Encode(kind, 96, 64));  // optimised DHT
+  const auto plain = Encode(kind, 96, 64);  // the standard Huffman tables
+  ASSERT_FALSE(previous.empty());
+  const auto no_dqt = WithoutSegments(plain, 0xdb);
+  const auto no_dht = WithoutSegments(plain, 0xc4);
+  ASSERT_LT(no_dqt.size(), plain.size());
+  ASSERT_LT(no_dht.size(), plain.size());
+  for (bool after_previous : {false, true}) {
+    auto full = ImageDecoder::Create();
+    auto crop = JpegCropDecoder::Create();
+    ASSERT_TRUE(full.ok() && crop.ok());
+    auto header = full->ReadHeader(plain, 1 << 30);
+    ASSERT_TRUE(header.ok());
+    DecodedImage want, got;
+    CropBox in;
+    const CropBox box{8, 40, 60, 20};
+    ASSERT_TRUE(full->Decode(plain, *header, 8, 3, &want).ok());
+    if (after_previous) {
+      ASSERT_TRUE(full->Decode(previous, *header, 8, 3, &got).ok());
+      ASSERT_TRUE(crop->Decode(previous, *header, 8, 3, box, &got, &in).ok());
+    }
+    const char* when = after_previous ? "after another image" : "first";
+    Status st = full->Decode(no_dqt, *header, 8, 3, &got);
+    EXPECT_EQ(st.code(), StatusCode::kCorruptData) << when << ": " << st.ToString();
+    st = crop->Decode(no_dqt, *header, 8, 3, box, &got, &in);
+    EXPECT_EQ(st.code(), StatusCode::kCorruptData) << when << ": " << st.ToString();
+    ASSERT_TRUE(full->Decode(no_dht, *header, 8, 3, &got).ok()) << when;
+    EXPECT_EQ(got.pixels, want.pixels) << when;
+    EXPECT_EQ(CompareBox(*crop, no_dht, *header, 8, 3, want, box), "") << when;
+  }
 }
 
 TEST(CropDecodeTest, DecodesLessThanTheWholeImage) {
@@ -165,9 +413,11 @@ TEST(CropDecodeTest, CorruptDataInsideTheBoxIsAnErrorAndTheDecoderStaysUsable) {
 
 TEST(CropDecodeTest, PipelineOutputIsTheSameWithCropDecodeOnAndOff) {
   std::vector<std::vector<uint8_t>> images;
-  for (int i = 0; i < 14; ++i) {
+  for (int i = 0; i < 21; ++i) {  // the last 7: with restart markers at every MCU row
     const Kind& k = kKinds[i % 7];
-    images.push_back(Encode(k, 150 + 37 * (i % 4), 97 + 51 * (i % 3)));
+    images.push_back(i < 14 ? Encode(k, 150 + 37 * (i % 4), 97 + 51 * (i % 3))
+                            : k.progressive ? Encode(k, 150, 240 + 51 * (i % 3))
+                                            : EncodeWithRestarts(k, 150 + 37 * (i % 4), 240 + 51 * (i % 3)));
   }
   for (const char* crop : {"random", "center"}) {
     std::vector<std::vector<uint8_t>> outputs;
