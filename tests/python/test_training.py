@@ -2,7 +2,8 @@
 """Real PyTorch training from Batchcast streams: two trainer processes on one producer,
 every sample exactly once per epoch with the right pixels and labels. The streams are the
 first samples of the files (limit_samples), enough for the model to learn well above chance
-(10%) on the full 10000-image test set."""
+(10%) on the full 10000-image test set. Both streams are in a seeded order (the leader's seed,
+the DataLoader's generator), so each trainer's accuracy is the same number in every run."""
 from conftest import finish, read_address, spawn
 
 
