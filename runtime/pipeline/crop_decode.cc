@@ -82,9 +82,9 @@ int RowsPerRestartInterval(const jpeg_decompress_struct& ci) {
   return int(long(ci.restart_interval) / per_row);
 }
 
-// Where the restart interval that starts at MCU row `first_row` begins: the offset just
-// after the restart marker that ends the interval before it, found by walking the
-// entropy-coded data from `scan` (the byte after the SOS segment). -1 when a marker other
+// Where restart interval number `interval` (counting from 0) begins: the offset just after
+// the restart marker that ends the interval before it, found by walking the entropy-coded
+// data from `scan` (the byte after the SOS segment). -1 when a marker other
 // than the expected restart marker, or the end of the data, comes first (a damaged file:
 // the whole-file path then reports it as a full decode would).
 ptrdiff_t IntervalStart(std::span<const uint8_t> bytes, size_t scan, int interval) {
@@ -174,8 +174,8 @@ Status JpegCropDecoder::Decode(std::span<const uint8_t> bytes, const ImageHeader
   jpeg_read_header(&ci, TRUE);
   ci.scale_num = static_cast<unsigned int>(scale_num);
   ci.scale_denom = kScaleDenom;
-  // A file with restart markers at MCU-row boundaries (data/jpeg_restart.h) is decoded
-  // from the restart interval above the box's rows: `skipped` output rows are never read.
+  // A file with restart markers at MCU-row boundaries is decoded from the restart interval
+  // above the box's rows (StartAtInterval): `skipped` output rows are never read.
   const int skipped = StartAtInterval(bytes, box.y);
   ci.scale_num = static_cast<unsigned int>(scale_num);  // jpeg_read_header reset them
   ci.scale_denom = kScaleDenom;

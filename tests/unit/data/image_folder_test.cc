@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
 
 #include "data/convert.h"
 #include "data/dataset_reader.h"
@@ -166,6 +167,34 @@ TEST(ImageFolderTest, SkipBadSkipsAndReportsCorruptAndEmptyFiles) {
   auto r = DatasetReader::Open(o.out_path);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ((*r)->info().num_samples, 4);
+}
+
+TEST(ImageFolderTest, ADamagedJpegCostsOnlyItselfUnderSkipBad) {
+  // One JPEG with an unsupported marker in its header, sorted before twenty good ones, on
+  // one converter thread: only it is skipped, and every good file is stored byte for byte
+  // (a per-thread decompressor used to report the bad marker again for every later file).
+  TempDir dir;
+  const auto good = *EncodeJpeg(Pattern(40, 30, 3), 40, 30, 3, 90);
+  std::vector<uint8_t> bad(good.begin(), good.begin() + 2);
+  bad.insert(bad.end(), {0xff, 0x8a, 0x00, 0x04, 0x00, 0x00});
+  bad.insert(bad.end(), good.begin() + 2, good.end());
+  WriteBytes(dir / "root/cat/a00-bad.jpg", bad);
+  for (int i = 1; i <= 20; ++i) WriteBytes(dir / ((i < 10 ? "root/cat/a0" : "root/cat/a") + std::to_string(i) + ".jpg"), good);
+  ImageFolderConvertOptions o{.root = dir / "root", .out_path = dir / "out.h5", .threads = 1,
+                              .skip_bad = true};
+  auto rep = ConvertImageFolder(o, nullptr);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  ASSERT_EQ(rep->skipped.size(), 1u);
+  EXPECT_NE(rep->skipped[0].find("a00-bad.jpg"), std::string::npos) << rep->skipped[0];
+  EXPECT_EQ(rep->samples, 20);
+  auto r = DatasetReader::Open(o.out_path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ((*r)->info().num_samples, 20);
+  for (int64_t i = 0; i < 20; ++i) {
+    std::vector<uint8_t> bytes;
+    ASSERT_TRUE((*r)->ReadSample(i, &bytes).ok());
+    EXPECT_EQ(bytes, good) << "sample " << i;
+  }
 }
 
 TEST(ImageFolderTest, MissingOrEmptyRootIsAnError) {

@@ -86,6 +86,27 @@ TEST(ImageProbeTest, JpegWithBrokenHeaderIsCorrupt) {
   EXPECT_EQ(hdr.status().code(), StatusCode::kCorruptData);
 }
 
+TEST(ImageProbeTest, ABadHeaderDoesNotSpoilTheGoodImagesAfterIt) {
+  // The converters probe every file on a per-thread decompressor. libjpeg-turbo 2.1 leaves a
+  // bad marker unread after an error and reports it again for the next image: one damaged
+  // JPEG made every later good one on that thread "bad" (dropped under --skip-bad).
+  auto good = EncodeJpeg(Gradient(40, 30, 3), 40, 30, 3, 85);
+  ASSERT_TRUE(good.ok());
+  std::vector<uint8_t> unknown_marker(good->begin(), good->begin() + 2);  // SOI, then 0xff8a
+  unknown_marker.insert(unknown_marker.end(), {0xff, 0x8a, 0x00, 0x04, 0x00, 0x00});
+  unknown_marker.insert(unknown_marker.end(), good->begin() + 2, good->end());
+  std::vector<uint8_t> garbage_after_soi = {0xff, 0xd8, 0xff, 0x00, 0x12, 0xff, 0xd9};
+  for (const auto& bad : {unknown_marker, garbage_after_soi}) {
+    EXPECT_EQ(ProbeImage(bad).status().code(), StatusCode::kCorruptData);
+    for (int i = 0; i < 3; ++i) {
+      auto hdr = ProbeImage(*good);
+      ASSERT_TRUE(hdr.ok()) << "good image " << i << " after a bad one: " << hdr.status().ToString();
+      EXPECT_EQ(hdr->width, 40);
+      EXPECT_EQ(hdr->height, 30);
+    }
+  }
+}
+
 TEST(ImageEncodeTest, RejectsWrongPixelCount) {
   std::vector<uint8_t> px(10);
   EXPECT_FALSE(EncodePng(px, 4, 4, 1).ok());
