@@ -7,11 +7,17 @@
 // a pipeline worker reuses it across samples, so state left behind by a bad image shows up.
 // A JPEG is also crop-decoded (pipeline::JpegCropDecoder, which enters a file with restart
 // markers at every MCU row at the box's interval) on a box the input's last bytes pick:
-// where the full decode succeeds too, the crop decoder's box must hold its pixels.
+// where the full decode succeeds too, the crop decoder's box must hold its pixels. After
+// every input a canary (a small JPEG without its Huffman tables, which libjpeg then takes
+// from the standard ones) is probed and decoded by the same decoders and must come out as it
+// did in a fresh process: state an input leaves behind (a table, an unread marker) shows up.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
+
+#include <turbojpeg.h>
 
 #include "data/image_probe.h"
 #include "fuzz_util.h"
@@ -46,11 +52,70 @@ bool SameBox(const batchcast::pipeline::DecodedImage& full, const batchcast::pip
   return true;
 }
 
+// The canary: a 48x32 4:2:0 JPEG with its DHT segments taken out.
+std::vector<uint8_t> MakeCanary() {
+  constexpr int w = 48, h = 32;
+  std::vector<uint8_t> px(size_t(w) * h * 3);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>((i * 37) ^ (i >> 4));
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;  // NOLINT(runtime/int): TurboJPEG's type
+  batchcast::fuzz::Check(tjCompress2(tj, px.data(), w, 0, h, TJPF_RGB, &buf, &size, TJSAMP_420, 80, 0) == 0,
+                         "canary: encode");
+  std::vector<uint8_t> jpeg(buf, buf + size), out(buf, buf + 2);
+  tjFree(buf);
+  tjDestroy(tj);
+  size_t p = 2;
+  while (p + 4 <= jpeg.size() && jpeg[p] == 0xff && jpeg[p + 1] != 0xda) {
+    const size_t length = size_t(jpeg[p + 2]) << 8 | jpeg[p + 3];
+    if (jpeg[p + 1] != 0xc4) out.insert(out.end(), jpeg.begin() + p, jpeg.begin() + p + 2 + length);
+    p += 2 + length;
+  }
+  out.insert(out.end(), jpeg.begin() + p, jpeg.end());
+  return out;
+}
+
+// Probes and decodes the canary with the shared decoders; its pixels (whole, then the box
+// 5,9 20x14 crop-decoded).
+std::vector<uint8_t> DecodeCanary(const std::vector<uint8_t>& canary,
+                                  batchcast::pipeline::ImageDecoder& full,
+                                  batchcast::pipeline::JpegCropDecoder& crop) {
+  using namespace batchcast;
+  auto probed = data::ProbeImage(canary);
+  fuzz::Check(probed.ok() && probed->width == 48 && probed->height == 32, "canary: probe");
+  auto header = full.ReadHeader(canary, kMaxPixels);
+  fuzz::Check(header.ok(), "canary: header");
+  pipeline::DecodedImage image, part;
+  fuzz::Check(full.Decode(canary, *header, 8, 3, &image).ok(), "canary: decode");
+  pipeline::CropBox in;
+  const pipeline::CropBox box{5, 9, 20, 14};
+  fuzz::Check(crop.Decode(canary, *header, 8, 3, box, &part, &in).ok(), "canary: crop decode");
+  std::vector<uint8_t> pixels(image.data(), image.data() + image.stride() * size_t(image.height));
+  for (int y = 0; y < box.height; ++y) {
+    const uint8_t* row = part.data() + (size_t(in.y + y) * part.width + in.x) * 3;
+    pixels.insert(pixels.end(), row, row + size_t(box.width) * 3);
+  }
+  return pixels;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace batchcast;
   std::span<const uint8_t> bytes(data, size);
+  static const std::vector<uint8_t> canary = MakeCanary();
+  static const std::vector<uint8_t> canary_pixels = [] {
+    auto full = pipeline::ImageDecoder::Create();
+    auto crop = pipeline::JpegCropDecoder::Create();
+    fuzz::Check(full.ok() && crop.ok(), "canary: decoders");
+    return DecodeCanary(canary, *full, *crop);
+  }();
+  struct CanaryCheck {  // after the input, whichever way this function returns
+    ~CanaryCheck() {
+      fuzz::Check(DecodeCanary(canary, Decoder(), CropDecoder()) == canary_pixels,
+                  "canary: decoded as in a fresh process after the input");
+    }
+  } canary_check;
 
   auto probed = data::ProbeImage(bytes);
   if (probed.ok()) {
