@@ -155,14 +155,15 @@ TEST(CropDecodeTest, BoxPixelsEqualTheFullDecodeForEveryKindSizeAndScale) {
 
 TEST(CropDecodeTest, NarrowBoxesOfNoisyChromaEqualTheFullDecode) {
   // Every box 1 to 3 columns wide, at every column, of small images whose colour changes
-  // from pixel to pixel (the smooth test photo hides upsampling differences): libjpeg-turbo
+  // from pixel to pixel (the smooth test photo hides upsampling differences), for 4:2:0,
+  // 4:2:2, 4:1:1 and 4:4:0 (vertical only) subsampling: libjpeg-turbo
   // upsamples a component of 2 or fewer samples per row without its smoothing filter, so a
   // decoded region that narrow differs from the full decode (fuzz_image found it).
   auto full_decoder = ImageDecoder::Create();
   auto crop = JpegCropDecoder::Create();
   ASSERT_TRUE(full_decoder.ok() && crop.ok());
   int compared = 0;
-  for (int subsamp : {TJSAMP_420, TJSAMP_422, TJSAMP_411}) {
+  for (int subsamp : {TJSAMP_420, TJSAMP_422, TJSAMP_411, TJSAMP_440}) {
     for (const auto& size : {std::pair{16, 12}, {37, 21}}) {
       const int w = size.first, h = size.second;
       testing::Image img{w, h, 3, std::vector<uint8_t>(size_t(w) * h * 3)};
