@@ -14,7 +14,7 @@
 //   crop floor       the 224 chain's boxes crop-decoded at 1/8 (CropFloor): the entropy
 //                    floor of the crop-decoding chains (entropy_floor_crop_ratio_cpu)
 //   restart markers  the same set re-coded losslessly with a restart marker at every MCU row
-//                    (as some cameras write files; tests/unit/pipeline/restart_markers.h),
+//                    (as some cameras write files; tests/unit/pipeline/jpeg_rewrite.h),
 //                    which the crop decoder enters at the box's interval: the 224 and 112
 //                    chains, the 224 full decode and the 1/8 decode on it (the *restart* keys)
 // The CPU-time rows (roi_decode_ratio, the half-size ratios, floors and gaps) are measured in
@@ -41,7 +41,7 @@
 #include "pipeline/sample_rng.h"
 #include "pipeline/worker_pool.h"
 #include "tests/unit/pipeline/memory_reader.h"
-#include "tests/unit/pipeline/restart_markers.h"
+#include "tests/unit/pipeline/jpeg_rewrite.h"
 
 namespace batchcast::bench {
 namespace {
@@ -428,6 +428,11 @@ Args ParseArgs(int argc, char** argv) {
       std::exit(2);
     }
   }
+  if (a.profile_restart && a.profile == 0) {
+    std::fprintf(stderr, "bench_decode: --profile-restart picks the set --profile SIZE runs on; "
+                         "give --profile SIZE too (a whole run measures both sets)\n");
+    std::exit(2);
+  }
   return a;
 }
 
@@ -460,6 +465,7 @@ int Main(int argc, char** argv) {
   const std::vector<std::vector<uint8_t>> set = ImageSet(a);
   auto reader = testing::MemoryReader::Encoded(set, "decode_set");
   reader->StoreChecksums();  // as converted files have them: verify=sample (default) checks
+  if (a.profile > 0 && !a.profile_restart) return Profile(a, reader);
   // The set with a restart marker at every MCU row (the same pixels).
   std::vector<std::vector<uint8_t>> restart_set;
   size_t plain_bytes = 0, restart_bytes = 0;
@@ -475,7 +481,7 @@ int Main(int argc, char** argv) {
   }
   auto restart_reader = testing::MemoryReader::Encoded(restart_set, "decode_set_restart");
   restart_reader->StoreChecksums();
-  if (a.profile > 0) return Profile(a, a.profile_restart ? restart_reader : reader);
+  if (a.profile > 0) return Profile(a, restart_reader);
   std::vector<Config> configs;
   configs.emplace_back("rrc224 dct 1 thread", 1, 224, true, reader, a.batch);
   configs.emplace_back(fmt::format("rrc224 dct {} threads", T), T, 224, true, reader, a.batch);
@@ -539,27 +545,30 @@ int Main(int argc, char** argv) {
   const auto& f112 = paired.cpu_rates(3);
   const auto& floor8 = paired.cpu_rates(4);
   const auto& crop8 = paired.cpu_rates(5);
-  table.Add("CPU: roi_decode_ratio cost224 / cost224 full decode", Summarize(Ratios(f224, c224, 1)), "target <= 0.80");
-  table.Add("CPU: half_res_cost_ratio cost112/cost224", Summarize(Ratios(c224, c112, 1)), "crop decoding");
+  // The rows both sets have: crop over full decode, half size, the 1/8 entropy floor, the gap
+  // and the cost per sample.
+  auto chain_rows = [&table](const std::string& p, const std::vector<double>& crop224,
+                             const std::vector<double>& crop112, const std::vector<double>& full224,
+                             const std::vector<double>& floor) {
+    table.Add(p + "roi_decode_ratio cost224 / cost224 full decode", Summarize(Ratios(full224, crop224, 1)), "target <= 0.80");
+    table.Add(p + "half_res_cost_ratio cost112/cost224", Summarize(Ratios(crop224, crop112, 1)), "crop decoding");
+    table.Add(p + "decode only at 1/8, cost / cost224", Summarize(Ratios(crop224, floor, 1)), "entropy floor");
+    table.Add(p + "gap half_res_cost_ratio - entropy floor", Summarize(Gaps(Ratios(crop224, crop112, 1), Ratios(crop224, floor, 1))), "target <= 0.15");
+    table.Add(p + "decode_ms_per_sample (rrc224 chain)", Summarize(Ratios(std::vector<double>(crop224.size(), 1000.0), crop224, 1)), "ms");
+  };
+  chain_rows("CPU: ", c224, c112, f224, floor8);
   table.Add("CPU: half_res_cost_ratio, full decode", Summarize(Ratios(f224, f112, 1)), "before crop decoding");
-  table.Add("CPU: decode only at 1/8, cost / cost224", Summarize(Ratios(c224, floor8, 1)), "entropy floor");
   table.Add("CPU: decode only at 1/8, cost / cost224 full decode", Summarize(Ratios(f224, floor8, 1)), "entropy floor before");
   table.Add("CPU: crop decode of the 224 box at 1/8, cost / cost224", Summarize(Ratios(c224, crop8, 1)), "crop entropy floor");
   table.Add("CPU: gap half_res_cost_ratio - crop entropy floor", Summarize(Gaps(Ratios(c224, c112, 1), Ratios(c224, crop8, 1))), "");
-  table.Add("CPU: gap half_res_cost_ratio - entropy floor", Summarize(Gaps(Ratios(c224, c112, 1), Ratios(c224, floor8, 1))), "target <= 0.15");
-  table.Add("CPU: decode_ms_per_sample (rrc224 chain)", Summarize(Ratios(std::vector<double>(c224.size(), 1000.0), c224, 1)), "ms");
-  // The set with restart markers at every MCU row (as `batchcast convert` stores it).
+  // The set with a restart marker at every MCU row, entered at the box's interval.
   const auto& rs224 = paired.cpu_rates(6);
   const auto& rs112 = paired.cpu_rates(7);
   const auto& rsf224 = paired.cpu_rates(8);
   const auto& rsfloor8 = paired.cpu_rates(9);
-  table.Add("CPU restart: roi_decode_ratio cost224 / cost224 full decode", Summarize(Ratios(rsf224, rs224, 1)), "entered at the box's interval");
+  chain_rows("CPU restart: ", rs224, rs112, rsf224, rsfloor8);
   table.Add("CPU restart: cost224 / cost224 crop decoding of the plain set", Summarize(Ratios(c224, rs224, 1)), "");
   table.Add("CPU restart: cost224 full decode / the plain set's", Summarize(Ratios(f224, rsf224, 1)), "what the markers cost a full decode");
-  table.Add("CPU restart: half_res_cost_ratio cost112/cost224", Summarize(Ratios(rs224, rs112, 1)), "");
-  table.Add("CPU restart: decode only at 1/8, cost / cost224", Summarize(Ratios(rs224, rsfloor8, 1)), "entropy floor");
-  table.Add("CPU restart: gap half_res_cost_ratio - entropy floor", Summarize(Gaps(Ratios(rs224, rs112, 1), Ratios(rs224, rsfloor8, 1))), "target <= 0.15");
-  table.Add("CPU restart: decode_ms_per_sample (rrc224 chain)", Summarize(Ratios(std::vector<double>(rs224.size(), 1000.0), rs224, 1)), "ms");
   table.Add("dct speedup at 224 (rate/naive rate)", Summarize(Ratios(r1, configs[3].rates(), 1)), "x");
   table.Add("verify cost (rate verify=off / rate verify=sample)",
             Summarize(Ratios(configs[5].rates(), r1, 1)), "target <= 1.02");

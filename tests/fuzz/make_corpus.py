@@ -60,7 +60,7 @@ def images(out):
     write(out, t, "gray.jpg", image("L", (8, 8), "JPEG"))
     write(out, t, "cmyk.jpg", image("CMYK", (8, 8), "JPEG"))
     write(out, t, "progressive.jpg", image("RGB", (24, 16), "JPEG", progressive=True))
-    # A restart marker at every MCU row (what `batchcast convert` stores): the crop decoder
+    # A restart marker at every MCU row (as some cameras write files): the crop decoder
     # enters such a file at the box's interval. jpegtran (libjpeg-turbo-progs) adds them.
     tall = image("RGB", (24, 80), "JPEG", quality=75)
     rst = subprocess.run(["jpegtran", "-restart", "1"], input=tall, capture_output=True,

@@ -4,7 +4,7 @@
 // inside the box is the same, for every kind of JPEG the pipeline meets (baseline 4:2:0,
 // 4:2:2, 4:4:4, gray, progressive, CMYK), odd sizes, every DCT scale, RGB and gray output,
 // boxes at the image's edges; and the pipeline's output bytes with crop_decode on and off.
-// The same for files with a restart marker at every MCU row (restart_markers.h), which the
+// The same for files with a restart marker at every MCU row (jpeg_rewrite.h), which the
 // crop decoder enters at the restart interval above the box: box rows on and next to every
 // iMCU row, damage in the intervals it skips, damaged restart markers.
 #include "pipeline/crop_decode.h"
@@ -17,7 +17,7 @@
 #include "core/random.h"
 #include "pipeline/pipeline.h"
 #include "tests/unit/pipeline/memory_reader.h"
-#include "tests/unit/pipeline/restart_markers.h"
+#include "tests/unit/pipeline/jpeg_rewrite.h"
 #include "tests/unit/pipeline/test_images.h"
 
 namespace batchcast::pipeline {
@@ -256,16 +256,6 @@ TEST(CropDecodeTest, RestartMarkedFilesGiveTheFullDecodesBoxOnEveryRowBoundary) 
   EXPECT_GE(compared, 5000);
 }
 
-// The offsets just after each restart marker of `jpeg`'s scan (the start of intervals 1, 2, ...).
-std::vector<size_t> IntervalStarts(const std::vector<uint8_t>& jpeg) {
-  std::vector<size_t> starts;
-  size_t i = 2;
-  while (i + 1 < jpeg.size() && !(jpeg[i] == 0xff && jpeg[i + 1] == 0xda)) ++i;  // SOS
-  for (; i + 1 < jpeg.size(); ++i)
-    if (jpeg[i] == 0xff && jpeg[i + 1] >= 0xd0 && jpeg[i + 1] <= 0xd7) starts.push_back(i + 2);
-  return starts;
-}
-
 TEST(CropDecodeTest, RestartMarkedFilesAreEnteredAboveTheBox) {
   // Damage in the first rows' intervals: the box far below them decodes as from the good
   // file (those intervals are never read), while the same damage in a file without markers,
@@ -277,7 +267,7 @@ TEST(CropDecodeTest, RestartMarkedFilesAreEnteredAboveTheBox) {
   auto crop = JpegCropDecoder::Create();
   auto header = full_decoder->ReadHeader(good, 1 << 30);
   ASSERT_TRUE(header.ok());
-  const auto starts = IntervalStarts(good);
+  const auto starts = testing::RestartIntervalStarts(good);
   ASSERT_EQ(starts.size(), 19u);
   auto damaged = good;
   // Intervals 1 and 2: data bytes changed to 0x12, never making or breaking a marker.
@@ -305,22 +295,17 @@ TEST(CropDecodeTest, RestartMarkedFilesAreEnteredAboveTheBox) {
   renumbered[starts[10] - 1] = 0xd0 + ((renumbered[starts[10] - 1] - 0xd0 + 1) & 7);
   EXPECT_NE(CompareBox(*crop, renumbered, *header, 8, 3, full, below).find("jpeg decode failed"),
             std::string::npos);
+  // Cut short inside the box's rows: an error, as in a full decode; cut short below them:
+  // the box, from its interval on (the rest is never read).
+  const std::vector<uint8_t> cut_in_box(good.begin(), good.begin() + starts[11]);
+  EXPECT_NE(CompareBox(*crop, cut_in_box, *header, 8, 3, full, below).find("jpeg decode failed"),
+            std::string::npos);
+  const std::vector<uint8_t> cut_below(good.begin(), good.begin() + starts[15]);
+  EXPECT_FALSE(full_decoder->Decode(cut_below, *header, 8, 3, &damaged_full).ok());
+  EXPECT_EQ(CompareBox(*crop, cut_below, *header, 8, 3, full, below), "");
   // The decoder is as new after every error.
   EXPECT_EQ(CompareBox(*crop, good, *header, 8, 3, full, below), "");
   EXPECT_EQ(CompareBox(*crop, good, *header, 8, 3, full, inside), "");
-}
-
-// `jpeg` without its segments of marker `marker` (0xdb: DQT, 0xc4: DHT) before the scan.
-std::vector<uint8_t> WithoutSegments(const std::vector<uint8_t>& jpeg, uint8_t marker) {
-  std::vector<uint8_t> out(jpeg.begin(), jpeg.begin() + 2);
-  size_t p = 2;
-  while (p + 4 <= jpeg.size() && jpeg[p] == 0xff && jpeg[p + 1] != 0xda) {
-    const size_t length = size_t(jpeg[p + 2]) << 8 | jpeg[p + 3];
-    if (jpeg[p + 1] != marker) out.insert(out.end(), jpeg.begin() + p, jpeg.begin() + p + 2 + length);
-    p += 2 + length;
-  }
-  out.insert(out.end(), jpeg.begin() + p, jpeg.end());
-  return out;
 }
 
 TEST(CropDecodeTest, ImagesDoNotInheritTablesFromTheImagesBefore) {
@@ -332,8 +317,8 @@ TEST(CropDecodeTest, ImagesDoNotInheritTablesFromTheImagesBefore) {
   const auto previous = testing::AddRestartMarkers(Encode(kind, 96, 64));  // optimised DHT
   const auto plain = Encode(kind, 96, 64);  // the standard Huffman tables
   ASSERT_FALSE(previous.empty());
-  const auto no_dqt = WithoutSegments(plain, 0xdb);
-  const auto no_dht = WithoutSegments(plain, 0xc4);
+  const auto no_dqt = testing::WithoutSegments(plain, 0xdb);
+  const auto no_dht = testing::WithoutSegments(plain, 0xc4);
   ASSERT_LT(no_dqt.size(), plain.size());
   ASSERT_LT(no_dht.size(), plain.size());
   for (bool after_previous : {false, true}) {
@@ -346,17 +331,24 @@ TEST(CropDecodeTest, ImagesDoNotInheritTablesFromTheImagesBefore) {
     CropBox in;
     const CropBox box{8, 40, 60, 20};
     ASSERT_TRUE(full->Decode(plain, *header, 8, 3, &want).ok());
-    if (after_previous) {
+    const char* when = after_previous ? "after another image" : "first";
+    // Each stripped file right after `previous`: its optimised DHT (and its DQT) in the slots.
+    auto prime = [&] {
+      if (!after_previous) return;
       ASSERT_TRUE(full->Decode(previous, *header, 8, 3, &got).ok());
       ASSERT_TRUE(crop->Decode(previous, *header, 8, 3, box, &got, &in).ok());
-    }
-    const char* when = after_previous ? "after another image" : "first";
+    };
+    prime();
     Status st = full->Decode(no_dqt, *header, 8, 3, &got);
     EXPECT_EQ(st.code(), StatusCode::kCorruptData) << when << ": " << st.ToString();
+    prime();
     st = crop->Decode(no_dqt, *header, 8, 3, box, &got, &in);
     EXPECT_EQ(st.code(), StatusCode::kCorruptData) << when << ": " << st.ToString();
-    ASSERT_TRUE(full->Decode(no_dht, *header, 8, 3, &got).ok()) << when;
+    prime();
+    st = full->Decode(no_dht, *header, 8, 3, &got);
+    ASSERT_TRUE(st.ok()) << when << ": " << st.ToString();
     EXPECT_EQ(got.pixels, want.pixels) << when;
+    prime();
     EXPECT_EQ(CompareBox(*crop, no_dht, *header, 8, 3, want, box), "") << when;
   }
 }

@@ -1,12 +1,15 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// Test and benchmark helper: a JPEG re-coded losslessly with a restart marker at every MCU
-// row (the libjpeg API's transcoder, as `jpegtran -restart 1` does): the quantised DCT
-// coefficients are copied, only the entropy coding is redone (optimal Huffman tables, one
-// interleaved scan), so every decoder gives the same pixels as from the original. Cameras and
-// some encoders write such files; the crop decoder enters them at the box's restart interval
+// Test, fuzz and benchmark helpers that rewrite JPEG files without decoding their pixels.
+// AddRestartMarkers: the file re-coded losslessly with a restart marker at every MCU row (the
+// libjpeg API's transcoder, as `jpegtran -restart 1` does): the quantised DCT coefficients are
+// copied, only the entropy coding is redone (optimal Huffman tables, one interleaved scan), so
+// every decoder gives the same pixels as from the original. Cameras and some encoders write
+// such files; the crop decoder enters them at the box's restart interval
 // (pipeline/crop_decode.h). Not part of the product: docs/pipeline.md, "Restart markers",
-// says why `batchcast convert` does not add them.
+// says why `batchcast convert` does not add them. WithoutSegments: the file without some of
+// its header segments (a DQT or DHT left out). RestartIntervalStarts: where each interval
+// after the first begins.
 #pragma once
 
 // jpeglib.h needs size_t and FILE declared first.
@@ -17,6 +20,7 @@
 #include <cstring>
 #include <jpeglib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -101,6 +105,30 @@ inline std::vector<uint8_t> AddRestartMarkers(std::span<const uint8_t> jpeg, std
   jpeg_finish_compress(&t.dst);
   jpeg_finish_decompress(&t.src);
   return std::vector<uint8_t>(t.out, t.out + t.out_size);
+}
+
+// `jpeg` without its header segments of marker `marker` (0xdb: DQT, 0xc4: DHT), up to the
+// first scan; the rest as it is.
+inline std::vector<uint8_t> WithoutSegments(std::span<const uint8_t> jpeg, uint8_t marker) {
+  std::vector<uint8_t> out(jpeg.begin(), jpeg.begin() + std::min<size_t>(2, jpeg.size()));
+  size_t p = 2;
+  while (p + 4 <= jpeg.size() && jpeg[p] == 0xff && jpeg[p + 1] != 0xda) {
+    const size_t end = std::min(jpeg.size(), p + 2 + (size_t(jpeg[p + 2]) << 8 | jpeg[p + 3]));
+    if (jpeg[p + 1] != marker) out.insert(out.end(), jpeg.begin() + p, jpeg.begin() + end);
+    p = end;
+  }
+  if (p < jpeg.size()) out.insert(out.end(), jpeg.begin() + p, jpeg.end());
+  return out;
+}
+
+// The offsets just after each restart marker of `jpeg`'s scan: where intervals 1, 2, ... begin.
+inline std::vector<size_t> RestartIntervalStarts(std::span<const uint8_t> jpeg) {
+  std::vector<size_t> starts;
+  size_t i = 2;
+  while (i + 1 < jpeg.size() && !(jpeg[i] == 0xff && jpeg[i + 1] == 0xda)) ++i;  // SOS
+  for (; i + 1 < jpeg.size(); ++i)
+    if (jpeg[i] == 0xff && jpeg[i + 1] >= 0xd0 && jpeg[i + 1] <= 0xd7) starts.push_back(i + 2);
+  return starts;
 }
 
 }  // namespace batchcast::testing
