@@ -204,8 +204,9 @@ build_torch_parts() {
   local version
   version=$(sed -n "s/^__version__ = '\(.*\)'/\1/p" "$T/version.py" 2>/dev/null | head -1)
   echo "torch $version at $T (C++11 ABI $abi)"
-  local cxx=${CXX:-g++} inc=(-I"$T/include" -I"$T/include/torch/csrc/api/include" -I"$BC_REPO"
-    -I"$BC_REPO/runtime" -I"$BC_REPO/runtime/include" -isystem "$BC_W/include" -isystem "$BC_W/include/hdf5"
+  # Our fmt (the archives' version) before torch's bundled one.
+  local cxx=${CXX:-g++} inc=(-I"$BC_W/include" -I"$T/include" -I"$T/include/torch/csrc/api/include"
+    -I"$BC_REPO" -I"$BC_REPO/runtime" -I"$BC_REPO/runtime/include" -isystem "$BC_W/include/hdf5"
     -isystem "$BC_W/include/mpi")
   local flags=(-std=c++20 -O1 -fPIC -D_GLIBCXX_USE_CXX11_ABI=$abi -DOMPI_SKIP_MPICXX=1 -w)
   local -A src=([model_stage]=$BC_REPO/runtime/stage/model_stage.cc

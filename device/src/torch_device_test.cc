@@ -11,7 +11,6 @@
 //     module BATCHCAST_STAGE_MODULE, the encoder BC_STAGE_ENCODER): two consumers find in
 //     every batch what the encoder gives on the CPU for its images, and the leader ran the
 //     stage once per producer batch.
-#include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -52,12 +51,14 @@ std::string RunChild(const std::string& address, int epochs) {
   if (!c.ok()) return "error=attach:" + c.status().message();
   auto gpu = GpuConsumer::Attach(**c, address, 0);
   if (!gpu.ok()) return "error=gpu:" + gpu.status().message();
-  auto stream = c10::cuda::getCurrentCUDAStream(0);
+  // torch's current stream is the legacy default stream unless a trainer sets another: the
+  // batch's ready wait goes there (nullptr), so torch's kernels are ordered after the copy.
+  void* stream = nullptr;
   int64_t batches = 0, not_aliased = 0, bad_bytes = 0, bad_sums = 0, wrong_device = 0;
   std::map<uint64_t, std::multiset<int64_t>> seen;
   DeviceBatch b;
   for (;;) {
-    Status st = (*gpu)->Next(stream.stream(), &b);
+    Status st = (*gpu)->Next(stream, &b);
     if (st.code() == StatusCode::kEndOfStream) break;
     if (!st.ok()) return "error=next:" + st.message();
     {  // the tensors (and their KeepAlive handles) go before the release
