@@ -124,7 +124,7 @@ run_item() {
 }
 
 # The LibTorch parts compile in the background from the start (they take the longest).
-( cd "$work" && timeout -k 5 300 bash -c "source '$repo/device/items.sh'; build_torch_parts" ) \
+( cd "$work" && timeout -k 5 "${BC_TORCH_BUILD_LIMIT:-300}" bash -c "source '$repo/device/items.sh'; build_torch_parts" ) \
   >"$work/logs/torch_build.log" 2>&1 &
 torch_pid=$!
 t_torch=$(date +%s)

@@ -139,7 +139,10 @@ fi
 rm -rf "$sim/out"/*
 echo "device_bundle_check: running device/run.sh in the stripped root ($(wc -l <"$root/.packages") Debian packages, Python $pyver)"
 set +e
-run_root /bin/bash -c "cd /repo && OUT=/out BC_DEVICE_WORK=/tmp/bc-device bash device/run.sh" \
+# 2 cores here, 16 there: the torch compiles get longer limits (the estimates stay the GPU
+# machine's; the device items skip anyway).
+run_root /bin/bash -c "cd /repo && OUT=/out BC_DEVICE_WORK=/tmp/bc-device BC_DEVICE_BUDGET=2400 \
+  BC_TORCH_BUILD_LIMIT=1500 bash device/run.sh" \
   | tee "$sim/run.log"
 rc=${PIPESTATUS[0]}
 set -e
