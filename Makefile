@@ -4,6 +4,8 @@
 #   make sanitize  the unit and service tests under ThreadSanitizer and ASan+UBSan (docs/testing.md)
 #   make fuzz    each libFuzzer target for FUZZ_SECONDS (default 600) (docs/testing.md)
 #   make test-repeat N=20 LABEL=mpi   a ctest label N times, failures per test (LOAD=1: one core busy)
+#   make device-bundle        the GPU proof bundle in device/bundle (docs/gpu.md)
+#   make device-bundle-check  that bundle run here in a stripped root (part of make test)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -26,7 +28,7 @@ LABEL ?= mpi
 LOAD ?= 0
 
 .PHONY: deps configure build demo test bench install clean soak sanitize tsan asan fuzz fuzz-ci \
-        test-repeat
+        test-repeat device-bundle device-bundle-check
 
 deps:
 	@bash scripts/deps.sh
@@ -50,8 +52,10 @@ demo: deps
 # Build output goes to $(BUILD)/sanitizer-builds.log, printed when a build fails.
 test: deps
 	@$(MAKE) --no-print-directory build
-	@SANITIZE_JOBS=$(SANITIZE_JOBS) FUZZ_CI_SECONDS=$(FUZZ_CI_SECONDS) \
-	  bash scripts/test_all.sh $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN) $(BUILD_FUZZ)
+	@status=0; SANITIZE_JOBS=$(SANITIZE_JOBS) FUZZ_CI_SECONDS=$(FUZZ_CI_SECONDS) \
+	  bash scripts/test_all.sh $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN) $(BUILD_FUZZ) || status=1; \
+	CHECK_TORCH=$(TEST_DEVICE_TORCH) $(MAKE) --no-print-directory device-bundle-check || status=1; \
+	exit $$status
 
 # Both sanitizers, each in its own build dir; the second runs even when the first fails.
 sanitize: deps
@@ -77,6 +81,19 @@ fuzz-ci:
 test-repeat: deps
 	@$(MAKE) --no-print-directory build
 	LOAD=$(LOAD) bash scripts/test_repeat.sh $(BUILD) $(LABEL) $(N)
+
+# The GPU proof (docs/gpu.md "Running the proof on the GPU machine"). device-bundle packs the
+# CUDA build's test and benchmark programs and everything they load that the GPU machine lacks
+# into device/bundle (ignored; the device tool carries it); device-bundle-check runs that bundle
+# here in a root stripped of what the GPU machine lacks (CPU items pass, device items skip).
+# make test runs the check without the torch 2.11 compiles (TEST_DEVICE_TORCH=1 adds them).
+TEST_DEVICE_TORCH ?= 0
+device-bundle: deps
+	@$(MAKE) --no-print-directory configure
+	JOBS=$(JOBS) bash scripts/device_bundle.sh $(BUILD)
+
+device-bundle-check: device-bundle
+	bash scripts/device_bundle_check.sh $(BUILD)
 
 bench: deps
 	@$(MAKE) --no-print-directory build

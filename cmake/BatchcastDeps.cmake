@@ -42,13 +42,18 @@ if(NOT BATCHCAST_CUDA STREQUAL "OFF")
     if(NOT DEFINED CMAKE_CUDA_STANDARD)
       set(CMAKE_CUDA_STANDARD 17)
     endif()
+    # The CUDA plane is loaded at run time (docs/gpu.md "One build for CPU and GPU nodes"):
+    # the CUDA runtime is linked statically (it opens the driver, libcuda.so.1, itself) and
+    # NCCL is dlopen'ed (transport/cuda/nccl_loader.cc), so only nccl.h is needed here and
+    # libbatchcast.so has no CUDA or NCCL load-time dependency.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
-    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
-    if(NCCL_LIBRARY)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    if(NCCL_INCLUDE_DIR)
       set(BATCHCAST_HAVE_CUDA ON)
     elseif(BATCHCAST_CUDA STREQUAL "ON")
-      message(FATAL_ERROR "BATCHCAST_CUDA=ON but NCCL was not found next to ${CUDAToolkit_LIBRARY_DIR}")
+      message(FATAL_ERROR "BATCHCAST_CUDA=ON but nccl.h was not found next to ${CUDAToolkit_INCLUDE_DIRS}")
     endif()
   elseif(BATCHCAST_CUDA STREQUAL "ON")
     message(FATAL_ERROR "BATCHCAST_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER)")

@@ -367,6 +367,8 @@ Result<std::unique_ptr<Runtime>> RuntimeAccess::CreateWithOwnConsumers(const Opt
     s->finalized = true;
     return st;
   }
+  // gpu=auto: one trainer's failed device-path check keeps the node on the host path.
+  if (s->gpu_plane && !s->gpu_plane->AgreeOnDevicePath()) s->gpu_consumer.reset();
   BC_MPI(MPI_Comm_split(s->world, s->trainer ? 0 : MPI_UNDEFINED, s->world_rank, &s->trainers),
          "MPI_Comm_split (trainers)");
   s->finalized = false;
