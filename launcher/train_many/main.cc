@@ -26,7 +26,7 @@
 #include "node/runtime_internal.h"
 #include "node/service.h"
 #include "node/task_telemetry.h"
-#include "transport/mpi/mpi_status.h"
+#include "core/mpi_status.h"
 
 namespace {
 
