@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/random.h"
@@ -199,25 +200,24 @@ Status ResolveShard(const Options& o, const shm::StreamHeader* h, uint32_t* worl
           "mode=shard for data-parallel training, or unset them", o.mode);
     return Status::Ok();
   }
-  auto from_env = [](const char* var, int given, int* out) -> Status {
+  auto from_env = [](env::Var var, int given, int* out) -> Status {
     if (given >= 0) {
       *out = given;
       return Status::Ok();
     }
-    const char* v = std::getenv(var);
-    char* end = nullptr;
-    const long x = v == nullptr ? -1 : std::strtol(v, &end, 10);
-    if (v == nullptr || *v == '\0' || *end != '\0' || x < 0 || x > (1L << 30))
+    auto x = env::GetInt(var, 0, 1 << 30);
+    if (!x.ok() || !x->has_value())
       return InvalidArgumentError(
           "mode=shard needs this consumer's rank and world size: set options 'rank' and "
           "'world_size', or RANK and WORLD_SIZE in the environment (torchrun and batchcast-run "
-          "set them); {} is {}", var, v == nullptr ? "not set" : fmt::format("'{}'", v));
-    *out = static_cast<int>(x);
+          "set them); {}", x.ok() ? fmt::format("{} is not set", env::Name(var))
+                                  : x.status().message());
+    *out = static_cast<int>(**x);
     return Status::Ok();
   };
   int w = 0, r = 0;
-  BC_RETURN_IF_ERROR(from_env("WORLD_SIZE", o.world_size > 0 ? o.world_size : -1, &w));
-  BC_RETURN_IF_ERROR(from_env("RANK", o.rank, &r));
+  BC_RETURN_IF_ERROR(from_env(env::Var::kWorldSize, o.world_size > 0 ? o.world_size : -1, &w));
+  BC_RETURN_IF_ERROR(from_env(env::Var::kRank, o.rank, &r));
   if (w < 1 || r >= w)
     return InvalidArgumentError("mode=shard: rank {} is not in a world of {} ranks", r, w);
   if (w > 1 && (o.carve_offset || o.carve_shuffle || (h != nullptr && h->resize_spec[0])))

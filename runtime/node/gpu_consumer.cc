@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "batchcast/gpu.h"
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "node/consumer_internal.h"
@@ -183,15 +184,15 @@ Result<std::unique_ptr<GpuConsumer>> AttachGpuFromEnvironment(Consumer& consumer
                                                                const Options& options) {
   if (options.gpu == "off")
     return FailedPreconditionError("gpu: option gpu=off; the trainer takes the host path");
-  const char* address = std::getenv("BATCHCAST_ADDRESS");
-  if (address == nullptr || *address == '\0')
+  const std::optional<std::string> address = env::LeaderAddress();
+  if (!address)
     return FailedPreconditionError(
         "gpu: BATCHCAST_ADDRESS is not set; start this trainer under batchcast-run "
         "(docs/launch.md), or call GpuConsumer::Attach with the leader's address");
   GpuPlacement placement;
   placement.trainers_per_gpu = options.trainers_per_gpu;
   BC_ASSIGN_OR_RETURN(int device, SelectGpu(placement));
-  return GpuConsumer::Attach(consumer, address, device);
+  return GpuConsumer::Attach(consumer, *address, device);
 }
 
 }  // namespace batchcast

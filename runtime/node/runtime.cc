@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/thread_name.h"
@@ -59,15 +61,7 @@ namespace {
 
 std::string JobId(const Options& o) {
   std::string id = o.job_id;
-  if (id.empty()) {
-    for (const char* var : {"SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
-      const char* v = std::getenv(var);
-      if (v != nullptr && *v != '\0') {
-        id = v;
-        break;
-      }
-    }
-  }
+  if (id.empty()) id = env::LauncherJobId();
   if (id.empty()) id = "pid" + std::to_string(getpid());
   for (auto& c : id)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';

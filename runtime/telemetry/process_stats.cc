@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
 
@@ -40,9 +41,11 @@ int64_t ProcessPeakRssBytes() {
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
+
 int PickGpuIndex(int requested, int local_rank) {
   if (requested >= 0) return requested;
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr && *v != '\0') {
+  if (const std::optional<std::string> devices = env::Get(env::Var::kCudaVisibleDevices)) {
+    const char* v = devices->c_str();
     char* end = nullptr;
     long first = std::strtol(v, &end, 10);
     if (end != v && (*end == '\0' || *end == ',') && first >= 0) return static_cast<int>(first);
