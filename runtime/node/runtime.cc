@@ -69,6 +69,18 @@ std::string JobId(const Options& o) {
   return id;
 }
 
+// The MPI job's answer to an error met by range-for iteration (Consumer::SetErrorHandler):
+// log it and abort the whole job at once, since the other ranks may wait on this one.
+std::function<void(const Status&)> FailJobOnIterationError(MPI_Comm world) {
+  return [world](const Status& st) {
+    BC_LOG(Error, Node, "consumer: {}", st.ToString());
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Abort(world, 1);
+    std::exit(1);
+  };
+}
+
 Status SplitNodes(internal::RuntimeState* s) {
   MPI_Comm world = s->world;
   if (s->options.ranks_per_node > 0) {
@@ -348,6 +360,7 @@ Result<std::unique_ptr<Runtime>> RuntimeAccess::CreateWithOwnConsumers(const Opt
     if (c.ok()) {
       s->consumer = std::move(c).value();
       internal::ConsumerAccess::SetCollector(*s->consumer, s->collector.get());
+      s->consumer->SetErrorHandler(FailJobOnIterationError(s->world));
       st = AttachGpuConsumer(s);
     }
   }
