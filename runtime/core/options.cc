@@ -13,12 +13,11 @@
 #include <functional>
 #include <set>
 
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/option_scope.h"
 #include "core/suggest.h"
-
-extern char** environ;
 
 namespace batchcast {
 namespace {
@@ -330,31 +329,20 @@ Status ApplyConfigFile(const std::string& path, Options* o) {
   return Status::Ok();
 }
 
-// Environment variables that are not options but are Batchcast's own.
-bool IsReservedEnv(const std::string& key) {
-  static const std::set<std::string> kReserved = {
-      "config", "debug", "debug_subsys", "debug_file", "socket", "test_keep_shm",
-      "address"};
-  return kReserved.count(key) != 0;
-}
-
 void ApplyEnvironment(Options* o, Status* error) {
-  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
-    std::string kv(*env);
-    if (kv.rfind("BATCHCAST_", 0) != 0) continue;
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = NormalizeKey(kv.substr(10, eq - 10));
-    if (IsReservedEnv(key)) continue;
+  for (const auto& [name, value] : env::Snapshot()) {
+    if (name.rfind("BATCHCAST_", 0) != 0) continue;
+    if (env::IsOwnVariable(name)) continue;  // Batchcast's own, not an option (environment.cc)
+    std::string key = NormalizeKey(name.substr(10));
     const Entry* e = Find(key);
     if (e == nullptr) {
       BC_LOG(Warn, Init, "ignoring unknown environment variable {} (not a Batchcast option)",
-             kv.substr(0, eq));
+             name);
       continue;
     }
-    Status s = Assign(*e, o, kv.substr(eq + 1));
+    Status s = Assign(*e, o, value);
     if (!s.ok()) {
-      *error = s.WithContext("environment variable " + kv.substr(0, eq));
+      *error = s.WithContext("environment variable " + name);
       return;
     }
     Record(o, key, "env");
@@ -384,7 +372,7 @@ Result<Options> ResolveOptions(const std::vector<std::string>& flags,
   // Split flags into (key, value) pairs first, so --config is known before anything else.
   std::vector<std::pair<std::string, std::string>> pairs;
   std::string config_path;
-  if (const char* c = std::getenv("BATCHCAST_CONFIG"); c != nullptr && *c != '\0') config_path = c;
+  if (std::optional<std::string> c = env::Get(env::Var::kConfig)) config_path = *c;
   for (size_t i = 0; i < flags.size(); ++i) {
     const std::string& w = flags[i];
     if (w == "--" && rest != nullptr) {  // the caller's own words, not looked at
@@ -578,6 +566,22 @@ Status CheckPublisherOptions(const Options& options, std::string_view front_door
         "{}: option '{}' (set {}) configures a native leader's decode pipeline or ring; {} "
         "publishes the batches your code makes and never reads it. {}",
         front_door, key, where, front_door, instead);
+  }
+  return Status::Ok();
+}
+
+// ---- The environment view's registry half (core/environment.h): one option from its
+// BATCHCAST_<KEY> variable, for code that runs without resolved Options.
+
+Status env::ApplyOption(std::string_view key, Options* options) {
+  const std::string k = NormalizeKey(std::string(key));
+  const Entry* e = Find(k);
+  if (e == nullptr) return UnknownKey(k, "code");
+  const std::string name = EnvName(k);
+  for (const auto& [var, value] : env::Snapshot()) {
+    if (var != name) continue;
+    BC_RETURN_IF_ERROR(Assign(*e, options, value).WithContext("environment variable " + name));
+    Record(options, k, "env");
   }
   return Status::Ok();
 }

@@ -27,16 +27,6 @@ int64_t RawChunkSamples(int64_t sample_bytes) {
                              layout::kRawChunkMaxSamples);
 }
 
-// Writes a 1-D dataset of `n` elements of `file_type` from `data` in `mem_type`.
-Status Write1D(hid_t file, const char* name, hid_t file_type, hid_t mem_type, const void* data,
-               hsize_t n, const std::string& path) {
-  H5Id space(H5Screate_simple(1, &n, nullptr));
-  H5Id ds(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  if (!ds.valid() || (n > 0 && H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
-    return Hdf5Error(StatusCode::kIoError, fmt::format("cannot write dataset '{}' in {}", name, path));
-  return Status::Ok();
-}
-
 Status SyncFile(const std::string& path) {
   int fd = RetryEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); });
   if (fd < 0) return ErrnoError(errno, "convert: cannot open {} to sync it", path);
@@ -417,29 +407,35 @@ Status DatasetWriter::WriteSmallDatasets() {
   std::lock_guard lock(Hdf5Lock());
   const hid_t f = file_->get();
   const hsize_t n = labels_.size();
-  BC_RETURN_IF_ERROR(Write1D(f, layout::kLabels, H5T_STD_I64LE, H5T_NATIVE_INT64, labels_.data(),
-                             n, partial_path_));
-  BC_RETURN_IF_ERROR(Write1D(f, layout::kWidths, H5T_STD_I32LE, H5T_NATIVE_INT32, widths_.data(),
-                             n, partial_path_));
-  BC_RETURN_IF_ERROR(Write1D(f, layout::kHeights, H5T_STD_I32LE, H5T_NATIVE_INT32,
-                             heights_.data(), n, partial_path_));
-  BC_RETURN_IF_ERROR(Write1D(f, layout::kChecksums, H5T_STD_U64LE, H5T_NATIVE_UINT64,
-                             checksums_.data(), n, partial_path_));
+  // The per-sample columns: name, stored type, memory type, values (n of them).
+  struct Column {
+    const char* name;
+    hid_t file_type, mem_type;
+    const void* data;
+  };
+  std::vector<Column> columns = {
+      {layout::kLabels, H5T_STD_I64LE, H5T_NATIVE_INT64, labels_.data()},
+      {layout::kWidths, H5T_STD_I32LE, H5T_NATIVE_INT32, widths_.data()},
+      {layout::kHeights, H5T_STD_I32LE, H5T_NATIVE_INT32, heights_.data()},
+      {layout::kChecksums, H5T_STD_U64LE, H5T_NATIVE_UINT64, checksums_.data()}};
+  if (spec_.kind == SampleKind::kPixels) {
+    columns.push_back({layout::kStoredWidths, H5T_STD_I32LE, H5T_NATIVE_INT32,
+                       stored_widths_.data()});
+    columns.push_back({layout::kStoredHeights, H5T_STD_I32LE, H5T_NATIVE_INT32,
+                       stored_heights_.data()});
+    columns.push_back({layout::kStoredChannels, H5T_STD_I32LE, H5T_NATIVE_INT32,
+                       stored_channels_.data()});
+  }
+  for (const Column& c : columns)
+    BC_RETURN_IF_ERROR(
+        WriteDataset1D(f, c.name, c.file_type, c.mem_type, c.data, n, partial_path_));
   H5Id str(H5Tcopy(H5T_C_S1));
   H5Tset_size(str.get(), H5T_VARIABLE);
   H5Tset_cset(str.get(), H5T_CSET_UTF8);
   std::vector<const char*> names;
   for (const auto& c : spec_.class_names) names.push_back(c.c_str());
-  BC_RETURN_IF_ERROR(Write1D(f, layout::kClassNames, str.get(), str.get(), names.data(),
-                             names.size(), partial_path_));
-  if (spec_.kind == SampleKind::kPixels) {
-    BC_RETURN_IF_ERROR(Write1D(f, layout::kStoredWidths, H5T_STD_I32LE, H5T_NATIVE_INT32,
-                               stored_widths_.data(), n, partial_path_));
-    BC_RETURN_IF_ERROR(Write1D(f, layout::kStoredHeights, H5T_STD_I32LE, H5T_NATIVE_INT32,
-                               stored_heights_.data(), n, partial_path_));
-    BC_RETURN_IF_ERROR(Write1D(f, layout::kStoredChannels, H5T_STD_I32LE, H5T_NATIVE_INT32,
-                               stored_channels_.data(), n, partial_path_));
-  }
+  BC_RETURN_IF_ERROR(WriteDataset1D(f, layout::kClassNames, str.get(), str.get(), names.data(),
+                                    names.size(), partial_path_));
   if (!spec_.store.empty())
     BC_RETURN_IF_ERROR(WriteStringAttribute(images_->get(), layout::kStoreAttr, spec_.store));
   std::string encoding = spec_.kind == SampleKind::kPixels ? layout::kPixelsEncoding : "raw";

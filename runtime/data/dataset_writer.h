@@ -20,9 +20,11 @@
 #include "data/dataset_reader.h"
 #include "data/image_probe.h"
 
-namespace batchcast::data {
+namespace batchcast {
+class H5Id;  // core/hdf5_util.h
+}  // namespace batchcast
 
-class H5Id;
+namespace batchcast::data {
 
 struct DatasetSpec {
   SampleKind kind = SampleKind::kEncoded;

@@ -14,7 +14,7 @@
 #include "transport/cuda/device_probe.h"
 #include "transport/cuda/nccl_broadcast.h"
 #include "transport/cuda/nccl_fanout.h"
-#include "transport/mpi/mpi_status.h"
+#include "core/mpi_status.h"
 
 namespace batchcast::gpu {
 namespace {

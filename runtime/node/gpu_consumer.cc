@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "batchcast/gpu.h"
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "gpu/gpu_check.h"
@@ -201,8 +202,8 @@ Result<std::unique_ptr<GpuConsumer>> AttachGpuFromEnvironment(Consumer& consumer
                                                                const Options& options) {
   if (options.gpu == "off")
     return FailedPreconditionError("gpu: option gpu=off; the trainer takes the host path");
-  const char* address = std::getenv("BATCHCAST_ADDRESS");
-  if (address == nullptr || *address == '\0')
+  const std::optional<std::string> address = env::LeaderAddress();
+  if (!address)
     return FailedPreconditionError(
         "gpu: BATCHCAST_ADDRESS is not set; start this trainer under batchcast-run "
         "(docs/launch.md), or call GpuConsumer::Attach with the leader's address");
@@ -211,7 +212,7 @@ Result<std::unique_ptr<GpuConsumer>> AttachGpuFromEnvironment(Consumer& consumer
   BC_ASSIGN_OR_RETURN(int device, SelectGpu(placement));
   BC_ASSIGN_OR_RETURN(gpu::GpuMode mode, gpu::ParseGpuMode(options.gpu));
   Status fallback;
-  BC_ASSIGN_OR_RETURN(auto gpu, AttachChecked(consumer, address, device, mode, &fallback));
+  BC_ASSIGN_OR_RETURN(auto gpu, AttachChecked(consumer, *address, device, mode, &fallback));
   if (gpu == nullptr)  // gpu=auto and the check failed (its one WARN is logged): host batches
     return Status(StatusCode::kUnavailable, "gpu=auto: host path: " + fallback.message());
   return gpu;

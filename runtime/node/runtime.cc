@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/thread_name.h"
@@ -59,20 +61,24 @@ namespace {
 
 std::string JobId(const Options& o) {
   std::string id = o.job_id;
-  if (id.empty()) {
-    for (const char* var : {"SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
-      const char* v = std::getenv(var);
-      if (v != nullptr && *v != '\0') {
-        id = v;
-        break;
-      }
-    }
-  }
+  if (id.empty()) id = env::LauncherJobId();
   if (id.empty()) id = "pid" + std::to_string(getpid());
   for (auto& c : id)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
   if (id.size() > 40) id = id.substr(id.size() - 40);
   return id;
+}
+
+// The MPI job's answer to an error met by range-for iteration (Consumer::SetErrorHandler):
+// log it and abort the whole job at once, since the other ranks may wait on this one.
+std::function<void(const Status&)> FailJobOnIterationError(MPI_Comm world) {
+  return [world](const Status& st) {
+    BC_LOG(Error, Node, "consumer: {}", st.ToString());
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Abort(world, 1);
+    std::exit(1);
+  };
 }
 
 Status SplitNodes(internal::RuntimeState* s) {
@@ -354,6 +360,7 @@ Result<std::unique_ptr<Runtime>> RuntimeAccess::CreateWithOwnConsumers(const Opt
     if (c.ok()) {
       s->consumer = std::move(c).value();
       internal::ConsumerAccess::SetCollector(*s->consumer, s->collector.get());
+      s->consumer->SetErrorHandler(FailJobOnIterationError(s->world));
       st = AttachGpuConsumer(s);
     }
   }

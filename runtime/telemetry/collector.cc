@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/cores.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "telemetry/process_stats.h"
@@ -274,7 +275,7 @@ RankData Collector::BuildRankData() {
   d.wall_s = (last_row_ns_ - start_mono_ns_) * 1e-9;
   d.cpu_seconds = last_cpu_s_ - start_cpu_s_;  // CPU over the same span as wall_s
   d.peak_rss_bytes = ProcessPeakRssBytes();
-  d.cores_available = CoresAvailable();
+  d.cores_available = AvailableCores();
   d.gpu_present = nvml_ != nullptr;
   if (nvml_) d.gpu_name = nvml_->name;
   d.rows = rows_;

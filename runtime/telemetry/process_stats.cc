@@ -3,13 +3,13 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
 
@@ -41,20 +41,11 @@ int64_t ProcessPeakRssBytes() {
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
-int CoresAvailable() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
 
 int PickGpuIndex(int requested, int local_rank) {
   if (requested >= 0) return requested;
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr && *v != '\0') {
+  if (const std::optional<std::string> devices = env::Get(env::Var::kCudaVisibleDevices)) {
+    const char* v = devices->c_str();
     char* end = nullptr;
     long first = std::strtol(v, &end, 10);
     if (end != v && (*end == '\0' || *end == ',') && first >= 0) return static_cast<int>(first);

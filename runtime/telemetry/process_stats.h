@@ -18,8 +18,6 @@ double ProcessCpuSeconds();
 int64_t ProcessRssBytes();
 // Peak resident set size in bytes (getrusage ru_maxrss).
 int64_t ProcessPeakRssBytes();
-// CPUs in this process's affinity mask (at least 1).
-int CoresAvailable();
 
 struct GpuReading {
   double util_pct = 0;   // "percent of time over the past sample period" a kernel ran

@@ -14,7 +14,6 @@ node gets it zero-copy.
 Tensors cross from C++ through DLPack: this module never links libtorch.
 """
 
-import os
 import sys
 import threading
 from collections import namedtuple
@@ -215,10 +214,9 @@ def _named_batch(images, labels, named, convert):
 
 
 def _env_rank():
-    for k in ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
-        if os.environ.get(k, "").isdigit():
-            return int(os.environ[k])
-    return -1
+    """This process's rank from its launcher (RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK,
+    SLURM_PROCID); -1 if none. Read in C++, where every front door reads the environment."""
+    return _bc._launcher_rank()
 
 
 class Consumer:
@@ -268,8 +266,7 @@ class Consumer:
         self._ended = False
         self._peeked = None  # the raw copy of a peeked first batch, yielded again next
         self.last_info = None
-        address = address or os.environ.get("BATCHCAST_ADDRESS") or os.environ.get(
-            "BATCHCAST_SOCKET")
+        address = address or _bc._leader_address()
         if not address:
             raise InvalidArgumentError(
                 "consumer: no leader address: pass address=..., set BATCHCAST_ADDRESS (the "

@@ -11,6 +11,7 @@
 
 #include "bindings/python/src/bindings.h"
 #include "core/dtype.h"
+#include "core/environment.h"
 
 namespace batchcast::python {
 namespace {
@@ -174,6 +175,11 @@ PYBIND11_MODULE(_batchcast, m) {
     batchcast::Options o = OptionsFromKwargs(kwargs);
     return batchcast::OptionsToJson(o);
   }, "The resolved options registry as JSON (defaults < file < environment < arguments).");
+  // The launcher's environment, read as every other front door reads it (core/environment.h).
+  m.def("_launcher_rank", &batchcast::env::LauncherRank,
+        "This process's rank from its launcher (RANK, OMPI_COMM_WORLD_RANK, ...); -1 if none.");
+  m.def("_leader_address", &batchcast::env::LeaderAddress,
+        "BATCHCAST_ADDRESS (or BATCHCAST_SOCKET); None when unset.");
   m.attr("DLPACK_VERSION") = DLPACK_VERSION;
   BindConsumer(m);
   BindProducer(m);

@@ -1,8 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "transport/cuda/device_probe.h"
 
-#include <cstdlib>
-
+#include "core/environment.h"
 #include "core/errors.h"
 #include "transport/cuda/cuda_status.h"
 
@@ -10,8 +9,8 @@ namespace batchcast::cuda {
 namespace {
 
 [[maybe_unused]] std::string VisibleDevicesNote() {
-  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
-  return v ? fmt::format(" (CUDA_VISIBLE_DEVICES='{}')", v) : std::string();
+  const std::optional<std::string> v = env::Get(env::Var::kCudaVisibleDevices);
+  return v ? fmt::format(" (CUDA_VISIBLE_DEVICES='{}')", *v) : std::string();
 }
 
 }  // namespace
