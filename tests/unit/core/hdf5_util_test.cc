@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -26,8 +29,16 @@ class Hdf5UtilTest : public ::testing::Test {
     file_ = H5Id(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
     ASSERT_TRUE(file_.valid()) << path_;
   }
-  void TearDown() override { file_.Reset(); }
-  const std::string path_ = ::testing::TempDir() + "/bc_hdf5_util_test.h5";
+  void TearDown() override {
+    file_.Reset();
+    std::remove(path_.c_str());
+  }
+  // One file per process and test: ctest runs this binary's tests as separate processes two
+  // at a time, and HDF5 refuses to create a file another process holds open.
+  const std::string path_ = ::testing::TempDir() + "/bc_hdf5_util_test." +
+                            std::to_string(getpid()) + "." +
+                            ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                            ".h5";
   std::unique_lock<std::mutex> lock_;
   H5Id file_;
 };
