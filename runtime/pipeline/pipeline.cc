@@ -56,6 +56,14 @@ struct alignas(64) WorkerContext {
   std::vector<uint8_t> encoded;   // the stored bytes of the current sample
   DecodedImage decoded;           // decoded (or channel-converted raw) pixels
   std::vector<uint8_t> resized;   // the resized box, when it cannot go straight to the slot
+  // The last resize of this sample's decode: a group of the same box and size (a shared draw,
+  // another dtype, normalisation or flip) reuses its pixels instead of resizing again.
+  struct ResizeMemo {
+    const uint8_t* source = nullptr;  // the decoded pixels it was resized from (null: none)
+    CropBox box;
+    int width = 0, height = 0;
+    PixelView resized;  // in `resized` or in the slot of the group that made it
+  } memo;
   WorkerContext(ImageDecoder d, JpegCropDecoder c)
       : decoder(std::move(d)), crop_decoder(std::move(c)) {}
 };
@@ -282,6 +290,7 @@ Status PipelineImpl::ProcessStored(WorkerContext& ctx, const BatchJob& job, uint
   const uint64_t epoch = job.req.epoch;
   const int bucket = job.groups[static_cast<size_t>(__builtin_ctz(mask))].bucket_size;
   BC_RETURN_IF_ERROR(ReadSample(ctx, bucket, index, times));
+  ctx.memo.source = nullptr;  // the buffers it points into change with every read and decode
   int64_t t = core::SteadyNowNs();
   if (reader_->info().kind != data::SampleKind::kEncoded && bucket == 0) {
     PixelView view;
@@ -317,6 +326,7 @@ Status PipelineImpl::ProcessStored(WorkerContext& ctx, const BatchJob& job, uint
     int dx = 0, dy = 0;  // the step's region, scaled-image pixel (x, y) is at (x - dx, y - dy)
     t = core::SteadyNowNs();
     BC_RETURN_IF_ERROR(DecodeStepPixels(ctx, header, step, &view, &dx, &dy));
+    ctx.memo.source = nullptr;
     times->decode_ns += core::SteadyNowNs() - t;
     ++times->decodes;
     const int sw = ScaledDim(header.width, step.scale_num);
@@ -403,6 +413,7 @@ Status PipelineImpl::ProcessCached(WorkerContext& ctx, const BatchJob& job, uint
                                    size_t pos, int64_t index, SampleTimes* times) {
   const JobGroup& first = job.groups[static_cast<size_t>(__builtin_ctz(mask))];
   const int64_t key = first.cache_key_base + index;
+  ctx.memo.source = nullptr;
   const bool stored_pixels =
       reader_->info().kind != data::SampleKind::kEncoded && first.bucket_size == 0;
   DecodedSample kept;  // what the cache holds under `key` (the first scale kept), if anything
@@ -441,6 +452,7 @@ Status PipelineImpl::ProcessCached(WorkerContext& ctx, const BatchJob& job, uint
       BC_RETURN_IF_ERROR(read_once());
       const int64_t t0 = core::SteadyNowNs();
       BC_RETURN_IF_ERROR(DecodeWhole(ctx, stored_pixels, index, header, scale, &s));
+      ctx.memo.source = nullptr;
       times->decode_ns += core::SteadyNowNs() - t0;
       ++times->decodes;
       cache_->Offer(key, s);  // only a sample decoded without error is offered
@@ -498,22 +510,30 @@ void PipelineImpl::WriteGroup(WorkerContext& ctx, const BatchJob& job, size_t g,
   const JobGroup& group = job.groups[g];
   const SampleLayout& l = group.spec.layout;
   uint8_t* dst = group.images + pos * l.bytes();
+  WorkerContext::ResizeMemo& memo = ctx.memo;
   if (box.width == l.width && box.height == l.height) {
     // The box is the output size: no resampling, the final pass reads the box directly.
     view.data += size_t(box.y) * view.stride + size_t(box.x) * view.channels;
     view.width = box.width;
     view.height = box.height;
+  } else if (memo.source == view.data && memo.box == box && memo.width == l.width &&
+             memo.height == l.height && memo.resized.channels == view.channels) {
+    view = memo.resized;  // an earlier group of this sample resized the same box to this size
   } else if (l.dtype == DType::kUint8 && l.layout == Layout::kHWC && !flip &&
              view.channels == l.channels) {
     // The resize is the final pass: it writes the slot itself.
-    ResizeBox(view, box, l.width, l.height, dst, size_t(l.width) * l.channels);
+    const size_t stride = size_t(l.width) * l.channels;
+    ResizeBox(view, box, l.width, l.height, dst, stride);
+    memo = {view.data, box, l.width, l.height, PixelView{dst, stride, l.width, l.height, l.channels}};
     times->group_ns[g] += core::SteadyNowNs() - t0;
     return;
   } else {
     const size_t stride = size_t(l.width) * view.channels;
     ctx.resized.resize(stride * l.height);
     ResizeBox(view, box, l.width, l.height, ctx.resized.data(), stride);
-    view = PixelView{ctx.resized.data(), stride, l.width, l.height, view.channels};
+    memo = {view.data, box, l.width, l.height,
+            PixelView{ctx.resized.data(), stride, l.width, l.height, view.channels}};
+    view = memo.resized;
   }
   WriteOutput(view, flip, group.spec, dst);
   times->group_ns[g] += core::SteadyNowNs() - t0;

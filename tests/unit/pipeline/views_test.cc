@@ -241,14 +241,19 @@ void ExpectEachGroupIsItsOwnPipeline(const Options& base,
 
 // Views a sweep of image models asks for: sizes 48..224 (DCT scales 1/8..1 on these photos),
 // RandomResizedCrop with and without flip, centre crops, whole images, uint8 and float32,
-// CHW and HWC, the leader's own draw and view, named shared draws, a per-batch size.
+// CHW and HWC, the leader's own draw and view, named shared draws (one of the same box and
+// size, whose resize is shared), a per-batch size.
 std::vector<Group> PhotoGroups() {
   return {{Spec("view(size=224,crop=random,flip=1,normalize=1)")},
           {Spec("view(size=160,crop=random,flip=1,normalize=1)")},
           {Spec("view(size=192,crop=random,flip=1,normalize=1,draw=leader)")},
           {Spec("view(size=96,crop=center,dtype=uint8,layout=hwc)")},
+          // The same size as the one before but another box: nothing to reuse.
+          {Spec("view(size=96,crop=random,flip=1,normalize=1,draw=11)")},
           {Spec("view(size=64,crop=none,dtype=float32)")},
           {Spec("view(size=112,crop=random,scale=0.35:1,flip=1,draw=7)")},
+          // The same draw, box and size as the one before: its resize is reused.
+          {Spec("view(size=112,crop=random,scale=0.35:1,flip=0,normalize=1,draw=7)")},
           {Spec("view(size=48,crop=random,flip=1,normalize=1,mean=0.5,std=0.25,layout=hwc,draw=7)")},
           {Spec("view(size=160,crop=random,flip=1,normalize=1)"), 128}};
 }
@@ -275,6 +280,8 @@ TEST(ViewsTest, EachGroupOfFashionMnistLikeSamplesIsByteIdenticalToItsOwnPipelin
                                      {Spec("view(size=56,crop=random,scale=0.6:1,normalize=1,mean=0.286,std=0.353)")},
                                      {Spec("view(size=20,crop=center,dtype=float32,layout=hwc)")},
                                      {Spec("view(size=64,crop=none,layout=hwc,draw=3)")},
+                                     // Reuses the resize the group before wrote into its slot.
+                                     {Spec("view(size=64,crop=none,flip=1,dtype=float32)")},
                                      {Spec("view(size=64,crop=random,flip=1,draw=3)"), 48}};
   Options o;
   o.threads = 3;
