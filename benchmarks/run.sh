@@ -43,6 +43,11 @@ case "$name" in
     # Replicate mode over 2 and 3 virtual nodes: the benchmark runs mpirun of itself; the
     # real-photo JPEG set (500x375, q90) is built once and cached in the build directory.
     exec "$bin" --cache "$build/benchmarks/multinode_set" --mpirun "$(command -v mpirun)" "$@" ;;
+  views)
+    # Three views from one decode vs one leader per view, on the decode benchmark's real-photo
+    # JPEG set (500x375, q90; built once by bench_decode --make-set when missing).
+    "$build/benchmarks/bench_decode" --cache "$build/benchmarks/decode_set" --make-set
+    exec "$bin" --set "$build/benchmarks/decode_set/500x375_q90_n300" "$@" ;;
   profile)
     # The decoded-sample cache on the decode benchmark's real-photo JPEG set (built by one
     # quick bench_decode run when missing).
