@@ -39,16 +39,18 @@ Result<std::unique_ptr<Consumer>> AttachFromEnvironment(const Options& options) 
   }
   std::string name = rank >= 0 ? "rank " + std::to_string(rank) : "";
   if (std::string host = Env("SLURMD_NODENAME"); !host.empty()) name += " on " + host;
+  // The `telemetry` option (batchcast-run exports it): this trainer's own per-rank files,
+  // checked before it attaches.
+  const std::string local = Env("LOCAL_RANK");
+  auto telemetry = node::TaskTelemetry::Start(
+      options, telemetry::ProcessKind::kTrainer, rank,
+      local.empty() ? -1 : std::atoi(local.c_str()), telemetry::Role::kConsumer,
+      rank >= 0 ? "rank" + std::to_string(rank) : "pid" + std::to_string(getpid()));
+  if (!telemetry.ok()) return telemetry.status().WithContext("attach from environment");
   // batchcast-run starts a trainer once the leader listens; a trainer started some other
   // way may come up first: Attach waits options.connect_timeout_ms for the leader.
   auto c = Consumer::Attach(address, options, rank, name);
   if (!c.ok()) return c.status().WithContext("attach from environment (BATCHCAST_ADDRESS)");
-  // The `telemetry` option (batchcast-run exports it): this trainer's own per-rank files.
-  const std::string local = Env("LOCAL_RANK");
-  auto telemetry = node::TaskTelemetry::Start(
-      options, rank, local.empty() ? -1 : std::atoi(local.c_str()), telemetry::Role::kConsumer,
-      rank >= 0 ? "rank" + std::to_string(rank) : "pid" + std::to_string(getpid()));
-  if (!telemetry.ok()) return telemetry.status().WithContext("attach from environment");
   node::OwnTelemetry(**c, std::move(telemetry).value());
   return c;
 }

@@ -87,9 +87,11 @@ Status ConsumerAccess::CheckDeviceCarving(const Consumer& consumer) {
       "or gpu=off (docs/gpu.md)", b, h->producer_batch, why);
 }
 
-void ConsumerAccess::OwnTelemetry(Consumer& c, std::shared_ptr<void> owned) {
+void ConsumerAccess::OwnTelemetry(Consumer& c, std::shared_ptr<void> owned,
+                                  std::function<Status()> finish) {
   std::lock_guard<std::mutex> lock(c.core_->mu);
   c.core_->owned_telemetry = std::move(owned);
+  c.core_->finish_telemetry = std::move(finish);
 }
 
 void ConsumerAccess::SetCollector(Consumer& c, telemetry::Collector* collector) {
@@ -373,9 +375,14 @@ Consumer::~Consumer() {
 }
 
 Status Consumer::Detach() {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  core_->FinishLocked();
-  return Status::Ok();
+  std::function<Status()> finish;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    core_->FinishLocked();
+    finish = std::move(core_->finish_telemetry);  // once: the files are written now
+    core_->finish_telemetry = nullptr;
+  }
+  return finish ? finish() : Status::Ok();
 }
 
 Status Consumer::status() const {

@@ -10,27 +10,11 @@
 #include "core/errors.h"
 #include "core/hdf5_lock.h"
 #include "core/log.h"
+#include "telemetry/hdf5_handle.h"
 #include "telemetry/sinks.h"
 
 namespace batchcast::telemetry {
 namespace {
-
-// Owns one HDF5 identifier and closes it with the matching H5?close.
-class H5Handle {
- public:
-  H5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~H5Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
 
 class Writer {
  public:
@@ -87,7 +71,7 @@ class Writer {
     std::vector<int64_t> ints(n);
     std::vector<double> reals(n);
     for (int c = 0; c < col::kNum; ++c) {
-      if (ColumnIsGpu(c) && !d.gpu_present) continue;  // absent, not zero
+      if (!ColumnPresent(d, c)) continue;  // absent, not zero
       std::string name = ColumnName(c);
       if (ColumnIsInteger(c) && !ColumnIsGpu(c)) {
         for (int64_t r = 0; r < n; ++r) ints[r] = static_cast<int64_t>(d.At(r, c));
@@ -173,6 +157,11 @@ class Writer {
     BC_RETURN_IF_ERROR(NumberAttr(id, "cores_available", d.cores_available));
     BC_RETURN_IF_ERROR(NumberAttr(id, "gpu_present", d.gpu_present ? 1 : 0));
     if (d.gpu_present) BC_RETURN_IF_ERROR(StringAttr(id, "gpu_name", d.gpu_name));
+    if (d.gpu_present) BC_RETURN_IF_ERROR(NumberAttr(id, "gpu_index", d.gpu_index));
+    BC_RETURN_IF_ERROR(StringAttr(id, "cpu_energy_source", d.cpu_energy_source));
+    BC_RETURN_IF_ERROR(StringAttr(id, "gpu_energy_source", d.gpu_energy_source));
+    if (!d.trials.empty())
+      BC_RETURN_IF_ERROR(StringAttr(id, "trials", TrialsJson(d.trials, d.trial_totals)));
     if (!d.annotations.empty())
       BC_RETURN_IF_ERROR(StringAttr(id, "annotations", d.annotations));
     BC_RETURN_IF_ERROR(NumberAttr(id, "samples_per_s", s.samples_per_s));
