@@ -27,10 +27,10 @@ std::string ThisHost() {
 }
 
 Status PathError(int e, std::string_view what, const std::string& path, std::string_view doing) {
-  return Status(StatusCode::kFailedPrecondition,
-                fmt::format("{} {}: cannot {}: {} (choose a writable path; it is checked when "
-                            "the run starts so that no run is lost to it at the end)",
-                            what, path, doing, std::strerror(e)));
+  return FailedPreconditionError(
+      "{} {}: cannot {}: {} (choose a writable path; it is checked when the run starts so that "
+      "no run is lost to it at the end)",
+      what, path, doing, std::strerror(e));
 }
 
 // mkdir -p of `dir`; the error names the component that failed.
