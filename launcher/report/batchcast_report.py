@@ -311,6 +311,16 @@ def plot_all(ranks, out, dpi, diagnosis, trials):
     return images, stages
 
 
+def trial_names(runs):
+    """Every trial name of the runs, in order of first appearance (trials match by name)."""
+    names = []
+    for run in runs:
+        for t in run["data"].get("trials", []):
+            if t["name"] not in names:
+                names.append(t["name"])
+    return names
+
+
 def plot_compare(runs, out, dpi):
     """Plots comparing several runs: throughput, trial cost, accuracy, resize gauges."""
     images = []
@@ -338,11 +348,7 @@ def plot_compare(runs, out, dpi):
             ax.plot(grid, total, label=run["label"])
     finish(fig, ax, out, "compare_throughput", dpi, images)
 
-    names = []
-    for run in runs:
-        for t in run["data"].get("trials", []):
-            if t["name"] not in names:
-                names.append(t["name"])
+    names = trial_names(runs)
     if names:
         fig, ax = plt.subplots(figsize=(FIG_W_IN, FIG_H_IN))
         ax.set_title("CPU seconds per trial: own process (solid) + share of its leader (light)")
@@ -729,11 +735,7 @@ def compare_html(runs):
     rows.append([cell("bottleneck")] + [cell(run["data"]["diagnosis"]["bottleneck"])
                                         for run in runs] + ([cell("")] if len(runs) == 2 else []))
     out = "<h2>Runs side by side</h2>" + table("compare-job", headers, rows)
-    names = []
-    for run in runs:
-        for t in run["data"].get("trials", []):
-            if t["name"] not in names:
-                names.append(t["name"])
+    names = trial_names(runs)
     if names:
         cols = ["samples sent", "end", "own CPU s", "leader CPU s", "total CPU s", "energy J"]
         th = ["trial"] + [f"{run['label']}: {c}" for run in runs for c in cols]

@@ -54,6 +54,18 @@ Status MakeDirs(const std::string& dir, std::string_view what) {
   return Status::Ok();
 }
 
+// Proves that `file` can be created: creates it (open flags plus `extra_flags`) and removes it.
+Status CreateAndRemove(const std::string& file, int extra_flags, std::string_view what,
+                       const std::string& path, std::string_view doing) {
+  int fd = RetryEintr([&] {
+    return open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | extra_flags, 0666);
+  });
+  if (fd < 0) return PathError(errno, what, path, doing);
+  close(fd);
+  unlink(file.c_str());
+  return Status::Ok();
+}
+
 std::string Parent(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return "";
@@ -108,12 +120,7 @@ Status PrepareOutputDir(const std::string& path, std::string_view what) {
   BC_RETURN_IF_ERROR(MakeDirs(path, what));
   // Permissions alone do not tell (root ignores them, a read-only mount does not): write.
   const std::string probe = fmt::format("{}/.batchcast-probe-{}", path, getpid());
-  int fd = RetryEintr(
-      [&] { return open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666); });
-  if (fd < 0) return PathError(errno, what, path, "write into it");
-  close(fd);
-  unlink(probe.c_str());
-  return Status::Ok();
+  return CreateAndRemove(probe, O_TRUNC, what, path, "write into it");
 }
 
 Status PrepareOutputFile(const std::string& path, std::string_view what) {
@@ -133,12 +140,7 @@ Status PrepareOutputFile(const std::string& path, std::string_view what) {
   }
   if (errno == ENOTDIR) return PathError(errno, what, path, "create it");
   BC_RETURN_IF_ERROR(MakeDirs(Parent(path), what));
-  int fd = RetryEintr(
-      [&] { return open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666); });
-  if (fd < 0) return PathError(errno, what, path, "create it");
-  close(fd);
-  unlink(path.c_str());
-  return Status::Ok();
+  return CreateAndRemove(path, O_EXCL, what, path, "create it");
 }
 
 Result<Sinks> PrepareSinks(const TelemetrySpec& spec, const OutputIdentity& who) {

@@ -19,6 +19,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d "$PWD/bc-e2e-outputs.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$work"
+rc=0
+exit_status() { set +e; "$@"; rc=$?; set -e; }  # runs COMMAND..., its exit status in $rc
 fail() { echo "FAIL: $*" >&2; for f in out.txt err.txt; do [ -f $f ] && { echo "--- $f" >&2; cat $f >&2; }; done; exit 1; }
 
 make_dataset() {  # Fashion-MNIST t10k, raw, the first 256 samples used
@@ -32,20 +34,14 @@ case_serve_start() {
   echo x > plain  # a regular file: no path below it can be made, not even by root
   local sock="bc-outputs-$$"
   for spec in "hdf5=$work/plain/run.h5" "dir:$work/plain/run" "telemetry(json=$work/plain/x.json)"; do
-    set +e
-    timeout 60 "$bin" serve --socket "$sock" --dataset d.h5 --limit-samples 256 \
+    exit_status timeout 60 "$bin" serve --socket "$sock" --dataset d.h5 --limit-samples 256 \
       --telemetry "$spec" >out.txt 2>err.txt
-    local rc=$?
-    set -e
     [ $rc -eq 2 ] || fail "serve with telemetry '$spec' exited $rc, expected 2 at once"
     grep -q "$work/plain" err.txt || fail "serve did not name the path for '$spec'"
     grep -q "Not a directory" err.txt || fail "serve did not give the cause for '$spec'"
     grep -q "listening" out.txt && fail "serve listened before refusing '$spec'"
   done
-  set +e
-  "$bin" report d.h5 --out "$work/plain/report" >out.txt 2>err.txt
-  local rc=$?
-  set -e
+  exit_status "$bin" report d.h5 --out "$work/plain/report" >out.txt 2>err.txt
   [ $rc -eq 2 ] || fail "report --out under a file exited $rc, expected 2"
   grep -q "report directory $work/plain/report" err.txt || fail "report did not name its --out"
   echo "PASS: serve_start"
@@ -69,10 +65,7 @@ case_serve_end() {
   rm -rf run && echo x > run  # the directory is gone and cannot be made again
   kill -TERM $pid
   cat <&3 >>out.txt
-  set +e
-  wait $pid
-  local rc=$?
-  set -e
+  exit_status wait $pid
   [ $rc -eq 1 ] || fail "serve exited $rc after its telemetry could not be written, expected 1"
   grep -q "telemetry: .*$work/run/service-" err.txt || fail "serve did not name the file"
   echo "PASS: serve_end"
@@ -84,11 +77,8 @@ case_mpi_runtime() {
   echo x > plain
   local common=(--dataset=photos.h5 --image_size=16 --threads=1 --epochs=1 --name=outputs
                 --bs=8 --job_id="outputs-$$" --heartbeat_ms=30s)
-  set +e
-  timeout -k 5 120 "$mpiexec" --oversubscribe --bind-to none -n 3 "$prog" "${common[@]}" \
-    --telemetry="hdf5=$work/plain/job.h5" >out.txt 2>&1
-  local rc=$?
-  set -e
+  exit_status timeout -k 5 120 "$mpiexec" --oversubscribe --bind-to none -n 3 "$prog" \
+    "${common[@]}" --telemetry="hdf5=$work/plain/job.h5" >out.txt 2>&1
   [ $rc -ne 0 ] || fail "the MPI job ran with an unwritable telemetry path"
   [ "$(grep -c "runtime create failed: .*telemetry hdf5 file $work/plain/job.h5.*Not a directory" out.txt)" -eq 3 ] ||
     fail "not every rank refused the path at Runtime::Create, naming it and the cause"

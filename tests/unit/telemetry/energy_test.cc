@@ -13,25 +13,18 @@
 #include <fstream>
 
 #include "telemetry/collector.h"
+#include "tests/unit/telemetry/scratch_dir.h"
 
 namespace batchcast::telemetry {
 namespace {
 
 namespace fs = std::filesystem;
 
-class EnergyTest : public ::testing::Test {
+class EnergyTest : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) /
-            ("bc_powercap_" + std::to_string(getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
   void Write(const std::string& rel, const std::string& text) {
-    fs::create_directories((root_ / rel).parent_path());
-    std::ofstream(root_ / rel) << text << "\n";
+    fs::create_directories((dir_ / rel).parent_path());
+    std::ofstream(dir_ / rel) << text << "\n";
   }
   // A zone directory with a name, a counter and its range.
   void Zone(const std::string& dir, const std::string& name, uint64_t uj, uint64_t range) {
@@ -39,7 +32,6 @@ class EnergyTest : public ::testing::Test {
     Write(dir + "/energy_uj", std::to_string(uj));
     Write(dir + "/max_energy_range_uj", std::to_string(range));
   }
-  fs::path root_;
 };
 
 TEST_F(EnergyTest, SumsPackageZonesOnlyAndHandlesTheWrap) {
@@ -49,7 +41,7 @@ TEST_F(EnergyTest, SumsPackageZonesOnlyAndHandlesTheWrap) {
   Zone("intel-rapl-mmio:0", "package-0", 7, 10000000);   // the same package again: ignored
   Zone("intel-rapl:2", "psys", 3, 10000000);             // not a package
   std::string why;
-  auto r = RaplReader::Open(root_.string(), &why);
+  auto r = RaplReader::Open(dir_.string(), &why);
   ASSERT_NE(r, nullptr) << why;
   EXPECT_NE(r->description().find("package-0, package-1"), std::string::npos) << r->description();
   double j = -1;
@@ -67,23 +59,23 @@ TEST_F(EnergyTest, SumsPackageZonesOnlyAndHandlesTheWrap) {
 
 TEST_F(EnergyTest, SaysWhyWhenNothingCanBeRead) {
   std::string why;
-  EXPECT_EQ(RaplReader::Open((root_ / "absent").string(), &why), nullptr);
-  EXPECT_NE(why.find("no " + (root_ / "absent").string()), std::string::npos) << why;
+  EXPECT_EQ(RaplReader::Open((dir_ / "absent").string(), &why), nullptr);
+  EXPECT_NE(why.find("no " + (dir_ / "absent").string()), std::string::npos) << why;
   EXPECT_NE(why.find("virtual machine"), std::string::npos) << why;
   Zone("intel-rapl:0:0", "core", 1, 10);  // sub-zones alone are no package
-  EXPECT_EQ(RaplReader::Open(root_.string(), &why), nullptr);
+  EXPECT_EQ(RaplReader::Open(dir_.string(), &why), nullptr);
   EXPECT_NE(why.find("no RAPL package zone"), std::string::npos) << why;
   Zone("intel-rapl:0", "package-0", 1, 10);
-  fs::remove(root_ / "intel-rapl:0/energy_uj");
-  fs::create_directory(root_ / "intel-rapl:0/energy_uj");  // unreadable as a number
-  EXPECT_EQ(RaplReader::Open(root_.string(), &why), nullptr);
+  fs::remove(dir_ / "intel-rapl:0/energy_uj");
+  fs::create_directory(dir_ / "intel-rapl:0/energy_uj");  // unreadable as a number
+  EXPECT_EQ(RaplReader::Open(dir_.string(), &why), nullptr);
   EXPECT_NE(why.find("intel-rapl:0/energy_uj"), std::string::npos) << why;
 }
 
 TEST_F(EnergyTest, ACounterThatBecomesUnreadableKeepsTheTotalAndSaysSo) {
   Zone("intel-rapl:0", "package-0", 100, 1000000);
   std::string why;
-  auto r = RaplReader::Open(root_.string(), &why);
+  auto r = RaplReader::Open(dir_.string(), &why);
   ASSERT_NE(r, nullptr);
   double j = 0;
   Write("intel-rapl:0/energy_uj", "2000100");  // beyond the range: not an increment
@@ -100,7 +92,7 @@ TEST_F(EnergyTest, CollectorRecordsThePackageEnergyColumnFromTheTree) {
   CollectorOptions o;
   o.gpu = false;
   o.interval_ms = 60000;  // rows only when asked (Snapshot)
-  o.powercap_root = root_.string();
+  o.powercap_root = dir_.string();
   Tags tags;
   tags.role = Role::kLeader;
   auto c = std::move(Collector::Create(tags, o)).value();
@@ -121,7 +113,7 @@ TEST_F(EnergyTest, WithoutATreeTheColumnIsAbsentAndTheReasonKept) {
   CollectorOptions o;
   o.gpu = false;
   o.interval_ms = 60000;
-  o.powercap_root = (root_ / "absent").string();
+  o.powercap_root = (dir_ / "absent").string();
   auto c = std::move(Collector::Create(Tags{}, o)).value();
   RankData d = c->Snapshot();
   EXPECT_FALSE(d.cpu_energy_present);

@@ -13,29 +13,20 @@
 #include <fstream>
 
 #include "telemetry/spec.h"
+#include "tests/unit/telemetry/scratch_dir.h"
 
 namespace batchcast::telemetry {
 namespace {
 
 namespace fs = std::filesystem;
 
-class RunOutputsTest : public ::testing::Test {
+class RunOutputsTest : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("bc_run_outputs_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
   static std::string Host() {
     char buf[256] = {0};
     gethostname(buf, sizeof(buf) - 1);
     return buf;
   }
-  fs::path dir_;
 };
 
 TelemetrySpec Spec(const std::string& text) {

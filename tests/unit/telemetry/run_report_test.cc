@@ -20,6 +20,7 @@
 #include "telemetry/hdf5_reader.h"
 #include "telemetry/sinks.h"
 #include "telemetry/summary.h"
+#include "tests/unit/telemetry/scratch_dir.h"
 
 namespace batchcast::telemetry {
 namespace {
@@ -27,18 +28,12 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-class RunReportTest : public ::testing::Test {
+class RunReportTest : public ScratchDirTest {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("bc_run_report_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    ScratchDirTest::SetUp();
     fs::create_directories(dir_ / "run");
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
 };
 
 // A rank whose run is `wall` seconds: two rows, zeros and the totals at the end.
