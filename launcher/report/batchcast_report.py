@@ -586,10 +586,11 @@ def trials_html(run, idx):
         rows.append([cell(t["name"]), cell(t["end"]), cell(t["pid"]), cell(t["attach_s"]),
                      cell(t["leave_s"]), cell(t["samples"]), cell(own.get("samples_received"), ".0f"),
                      cell(t["epochs"]),
+                     cell(t["bytes"] / 2**20, ".1f"),
                      cell(t["own_cpu_s"], ".2f"), cell(t["leader_cpu_s"], ".2f"),
-                     cell(t["total_cpu_s"], ".2f"), cell(t["energy_j"]),
-                     cell(t["own_peak_rss_mib"], ".0f"), cell(own.get("data_wait_pct")),
-                     cell(own.get("step_ms"), ".2f")])
+                     cell(t["total_cpu_s"], ".2f"), cell(t["leader_gpu_s"], ".2f"),
+                     cell(t["energy_j"]), cell(t["own_peak_rss_mib"], ".0f"),
+                     cell(own.get("data_wait_pct")), cell(own.get("step_ms"), ".2f")])
     notes = "".join(f"<li>{html.escape(t['name'])}: {html.escape(t['own_note'])}</li>"
                     for t in trials if t.get("own_note"))
     return ("<h2>Trials: what each received and cost</h2>"
@@ -603,8 +604,9 @@ def trials_html(run, idx):
             "trial's own file.</p>"
             + table(f"trials-{idx}", ["trial", "end", "pid", "attached s", "left s",
                                       "samples sent", "samples received", "epochs sent",
-                                      "own CPU s", "leader CPU s", "total CPU s", "energy J",
-                                      "peak RSS MiB", "data wait %", "step ms"], rows)
+                                      "MiB sent", "own CPU s", "leader CPU s", "total CPU s",
+                                      "leader GPU s", "energy J", "peak RSS MiB",
+                                      "data wait %", "step ms"], rows)
             + (f"<ul>{notes}</ul>" if notes else ""))
 
 
