@@ -99,6 +99,7 @@ int WriteReportData(const std::vector<std::string>& runs, const std::vector<std:
                 summary.c_str());
   }
   json += "]\n";
+  std::fflush(stdout);  // the summaries before what the script prints
   FILE* f = std::fopen(data_path.c_str(), "w");
   if (f == nullptr || std::fputs(json.c_str(), f) < 0 || std::fclose(f) != 0) {
     std::fprintf(stderr, "batchcast report: cannot write %s: %s\n", data_path.c_str(),
