@@ -203,7 +203,11 @@ std::unique_ptr<telemetry::Collector> MaybeCollector(bool on, int rank, telemetr
   Options o;
   o.telemetry = "telemetry(interval=1s,summary=off)";
   telemetry::Sinks sinks;
-  auto c = telemetry::CreateCollector(o, rank, rank, role, &sinks);
+  const telemetry::OutputIdentity who{role == telemetry::Role::kLeader
+                                           ? telemetry::ProcessKind::kLeader
+                                           : telemetry::ProcessKind::kConsumer,
+                                       rank, false, ""};
+  auto c = telemetry::CreateCollector(o, who, rank, role, &sinks);
   if (!c.ok() || !*c) ChildFail(r, "telemetry: " + c.status().ToString());
   return std::move(c).value();
 }

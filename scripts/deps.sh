@@ -18,6 +18,7 @@ PACKAGES=(
   dataset-fashion-mnist python3-skimage
   iproute2 procps util-linux
   clang libclang-rt-14-dev stress-ng   # make fuzz (libFuzzer), make test-repeat LOAD=1
+  chromium   # e2e_report_browser: the report page rendered in headless Chromium
 )
 
 missing=()

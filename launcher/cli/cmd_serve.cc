@@ -66,7 +66,8 @@ int Serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   // Telemetry (the `telemetry` option): the service's own series, summary at the end.
   telemetry::Sinks sinks;
-  auto collector = telemetry::CreateCollector(*opts, 0, 0, telemetry::Role::kLeader, &sinks);
+  const telemetry::OutputIdentity who{telemetry::ProcessKind::kService, 0, false, ""};
+  auto collector = telemetry::CreateCollector(*opts, who, 0, telemetry::Role::kLeader, &sinks);
   if (!collector.ok()) {
     std::fprintf(stderr, "batchcast serve: %s\n", collector.status().ToString().c_str());
     return 2;
@@ -110,9 +111,11 @@ int Serve(const ServeArgs& a) {
   }
   pthread_kill(waiter.native_handle(), SIGUSR1);
   waiter.join();
+  Status telemetry_written;  // a file that cannot be written is the exit status, not a log line
   if (*collector) {
-    Status tst = (*collector)->Finish(sinks);
-    if (!tst.ok()) std::fprintf(stderr, "batchcast serve: telemetry: %s\n", tst.ToString().c_str());
+    telemetry_written = (*collector)->Finish(sinks);
+    if (!telemetry_written.ok())
+      std::fprintf(stderr, "batchcast serve: telemetry: %s\n", telemetry_written.ToString().c_str());
   }
   node::ServiceStats s = svc.stats();
   std::printf("batchcast serve: stopped: %lld epochs started, %lld producer batches (%lld "
@@ -127,7 +130,7 @@ int Serve(const ServeArgs& a) {
     std::fprintf(stderr, "batchcast serve: %s\n", st.ToString().c_str());
     return 1;
   }
-  return 0;
+  return telemetry_written.ok() ? 0 : 1;
 }
 
 }  // namespace

@@ -155,7 +155,8 @@ int RunLeaderTask(const TaskContext& t) {
   // The `telemetry` option: this leader task's own files (run.node<N>-leader.h5, ...);
   // each trainer writes its own (AttachFromEnvironment: run.rank<R>.h5).
   auto telemetry = node::TaskTelemetry::Start(
-      t.options, t.env.rank, t.env.local_rank, telemetry::Role::kLeader,
+      t.options, telemetry::ProcessKind::kLeader, t.env.rank, t.env.local_rank,
+      telemetry::Role::kLeader,
       fmt::format("node{}-leader", t.plan.node_id));
   if (!telemetry.ok()) {
     std::fprintf(stderr, "batchcast-run: leader %s: %s\n", TaskName(t).c_str(),
@@ -209,10 +210,12 @@ int RunLeaderTask(const TaskContext& t) {
     run_status = l->WaitUntilEmpty(24LL * 3600 * 1000);
   node::LeaderStats stats = l->stats();
   std::string failure = state->Failure();
-  if (telemetry.value()) {
-    Status st = telemetry.value()->Finish();
-    if (!st.ok()) std::fprintf(stderr, "batchcast-run: leader %s: telemetry: %s\n",
-                               TaskName(t).c_str(), st.message().c_str());
+  Status telemetry_written;
+  if (telemetry.value()) {  // a file that cannot be written fails the task (exit status 1)
+    telemetry_written = telemetry.value()->Finish();
+    if (!telemetry_written.ok())
+      std::fprintf(stderr, "batchcast-run: leader %s: telemetry: %s\n", TaskName(t).c_str(),
+                   telemetry_written.message().c_str());
   }
   if (mps) {
     Status st = mps->Stop();
@@ -230,7 +233,7 @@ int RunLeaderTask(const TaskContext& t) {
       t.plan.node_id, TaskName(t).c_str(), static_cast<long long>(stats.producer_batches),
       static_cast<long long>(stats.samples_produced), t.plan.trainers_on_node);
   std::fflush(stdout);
-  return own;
+  return own != 0 ? own : (telemetry_written.ok() ? 0 : 1);
 }
 
 int RunTrainerTask(const TaskContext& t) {

@@ -207,7 +207,8 @@ int main(int argc, char** argv) {
         "\"Mid-epoch resume\")",
         config->checkpoint_every, a.config));
   auto telemetry =
-      batchcast::node::TaskTelemetry::Start(*options, -1, -1, batchcast::telemetry::Role::kConsumer,
+      batchcast::node::TaskTelemetry::Start(*options, batchcast::telemetry::ProcessKind::kTrainMany,
+                                            -1, -1, batchcast::telemetry::Role::kConsumer,
                                             "train-many-" + std::to_string(getpid()));
   if (!telemetry.ok()) return Fail(telemetry.status());
   batchcast::multimodel::TrainManyOptions to;

@@ -26,9 +26,12 @@
 #include "capi/struct_io.h"
 #include "core/errors.h"
 #include "node/leader.h"
+#include "node/task_telemetry.h"
 #include "producer/batch_source.h"
 
 struct bc_leader_s {
+  // The `telemetry` option's files (declared first: it outlives the leader recording into it).
+  std::unique_ptr<batchcast::node::TaskTelemetry> telemetry;
   std::unique_ptr<batchcast::node::Leader> leader;
   std::thread thread;
   std::mutex mu;
@@ -140,9 +143,15 @@ bc_status_t bc_consumer_attach(const bc_consumer_config_t* config, bc_consumer_t
     BC_ASSIGN_OR_RETURN(Options o, ConsumerOptions(c));
     std::unique_ptr<Consumer> consumer;
     if (c.address == nullptr) {
-      BC_ASSIGN_OR_RETURN(consumer, AttachFromEnvironment(o));
+      BC_ASSIGN_OR_RETURN(consumer, AttachFromEnvironment(o));  // its own telemetry
     } else {
+      // The `telemetry` option: checked before attaching, written at bc_consumer_detach
+      // (which returns a failure to write).
+      BC_ASSIGN_OR_RETURN(auto telemetry,
+                          node::TaskTelemetry::Start(o, telemetry::ProcessKind::kConsumer, c.rank,
+                                                     -1, telemetry::Role::kConsumer, ""));
       BC_ASSIGN_OR_RETURN(consumer, Consumer::Attach(c.address, o, c.rank));
+      node::OwnTelemetry(*consumer, std::move(telemetry));
     }
     auto handle = std::make_unique<bc_consumer_s>();
     handle->consumer = std::move(consumer);
@@ -237,12 +246,22 @@ bc_status_t bc_leader_start(const bc_leader_config_t* config, bc_leader_t* out) 
                                                  std::to_string(g_leader_counter.fetch_add(1));
     cfg.job = "c-api";
     cfg.join_timeout_ms = c.join_timeout_ms;
-    BC_ASSIGN_OR_RETURN(auto source, producer::MakePipelineSource(cfg.options));
     auto handle = std::make_unique<bc_leader_s>();
+    // The `telemetry` option: every output path checked now, the files written when the
+    // stream ends (bc_leader_wait and bc_leader_destroy return a failure to write them).
+    BC_ASSIGN_OR_RETURN(handle->telemetry,
+                        node::TaskTelemetry::Start(cfg.options, telemetry::ProcessKind::kLeader,
+                                                   0, 0, telemetry::Role::kLeader, ""));
+    if (handle->telemetry) cfg.collector = handle->telemetry->collector();
+    BC_ASSIGN_OR_RETURN(auto source, producer::MakePipelineSource(cfg.options));
     BC_ASSIGN_OR_RETURN(handle->leader, node::Leader::Create(cfg, std::move(source)));
     bc_leader_s* h = handle.get();
     h->thread = std::thread([h] {
       Status s = h->leader->Run();
+      if (h->telemetry) {
+        Status written = h->telemetry->Finish();
+        if (s.ok()) s = written;
+      }
       std::lock_guard<std::mutex> lock(h->mu);
       h->status = s;
       h->done = true;

@@ -92,7 +92,7 @@ const std::vector<Entry>& Registry() {
       BC_OPT(gpu_finish, kBool, kLeader, "with the GPU data plane: turn uint8 images into normalised float32 CHW (mean/std options) once per GPU by a CUDA kernel instead of per trainer"),
       BC_OPT(resize, kString, kLeader, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
       BC_OPT(stage, kString, kLeader, "model stages the leader runs on each producer batch after the pipeline, e.g. model(path=encoder.pt,input=images,output=embedding); ';' chains several (docs/model-stage.md; needs a build with LibTorch)"),
-      BC_OPT(telemetry, kString, kAll, "telemetry sinks, e.g. telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled"),
+      BC_OPT(telemetry, kString, kAll, "telemetry sinks: dir:RUN = a run directory, one file per process named <kind>-<host>-<pid>.h5 (docs/telemetry.md); or telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled. Every path is checked when the run starts"),
       BC_OPT(experiment, kString, kAll, "telemetry tag: experiment name (e.g. the sweep)"),
       BC_OPT(workload, kString, kAll, "telemetry tag: workload name (a set of collocated runs)"),
       BC_OPT(run_name, kString, kAll, "telemetry tag: name of this run / trial"),

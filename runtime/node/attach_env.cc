@@ -28,15 +28,17 @@ Result<std::unique_ptr<Consumer>> AttachFromEnvironment(const Options& options) 
   if (std::optional<std::string> host = env::Get(env::Var::kSlurmdNodeName)) name += " on " + *host;
   auto local = env::LauncherLocalRank();
   if (!local.ok()) return local.status().WithContext("attach");
+  // The `telemetry` option (batchcast-run exports it): this trainer's own per-rank files,
+  // checked before it attaches.
+  auto telemetry = node::TaskTelemetry::Start(
+      options, telemetry::ProcessKind::kTrainer, rank, local->value_or(-1),
+      telemetry::Role::kConsumer,
+      rank >= 0 ? "rank" + std::to_string(rank) : "pid" + std::to_string(getpid()));
+  if (!telemetry.ok()) return telemetry.status().WithContext("attach from environment");
   // batchcast-run starts a trainer once the leader listens; a trainer started some other
   // way may come up first: Attach waits options.connect_timeout_ms for the leader.
   auto c = Consumer::Attach(*address, options, rank, name);
   if (!c.ok()) return c.status().WithContext("attach from environment (BATCHCAST_ADDRESS)");
-  // The `telemetry` option (batchcast-run exports it): this trainer's own per-rank files.
-  auto telemetry = node::TaskTelemetry::Start(
-      options, rank, local->value_or(-1), telemetry::Role::kConsumer,
-      rank >= 0 ? "rank" + std::to_string(rank) : "pid" + std::to_string(getpid()));
-  if (!telemetry.ok()) return telemetry.status().WithContext("attach from environment");
   node::OwnTelemetry(**c, std::move(telemetry).value());
   return c;
 }

@@ -244,9 +244,14 @@ Consumer::~Consumer() {
 }
 
 Status Consumer::Detach() {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  core_->FinishLocked();
-  return Status::Ok();
+  std::function<Status()> finish;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    core_->FinishLocked();
+    finish = std::move(core_->finish_telemetry);  // once: the files are written now
+    core_->finish_telemetry = nullptr;
+  }
+  return finish ? finish() : Status::Ok();
 }
 
 Status Consumer::status() const {

@@ -122,6 +122,7 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   // Declared first, destroyed last: a telemetry the consumer owns (node::TaskTelemetry)
   // finishes after everything that records into it.
   std::shared_ptr<void> owned_telemetry;
+  std::function<Status()> finish_telemetry;  // writes its files at Detach (OwnTelemetry)
   std::unique_ptr<shm::RingConsumer> ring;
   Options options;
   int rank = -1;

@@ -51,9 +51,11 @@ Status ConsumerAccess::CheckDeviceCarving(const Consumer& consumer) {
       "or gpu=off (docs/gpu.md)", b, h->producer_batch, why);
 }
 
-void ConsumerAccess::OwnTelemetry(Consumer& c, std::shared_ptr<void> owned) {
+void ConsumerAccess::OwnTelemetry(Consumer& c, std::shared_ptr<void> owned,
+                                  std::function<Status()> finish) {
   std::lock_guard<std::mutex> lock(c.core_->mu);
   c.core_->owned_telemetry = std::move(owned);
+  c.core_->finish_telemetry = std::move(finish);
 }
 
 void ConsumerAccess::SetCollector(Consumer& c, telemetry::Collector* collector) {

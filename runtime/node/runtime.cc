@@ -225,7 +225,9 @@ Status StartLeader(internal::RuntimeState* s, std::string* socket_name) {
 Status StartTelemetry(internal::RuntimeState* s) {
   telemetry::Role role = s->leader ? (s->trainer ? telemetry::Role::kBoth : telemetry::Role::kLeader)
                                    : telemetry::Role::kConsumer;
-  auto c = telemetry::CreateCollector(s->options, s->world_rank, s->local_rank, role, &s->sinks);
+  // Rank 0 writes every rank's data (Finish is a gather): it checks the paths for the job.
+  const telemetry::OutputIdentity who{telemetry::ProcessKind::kJob, s->world_rank, true, ""};
+  auto c = telemetry::CreateCollector(s->options, who, s->local_rank, role, &s->sinks);
   Status created = c.ok() ? Status::Ok() : c.status();
   if (c.ok()) s->collector = std::move(c).value();
   BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(s->world, created));

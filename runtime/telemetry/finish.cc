@@ -57,7 +57,8 @@ Status Collector::WriteOutputs(const std::vector<RankData>& ranks, const Sinks& 
                                FinishReport* report) {
   JobSummary summary = Summarize(ranks);
   Diagnosis diagnosis = Diagnose(summary);
-  std::string text = FormatSummary(summary, diagnosis) + FormatAnnotations(ranks) + FormatNamedSeries(ranks);
+  std::string text = FormatSummary(summary, diagnosis) + FormatTrials(ranks, summary.cost) +
+                     FormatAnnotations(ranks) + FormatNamedSeries(ranks);
   if (sinks.print_summary) {
     FILE* to = sinks.summary_to != nullptr ? sinks.summary_to : stdout;
     std::fputs(text.c_str(), to);

@@ -12,6 +12,7 @@
 #include "core/hdf5_lock.h"
 #include "core/hdf5_util.h"
 #include "core/log.h"
+#include "telemetry/hdf5_handle.h"
 #include "telemetry/sinks.h"
 
 namespace batchcast::telemetry {
@@ -54,7 +55,7 @@ class Writer {
     std::vector<int64_t> ints(n);
     std::vector<double> reals(n);
     for (int c = 0; c < col::kNum; ++c) {
-      if (ColumnIsGpu(c) && !d.gpu_present) continue;  // absent, not zero
+      if (!ColumnPresent(d, c)) continue;  // absent, not zero
       std::string name = ColumnName(c);
       if (ColumnIsInteger(c) && !ColumnIsGpu(c)) {
         for (int64_t r = 0; r < n; ++r) ints[r] = static_cast<int64_t>(d.At(r, c));
@@ -137,6 +138,11 @@ class Writer {
     BC_RETURN_IF_ERROR(NumberAttr(id, "cores_available", d.cores_available));
     BC_RETURN_IF_ERROR(NumberAttr(id, "gpu_present", d.gpu_present ? 1 : 0));
     if (d.gpu_present) BC_RETURN_IF_ERROR(StringAttr(id, "gpu_name", d.gpu_name));
+    if (d.gpu_present) BC_RETURN_IF_ERROR(NumberAttr(id, "gpu_index", d.gpu_index));
+    BC_RETURN_IF_ERROR(StringAttr(id, "cpu_energy_source", d.cpu_energy_source));
+    BC_RETURN_IF_ERROR(StringAttr(id, "gpu_energy_source", d.gpu_energy_source));
+    if (!d.trials.empty())
+      BC_RETURN_IF_ERROR(StringAttr(id, "trials", TrialsJson(d.trials, d.trial_totals)));
     if (!d.annotations.empty())
       BC_RETURN_IF_ERROR(StringAttr(id, "annotations", d.annotations));
     BC_RETURN_IF_ERROR(NumberAttr(id, "samples_per_s", s.samples_per_s));

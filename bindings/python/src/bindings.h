@@ -25,6 +25,7 @@
 #include "producer/slot_layout.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
+#include "telemetry/run_outputs.h"
 
 namespace batchcast::python {
 
@@ -114,11 +115,14 @@ TensorView IdsView(const int64_t* ids, int64_t n);
 // The telemetry of one Python front door (Leader, Producer, Consumer) in this process: the
 // collector `options.telemetry` asks for (null when off) with this process's rank and
 // role, and its sinks, whose paths may name the process with %r (rank), %p (pid) and %h
-// (host). Finish() stops it and writes the sinks and the end-of-run summary for this
-// process alone (no MPI): once, later calls do nothing.
+// (host), or a run directory (dir:RUN) where the file is named by the one rule
+// (telemetry/run_outputs.h); the paths are checked when it is made. Finish() stops it and
+// writes the sinks and the end-of-run summary for this process alone (no MPI): once, later
+// calls return the first call's status.
 class ProcessTelemetry {
  public:
-  ProcessTelemetry(const Options& options, int rank, telemetry::Role role);  // throws
+  ProcessTelemetry(const Options& options, int rank, telemetry::Role role,
+                   telemetry::ProcessKind kind);  // throws
   ~ProcessTelemetry();
   telemetry::Collector* collector() const { return collector_.get(); }
   Status Finish();
@@ -130,6 +134,7 @@ class ProcessTelemetry {
   telemetry::Sinks sinks_;
   mutable std::mutex mu_;
   bool finished_ = false;
+  Status status_;
   std::string summary_;
 };
 

@@ -122,6 +122,9 @@ class PyConsumer {
     // batch while it fetches the next, so that batch is not counted against buffer_depth
     // (buffer_depth=1 serves the usual loop; docs/python.md, "Holding batches").
     if (!release_on_next) o.buffer_depth += 1;
+    // Telemetry first: an output path that cannot be written is refused before attaching.
+    auto telemetry = std::make_shared<ProcessTelemetry>(o, rank, telemetry::Role::kConsumer,
+                                                        telemetry::ProcessKind::kConsumer);
     std::unique_ptr<Consumer> c;
     Status st = AttachInterruptibly(address, o, rank, name, &c);
     if (!st.ok()) {
@@ -133,7 +136,6 @@ class PyConsumer {
       throw StatusError(st.WithContext(context));
     }
     batches_per_epoch_ = c->BatchesPerEpoch();
-    auto telemetry = std::make_shared<ProcessTelemetry>(o, rank, telemetry::Role::kConsumer);
     if (telemetry->collector() != nullptr)
       internal::ConsumerAccess::SetCollector(*c, telemetry->collector());
     state_ = std::make_shared<FetchState>();
@@ -141,7 +143,7 @@ class PyConsumer {
     state_->consumer = std::move(c);
     thread_ = std::thread(FetchLoop, state_);
   }
-  ~PyConsumer() { Close(); }
+  ~PyConsumer() { Close(/*raise=*/false); }
 
   // (images, labels, ids or None, info) as DLPack capsules (or read-only numpy views), or
   // None at the end of this consumer's stream. copy=true: writable numpy arrays owning a
@@ -237,8 +239,9 @@ class PyConsumer {
   }
 
   // Leaves the stream. Never blocks on a request still in flight (e.g. interrupted):
-  // the fetch thread finishes it and detaches on its own.
-  void Close() {
+  // the fetch thread finishes it and detaches on its own. With telemetry on, the files are
+  // written here: one that cannot be written raises (raise=false, from the destructor: logged).
+  void Close(bool raise = true) {
     if (!state_) return;
     if (getpid() != pid_) {
       // A forked copy (e.g. a DataLoader worker): the fetch thread and the membership are the
@@ -271,6 +274,15 @@ class PyConsumer {
       thread_.join();
     }
     state_.reset();
+    Status written;
+    if (telemetry_) {
+      py::gil_scoped_release nogil;
+      written = telemetry_->Finish();  // (the fetch thread may have written them already)
+    }
+    if (!written.ok()) {
+      if (raise) throw StatusError(written.WithContext("consumer close(): telemetry"));
+      BC_LOG(Error, Telem, "consumer telemetry: {}", written.ToString());
+    }
   }
 
  private:
@@ -360,7 +372,7 @@ void BindConsumer(py::module_& m) {
       .def("stats", &PyConsumer::Stats)
       .def("telemetry_summary", &PyConsumer::TelemetrySummary)
       .def("record", &PyConsumer::Record, py::arg("name"), py::arg("value"))
-      .def("close", &PyConsumer::Close);
+      .def("close", [](PyConsumer& c) { c.Close(); });
 }
 
 }  // namespace batchcast::python

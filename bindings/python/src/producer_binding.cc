@@ -98,7 +98,8 @@ class PyProducer {
     c.heartbeat_ms = o.heartbeat_ms;
     c.socket_name = address.empty() ? NewAddress("producer") : address;
     c.job = "python";
-    telemetry_ = std::make_unique<ProcessTelemetry>(o, rank, telemetry::Role::kLeader);
+    telemetry_ = std::make_unique<ProcessTelemetry>(o, rank, telemetry::Role::kLeader,
+                                                    telemetry::ProcessKind::kProducer);
     c.collector = telemetry_->collector();
     per_sample_ = int64_t(c.layout.channels) * c.layout.height * c.layout.width;
     float_ = c.layout.dtype == pipeline::DType::kFloat32;
@@ -218,7 +219,8 @@ class PyLeader {
     ThrowIfError(CheckSharedStreamOptions(cfg.options, "batchcast.Leader",
                                           "batchcast.Consumer(address, ...)"));
     cfg.rank = rank;
-    telemetry_ = std::make_unique<ProcessTelemetry>(cfg.options, rank, telemetry::Role::kLeader);
+    telemetry_ = std::make_unique<ProcessTelemetry>(cfg.options, rank, telemetry::Role::kLeader,
+                                                    telemetry::ProcessKind::kLeader);
     cfg.collector = telemetry_->collector();
     cfg.expected_consumers = expected_consumers;
     cfg.max_consumer_batch = static_cast<uint32_t>(max_consumer_batch);

@@ -5,17 +5,18 @@
 // process alone.
 #include "bindings/python/src/bindings.h"
 #include "core/log.h"
-#include "core/path_pattern.h"
 #include "telemetry/spec.h"
 
 namespace batchcast::python {
 
-ProcessTelemetry::ProcessTelemetry(const Options& options, int rank, telemetry::Role role) {
-  auto c = telemetry::CreateCollector(options, rank, -1, role, &sinks_);
+ProcessTelemetry::ProcessTelemetry(const Options& options, int rank, telemetry::Role role,
+                                   telemetry::ProcessKind kind) {
+  // Explicit paths take %r/%p/%h; a run directory (dir:RUN) names the file by its rule.
+  // Every path is created or refused here, before the front door starts.
+  const telemetry::OutputIdentity who{kind, rank, false, ""};
+  auto c = telemetry::CreateCollector(options, who, -1, role, &sinks_);
   if (!c.ok()) throw StatusError(c.status());
   collector_ = std::move(c).value();
-  for (std::string* path : {&sinks_.hdf5, &sinks_.csv, &sinks_.json, &sinks_.trace})
-    if (!path->empty()) *path = log::ExpandPathPattern(*path, rank);
 }
 
 ProcessTelemetry::~ProcessTelemetry() {
@@ -25,12 +26,13 @@ ProcessTelemetry::~ProcessTelemetry() {
 
 Status ProcessTelemetry::Finish() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (finished_ || collector_ == nullptr) return Status::Ok();
+  if (collector_ == nullptr) return Status::Ok();
+  if (finished_) return status_;  // every caller sees whether the files were written
   finished_ = true;
   telemetry::FinishReport report;
-  Status st = collector_->Finish(sinks_, &report);
+  status_ = collector_->Finish(sinks_, &report);
   summary_ = std::move(report.summary_text);
-  return st;
+  return status_;
 }
 
 std::string ProcessTelemetry::summary() const {

@@ -172,6 +172,11 @@ void RingLeader::SetLossHandler(LossHandler handler) {
   loss_handler_ = std::move(handler);
 }
 
+void RingLeader::SetMemberObserver(MemberObserver observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  member_observer_ = std::move(observer);
+}
+
 MemberInfo RingLeader::InfoLocked(uint32_t id) const {
   const ConsumerEntry& e = view_.control->consumers[id];
   MemberInfo m;

@@ -76,6 +76,9 @@ struct MemberInfo {
 
 enum class LossKind { kDetached, kDisconnected, kHeartbeat };
 using LossHandler = std::function<void(const MemberInfo&, LossKind)>;
+// Membership for accounting (the telemetry's per-trial ledger): told of each admission
+// (`lost` null) and of each loss (as the loss handler is), beside the front door's handler.
+using MemberObserver = std::function<void(const MemberInfo&, const LossKind* lost)>;
 struct StreamStatus;  // control.h
 // Fills the stream part of a status reply (called on the control thread).
 using StatusProvider = std::function<void(StreamStatus*)>;
@@ -124,6 +127,7 @@ class RingLeader {
   // Active consumers that will receive position `seq` if it is published now.
   std::vector<MemberInfo> Receivers(uint64_t seq) const;
   void SetLossHandler(LossHandler handler);
+  void SetMemberObserver(MemberObserver observer);
   // Installs what a status query reports about the stream (`batchcast status`).
   void SetStatusProvider(StatusProvider provider);
   // Bit mask of the active consumers admitted at or before `seq` (who a publish reaches).
@@ -220,6 +224,7 @@ class RingLeader {
   std::condition_variable joined_cv_;
   std::map<int, int> conn_member_;   // control connection fd -> member id (-1: handshake)
   LossHandler loss_handler_;
+  MemberObserver member_observer_;
   StatusProvider status_provider_;
   std::map<int, int64_t> handshake_since_;  // control connection fd -> accept time (ns)
   int64_t join_ns_[64] = {};                // member id -> join time (status: attached for)
