@@ -65,6 +65,16 @@ if(NOT BATCHCAST_TORCH STREQUAL "OFF")
   endif()
   if(Torch_FOUND)
     set(BATCHCAST_HAVE_TORCH ON)
+    # A pip wheel's TorchConfig (TORCH_INSTALL_PREFIX: .../site-packages/torch) looks for its
+    # libraries with plain find_library calls: with Debian's libtorch-dev installed too, it
+    # takes /usr/lib's libtorch.so of another version, and the build mixes two LibTorches.
+    get_filename_component(bc_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
+    if(TORCH_INSTALL_PREFIX AND NOT bc_torch_lib_dir MATCHES "^${TORCH_INSTALL_PREFIX}")
+      message(FATAL_ERROR "LibTorch of ${TORCH_INSTALL_PREFIX} found its library at "
+        "${TORCH_LIBRARY}, another LibTorch's; add ${TORCH_INSTALL_PREFIX} to CMAKE_PREFIX_PATH "
+        "(next to its share/cmake) in a fresh build directory")
+    endif()
+    message(STATUS "Batchcast: LibTorch ${Torch_VERSION} (${TORCH_LIBRARY})")
   endif()
 endif()
 message(STATUS "Batchcast: LibTorch target ${BATCHCAST_HAVE_TORCH}")
