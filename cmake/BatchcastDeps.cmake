@@ -58,10 +58,19 @@ message(STATUS "Batchcast: CUDA data plane ${BATCHCAST_HAVE_CUDA}")
 
 set(BATCHCAST_HAVE_TORCH OFF)
 if(NOT BATCHCAST_TORCH STREQUAL "OFF")
+  # A CUDA LibTorch (a pip wheel's) sets CMAKE_CUDA_ARCHITECTURES to OFF in our scope ("not
+  # compatible") and appends its own -gencode list to CMAKE_CUDA_FLAGS, down to compute_50,
+  # which CUDA 13's nvcc no longer has: our kernels keep our architectures and flags.
+  set(bc_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
+  set(bc_cuda_flags "${CMAKE_CUDA_FLAGS}")
   if(BATCHCAST_TORCH STREQUAL "ON")
     find_package(Torch REQUIRED)
   else()
     find_package(Torch QUIET)
+  endif()
+  if(BATCHCAST_HAVE_CUDA)
+    set(CMAKE_CUDA_ARCHITECTURES "${bc_cuda_archs}")
+    set(CMAKE_CUDA_FLAGS "${bc_cuda_flags}")
   endif()
   if(Torch_FOUND)
     set(BATCHCAST_HAVE_TORCH ON)
@@ -75,6 +84,20 @@ if(NOT BATCHCAST_TORCH STREQUAL "OFF")
         "(next to its share/cmake) in a fresh build directory")
     endif()
     message(STATUS "Batchcast: LibTorch ${Torch_VERSION} (${TORCH_LIBRARY})")
+    # bc_libtorch: LibTorch for our own targets. LibTorch 2.x ships fmt (12.x) headers in its
+    # include directory, which would shadow the system fmt (9.x) our code is compiled and
+    # linked against (libfmt.so.9): the targets search a directory holding only the system's
+    # fmt first (an -I directory comes before LibTorch's -isystem ones).
+    add_library(bc_libtorch INTERFACE)
+    if(EXISTS "${TORCH_INSTALL_PREFIX}/include/fmt")
+      find_path(BC_SYSTEM_FMT_DIR fmt/format.h REQUIRED
+                PATHS ${fmt_DIR}/../../../../include /usr/include NO_DEFAULT_PATH)
+      set(bc_fmt_first ${PROJECT_BINARY_DIR}/fmt-before-libtorch)
+      file(MAKE_DIRECTORY ${bc_fmt_first})
+      file(CREATE_LINK ${BC_SYSTEM_FMT_DIR}/fmt ${bc_fmt_first}/fmt SYMBOLIC)
+      target_include_directories(bc_libtorch INTERFACE ${bc_fmt_first})
+    endif()
+    target_link_libraries(bc_libtorch INTERFACE torch)
   endif()
 endif()
 message(STATUS "Batchcast: LibTorch target ${BATCHCAST_HAVE_TORCH}")
