@@ -233,10 +233,10 @@ _DATALOADER_ARGS = {
                    "apply per-batch code of your own to the tensors the loop yields"),
     "generator": "the leader's seed option orders every epoch",
     "timeout": "use connect_timeout=ms for the wait for the leader",
-    "dataset": ("the dataset belongs to the leader (batchcast.Leader(dataset, ...) or "
-                "batchcast.Producer(DataLoader(dataset, ...))); a Consumer takes the leader's "
-                "address"),
 }
+_DATASET_HINT = ("the dataset belongs to the leader (batchcast.Leader(dataset, ...) or "
+                 "batchcast.Producer(DataLoader(dataset, ...))); a Consumer takes the leader's "
+                 "address")
 
 
 def _refuse_dataloader_args(options):
@@ -373,7 +373,7 @@ class Consumer:
         if address is not None and not isinstance(address, str):
             raise InvalidArgumentError(
                 f"consumer: the first argument is the leader's address (a str), not "
-                f"{type(address).__name__}: {_DATALOADER_ARGS['dataset']}")
+                f"{type(address).__name__}: {_DATASET_HINT}")
         _refuse_dataloader_args(options)
         if release not in ("on_free", "next"):
             raise InvalidArgumentError(
