@@ -18,7 +18,9 @@
 // torch.export programs compiled ahead of time (AOTInductor packages): LibTorch >= 2.6.
 #if __has_include(<torch/csrc/inductor/aoti_package/model_package_loader.h>) && \
     defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 6)
+#include <dlfcn.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #define BATCHCAST_HAVE_AOTI 1
 #endif
 
@@ -316,6 +318,13 @@ Result<std::unique_ptr<producer::BatchStage>> ModelStage::Create(
 
 Status ModelStage::LoadExportedProgram(const std::string& who) {
 #ifdef BATCHCAST_HAVE_AOTI
+  // The package's compiled model resolves LibTorch's C shim (aoti_torch_*) in the global
+  // symbol scope, but LibTorch came in locally, with this module (the producer core dlopens
+  // it): make the library that holds the shim global (it is loaded already; RTLD_NOLOAD).
+  Dl_info shim;
+  if (dladdr(reinterpret_cast<void*>(&aoti_torch_dtype_float32), &shim) != 0 &&
+      shim.dli_fname != nullptr)
+    dlopen(shim.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
   try {
     aoti_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(spec_.path);
   } catch (const std::exception& e) {
