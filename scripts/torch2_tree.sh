@@ -23,6 +23,7 @@ fi
 case $cmd in
   build)
     if [ ! -f "$build/CMakeCache.txt" ]; then
+      mkdir -p "$build"
       # The CMake package, and the package directory itself: LibTorch's TorchConfig finds its
       # libraries with plain find_library calls, which would take Debian's libtorch.so from
       # /usr/lib before the wheel's torch/lib unless that directory is a prefix too.
@@ -44,9 +45,8 @@ print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || 
         -DCMAKE_UNITY_BUILD="${UNITY:-ON}" -DBATCHCAST_TORCH=ON -DBATCHCAST_PYTHON=ON \
         -DBATCHCAST_BUILD_BENCHMARKS=OFF -DPython_EXECUTABLE="$py" \
         -DCMAKE_PREFIX_PATH="$torch_prefix" -Dpybind11_DIR="$pybind11_dir" \
-        "${nccl_flag[@]}" "${launcher[@]}" ${TORCH2_CMAKE_FLAGS:-} >"$build.configure.log" 2>&1 ||
-        { cat "$build.configure.log"; echo "torch2_tree: configure of $build failed" >&2; exit 1; }
-      rm -f "$build.configure.log"
+        "${nccl_flag[@]}" "${launcher[@]}" ${TORCH2_CMAKE_FLAGS:-} >"$build/configure.log" 2>&1 ||
+        { cat "$build/configure.log"; echo "torch2_tree: configure of $build failed" >&2; exit 1; }
     fi
     cmake --build "$build" -j "${JOBS:-2}" --target torch_tests
     ;;

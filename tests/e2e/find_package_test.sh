@@ -126,15 +126,17 @@ if [ "$only" = torch ]; then
       inside { print }' "$src/docs/api.md" >"$tmp/torch/$f"
     [ -s "$tmp/torch/$f" ] || { echo "FAIL: docs/api.md has no block for $f"; exit 1; }
   done
-  # A pip wheel's LibTorch links the NCCL of its own wheel (2.30), newer than the
-  # /usr/local/cuda one (2.28) a libbatchcast.so built with CUDA links today; the soname is
-  # the same, so whichever the loader finds first serves both. Until the CUDA plane is loaded
-  # at run time (issue 28), the trainer finds the wheel's first, as a pip torch user would set
-  # it up. (Nothing to do with Debian's CPU-only LibTorch.)
+  # A pip wheel's LibTorch needs the NCCL of its own wheel (2.30 for torch 2.15), newer than
+  # the one of this machine's CUDA toolkit (/usr/local/cuda, 2.28), which the wheel's
+  # TorchConfig puts on every link line's rpath: any LibTorch program, with or without
+  # Batchcast, then fails to link (undefined ncclCommGrow, ...). As docs/api.md says, such a
+  # machine gives the wheel's NCCL first at link and run time. (Nothing to do with Debian's
+  # CPU-only LibTorch.)
   IFS=';' read -r -a torch_dirs <<<"${BCTEST_TORCH_PREFIX:-}"
   for d in "${torch_dirs[@]}"; do
     if [ -d "$d/../nvidia/nccl/lib" ]; then
-      export LD_LIBRARY_PATH="$(cd "$d/../nvidia/nccl/lib" && pwd):$LD_LIBRARY_PATH"
+      nccl_dir=$(cd "$d/../nvidia/nccl/lib" && pwd)
+      export LDFLAGS="-Wl,-rpath-link,$nccl_dir" LD_LIBRARY_PATH="$nccl_dir:$LD_LIBRARY_PATH"
     fi
   done
   cmake -S "$tmp/torch" -B "$tmp/torch/build" \

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import batchcast
-from conftest import HERE
+from conftest import HERE, one_line_changed
 
 SCRIPT = os.path.join(HERE, "torch2_trainer.py")
 DATALOADER_LINE = ("    train_loader = DataLoader(train_set, batch_size=64, sampler=sampler, "
@@ -35,11 +35,7 @@ def run(script, fmnist, break_after, env=None):
 
 @pytest.mark.parametrize("break_after", [0, 3])
 def test_torch2_script_runs_unchanged_but_for_the_promised_line(fmnist, tmp_path, break_after):
-    with open(SCRIPT) as f:
-        text = f.read()
-    assert text.count(DATALOADER_LINE) == 1
-    changed = tmp_path / "torch2_trainer_batchcast.py"
-    changed.write_text(text.replace(DATALOADER_LINE, ONE_LINE_CHANGE))
+    changed = one_line_changed(SCRIPT, DATALOADER_LINE, ONE_LINE_CHANGE, tmp_path)
     expect, _ = run(SCRIPT, fmnist, break_after)
     steps = [break_after or 10, 10]
     assert expect["len"] == 10 and expect["steps"] == steps
