@@ -64,7 +64,7 @@ step "pip install of a fresh clone into a fresh venv"
 
 # --- 2. python -m build --wheel, the clone removed, the wheel into a fresh venv ---
 "$python" -m venv "$tmp/venv-build"
-quiet "$tmp/venv-build/bin/python" -m pip install build
+quiet "$tmp/venv-build/bin/python" -m pip install build==1.6.1
 quiet "$tmp/venv-build/bin/python" -m build --wheel --outdir "$tmp/dist" "$tmp/clone"
 wheel=$(ls "$tmp"/dist/batchcast-"$version"-*.whl)
 rm -rf "$tmp/clone"
