@@ -89,9 +89,11 @@ if(NOT BATCHCAST_TORCH STREQUAL "OFF")
     # linked against (libfmt.so.9): the targets search a directory holding only the system's
     # fmt first (an -I directory comes before LibTorch's -isystem ones).
     add_library(bc_libtorch INTERFACE)
-    if(EXISTS "${TORCH_INSTALL_PREFIX}/include/fmt")
-      find_path(BC_SYSTEM_FMT_DIR fmt/format.h REQUIRED
-                PATHS ${fmt_DIR}/../../../../include /usr/include NO_DEFAULT_PATH)
+    find_path(BC_SYSTEM_FMT_DIR fmt/format.h REQUIRED
+              PATHS ${fmt_DIR}/../../../../include /usr/include NO_DEFAULT_PATH)
+    file(REAL_PATH "${TORCH_INSTALL_PREFIX}/include/fmt" bc_torch_fmt)
+    file(REAL_PATH "${BC_SYSTEM_FMT_DIR}/fmt" bc_system_fmt)
+    if(EXISTS "${bc_torch_fmt}" AND NOT bc_torch_fmt STREQUAL bc_system_fmt)  # not Debian's
       set(bc_fmt_first ${PROJECT_BINARY_DIR}/fmt-before-libtorch)
       file(MAKE_DIRECTORY ${bc_fmt_first})
       file(CREATE_LINK ${BC_SYSTEM_FMT_DIR}/fmt ${bc_fmt_first}/fmt SYMBOLIC)
