@@ -63,13 +63,48 @@ message(STATUS "Batchcast: CUDA data plane ${BATCHCAST_HAVE_CUDA}")
 
 set(BATCHCAST_HAVE_TORCH OFF)
 if(NOT BATCHCAST_TORCH STREQUAL "OFF")
+  # A CUDA LibTorch (a pip wheel's) sets CMAKE_CUDA_ARCHITECTURES to OFF in our scope ("not
+  # compatible") and appends its own -gencode list to CMAKE_CUDA_FLAGS, down to compute_50,
+  # which CUDA 13's nvcc no longer has: our kernels keep our architectures and flags.
+  set(bc_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
+  set(bc_cuda_flags "${CMAKE_CUDA_FLAGS}")
   if(BATCHCAST_TORCH STREQUAL "ON")
     find_package(Torch REQUIRED)
   else()
     find_package(Torch QUIET)
   endif()
+  if(BATCHCAST_HAVE_CUDA)
+    set(CMAKE_CUDA_ARCHITECTURES "${bc_cuda_archs}")
+    set(CMAKE_CUDA_FLAGS "${bc_cuda_flags}")
+  endif()
   if(Torch_FOUND)
     set(BATCHCAST_HAVE_TORCH ON)
+    # A pip wheel's TorchConfig (TORCH_INSTALL_PREFIX: .../site-packages/torch) looks for its
+    # libraries with plain find_library calls: with Debian's libtorch-dev installed too, it
+    # takes /usr/lib's libtorch.so of another version, and the build mixes two LibTorches.
+    get_filename_component(bc_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
+    if(TORCH_INSTALL_PREFIX AND NOT bc_torch_lib_dir MATCHES "^${TORCH_INSTALL_PREFIX}")
+      message(FATAL_ERROR "LibTorch of ${TORCH_INSTALL_PREFIX} found its library at "
+        "${TORCH_LIBRARY}, another LibTorch's; add ${TORCH_INSTALL_PREFIX} to CMAKE_PREFIX_PATH "
+        "(next to its share/cmake) in a fresh build directory")
+    endif()
+    message(STATUS "Batchcast: LibTorch ${Torch_VERSION} (${TORCH_LIBRARY})")
+    # bc_libtorch: LibTorch for our own targets. LibTorch 2.x ships fmt (12.x) headers in its
+    # include directory, which would shadow the system fmt (9.x) our code is compiled and
+    # linked against (libfmt.so.9): the targets search a directory holding only the system's
+    # fmt first (an -I directory comes before LibTorch's -isystem ones).
+    add_library(bc_libtorch INTERFACE)
+    find_path(BC_SYSTEM_FMT_DIR fmt/format.h REQUIRED
+              PATHS ${fmt_DIR}/../../../../include /usr/include NO_DEFAULT_PATH)
+    file(REAL_PATH "${TORCH_INSTALL_PREFIX}/include/fmt" bc_torch_fmt)
+    file(REAL_PATH "${BC_SYSTEM_FMT_DIR}/fmt" bc_system_fmt)
+    if(EXISTS "${bc_torch_fmt}" AND NOT bc_torch_fmt STREQUAL bc_system_fmt)  # not Debian's
+      set(bc_fmt_first ${PROJECT_BINARY_DIR}/fmt-before-libtorch)
+      file(MAKE_DIRECTORY ${bc_fmt_first})
+      file(CREATE_LINK ${BC_SYSTEM_FMT_DIR}/fmt ${bc_fmt_first}/fmt SYMBOLIC)
+      target_include_directories(bc_libtorch INTERFACE ${bc_fmt_first})
+    endif()
+    target_link_libraries(bc_libtorch INTERFACE torch)
   endif()
 endif()
 message(STATUS "Batchcast: LibTorch target ${BATCHCAST_HAVE_TORCH}")

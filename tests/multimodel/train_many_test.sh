@@ -24,7 +24,7 @@ bin=${BATCHCAST_BIN:?set BATCHCAST_BIN}
 unset BATCHCAST_BIN  # not a batchcast option: the service would warn about it
 fx=${TRAIN_MANY_FIXTURE:?set TRAIN_MANY_FIXTURE}
 here=$(cd "$(dirname "$0")" && pwd)
-py=/usr/bin/python3
+py=${PYTHON:-/usr/bin/python3}  # the tree's interpreter (its torch scripts the models)
 n=256
 work=$(mktemp -d "${TMPDIR:-/tmp}/bc-train-many.XXXXXX")
 serve_pid=
