@@ -49,8 +49,9 @@ struct BatchResult {
   std::vector<int64_t> kept;      // dataset indices of the written samples, in order
   std::vector<int64_t> skipped;   // dataset indices skipped under on_bad_sample=skip
   std::vector<std::string> skip_reasons;
-  // Wall time per stage summed over samples (for telemetry), nanoseconds.
-  int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
+  // Wall time per stage summed over samples (for telemetry), nanoseconds. read_lock_ns: the
+  // part of reading spent waiting for a lock inside the dataset reader (not in read_ns).
+  int64_t read_ns = 0, read_lock_ns = 0, decode_ns = 0, transform_ns = 0;
   // Decoded-sample cache (0 without one): samples taken from it, samples decoded, and the
   // bytes it holds after this batch.
   int64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0;

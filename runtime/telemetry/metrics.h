@@ -43,6 +43,8 @@ enum class Timer : int {
   kPublish,       // leader: publishing a producer batch to the ring / consumers
   kExchange,      // leader: MPI exchange of decoded samples between node leaders
   kStage,         // leader: model stages (--stage) run on each producer batch
+  kReadLock,      // leader worker: waiting for a lock a dataset read needs (the process-wide
+                  // HDF5 lock: layout version 1 encoded files, compressed chunks); not in kRead
   kCount
 };
 
@@ -93,11 +95,11 @@ std::string_view RoleName(Role r);
 // "leader" | "consumer" | "both" → Role; false if unknown.
 bool ParseRole(std::string_view text, Role* out);
 
-// True for the timers spent in decode workers (read, decode, transform, collate): their sum
-// over threads divided by (threads × wall) is the worker utilisation.
+// True for the timers spent in decode workers (read, read_lock, decode, transform, collate):
+// their sum over threads divided by (threads × wall) is the worker utilisation.
 constexpr bool IsWorkerStage(Timer t) {
-  return t == Timer::kRead || t == Timer::kDecode || t == Timer::kTransform ||
-         t == Timer::kCollate;
+  return t == Timer::kRead || t == Timer::kReadLock || t == Timer::kDecode ||
+         t == Timer::kTransform || t == Timer::kCollate;
 }
 
 }  // namespace batchcast::telemetry

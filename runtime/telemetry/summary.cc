@@ -49,6 +49,10 @@ std::string Advice(const std::string& stage) {
     return "consider progressive resizing, more decode threads, or pre-decoded storage";
   if (stage == "read")
     return "consider faster or local storage, the page cache, or more reader threads";
+  if (stage == "read_lock")
+    return "reads wait for the process-wide HDF5 lock: `batchcast convert --upgrade FILE` "
+           "rewrites a layout version 1 file so that samples are read without it, and "
+           "uncompressed pixels (--compression none) need no lock either";
   if (stage == "transform")
     return "consider smaller output images, cheaper augmentation, or augmenting on the GPU";
   if (stage == "collate") return "consider uint8 output or larger producer batches";
