@@ -18,6 +18,8 @@ void PrintText(const data::DatasetSummary& s) {
               i.schema_version,
               i.read_path == data::ReadPath::kDirect
                   ? "directly (pread at offsets located at open, no lock)"
+              : i.read_path == data::ReadPath::kInflate
+                  ? "with pread, gzip chunks inflated once each by zlib (cached), no lock"
               : i.read_path == data::ReadPath::kBlocks
                   ? "through HDF5 once per chunk (compressed chunks, cached)"
                   : "through HDF5 under the process-wide lock, one read per sample (layout "

@@ -35,10 +35,12 @@ struct StoredShape {
 };
 
 // How a file's samples are read (DatasetInfo::read_path): kDirect, pread() with no lock;
-// kBlocks, one HDF5 read of a whole chunk under the lock, samples copied from a cache of
-// chunks; kHdf5PerSample, one HDF5 read per sample under the lock (layout version 1 encoded).
-enum class ReadPath { kDirect, kBlocks, kHdf5PerSample };
-// "direct", "blocks", "hdf5-per-sample".
+// kInflate, gzip chunks read with pread() and inflated by zlib once per chunk, no lock;
+// kBlocks, one HDF5 read of a whole chunk under the lock (other filters, such as lz4); the
+// last two copy samples from a cache of chunks; kHdf5PerSample, one HDF5 read per sample
+// under the lock (layout version 1 encoded).
+enum class ReadPath { kDirect, kInflate, kBlocks, kHdf5PerSample };
+// "direct", "inflate", "blocks", "hdf5-per-sample".
 std::string_view ReadPathName(ReadPath path);
 
 struct DatasetInfo {

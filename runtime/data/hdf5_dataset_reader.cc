@@ -760,6 +760,7 @@ uint64_t SampleChecksum(std::span<const uint8_t> bytes, int64_t label) {
 std::string_view ReadPathName(ReadPath path) {
   switch (path) {
     case ReadPath::kDirect: return "direct";
+    case ReadPath::kInflate: return "inflate";
     case ReadPath::kBlocks: return "blocks";
     case ReadPath::kHdf5PerSample: return "hdf5-per-sample";
   }

@@ -3,18 +3,21 @@
 // Where one dataset of sample bytes lies and how its bytes are read (docs/dataset-format.md,
 // "Reading without the HDF5 lock"). A ByteStore addresses the dataset's bytes in C order
 // (sample i of a raw N x H x W x C array is bytes [i*HWC, (i+1)*HWC); a 1-D byte array is
-// itself) and reads a range of them by one of two paths, decided once at open:
+// itself) and reads a range of them by one of three paths, decided once at open:
 //
-//   direct  every byte lies unfiltered in the file (contiguous storage, or chunks without a
-//           filter): the file address of every chunk is looked up once, under the HDF5
-//           lock (H5Dget_offset, H5Dget_chunk_info_by_coord), checked to lie inside the file
-//           and against one HDF5 read; reads are then pread() calls on the reader's own
-//           descriptor, from any thread, with no lock and no allocation.
-//   blocks  compressed (filtered) chunks, or storage HDF5 alone can find: one HDF5 read of a
-//           whole chunk's rows under the lock, kept in a cache of blocks of this store
-//           (bounded by ReaderOptions::chunk_cache_bytes); a sample is copied out of its
-//           block without the lock. The serial section is one chunk's read per chunk, not
-//           one HDF5 call per sample.
+//   direct   every byte lies unfiltered in the file (contiguous storage, or chunks without a
+//            filter): the file address of every chunk is looked up once, under the HDF5
+//            lock (H5Dget_offset, H5Dget_chunk_info_by_coord), checked to lie inside the file
+//            and against HDF5 reads; reads are then pread() calls on the reader's own
+//            descriptor, from any thread, with no lock and no allocation.
+//   inflate  chunks compressed with gzip alone (HDF5's deflate filter writes zlib streams):
+//            each chunk's address and stored size are looked up and checked the same way;
+//            a chunk is read with pread() and inflated by zlib, outside any lock, once, into a
+//            cache of blocks (bounded by ReaderOptions::chunk_cache_bytes); samples are
+//            copied out of their block.
+//   blocks   other filters (lz4, ...) or storage HDF5 alone can find: one HDF5 read of a
+//            whole chunk's rows under the lock, into the same cache. The serial section is
+//            one chunk's read per chunk, not one HDF5 call per sample.
 //
 // Private to the data module.
 #pragma once
@@ -69,9 +72,12 @@ class ByteStore {
 
  private:
   ByteStore() = default;
-  Result<bool> MapExtents(hid_t ds);  // false: not readable directly (blocks instead)
+  // Looks up every chunk's address: path_ becomes kDirect or kInflate, or stays kBlocks.
+  Status MapChunks(hid_t ds);
+  Status MapContiguous(hid_t ds);
   Status CheckExtents();
   Result<bool> ProbeAgainstHdf5(hid_t ds) const;
+  Status Inflate(uint64_t b, std::vector<uint8_t>* out) const;
   Status ReadDirect(uint64_t offset, uint64_t length, uint8_t* dst) const;
   Status ReadBlocks(uint64_t offset, uint64_t length, uint8_t* dst) const;
   Result<std::shared_ptr<const std::vector<uint8_t>>> Block(uint64_t b) const;
@@ -83,9 +89,11 @@ class ByteStore {
   ReadPath path_ = ReadPath::kBlocks;
   uint64_t rows_ = 0, row_bytes_ = 1, block_rows_ = 1, num_blocks_ = 0;
   int rank_ = 1;
-  // Direct: each block's absolute file address, and the bytes that follow it contiguously
-  // in the file (adjacent chunks merged), so a sample spanning chunks is usually one pread.
-  std::vector<uint64_t> address_, run_bytes_;
+  // Direct and inflate: each block's absolute file address. Direct: the bytes that follow it
+  // contiguously in the file (adjacent chunks merged), so a sample spanning chunks is usually
+  // one pread. Inflate: its stored (compressed) size, and whether the filter was skipped.
+  std::vector<uint64_t> address_, run_bytes_, stored_bytes_;
+  std::vector<uint8_t> unfiltered_;
   // Blocks: the dataset (the reader's; used under the lock) and the cached blocks.
   hid_t dataset_ = H5I_INVALID_HID;
   int64_t cache_budget_ = 0;

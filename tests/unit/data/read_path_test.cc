@@ -159,39 +159,100 @@ TEST(ReadPathTest, EncodedLayoutsReadTheSameBytesVersion2WithoutTheLock) {
   EXPECT_EQ(a->stored_bytes, b->stored_bytes);
 }
 
-TEST(ReadPathTest, RawAndPixelsUncompressedAreDirectCompressedOnceEachChunk) {
+TEST(ReadPathTest, UncompressedAndGzipReadWithoutTheLockOtherFiltersOnceEachChunk) {
   TempDir dir;
   WriteRawSet(dir / "raw-none.h5", 1000, "none");
   WriteRawSet(dir / "raw-gzip.h5", 1000, "gzip:1");
+  WriteRawSet(dir / "raw-lz4.h5", 1000, "lz4");
   WritePixelSet(dir / "px-none.h5", 300, "");
   WritePixelSet(dir / "px-gzip.h5", 300, "gzip:1");
   auto raw_none = OpenOk(dir / "raw-none.h5");
   auto raw_gzip = OpenOk(dir / "raw-gzip.h5");
+  auto raw_lz4 = OpenOk(dir / "raw-lz4.h5");
   auto px_none = OpenOk(dir / "px-none.h5");
   auto px_gzip = OpenOk(dir / "px-gzip.h5");
-  ASSERT_TRUE(raw_none && raw_gzip && px_none && px_gzip);
+  ASSERT_TRUE(raw_none && raw_gzip && raw_lz4 && px_none && px_gzip);
   EXPECT_EQ(raw_none->info().schema_version, 1) << "raw files stay readable by older builds";
   EXPECT_EQ(raw_none->info().read_path, ReadPath::kDirect);
-  EXPECT_EQ(raw_gzip->info().read_path, ReadPath::kBlocks);
+  EXPECT_EQ(raw_gzip->info().read_path, ReadPath::kInflate);
   EXPECT_EQ(raw_gzip->info().compression, "gzip:1");
+  EXPECT_EQ(raw_lz4->info().read_path, ReadPath::kBlocks);
+  EXPECT_EQ(raw_lz4->info().compression, "lz4");
   EXPECT_EQ(px_none->info().read_path, ReadPath::kDirect);
-  EXPECT_EQ(px_gzip->info().read_path, ReadPath::kBlocks);
+  EXPECT_EQ(px_gzip->info().read_path, ReadPath::kInflate);
 
   int64_t before = Acquisitions();
   const auto raw = ReadAll(*raw_none);
   const auto px = ReadAll(*px_none);
-  EXPECT_EQ(Acquisitions(), before) << "uncompressed samples are read without the lock";
+  EXPECT_EQ(ReadAll(*raw_gzip), raw);
+  EXPECT_EQ(ReadAll(*px_gzip), px);
+  EXPECT_EQ(Acquisitions(), before) << "uncompressed and gzip samples are read without the lock";
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(raw[size_t(i)], Bytes(105, i));
   // min(65536 / 105, 256) = 256 samples per chunk: 4 chunks, each read once in any order.
   before = Acquisitions();
   std::vector<uint8_t> got;
   for (int k = 0; k < 2000; ++k) {
     const int i = (k * 379) % 1000;
-    ASSERT_TRUE(raw_gzip->ReadSample(i, &got).ok());
+    ASSERT_TRUE(raw_lz4->ReadSample(i, &got).ok());
     ASSERT_EQ(got, Bytes(105, i));
   }
   EXPECT_EQ(Acquisitions() - before, 4);
-  EXPECT_EQ(ReadAll(*px_gzip), px);
+}
+
+TEST(ReadPathTest, ADamagedGzipChunkFailsItsSamplesOnly) {
+  TempDir dir;
+  WriteRawSet(dir / "raw.h5", 1000, "gzip:1");
+  // The stored bytes of chunk 2 (samples 512..767), found through HDF5, one of them changed.
+  uint64_t addr = 0, size = 0;
+  {
+    std::lock_guard lock(Hdf5Lock());
+    hid_t f = H5Fopen((dir / "raw.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "images", H5P_DEFAULT);
+    hsize_t coord[4] = {512, 0, 0, 0}, stored = 0;
+    unsigned mask = 0;
+    haddr_t a = 0;
+    ASSERT_GE(H5Dget_chunk_info_by_coord(d, coord, &mask, &a, &stored), 0);
+    addr = a;
+    size = stored;
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  auto file = testing::ReadBytes(dir / "raw.h5");
+  file[size_t(addr + size / 2)] ^= 0x5a;
+  testing::WriteBytes(dir / "raw.h5", file);
+  auto r = OpenOk(dir / "raw.h5");
+  ASSERT_TRUE(r);
+  std::vector<uint8_t> got;
+  for (int i : {0, 511, 768, 999}) {
+    ASSERT_TRUE(r->ReadSample(i, &got).ok());
+    EXPECT_EQ(got, Bytes(105, i));
+  }
+  Status st = r->ReadSample(600, &got);
+  EXPECT_EQ(st.code(), StatusCode::kCorruptData) << st.ToString();
+  ExpectContains(st.message(), "chunk 2 of dataset 'images' in " + dir / "raw.h5" +
+                                   " does not inflate to its 26880 bytes");
+  // The first chunk damaged too: the file still opens, its other samples still read.
+  {
+    std::lock_guard lock(Hdf5Lock());
+    hid_t f = H5Fopen((dir / "raw.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "images", H5P_DEFAULT);
+    hsize_t coord[4] = {0, 0, 0, 0}, stored = 0;
+    unsigned mask = 0;
+    haddr_t a = 0;
+    ASSERT_GE(H5Dget_chunk_info_by_coord(d, coord, &mask, &a, &stored), 0);
+    addr = a;
+    size = stored;
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  file[size_t(addr + size / 2)] ^= 0x5a;
+  testing::WriteBytes(dir / "raw.h5", file);
+  auto again = OpenOk(dir / "raw.h5");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->info().read_path, ReadPath::kInflate) << "the last chunk was compared";
+  EXPECT_FALSE(again->ReadSample(3, &got).ok());
+  ASSERT_TRUE(again->ReadSample(999, &got).ok());
+  EXPECT_EQ(got, Bytes(105, 999));
 }
 
 TEST(ReadPathTest, ASmallChunkCacheEvictsAndStillReadsRightFromManyThreads) {
