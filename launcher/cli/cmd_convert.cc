@@ -346,13 +346,13 @@ void RegisterUpgrade(CLI::App* convert, int* exit_code) {
   for (CLI::App* sub : convert->get_subcommands({})) sub->excludes(upgrade);
   convert->callback([=] {
     if (upgrade->count() == 0) {
-      if (convert->get_subcommands().empty()) {
-        std::fprintf(stderr, "batchcast convert: give a source (idx, imagefolder or h5) or "
-                     "--upgrade FILE (see batchcast convert --help)\n");
-        *exit_code = 1;
-      } else if (out->count() + force->count() > 0) {
+      if (out->count() + force->count() > 0) {
         std::fprintf(stderr, "batchcast convert: --out and --force go after the subcommand "
                      "(batchcast convert idx --out F.h5), or with --upgrade\n");
+        *exit_code = 1;
+      } else if (convert->get_subcommands().empty()) {
+        std::fprintf(stderr, "batchcast convert: give a source (idx, imagefolder or h5) or "
+                     "--upgrade FILE (see batchcast convert --help)\n");
         *exit_code = 1;
       }
       return;
