@@ -160,6 +160,11 @@ struct StreamHeader {
   // CLOCK_MONOTONIC of the leader's last sign of life (its control thread, every
   // heartbeat_ms / 4): a stopped or hung leader is noticed by waiting consumers.
   alignas(64) std::atomic<int64_t> leader_heartbeat_ns;
+  // Data slots [0, prepared_slots) have their pages (the leader populated them before first
+  // use): a consumer maps them into its page tables while it waits, so that touching a
+  // batch after a hand-off never faults (docs/data-plane.md, "Pages"). In the padding of the
+  // line above: 0 from a leader that predates it (the consumer then faults as before).
+  std::atomic<uint32_t> prepared_slots;
 };
 
 // --- the control segment (consumers write) ---
