@@ -67,6 +67,10 @@ case "$name" in
     bash "$(dirname "$0")/../scripts/fashion_mnist.sh" "$fm" "$build/bin/batchcast" >/dev/null
     "$bin" --dataset "$fm/fashion-mnist-train.h5" "$@"
     exec "$bin" --dataset "$fm/fashion-mnist-train-png.h5" --cache "$sets" --compare-v1 "$@" ;;
+  scaling)
+    # The leader's stages per sample, their serial part and the implied rate at 16 and 64
+    # threads, on the real-photo set (built once, cached in the build directory).
+    exec "$bin" --cache "$build/benchmarks/scaling_set" "$@" ;;
   fanout)
     # The real-photo JPEG set (500x375, q90) as HDF5, built once and cached in the build dir.
     exec "$bin" --cache "$build/benchmarks/fanout_set" "$@" ;;

@@ -26,6 +26,9 @@ struct Hdf5LockTimes {
   int64_t acquisitions = 0;  // guards taken
 };
 Hdf5LockTimes ThisThreadHdf5LockTimes();
+// The same summed over every thread of the process (relaxed atomics, updated only when a
+// guard is released): what `bench scaling` counts as the HDF5 lock's serial time.
+Hdf5LockTimes ProcessHdf5LockTimes();
 
 // Holds Hdf5Lock() for its scope and adds the wait and hold times to the calling thread's
 // totals. An uncontended lock costs one try_lock and two clock reads.
@@ -38,6 +41,7 @@ class Hdf5Guard {
 
  private:
   int64_t held_since_ns_ = 0;
+  int64_t wait_ns_ = 0;
 };
 
 }  // namespace batchcast
