@@ -59,12 +59,12 @@
 
 #include "batchcast/consumer.h"
 #include "harness.h"
+#include "photo_chain.h"
 #include "node/consumer_internal.h"
 #include "node/leader.h"
 #include "telemetry/spec.h"
 #include "transport/shm/futex.h"
 #include "producer/stream_plan.h"
-#include "tests/mpi/photo_set.h"
 
 namespace batchcast::bench {
 namespace {
@@ -200,16 +200,7 @@ SharedRecords* MapRecords() {
 }
 
 Options BaseOptions(const Args& a, const std::string& dataset) {
-  Options o;
-  o.dataset = dataset;
-  o.image_size = a.image_size;
-  o.crop = "random";
-  o.flip = true;
-  o.seed = 1;
-  o.epochs = a.epochs;
-  o.batch_size = a.batch;
-  o.threads = a.threads;
-  return o;
+  return PhotoChainOptions(dataset, a.image_size, a.epochs, a.batch, a.threads);
 }
 
 // With telemetry on, every process records into its own collector, as in a real run
@@ -696,24 +687,7 @@ Args ParseArgs(int argc, char** argv) {
   return a;
 }
 
-std::string Dataset(const Args& a) {
-  std::filesystem::create_directories(a.cache);
-  std::string path = fmt::format("{}/photos-500x375-q90-n{}.h5", a.cache, a.images);
-  if (std::filesystem::exists(path)) return path;
-  mpitest::PhotoSetSpec spec;
-  spec.out = path;
-  spec.images = a.images;
-  spec.width = 500;
-  spec.height = 375;
-  spec.quality = 90;
-  Status st = mpitest::MakePhotoDataset(spec);
-  if (!st.ok()) {
-    std::fprintf(stderr, "bench_fanout: %s\n", st.ToString().c_str());
-    std::exit(1);
-  }
-  std::printf("bench_fanout: wrote %d real-photo JPEGs (500x375, q90) to %s\n", a.images, path.c_str());
-  return path;
-}
+std::string Dataset(const Args& a) { return CachedPhotoSet(a.cache, a.images, "bench_fanout"); }
 
 // `make bench B=telemetry`: the fan-out run at K = compare_k with telemetry off and on,
 // alternating within each repetition; overhead = 1 - (throughput on / throughput off).

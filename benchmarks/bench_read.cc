@@ -18,8 +18,8 @@
 //   read_lock_acquisitions_per_sample
 // With --compare-v1 (encoded files) a layout version 1 copy of the same samples is made in
 // --cache and measured in the same repetitions (keys prefixed v1_): the path before issue 33.
-// --photo-set DIR makes the real-photo set (tests/mpi/photo_set.h: 500x375 JPEG q90 crops of
-// the photos python3-skimage ships) as DIR/photos-300.h5 first and measures it.
+// --photo-set DIR makes the real-photo set (photo_chain.h: 500x375 JPEG q90 crops of the
+// photos python3-skimage ships) in DIR first, once, and measures it.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -35,7 +35,7 @@
 #include "data/dataset_writer.h"
 #include "data/image_probe.h"
 #include "harness.h"
-#include "tests/mpi/photo_set.h"
+#include "photo_chain.h"
 
 namespace batchcast::bench {
 namespace {
@@ -136,22 +136,6 @@ std::string MakeV1Copy(const std::string& path, const std::string& cache) {
   return out;
 }
 
-std::string MakePhotoSet(const Args& a) {
-  fs::create_directories(a.photo_set);
-  const std::string out =
-      (fs::path(a.photo_set) / fmt::format("photos-{}.h5", a.photos)).string();
-  if (fs::exists(out)) return out;
-  mpitest::PhotoSetSpec spec;
-  spec.out = out;
-  spec.images = a.photos;
-  spec.width = 500;
-  spec.height = 375;
-  spec.quality = 90;
-  if (Status st = mpitest::MakePhotoDataset(spec); !st.ok()) Die(st.ToString());
-  std::printf("bench_read: built %d real-photo JPEGs (500x375, q90) in %s\n", a.photos,
-              out.c_str());
-  return out;
-}
 
 Args ParseArgs(int argc, char** argv) {
   Args a;
@@ -214,7 +198,8 @@ struct Series {
 
 int Main(int argc, char** argv) {
   const Args a = ParseArgs(argc, argv);
-  const std::string path = a.photo_set.empty() ? a.dataset : MakePhotoSet(a);
+  const std::string path =
+      a.photo_set.empty() ? a.dataset : CachedPhotoSet(a.photo_set, a.photos, "bench_read");
   const std::string name =
       !a.name.empty() ? a.name : a.photo_set.empty() ? fs::path(path).stem().string() : "photos";
   data::DatasetInfo info;

@@ -29,17 +29,16 @@
 #include "batchcast/consumer.h"
 #include "core/hdf5_lock.h"
 #include "harness.h"
+#include "photo_chain.h"
 #include "node/leader.h"
 #include "pipeline/worker_pool.h"
 #include "producer/batch_source.h"
 #include "telemetry/collector.h"
 #include "telemetry/spec.h"
-#include "tests/mpi/photo_set.h"
 
 namespace batchcast::bench {
 namespace {
 
-namespace fs = std::filesystem;
 using telemetry::Timer;
 
 struct Args {
@@ -69,15 +68,7 @@ double ThreadCpuUs() {
 }
 
 Stages RunLeader(const Args& a, const std::string& dataset, int threads, int run) {
-  Options o;
-  o.dataset = dataset;
-  o.image_size = a.image_size;
-  o.crop = "random";
-  o.flip = true;
-  o.seed = 1;
-  o.epochs = a.epochs;
-  o.batch_size = a.batch;
-  o.threads = threads;
+  Options o = PhotoChainOptions(dataset, a.image_size, a.epochs, a.batch, threads);
   o.telemetry = "telemetry(interval=1s,summary=off)";
   telemetry::Sinks sinks;
   auto collector = telemetry::CreateCollector(o, 0, 0, telemetry::Role::kLeader, &sinks);
@@ -144,18 +135,7 @@ double PoolRate(int threads) {
 }
 
 std::string Dataset(const Args& a) {
-  if (!a.dataset.empty()) return a.dataset;
-  fs::create_directories(a.cache);
-  const std::string path = fmt::format("{}/photos-500x375-q90-n{}.h5", a.cache, a.images);
-  if (fs::exists(path)) return path;
-  mpitest::PhotoSetSpec spec;
-  spec.out = path;
-  spec.images = a.images;
-  spec.width = 500;
-  spec.height = 375;
-  spec.quality = 90;
-  if (Status st = mpitest::MakePhotoDataset(spec); !st.ok()) Die(st.ToString());
-  return path;
+  return a.dataset.empty() ? CachedPhotoSet(a.cache, a.images, "bench_scaling") : a.dataset;
 }
 
 Args ParseArgs(int argc, char** argv) {

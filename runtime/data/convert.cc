@@ -375,6 +375,22 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
   return report;
 }
 
+namespace {
+
+// A spec with the kind, raw shape and class names of an existing file.
+DatasetSpec SpecOf(const DatasetInfo& info, bool overwrite) {
+  DatasetSpec spec;
+  spec.kind = info.kind;
+  spec.raw_height = info.raw_height;
+  spec.raw_width = info.raw_width;
+  spec.raw_channels = info.raw_channels;
+  spec.class_names = info.class_names;
+  spec.overwrite = overwrite;
+  return spec;
+}
+
+}  // namespace
+
 Result<ConvertReport> ConvertStored(const StoredConvertOptions& o, const ProgressFn& progress) {
   auto t0 = std::chrono::steady_clock::now();
   BC_ASSIGN_OR_RETURN(auto source, DatasetReader::Open(o.source));
@@ -386,13 +402,7 @@ Result<ConvertReport> ConvertStored(const StoredConvertOptions& o, const Progres
                                 info.store.empty() ? "pixel" : info.store);
   if (o.limit < 0) return InvalidArgumentError("convert: --limit {} is negative", o.limit);
   const int64_t n = o.limit > 0 ? std::min(o.limit, info.num_samples) : info.num_samples;
-  DatasetSpec spec;
-  spec.kind = info.kind;
-  spec.raw_height = info.raw_height;
-  spec.raw_width = info.raw_width;
-  spec.raw_channels = info.raw_channels;
-  spec.class_names = info.class_names;
-  spec.overwrite = o.overwrite;
+  DatasetSpec spec = SpecOf(info, o.overwrite);
   BC_RETURN_IF_ERROR(ApplyOutputs(
       fmt::format("batchcast convert h5 {} --store {}", o.source, o.store.form.ToString()),
       o.buckets, o.store, &spec));
@@ -447,13 +457,7 @@ namespace {
 
 // The writer's spec that reproduces `info` in the current layout.
 Result<DatasetSpec> UpgradeSpec(const DatasetInfo& info, bool overwrite) {
-  DatasetSpec spec;
-  spec.kind = info.kind;
-  spec.raw_height = info.raw_height;
-  spec.raw_width = info.raw_width;
-  spec.raw_channels = info.raw_channels;
-  spec.class_names = info.class_names;
-  spec.overwrite = overwrite;
+  DatasetSpec spec = SpecOf(info, overwrite);
   spec.store = info.store;
   spec.bucket_sizes = info.bucket_sizes;
   spec.bucket_encoding = info.bucket_encoding.empty() ? "jpeg" : info.bucket_encoding;

@@ -356,13 +356,17 @@ Status Hdf5DatasetReader::LoadIndex(const std::string& group, uint64_t total_byt
   for (size_t i = 0; i < n; ++i) {
     const uint64_t off = out->offsets[i], len = out->lengths[i];
     uint64_t end = 0;
-    if (__builtin_add_overflow(off, len, &end) || end > total_bytes ||
-        len > layout::kMaxEncodedSampleBytes)
-      return CorruptDataError("hdf5: the index of {}images in {} puts sample {} at bytes [{}, "
-                              "{}{}) of a dataset of {} bytes (at most {} per sample): the "
-                              "sample index is damaged; {}", group, info_.path, i, off,
-                              end >= off ? "" : "overflow ", end >= off ? end : len,
-                              total_bytes, layout::kMaxEncodedSampleBytes, kFix);
+    const bool wraps = __builtin_add_overflow(off, len, &end);
+    if (!wraps && end <= total_bytes && len <= layout::kMaxEncodedSampleBytes) continue;
+    const std::string why =
+        wraps ? std::string("past 2^64")
+        : len > layout::kMaxEncodedSampleBytes
+            ? fmt::format("more than the {} bytes a sample may have",
+                          layout::kMaxEncodedSampleBytes)
+            : fmt::format("past the end of the dataset, which holds {} bytes", total_bytes);
+    return CorruptDataError("hdf5: the index of {}images in {} puts sample {} at bytes [{}, {} + "
+                            "{}), {}: the sample index is damaged; {}", group, info_.path, i,
+                            off, off, len, why, kFix);
   }
   return Status::Ok();
 }

@@ -240,7 +240,7 @@ void RingConsumer::MapPreparedSlots() {
   if (prepared <= mapped_slots_) return;
   const uint8_t* first = view_.data(mapped_slots_);
   const size_t bytes = size_t(prepared - mapped_slots_) * view_.geo.slot_bytes;
-  if (madvise(const_cast<uint8_t*>(first), bytes, MADV_POPULATE_READ) != 0)
+  if (!PopulatePages(const_cast<uint8_t*>(first), bytes, /*write=*/false))
     BC_LOG(Debug, Shm, "consumer {}: mapping slots {}..{}: {}", id_, mapped_slots_, prepared - 1,
            std::strerror(errno));
   mapped_slots_ = prepared;

@@ -457,7 +457,7 @@ void RingLeader::PrepareSlots(uint32_t n) {
   if (n <= prepared_slots_) return;
   uint8_t* first = view_.data(prepared_slots_);
   const size_t bytes = size_t(n - prepared_slots_) * geo_.slot_bytes;
-  if (madvise(first, bytes, MADV_POPULATE_WRITE) != 0)
+  if (!PopulatePages(first, bytes, /*write=*/true))
     BC_LOG(Debug, Shm, "ring: populating slots {}..{}: {} (they fault on first use)",
            prepared_slots_, n - 1, std::strerror(errno));
   prepared_slots_ = n;

@@ -225,6 +225,13 @@ struct SegmentGeometry {
 };
 SegmentGeometry ComputeGeometry(uint32_t max_slots, uint64_t slot_bytes);
 
+// Populates the page tables of [p, p + bytes) (docs/data-plane.md, "Pages"): `write`,
+// allocating missing pages (the leader); else mapping them readable (a consumer). In pieces
+// of 256 KiB, so that the address-space lock it holds never stalls the process's other
+// threads (an mmap, a munmap, and every page fault queued behind them) for longer than one
+// piece. False (errno set) when the kernel refuses (before 5.14: no MADV_POPULATE_*).
+bool PopulatePages(void* p, size_t bytes, bool write);
+
 // Typed views of the two segments, from base pointers and a geometry the caller trusts
 // (the leader's private copy, or one a consumer validated against the segment sizes).
 struct SegmentView {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <thread>
+#include <tuple>
 
 #include "core/hdf5_lock.h"
 #include "data/convert.h"
@@ -199,25 +200,27 @@ TEST(ReadPathTest, UncompressedAndGzipReadWithoutTheLockOtherFiltersOnceEachChun
   EXPECT_EQ(Acquisitions() - before, 4);
 }
 
+// The file address and stored size of the chunk of raw `images` holding sample `first`.
+std::pair<uint64_t, uint64_t> ChunkOf(const std::string& path, hsize_t first) {
+  std::lock_guard lock(Hdf5Lock());
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "images", H5P_DEFAULT);
+  hsize_t coord[4] = {first, 0, 0, 0}, stored = 0;
+  unsigned mask = 0;
+  haddr_t addr = 0;
+  if (H5Dget_chunk_info_by_coord(d, coord, &mask, &addr, &stored) < 0) stored = 0;
+  H5Dclose(d);
+  H5Fclose(f);
+  return {uint64_t(addr), uint64_t(stored)};
+}
+
 TEST(ReadPathTest, ADamagedGzipChunkFailsItsSamplesOnly) {
   TempDir dir;
   WriteRawSet(dir / "raw.h5", 1000, "gzip:1");
   // The stored bytes of chunk 2 (samples 512..767), found through HDF5, one of them changed.
-  uint64_t addr = 0, size = 0;
-  {
-    std::lock_guard lock(Hdf5Lock());
-    hid_t f = H5Fopen((dir / "raw.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t d = H5Dopen2(f, "images", H5P_DEFAULT);
-    hsize_t coord[4] = {512, 0, 0, 0}, stored = 0;
-    unsigned mask = 0;
-    haddr_t a = 0;
-    ASSERT_GE(H5Dget_chunk_info_by_coord(d, coord, &mask, &a, &stored), 0);
-    addr = a;
-    size = stored;
-    H5Dclose(d);
-    H5Fclose(f);
-  }
   auto file = testing::ReadBytes(dir / "raw.h5");
+  auto [addr, size] = ChunkOf(dir / "raw.h5", 512);
+  ASSERT_GT(size, 0u);
   file[size_t(addr + size / 2)] ^= 0x5a;
   testing::WriteBytes(dir / "raw.h5", file);
   auto r = OpenOk(dir / "raw.h5");
@@ -232,19 +235,8 @@ TEST(ReadPathTest, ADamagedGzipChunkFailsItsSamplesOnly) {
   ExpectContains(st.message(), "chunk 2 of dataset 'images' in " + dir / "raw.h5" +
                                    " does not inflate to its 26880 bytes");
   // The first chunk damaged too: the file still opens, its other samples still read.
-  {
-    std::lock_guard lock(Hdf5Lock());
-    hid_t f = H5Fopen((dir / "raw.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t d = H5Dopen2(f, "images", H5P_DEFAULT);
-    hsize_t coord[4] = {0, 0, 0, 0}, stored = 0;
-    unsigned mask = 0;
-    haddr_t a = 0;
-    ASSERT_GE(H5Dget_chunk_info_by_coord(d, coord, &mask, &a, &stored), 0);
-    addr = a;
-    size = stored;
-    H5Dclose(d);
-    H5Fclose(f);
-  }
+  std::tie(addr, size) = ChunkOf(dir / "raw.h5", 0);
+  ASSERT_GT(size, 0u);
   file[size_t(addr + size / 2)] ^= 0x5a;
   testing::WriteBytes(dir / "raw.h5", file);
   auto again = OpenOk(dir / "raw.h5");
@@ -342,11 +334,18 @@ TEST(ReadPathTest, ADamagedSampleIndexIsRefusedAtOpen) {
     std::string want;
   };
   const std::vector<Case> cases = {
-      {"past.h5", "sample_offsets", 49, total, "puts sample 49 at bytes ["},
+      {"past.h5", "sample_offsets", 49, total, "puts sample 49 at bytes [" +
+                                                  std::to_string(total) + ", " +
+                                                  std::to_string(total) + " + " +
+                                                  std::to_string(lengths[49]) + "), past the "
+                                                  "end of the dataset, which holds " +
+                                                  std::to_string(total) + " bytes"},
       {"long.h5", "sample_lengths", 7, total, "puts sample 7 at bytes"},
-      {"wrap.h5", "sample_offsets", 3, ~uint64_t(0) - 2, "overflow"},
-      {"huge.h5", "sample_lengths", 0, uint64_t(1) << 40, "at most 1073741824 per sample"},
-      {"bucket.h5", "buckets/16/sample_offsets", 20, uint64_t(1) << 33, "buckets/16/images"},
+      {"wrap.h5", "sample_offsets", 3, ~uint64_t(0) - 2, "past 2^64"},
+      {"huge.h5", "sample_lengths", 0, uint64_t(1) << 40,
+       "more than the 1073741824 bytes a sample may have"},
+      {"bucket.h5", "buckets/16/sample_offsets", 20, uint64_t(1) << 33,
+       "the index of buckets/16/images in"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
