@@ -105,6 +105,15 @@ if(NOT BATCHCAST_TORCH STREQUAL "OFF")
       target_include_directories(bc_libtorch INTERFACE ${bc_fmt_first})
     endif()
     target_link_libraries(bc_libtorch INTERFACE torch)
+    # A CUDA pip wheel loads its own NVIDIA libraries (site-packages/nvidia/*/lib, through its
+    # DT_RPATH at run time). The static linker resolves libtorch_cuda.so's NEEDED entries
+    # along our -rpath first, where /usr/local/cuda's older libnccl.so.2 lacks symbols the
+    # wheel's NCCL has (ncclCommGrow...): point it at the wheel's copies first.
+    file(GLOB bc_wheel_nvidia_libs LIST_DIRECTORIES true "${TORCH_INSTALL_PREFIX}/../nvidia/*/lib")
+    if(bc_wheel_nvidia_libs)
+      list(JOIN bc_wheel_nvidia_libs ":" bc_wheel_nvidia_path)
+      target_link_options(bc_libtorch INTERFACE "LINKER:-rpath-link,${bc_wheel_nvidia_path}")
+    endif()
   endif()
 endif()
 message(STATUS "Batchcast: LibTorch target ${BATCHCAST_HAVE_TORCH}")

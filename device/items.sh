@@ -66,13 +66,17 @@ item_libraries() {
 }
 
 # A host-path job through libbatchcast.so (the C API's leader and consumer in one process)
-# that loads no CUDA library: no NCCL on the library path, and LD_DEBUG shows none opened.
+# that loads no CUDA library: no NCCL on the library path, and LD_DEBUG shows none opened
+# (NVML aside: telemetry's GPU metrics).
 item_host_job_no_cuda() {
   local set
   photos 40 32 24
   LD_LIBRARY_PATH=$BC_W/lib:$BC_W/lib-fallback LD_DEBUG=files LD_DEBUG_OUTPUT=$BC_WORK/tmp/lddebug \
     capi_test "$set" 40 >"$BC_WORK/tmp/capi.out" 2>&1 || { tail -n 20 "$BC_WORK/tmp/capi.out"; fail "capi_test failed"; }
-  loaded=$(cat "$BC_WORK"/tmp/lddebug.* 2>/dev/null | grep -oE 'file=lib(cuda|cudart|nccl|nvidia)[^ ]*' | sort -u | tr '\n' ' ')
+  # libnvidia-ml (NVML, the management library) is allowed: telemetry reads GPU utilisation,
+  # memory and energy through it, and it creates no CUDA context.
+  loaded=$(cat "$BC_WORK"/tmp/lddebug.* 2>/dev/null | grep -oE 'file=lib(cuda|cudart|nccl|nvidia)[^ ]*' |
+    grep -v '^file=libnvidia-ml\.so' | sort -u | tr '\n' ' ')
   [ -z "$loaded" ] || fail "the host-path job loaded CUDA libraries: $loaded"
   echo "OK: capi_test (leader + consumer through libbatchcast.so) passed; no libcuda/libcudart/libnccl opened"
 }

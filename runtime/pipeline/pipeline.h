@@ -76,7 +76,9 @@ struct BatchResult {
   // Wall time per stage summed over samples (for telemetry), nanoseconds. transform_ns is
   // the sum over groups; group_transform_ns has each group's part, in request order (one
   // entry without `groups`). Reads and decodes serve every group: they are not split.
-  int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
+  // read_lock_ns: the part of reading spent waiting for a lock inside the dataset reader
+  // (not in read_ns).
+  int64_t read_ns = 0, read_lock_ns = 0, decode_ns = 0, transform_ns = 0;
   std::vector<int64_t> group_transform_ns;
   // Image decodes run (cache hits and raw samples decode nothing): one per sample, or one
   // per distinct DCT scale (and stored image) its groups need (docs/pipeline.md, "Views").

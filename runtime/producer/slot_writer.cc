@@ -100,6 +100,7 @@ Status SlotWriter::FinishFill(BatchSource& source, uint64_t epoch,
   std::fill(ids + n, ids + samples.size(), int64_t(-1));
   record->produce_end_ns = t1;
   record->read_ns += result.read_ns;
+  record->read_lock_ns += result.read_lock_ns;
   record->decode_ns += result.decode_ns;
   record->transform_ns += result.transform_ns;
   record->skipped += static_cast<int64_t>(result.skipped.size());
@@ -304,6 +305,7 @@ void SlotWriter::Record(const shm::SlotWrite& w, const SlotContents& c, uint32_t
   tc->Add(Counter::kBytesShm, bytes);
   tc->trials().Deliver(receivers, c.num_samples, bytes, c.epoch, tc->ElapsedS());
   tc->AddTime(Timer::kRead, r.read_ns);
+  tc->AddTime(Timer::kLockWait, r.read_lock_ns);
   tc->AddTime(Timer::kDecode, r.decode_ns);
   tc->AddTime(Timer::kTransform, r.transform_ns);
   if (r.cache_hits + r.cache_misses > 0) {

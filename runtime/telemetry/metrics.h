@@ -44,11 +44,11 @@ enum class Timer : int {
   kExchange,      // leader: MPI exchange of decoded samples between node leaders
   kStage,         // leader: model stages (--stage) run on each producer batch
   // Waits, each its own timer so that no wait is ever inside read, decode or transform
-  // (issue 32; docs/telemetry.md "Stage times"). The lead merges this block with the
-  // dataset-read change, which separates the HDF5 lock wait from `read` (kLockWait).
+  // (docs/telemetry.md "Stage times").
   kSlotWait,      // leader: backpressure, the producer thread waiting for a free ring slot
   kQueueWait,     // leader: the producer thread waiting for the decode workers' queued batch
-  kLockWait,      // leader worker: waiting for a lock on the sample path (the HDF5 lock)
+  kLockWait,      // leader worker: waiting for a lock a dataset read needs (the process-wide
+                  // HDF5 lock: layout version 1 encoded files, compressed chunks); not in kRead
   kCount
 };
 
@@ -99,8 +99,9 @@ std::string_view RoleName(Role r);
 // "leader" | "consumer" | "both" → Role; false if unknown.
 bool ParseRole(std::string_view text, Role* out);
 
-// True for the timers spent in decode workers (read, decode, transform, collate): their sum
-// over threads divided by (threads × wall) is the worker utilisation.
+// True for the timers spent working in decode workers (read, decode, transform, collate):
+// their sum over threads divided by (threads × wall) is the worker utilisation. Lock waits
+// (kLockWait) are waits, not work (IsWait).
 constexpr bool IsWorkerStage(Timer t) {
   return t == Timer::kRead || t == Timer::kDecode || t == Timer::kTransform ||
          t == Timer::kCollate;

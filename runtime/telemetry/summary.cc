@@ -288,7 +288,9 @@ std::string InputCause(const JobSummary& j, const std::vector<const RankStats*>&
     return fmt::format(
         "leader workers waited {:.1f} s for the process-wide HDF5 lock, more than any stage "
         "worked ({} {:.1f} s): reads are serialised, more threads only wait longer; consider "
-        "the decoded-sample cache (cache=) or fewer reads per sample (convert --store)",
+        "`batchcast convert --upgrade FILE` (a layout version 1 file: samples are then read "
+        "without the lock), uncompressed pixels (--compression none), or the decoded-sample "
+        "cache (cache=)",
         lock_s, stage, v.stage_s[v.dominant]);
   }
   if (worker_stage && !std::isnan(util) && util >= kWorkersSaturated)

@@ -73,6 +73,12 @@ void RingLeader::ControlLoop() {
       return;
     }
     if (stop_.load()) break;
+    if (rc > 0 && (fds[0].revents & POLLIN)) {  // the leader thread asks for slots' pages
+      uint64_t requests = 0;
+      if (read(event_fd_, &requests, sizeof(requests)) < 0 && errno != EAGAIN)
+        BC_LOG(Debug, Shm, "ring: control eventfd read: {}", std::strerror(errno));
+    }
+    PrepareSlots(prepare_target_.load());
     if (rc > 0) {
       if (fds[1].revents & POLLIN) HandleAccept();
       for (size_t i = 2; i < fds.size(); ++i)

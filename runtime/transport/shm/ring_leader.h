@@ -201,6 +201,10 @@ class RingLeader {
   uint32_t PoolDemandLocked() const;  // slots the members' buffers may hold
   // Why `seq` cannot be given a slot now (empty: it can); *slot gets the free slot.
   bool SlotReadyLocked(uint64_t seq, uint32_t* slot, std::string* why) const;
+  // Gives data slots [prepared, n) their pages now (MADV_POPULATE_WRITE), off the fills and
+  // the hand-offs, and tells consumers (StreamHeader::prepared_slots). Init, then the control
+  // thread, which the leader thread asks through prepare_target_ (it never waits for it).
+  void PrepareSlots(uint32_t n);
 
   RingConfig config_;
   SegmentGeometry geo_;              // private copy: never read back from shared memory
@@ -212,6 +216,8 @@ class RingLeader {
   uint64_t next_seq_ = 0;
   std::vector<uint64_t> reserved_;   // slot -> position acquired but not yet published
   uint32_t slots_used_ = 0;
+  uint32_t prepared_slots_ = 0;      // Init, then the control thread
+  std::atomic<uint32_t> prepare_target_{0};  // slots the leader thread wants prepared
   std::atomic<uint32_t> pool_limit_{0};  // slots of the pool in use (<= geo_.max_slots)
   int64_t accept_paused_until_ = 0;  // fd exhaustion: accept() backs off until then (ns)
   std::atomic<int64_t (*)()> accept_clock_{nullptr};  // nullptr: MonotonicNs
