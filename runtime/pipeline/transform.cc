@@ -191,6 +191,7 @@ void WriteHwc(const PixelView& src, bool flip, int channels, T* dst, Convert con
 
 // The kernels of one instruction set.
 struct ResizeKernels {
+  void (*prepare_linear_row)(int, int, int, LinearTaps*);  // null: nothing to plan
   void (*linear_row)(const uint8_t*, int, int, const LinearTaps&, int, int16_t*);
   void (*linear_blend)(const int16_t*, const int16_t*, int, int, int, uint8_t*);
   void (*average_rows)(const uint8_t*, size_t, const float*, int, int, float*);
@@ -198,12 +199,13 @@ struct ResizeKernels {
 };
 
 const ResizeKernels& KernelsFor(KernelIsa isa) {
-  static constexpr ResizeKernels kScalar = {kernels::LinearRowScalar, kernels::LinearBlendScalar,
-                                            kernels::AverageRowsScalar,
+  static constexpr ResizeKernels kScalar = {nullptr, kernels::LinearRowScalar,
+                                            kernels::LinearBlendScalar, kernels::AverageRowsScalar,
                                             kernels::AverageColumnsScalar};
 #if defined(__x86_64__)
-  static constexpr ResizeKernels kAvx2 = {kernels::LinearRowAvx2, kernels::LinearBlendAvx2,
-                                          kernels::AverageRowsAvx2, kernels::AverageColumnsAvx2};
+  static constexpr ResizeKernels kAvx2 = {kernels::PrepareLinearRowAvx2, kernels::LinearRowAvx2,
+                                          kernels::LinearBlendAvx2, kernels::AverageRowsAvx2,
+                                          kernels::AverageColumnsAvx2};
   if (isa == KernelIsa::kAvx2) return kAvx2;
 #endif
   return kScalar;
@@ -223,6 +225,7 @@ void LinearResize(const uint8_t* src, size_t src_stride, int src_w, int src_h, i
   thread_local LinearScratch s;
   kernels::BuildLinearTaps(src_w, out_w, true, &s.x);
   kernels::BuildLinearTaps(src_h, out_h, false, &s.y);
+  if (k.prepare_linear_row != nullptr) k.prepare_linear_row(src_w, cn, out_w, &s.x);
   const int n = out_w * cn;
   for (auto& r : s.rows) r.resize(size_t(n) + kernels::kLinearRowPadding);
   s.row_of[0] = s.row_of[1] = -1;

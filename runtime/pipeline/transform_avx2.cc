@@ -22,17 +22,10 @@
 namespace batchcast::pipeline::kernels {
 namespace {
 
-BC_AVX2_FMA inline __m256i Load2x8(const uint8_t* lo, const uint8_t* hi) {
+BC_AVX2_FMA inline __m256i Load2x16(const uint8_t* lo, const uint8_t* hi) {
   return _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo))),
-      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi)), 1);
-}
-
-BC_AVX2_FMA inline __m256i Weights2(const int16_t* lo, const int16_t* hi) {
-  int32_t a, b;  // one (w0, w1) pair each
-  std::memcpy(&a, lo, sizeof(a));
-  std::memcpy(&b, hi, sizeof(b));
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32(a)), _mm_set1_epi32(b), 1);
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1);
 }
 
 // ((h0 * b0) >> 16) + ((h1 * b1) >> 16), then (+ 2) >> 2, for 16 values.
@@ -50,42 +43,64 @@ BC_AVX2_ONLY inline __m256 Bytes8ToFloats(const uint8_t* p) {
 
 }  // namespace
 
-// Four output pixels per step, for 3 channels: each pixel's two source pixels (6 bytes) are
-// spread into (p0, p1) int16 pairs per channel and multiplied by (w0, w1) with one madd.
+void PrepareLinearRowAvx2(int src_w, int cn, int out_w, LinearTaps* tx) {
+  const int n = out_w * cn;
+  tx->blocks.resize(size_t(n / 16));
+  tx->vector_values = 0;
+  for (int block = 0; block < n / 16; ++block) {
+    LinearTaps::Block& b = tx->blocks[size_t(block)];
+    bool ok = true;
+    for (int slot = 0; slot < 4; ++slot) {
+      static constexpr int kQuarterOfSlot[4] = {0, 2, 1, 3};
+      const int j0 = 16 * block + 4 * kQuarterOfSlot[slot];  // the quarter's first value
+      const int p0 = j0 / cn;
+      const int base = tx->first[size_t(p0)] * cn;
+      b.offset[slot] = base;
+      ok = ok && base + 16 <= src_w * cn;  // the load stays inside the row
+      for (int i = 0; i < 4; ++i) {
+        const int p = (j0 + i) / cn, c = (j0 + i) % cn;
+        const int tap0 = tx->first[size_t(p)] * cn + c - base;
+        const int tap1 = tx->second[size_t(p)] * cn + c - base;
+        ok = ok && tap1 == tap0 + cn && tap1 < 16;
+        int8_t* m = &b.shuffle[slot * 16 + i * 4];
+        m[0] = static_cast<int8_t>(tap0);
+        m[1] = -1;  // zero: the byte becomes an int16
+        m[2] = static_cast<int8_t>(tap1);
+        m[3] = -1;
+        b.weights[slot * 8 + i * 2] = tx->weight[size_t(p) * 2];
+        b.weights[slot * 8 + i * 2 + 1] = tx->weight[size_t(p) * 2 + 1];
+      }
+    }
+    if (!ok) break;  // the first taps only grow: no later block fits either
+    tx->vector_values = 16 * (block + 1);
+  }
+}
+
+// Sixteen values per step from the plan; the rest of the row as LinearRowScalar makes it.
 BC_AVX2_FMA void LinearRowAvx2(const uint8_t* s, int src_w, int cn, const LinearTaps& tx, int out_w,
                                int16_t* h) {
-  if (cn != 3) {
-    LinearRowScalar(s, src_w, cn, tx, out_w, h);
-    return;
+  int j = 0;
+  for (const LinearTaps::Block& b : tx.blocks) {
+    if (j >= tx.vector_values) break;
+    const __m256i a =
+        _mm256_shuffle_epi8(Load2x16(s + b.offset[0], s + b.offset[1]),
+                            _mm256_load_si256(reinterpret_cast<const __m256i*>(b.shuffle)));
+    const __m256i c =
+        _mm256_shuffle_epi8(Load2x16(s + b.offset[2], s + b.offset[3]),
+                            _mm256_load_si256(reinterpret_cast<const __m256i*>(b.shuffle + 32)));
+    const __m256i wa = _mm256_load_si256(reinterpret_cast<const __m256i*>(b.weights));
+    const __m256i wc = _mm256_load_si256(reinterpret_cast<const __m256i*>(b.weights + 16));
+    const __m256i va = _mm256_srai_epi32(_mm256_madd_epi16(a, wa), 4);  // quarters 0 | 2
+    const __m256i vc = _mm256_srai_epi32(_mm256_madd_epi16(c, wc), 4);  // quarters 1 | 3
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + j), _mm256_packs_epi32(va, vc));
+    j += 16;
   }
-  // Pixels whose 8-byte load stays inside the row (first tap at most src_w - 3) go in vectors.
-  int end = out_w;
-  while (end > 0 && tx.first[size_t(end - 1)] > src_w - 3) --end;
-  const __m256i pairs = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
-                                         0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
-  // int16 [R G B 0 R' G' B' 0] per lane -> [R G B R' G' B' . .]
-  const __m256i compact = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, -1, -1, -1, -1,
-                                           0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, -1, -1, -1, -1);
-  const int* first = tx.first.data();
-  const int16_t* w = tx.weight.data();
-  int d = 0;
-  for (; d + 4 <= end; d += 4) {
-    // Lane 0 makes pixels d and d + 1, lane 1 pixels d + 2 and d + 3.
-    __m256i a = _mm256_shuffle_epi8(Load2x8(s + 3 * first[d], s + 3 * first[d + 2]), pairs);
-    __m256i b = _mm256_shuffle_epi8(Load2x8(s + 3 * first[d + 1], s + 3 * first[d + 3]), pairs);
-    a = _mm256_srai_epi32(_mm256_madd_epi16(a, Weights2(w + 2 * d, w + 2 * (d + 2))), 4);
-    b = _mm256_srai_epi32(_mm256_madd_epi16(b, Weights2(w + 2 * (d + 1), w + 2 * (d + 3))), 4);
-    const __m256i p = _mm256_shuffle_epi8(_mm256_packs_epi32(a, b), compact);
-    // 8 values stored per lane, 6 kept: the next store (or the row's padding) takes the rest.
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 3 * d), _mm256_castsi256_si128(p));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 3 * (d + 2)), _mm256_extracti128_si256(p, 1));
-  }
-  for (; d < out_w; ++d) {  // the rest as LinearRowScalar makes them
-    const uint8_t* p0 = s + size_t(first[d]) * 3;
-    const uint8_t* p1 = s + size_t(tx.second[size_t(d)]) * 3;
-    const int w0 = w[2 * d], w1 = w[2 * d + 1];
-    for (int c = 0; c < 3; ++c)
-      h[size_t(d) * 3 + c] = static_cast<int16_t>((p0[c] * w0 + p1[c] * w1) >> 4);
+  for (int p = j / cn, c = j % cn; j < out_w * cn; ++j) {  // p, c: the pixel and channel of j
+    const int w0 = tx.weight[size_t(p) * 2], w1 = tx.weight[size_t(p) * 2 + 1];
+    h[j] = static_cast<int16_t>((s[size_t(tx.first[size_t(p)]) * cn + c] * w0 +
+                                 s[size_t(tx.second[size_t(p)]) * cn + c] * w1) >>
+                                4);
+    if (++c == cn) c = 0, ++p;
   }
 }
 

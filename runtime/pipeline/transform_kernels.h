@@ -25,6 +25,18 @@ namespace batchcast::pipeline::kernels {
 struct LinearTaps {
   std::vector<int> first, second;
   std::vector<int16_t> weight;
+  // The vector horizontal pass's plan (PrepareLinearRowAvx2): a row's first `vector_values`
+  // values in blocks of 16, each block four quarters of 4 values, each quarter one 16-byte load
+  // at offset[q], a byte shuffle into (tap 0, tap 1) int16 pairs and their weights for a madd.
+  // Quarters are stored in the order 0, 2, 1, 3 (a 256-bit register holds quarters 0 and 2,
+  // another 1 and 3, and one pack puts the 16 values in order).
+  struct Block {
+    int32_t offset[4];
+    alignas(32) int8_t shuffle[64];
+    alignas(32) int16_t weights[32];
+  };
+  std::vector<Block> blocks;
+  int vector_values = 0;
 };
 void BuildLinearTaps(int src, int dst, bool columns, LinearTaps* t);
 
@@ -64,6 +76,8 @@ inline size_t AreaRowPadding(const AreaTaps& tx, int channels) {
 
 #if defined(__x86_64__)
 // AVX2 versions of the above (transform_avx2.cc); call only where KernelIsaAvailable(kAvx2).
+// Plans LinearRowAvx2 for rows of src_w pixels of cn channels (once per resize).
+void PrepareLinearRowAvx2(int src_w, int cn, int out_w, LinearTaps* tx);
 void LinearRowAvx2(const uint8_t* s, int src_w, int cn, const LinearTaps& tx, int out_w,
                    int16_t* h);
 void LinearBlendAvx2(const int16_t* h0, const int16_t* h1, int b0, int b1, int n, uint8_t* out);
