@@ -109,9 +109,14 @@ inline uint8_t RoundToByte(float v) {
 // 3 or 4 channels as one 4-float vector per source pixel.
 void AverageColumnsScalar(const float* row, const AreaTaps& tx, int channels, int out_w,
                           uint8_t* out) {
+  AveragePixelsScalar(row, tx, channels, 0, out_w, out);
+}
+
+void AveragePixelsScalar(const float* row, const AreaTaps& tx, int channels, int from, int to,
+                         uint8_t* out) {
   typedef float Float4 __attribute__((vector_size(16)));
   typedef int Int4 __attribute__((vector_size(16)));
-  for (int dx = 0; dx < out_w; ++dx) {
+  for (int dx = from; dx < to; ++dx) {
     const float* w = &tx.weight[size_t(dx) * tx.max_taps];
     const float* p = row + size_t(tx.first[dx]) * channels;
     if (channels == 3 || channels == 4) {

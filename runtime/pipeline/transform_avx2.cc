@@ -182,15 +182,7 @@ BC_AVX2_ONLY void AverageColumnsAvx2(const float* row, const AreaTaps& tx, int c
     std::memcpy(out + size_t(dx) * channels, &px0, size_t(channels));
     std::memcpy(out + size_t(dx + 1) * channels, &px1, size_t(channels));
   }
-  if (dx < out_w) {  // the last pixel of an odd width: the scalar pass from that pixel
-    AreaTaps last;
-    last.max_taps = tx.max_taps;
-    last.first.assign(1, tx.first[size_t(dx)]);
-    last.count.assign(1, tx.count[size_t(dx)]);
-    last.weight.assign(tx.weight.begin() + ptrdiff_t(size_t(dx) * tx.max_taps),
-                       tx.weight.begin() + ptrdiff_t(size_t(dx + 1) * tx.max_taps));
-    AverageColumnsScalar(row, last, channels, 1, out + size_t(dx) * channels);
-  }
+  AveragePixelsScalar(row, tx, channels, dx, out_w, out);  // the last pixel of an odd width
 }
 
 namespace {

@@ -69,6 +69,9 @@ void AverageRowsScalar(const uint8_t* first_row, size_t stride, const float* w, 
 // last pixel, zeros), rounded half to even and saturated.
 void AverageColumnsScalar(const float* row, const AreaTaps& tx, int channels, int out_w,
                           uint8_t* out);
+// The same for output pixels [from, to) only (the vector pass's last pixel).
+void AveragePixelsScalar(const float* row, const AreaTaps& tx, int channels, int from, int to,
+                         uint8_t* out);
 // Floats a row buffer needs past src_w * channels for AverageColumns* of `tx`.
 inline size_t AreaRowPadding(const AreaTaps& tx, int channels) {
   return size_t(tx.max_taps + 2) * size_t(channels < 4 ? 4 : channels) + 8;
