@@ -18,16 +18,25 @@
 //                     any leader of these three exact views can cost
 //   two normalisations  the 224 view twice on one draw, ImageNet's mean/std and a ViT's
 //                     (0.5): one decode and one resize per sample, two output passes
+//   decodes only      what "224 alone", "three views" and "three views, dct_scaling=0" decode
+//                     per sample (the same boxes, PlanDecodes, the crop decoder), and nothing
+//                     else: three_views_decode_ratio is the floor under three_views_cpu_ratio
+//                     that no transform work can lower
 // separate_leaders_cpu_ratio = (224 + 160 + 192 alone) / 224 alone: three leaders, one per view.
 // Also: decodes per sample, and the decode and per-group transform time per sample of the
 // three-view chain (the stage times telemetry shows). The load average is printed at the
 // start and the end (the machine is shared).
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/view.h"
 #include "harness.h"
+#include "pipeline/crop_decode.h"
+#include "pipeline/decode.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/transform.h"
+#include "pipeline/views.h"
 #include "tests/unit/pipeline/memory_reader.h"
 
 namespace batchcast::bench {
@@ -105,6 +114,70 @@ class Chain {
   std::vector<int64_t> group_ns_;
 };
 
+// The decodes alone of a leader of `views` (no resize, no output pass): per sample the header,
+// each view's box and DCT scale as the pipeline draws them, PlanDecodes, and each step's crop
+// (or whole) decode, as PipelineImpl::ProcessStored runs them.
+class DecodesOnly {
+ public:
+  DecodesOnly(std::shared_ptr<data::DatasetReader> reader, const std::vector<core::View>& views,
+              uint64_t seed, bool dct_scaling)
+      : reader_(std::move(reader)), dct_scaling_(dct_scaling) {
+    for (const core::View& v : views) {
+      auto p = pipeline::PrepareView(v, reader_->info(), 3, seed);
+      if (!p.ok()) Fail(p.status().ToString());
+      views_.push_back(std::move(*p));
+    }
+    auto d = pipeline::ImageDecoder::Create();
+    auto c = pipeline::JpegCropDecoder::Create();
+    if (!d.ok() || !c.ok()) Fail("cannot create the decoders");
+    decoder_.emplace(std::move(*d));
+    crop_.emplace(std::move(*c));
+  }
+
+  double Slice(uint64_t epoch, int64_t first, int64_t count) {
+    const double c0 = ProcessCpuSeconds();
+    for (int64_t i = first; i < first + count; ++i) Sample(epoch, i);
+    return ProcessCpuSeconds() - c0;
+  }
+
+ private:
+  void Sample(uint64_t epoch, int64_t index) {
+    if (!reader_->ReadSample(index, &bytes_).ok()) Fail("cannot read a sample");
+    auto header = decoder_->ReadHeader(bytes_, int64_t(1) << 40);
+    if (!header.ok()) Fail(header.status().ToString());
+    const int w = header->width, h = header->height;
+    std::vector<pipeline::GroupDraw> draws(views_.size());
+    for (size_t g = 0; g < views_.size(); ++g) {
+      const int size = views_[g].spec.layout.width;
+      draws[g].box = pipeline::ViewCropBox(views_[g], w, h, index, epoch);
+      draws[g].scale_num = dct_scaling_ ? pipeline::ChooseScaleNum(draws[g].box.width,
+                                                                   draws[g].box.height, size, size)
+                                        : pipeline::kScaleDenom;
+    }
+    std::vector<pipeline::DecodeStep> steps(draws.size());
+    const int n = pipeline::PlanDecodes(draws, w, h, steps);
+    for (int k = 0; k < n; ++k) {
+      const int scale = steps[size_t(k)].scale_num;
+      const auto whole =
+          pipeline::FullBox(pipeline::ScaledDim(w, scale), pipeline::ScaledDim(h, scale));
+      pipeline::CropBox in;
+      const Status st = steps[size_t(k)].region == whole
+                            ? decoder_->Decode(bytes_, *header, scale, 3, &decoded_)
+                            : crop_->Decode(bytes_, *header, scale, 3, steps[size_t(k)].region,
+                                            &decoded_, &in);
+      if (!st.ok()) Fail(st.ToString());
+    }
+  }
+
+  std::shared_ptr<data::DatasetReader> reader_;
+  bool dct_scaling_;
+  std::vector<pipeline::PreparedView> views_;
+  std::optional<pipeline::ImageDecoder> decoder_;
+  std::optional<pipeline::JpegCropDecoder> crop_;
+  std::vector<uint8_t> bytes_;
+  pipeline::DecodedImage decoded_;
+};
+
 Args ParseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -179,6 +252,11 @@ int Main(int argc, char** argv) {
   const core::View vit = ViewOf("view(mean=0.5,std=0.5,draw=leader)", *leader);
   chains.emplace_back("224 twice: two normalisations, one draw", o, reader,
                       std::vector<core::View>{*leader, vit}, a.slice);
+  // The decodes of "224 alone", "three views" and "three views, dct_scaling=0", alone.
+  std::vector<DecodesOnly> decodes;
+  decodes.emplace_back(reader, std::vector<core::View>{*leader}, o.seed, true);
+  decodes.emplace_back(reader, std::vector<core::View>{*leader, v160, v192}, o.seed, true);
+  decodes.emplace_back(reader, std::vector<core::View>{*leader, v160, v192}, o.seed, false);
   if (a.profile >= 0) {  // one chain alone, `reps` epochs (perf record -g bench_views ...)
     Chain& c = chains.at(size_t(a.profile));
     double cpu = 0;
@@ -190,10 +268,14 @@ int Main(int argc, char** argv) {
   PairedCpu paired;
   for (auto& c : chains)
     paired.Add([&c](uint64_t e, int64_t f, int64_t k) { return c.Slice(e, f, k); });
+  for (auto& d : decodes)
+    paired.Add([&d](uint64_t e, int64_t f, int64_t k) { return d.Slice(e, f, k); });
   paired.Epoch(0, n, a.slice);  // warm-up: caches, allocations, page faults
   PairedCpu measured;
   for (auto& c : chains)
     measured.Add([&c](uint64_t e, int64_t f, int64_t k) { return c.Slice(e, f, k); });
+  for (auto& d : decodes)
+    measured.Add([&d](uint64_t e, int64_t f, int64_t k) { return d.Slice(e, f, k); });
   for (int rep = 0; rep < a.reps; ++rep) measured.Epoch(1 + uint64_t(rep), n, a.slice);
   const std::string load_end = LoadAverage();
 
@@ -205,6 +287,9 @@ int Main(int argc, char** argv) {
   };
   const auto c224 = cost(0), c160 = cost(1), c192 = cost(2), three = cost(3), shared = cost(4);
   const auto three_full = cost(5), shared_full = cost(6), two_norms = cost(7);
+  const size_t d0 = chains.size();  // the decodes-only turns follow the chains
+  const auto dec224 = cost(d0), dec_three = cost(d0 + 1), dec_three_full = cost(d0 + 2);
+  const auto decode_ratio = Ratios(dec_three, dec224);
   std::vector<double> separate;
   for (size_t i = 0; i < c224.size(); ++i) separate.push_back(c224[i] + c160[i] + c192[i]);
   const auto three_ratio = Ratios(three, c224), separate_ratio = Ratios(separate, c224);
@@ -215,8 +300,10 @@ int Main(int argc, char** argv) {
   };
 
   Table t(fmt::format("views: {} JPEGs of {}, RandomResizedCrop + flip + normalize float32 CHW, "
-                      "1 thread, {} reps, turns of {} samples; load average {} at the start, {} "
-                      "at the end", n, a.set, a.reps, a.slice, load_start, load_end));
+                      "1 thread, {} transform kernels, {} reps, turns of {} samples; load average "
+                      "{} at the start, {} at the end", n, a.set,
+                      pipeline::KernelIsaName(pipeline::BestKernelIsa()), a.reps, a.slice,
+                      load_start, load_end));
   for (size_t c = 0; c < chains.size(); ++c)
     t.Add(chains[c].name() + " CPU-ms/sample", Summarize(ms(cost(c))), "ms");
   t.Add("three_views_cpu_ratio (three views / 224 alone)", Summarize(three_ratio), "target <= 1.35");
@@ -228,6 +315,14 @@ int Main(int argc, char** argv) {
         "1 decode + 3 transforms");
   t.Add("224 twice, two normalisations / 224 alone", Summarize(Ratios(two_norms, c224)),
         "1 decode + 1 resize + 2 outputs");
+  t.Add("decodes only: 224 alone CPU-ms/sample", Summarize(ms(dec224)), "ms");
+  t.Add("decodes only: three views CPU-ms/sample", Summarize(ms(dec_three)), "ms");
+  t.Add("decodes only: three views, dct_scaling=0 CPU-ms/sample", Summarize(ms(dec_three_full)),
+        "ms");
+  t.Add("three_views_decode_ratio (decodes: three views / 224 alone)", Summarize(decode_ratio),
+        "floor of three_views_cpu_ratio");
+  t.Add("decodes: three views, dct_scaling=0 / 224 alone",
+        Summarize(Ratios(dec_three_full, dec224)), "the union alone");
   const Chain& tv = chains[3];
   const Chain& sd = chains[4];
   auto one = [](double x) { return Stats{x, x, x}; };
@@ -256,6 +351,13 @@ int Main(int argc, char** argv) {
   j.Add("three_views_full_scale_cpu_ratio", Summarize(Ratios(three_full, c224)).median);
   j.Add("shared_draw_full_scale_cpu_ratio", Summarize(Ratios(shared_full, c224)).median);
   j.Add("two_normalisations_cpu_ratio", Summarize(Ratios(two_norms, c224)).median);
+  j.Add("three_views_decode_ratio", Summarize(decode_ratio).median);
+  j.Add("three_views_decode_ratio_min", Summarize(decode_ratio).min);
+  j.Add("three_views_decode_ratio_max", Summarize(decode_ratio).max);
+  j.Add("three_views_full_scale_decode_ratio", Summarize(Ratios(dec_three_full, dec224)).median);
+  j.Add("decode_ms_per_sample_224_alone", Summarize(ms(dec224)).median);
+  j.Add("decode_ms_per_sample_three_views", Summarize(ms(dec_three)).median);
+  j.Add("kernels", std::string(pipeline::KernelIsaName(pipeline::BestKernelIsa())));
   j.Add("decodes_per_sample", tv.decodes_per_sample());
   j.Add("shared_draw_decodes_per_sample", sd.decodes_per_sample());
   j.Add("cpu_ms_per_sample_224_alone", Summarize(ms(c224)).median);

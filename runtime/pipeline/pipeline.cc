@@ -614,8 +614,8 @@ Status PipelineImpl::CheckRequest(const BatchRequest& req) const {
 void PipelineImpl::AddGroup(BatchJob& job, const GroupTarget& target) const {
   JobGroup g;
   g.view = views_[size_t(target.view)].get();
+  g.spec = g.view->spec;  // the value table and its affine form
   g.spec.layout = GroupLayout(target.view, target.image_size);
-  g.spec.lut = g.view->spec.lut;
   g.images = static_cast<uint8_t*>(target.images);
   const auto& buckets = reader_->info().bucket_sizes;
   const SampleLayout& l = g.spec.layout;
