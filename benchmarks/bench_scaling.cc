@@ -71,7 +71,8 @@ Stages RunLeader(const Args& a, const std::string& dataset, int threads, int run
   Options o = PhotoChainOptions(dataset, a.image_size, a.epochs, a.batch, threads);
   o.telemetry = "telemetry(interval=1s,summary=off)";
   telemetry::Sinks sinks;
-  auto collector = telemetry::CreateCollector(o, 0, 0, telemetry::Role::kLeader, &sinks);
+  const telemetry::OutputIdentity who{telemetry::ProcessKind::kLeader, 0, false, ""};
+  auto collector = telemetry::CreateCollector(o, who, 0, telemetry::Role::kLeader, &sinks);
   if (!collector.ok() || !*collector) Die("telemetry: " + collector.status().ToString());
   auto source = producer::MakePipelineSource(o);
   if (!source.ok()) Die(source.status().ToString());
