@@ -535,14 +535,6 @@ Status DatasetWriter::WriteSmallDatasets() {
   for (const auto& c : spec_.class_names) names.push_back(c.c_str());
   BC_RETURN_IF_ERROR(WriteDataset1D(f, layout::kClassNames, str.get(), str.get(), names.data(),
                                     names.size(), partial_path_));
-  if (spec_.kind == SampleKind::kPixels) {
-    BC_RETURN_IF_ERROR(WriteDataset1D(f, layout::kStoredWidths, H5T_STD_I32LE,
-                                      H5T_NATIVE_INT32, stored_widths_.data(), n, partial_path_));
-    BC_RETURN_IF_ERROR(WriteDataset1D(f, layout::kStoredHeights, H5T_STD_I32LE,
-                                      H5T_NATIVE_INT32, stored_heights_.data(), n, partial_path_));
-    BC_RETURN_IF_ERROR(WriteDataset1D(f, layout::kStoredChannels, H5T_STD_I32LE,
-                                      H5T_NATIVE_INT32, stored_channels_.data(), n, partial_path_));
-  }
   std::vector<const ByteColumn*> indexed;
   if (image_column_ != nullptr && image_column_->indexed) indexed.push_back(image_column_.get());
   for (const auto& c : bucket_columns_) indexed.push_back(c.get());

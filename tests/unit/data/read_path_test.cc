@@ -63,7 +63,8 @@ void WriteEncodedSet(const std::string& path, const EncodedSet& set, int layout_
       for (size_t k = 0; k < set.bucket_sizes.size(); ++k) b.push_back(set.Bucket(k, int(i)));
     ASSERT_TRUE((*w)->Append(set.samples[i], int64_t(i % 3), 10, 20, ImageEncoding::kJpeg, b).ok());
   }
-  ASSERT_TRUE((*w)->Finish().ok());
+  const Status finished = (*w)->Finish();
+  ASSERT_TRUE(finished.ok()) << finished.ToString();
 }
 
 // Raw 7x5x3 samples; compression "none", "gzip:1", ...
@@ -79,7 +80,8 @@ void WriteRawSet(const std::string& path, int n, const std::string& compression)
   auto w = DatasetWriter::Create(path, spec);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   for (int i = 0; i < n; ++i) ASSERT_TRUE((*w)->Append(Bytes(105, i), i % 2, 5, 7).ok());
-  ASSERT_TRUE((*w)->Finish().ok());
+  const Status finished = (*w)->Finish();
+  ASSERT_TRUE(finished.ok()) << finished.ToString();
 }
 
 // Stored pixels of per-sample shapes (1..40 x 1..30 x 3).
@@ -95,7 +97,8 @@ void WritePixelSet(const std::string& path, int n, const std::string& compressio
     StoredShape shape{1 + i % 40, 1 + (i * 7) % 30, 3};
     ASSERT_TRUE((*w)->AppendPixels(Bytes(shape.bytes(), i), 0, 50, 50, shape).ok());
   }
-  ASSERT_TRUE((*w)->Finish().ok());
+  const Status finished = (*w)->Finish();
+  ASSERT_TRUE(finished.ok()) << finished.ToString();
 }
 
 std::shared_ptr<DatasetReader> OpenOk(const std::string& path, ReaderOptions options = {}) {
