@@ -138,6 +138,12 @@ bool IsOwnVariable(std::string_view name) {
   if (name.rfind(kOwnPrefix, 0) != 0) return false;
   for (const VarInfo& v : Table())
     if (name == v.name) return true;
+  // The project's scripts' and test harness's own variables: the library never reads them,
+  // but a process started under them must not warn that they are unknown options.
+  for (std::string_view tool : {"BATCHCAST_VENV_ROOT", "BATCHCAST_VENV_PYTHON",  // torch2_venv.sh
+                                "BATCHCAST_SOURCE_DIR", "BATCHCAST_BINARY_DIR",   // tests
+                                "BATCHCAST_BIN"})
+    if (name == tool) return true;
   return false;
 }
 

@@ -96,8 +96,9 @@ std::optional<std::string> LeaderAddress();
 
 // ---- For the options registry and the launcher.
 
-// Whether `name` (e.g. "BATCHCAST_DEBUG") is one of Batchcast's own variables of the table:
-// the registry does not warn about it as an unknown option.
+// Whether `name` (e.g. "BATCHCAST_DEBUG") is one of Batchcast's own variables of the table,
+// or one its scripts and tests use (BATCHCAST_VENV_ROOT...): the registry does not warn about
+// it as an unknown option.
 bool IsOwnVariable(std::string_view name);
 // Every variable of the environment as (name, value), in the environment's order: the
 // registry takes the BATCHCAST_* ones, batchcast-run detects its launcher in it and passes

@@ -48,6 +48,7 @@ TEST(EnvironmentTest, TableFollowsTheEnumAndNamesEachVariableOnce) {
   EXPECT_TRUE(env::IsOwnVariable("BATCHCAST_STAGE_MODULE"));
   EXPECT_FALSE(env::IsOwnVariable("BATCHCAST_BATCH_SIZE"));  // an option, not a row
   EXPECT_FALSE(env::IsOwnVariable("BATCHCAST_TEST_KEEP_SHM"));  // read by nothing
+  EXPECT_TRUE(env::IsOwnVariable("BATCHCAST_VENV_ROOT"));  // scripts/torch2_venv.sh: no warning
 }
 
 TEST(EnvironmentTest, GetReadsTheLiveEnvironmentAndTreatsEmptyAsUnset) {
