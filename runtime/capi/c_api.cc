@@ -1,20 +1,15 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// The C API (batchcast/batchcast_c.h) over the C++ consumer and the node leader. Every entry
+// The C API (batchcast/batchcast_c.h) over the C++ consumer and a producer::Producer (the C
+// API's leader: node::CreateNodeProducer, as every native front door). Every entry
 // point runs its body inside Guard(): a Status becomes a bc_status_t plus the thread's last
 // error, and an exception (std::bad_alloc, a bug) becomes BC_ERR_INTERNAL: none crosses the
 // C boundary.
-#include <unistd.h>
-
-#include <atomic>
-#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "batchcast/batchcast_c.h"
@@ -25,16 +20,11 @@
 #include "capi/handles.h"
 #include "capi/struct_io.h"
 #include "core/errors.h"
-#include "node/leader.h"
-#include "producer/batch_source.h"
+#include "core/option_scope.h"
+#include "node/front_door.h"
 
 struct bc_leader_s {
-  std::unique_ptr<batchcast::node::Leader> leader;
-  std::thread thread;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  batchcast::Status status;
+  std::unique_ptr<batchcast::producer::Producer> producer;
 };
 
 namespace batchcast::capi {
@@ -99,8 +89,6 @@ bc_batch_info_t InfoOf(const Batch& b) {
   i.last_in_epoch = in.last_in_epoch ? 1 : 0;
   return i;
 }
-
-std::atomic<uint64_t> g_leader_counter{0};
 
 }  // namespace
 }  // namespace batchcast::capi
@@ -228,26 +216,18 @@ bc_status_t bc_leader_start(const bc_leader_config_t* config, bc_leader_t* out) 
       return InvalidArgumentError(
           "bc_leader_start: expected_consumers and max_consumer_batch must be >= 0");
     }
-    node::LeaderConfig cfg;
+    producer::ProducerConfig cfg;
+    cfg.front_door = FrontDoor::kCApiLeader;
     BC_ASSIGN_OR_RETURN(cfg.options, ResolveOptions(SplitWords(c.options)));
     cfg.expected_consumers = c.expected_consumers;
     cfg.max_consumer_batch = static_cast<uint32_t>(c.max_consumer_batch);
-    cfg.socket_name = c.address != nullptr ? std::string(c.address)
-                                           : "batchcast-c-" + std::to_string(getpid()) + "-" +
-                                                 std::to_string(g_leader_counter.fetch_add(1));
+    if (c.address != nullptr) cfg.socket_name = c.address;
     cfg.job = "c-api";
     cfg.join_timeout_ms = c.join_timeout_ms;
-    BC_ASSIGN_OR_RETURN(auto source, producer::MakePipelineSource(cfg.options));
+    cfg.wait_until_empty = true;  // bc_leader_wait: every epoch produced, every consumer gone
     auto handle = std::make_unique<bc_leader_s>();
-    BC_ASSIGN_OR_RETURN(handle->leader, node::Leader::Create(cfg, std::move(source)));
-    bc_leader_s* h = handle.get();
-    h->thread = std::thread([h] {
-      Status s = h->leader->Run();
-      std::lock_guard<std::mutex> lock(h->mu);
-      h->status = s;
-      h->done = true;
-      h->cv.notify_all();
-    });
+    BC_ASSIGN_OR_RETURN(handle->producer, node::CreateNodeProducer(cfg));
+    handle->producer->Start();
     *out = handle.release();
     return Status::Ok();
   });
@@ -255,21 +235,13 @@ bc_status_t bc_leader_start(const bc_leader_config_t* config, bc_leader_t* out) 
 
 const char* bc_leader_address(bc_leader_t leader) {
   if (leader == nullptr) return "";
-  return leader->leader->address().c_str();
+  return leader->producer->address().c_str();
 }
 
 bc_status_t bc_leader_wait(bc_leader_t leader, int64_t timeout_ms) {
   return Guard("bc_leader_wait", [&]() -> Status {
     if (leader == nullptr) return InvalidArgumentError("bc_leader_wait: leader is NULL");
-    std::unique_lock<std::mutex> lock(leader->mu);
-    if (timeout_ms < 0) {
-      leader->cv.wait(lock, [&] { return leader->done; });
-    } else if (!leader->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                                    [&] { return leader->done; })) {
-      return DeadlineExceededError("bc_leader_wait: the stream at {} is not complete after {} ms",
-                                   leader->leader->address(), timeout_ms);
-    }
-    return leader->status;
+    return leader->producer->Wait(timeout_ms);
   });
 }
 
@@ -277,14 +249,9 @@ bc_status_t bc_leader_destroy(bc_leader_t leader) {
   return Guard("bc_leader_destroy", [&]() -> Status {
     if (leader == nullptr) return InvalidArgumentError("bc_leader_destroy: leader is NULL");
     std::unique_ptr<bc_leader_s> owned(leader);
-    bool done;
-    {
-      std::lock_guard<std::mutex> lock(owned->mu);
-      done = owned->done;
-    }
-    if (!done) owned->leader->Abort("leader: destroyed by bc_leader_destroy before the end");
-    owned->thread.join();
-    Status s = owned->status;
+    const bool done = owned->producer->done();
+    if (!done) owned->producer->Abort("leader: destroyed by bc_leader_destroy before the end");
+    Status s = owned->producer->Wait();
     if (!done && s.code() == StatusCode::kCancelled) return Status::Ok();
     return s;
   });

@@ -45,7 +45,7 @@ Result<std::unique_ptr<Consumer>> AttachFromEnvironment(const Options& options) 
   if (!c.ok()) return c.status().WithContext("attach from environment (BATCHCAST_ADDRESS)");
   // The `telemetry` option (batchcast-run exports it): this trainer's own per-rank files.
   const std::string local = Env("LOCAL_RANK");
-  auto telemetry = node::TaskTelemetry::Start(
+  auto telemetry = producer::ProcessTelemetry::Start(
       options, rank, local.empty() ? -1 : std::atoi(local.c_str()), telemetry::Role::kConsumer,
       rank >= 0 ? "rank" + std::to_string(rank) : "pid" + std::to_string(getpid()));
   if (!telemetry.ok()) return telemetry.status().WithContext("attach from environment");

@@ -19,7 +19,7 @@ struct ConsumerAccess {
   // Records this consumer's events into `collector` (not owned; must outlive the batches).
   static void SetCollector(Consumer& consumer, telemetry::Collector* collector);
   static telemetry::Collector* GetCollector(const Consumer& consumer);
-  // Keeps `owned` (a node::TaskTelemetry) alive as long as the consumer's state: it is
+  // Keeps `owned` (a producer::ProcessTelemetry) alive as long as the consumer's state: it is
   // destroyed (and its files written) once the consumer and its last batch are gone.
   static void OwnTelemetry(Consumer& consumer, std::shared_ptr<void> owned);
   // The mapped segments (GPU staging maps host view pointers to device slots with them).

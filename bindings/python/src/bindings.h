@@ -22,6 +22,8 @@
 #include "batchcast/batch.h"
 #include "batchcast/options.h"
 #include "batchcast/status.h"
+#include "producer/process_telemetry.h"
+#include "producer/producer.h"
 #include "producer/slot_layout.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
@@ -64,9 +66,6 @@ void AbandonInForkedChild(T& owned) {
 // Options from the registry (defaults < config file < BATCHCAST_* environment), then the
 // keyword arguments (key = registry key; None values are skipped), then validated.
 Options OptionsFromKwargs(const py::dict& kwargs);
-
-// A unique abstract socket name for a leader or producer in this process.
-std::string NewAddress(const char* kind);
 
 // Calls `step(timeout_ms)` with the GIL released until it returns true, checking for
 // Python signals (KeyboardInterrupt) between bounded chunks of `chunk_ms`. Throws
@@ -111,27 +110,11 @@ py::array MakeNumpyArray(const TensorView& view);
 // A 1-d int64 view of `n` sample ids at `ids`.
 TensorView IdsView(const int64_t* ids, int64_t n);
 
-// The telemetry of one Python front door (Leader, Producer, Consumer) in this process: the
-// collector `options.telemetry` asks for (null when off) with this process's rank and
-// role, and its sinks, whose paths may name the process with %r (rank), %p (pid) and %h
-// (host). Finish() stops it and writes the sinks and the end-of-run summary for this
-// process alone (no MPI): once, later calls do nothing.
-class ProcessTelemetry {
- public:
-  ProcessTelemetry(const Options& options, int rank, telemetry::Role role);  // throws
-  ~ProcessTelemetry();
-  telemetry::Collector* collector() const { return collector_.get(); }
-  Status Finish();
-  // The summary table and diagnosis Finish() printed ("" before, or with telemetry off).
-  std::string summary() const;
-
- private:
-  std::unique_ptr<telemetry::Collector> collector_;
-  telemetry::Sinks sinks_;
-  mutable std::mutex mu_;
-  bool finished_ = false;
-  std::string summary_;
-};
+// The telemetry of a Python front door is producer::ProcessTelemetry (the Leader's and the
+// Producer's through their producer::Producer; a Consumer's directly): its sink paths may
+// name the process with %r (rank), %p (pid) and %h (host), and Finish() writes them with the
+// end-of-run summary for this process alone (no MPI).
+using producer::ProcessTelemetry;
 
 // Named tensors (tensor_binding.cc). A Producer's tensor specs: [(name, dtype name, per-sample
 // shape)]; its batch's arrays (in spec order) copied into the slot's tensors for n samples.
@@ -142,6 +125,10 @@ void CopyNamedTensors(const py::list& arrays, const std::vector<producer::Tensor
 // new numpy arrays, with the (destination, view) copies still to do (without the GIL).
 py::object NamedTensors(const Batch& b, const std::function<py::object(const TensorView&)>& make);
 py::object NamedTensorCopies(const Batch& b, std::vector<std::pair<void*, TensorView>>* copies);
+
+// Everything a Producer knows, as a dict: the slot writer's counters, late joins and replays,
+// every consumer entry in use, the telemetry summary once written (producer_binding.cc).
+py::dict ProducerStatsDict(producer::Producer& p);
 
 void BindConsumer(py::module_& m);
 void BindProducer(py::module_& m);

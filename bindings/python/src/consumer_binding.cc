@@ -115,9 +115,7 @@ class PyConsumer {
       : release_on_next_(release_on_next), pid_(getpid()) {
     Options o = OptionsFromKwargs(kwargs);
     // The kwargs are this consumer's alone: a leader option given here would be ignored.
-    ThrowIfError(CheckConsumerOptions(o, "batchcast.Consumer",
-                                      "batchcast.Leader(...), batchcast.Producer(...), "
-                                      "batchcast-run or batchcast serve"));
+    ThrowIfError(CheckFrontDoorOptions(o, FrontDoor::kConsumer));
     // release="on_free": a `for images, labels in loader` loop still holds the previous
     // batch while it fetches the next, so that batch is not counted against buffer_depth
     // (buffer_depth=1 serves the usual loop; docs/python.md, "Holding batches").
@@ -133,11 +131,11 @@ class PyConsumer {
       throw StatusError(st.WithContext(context));
     }
     batches_per_epoch_ = c->BatchesPerEpoch();
-    auto telemetry = std::make_shared<ProcessTelemetry>(o, rank, telemetry::Role::kConsumer);
-    if (telemetry->collector() != nullptr)
-      internal::ConsumerAccess::SetCollector(*c, telemetry->collector());
+    std::shared_ptr<ProcessTelemetry> telemetry = ValueOrThrow(
+        ProcessTelemetry::Start(o, rank, -1, telemetry::Role::kConsumer, ""));
+    if (telemetry != nullptr) internal::ConsumerAccess::SetCollector(*c, telemetry->collector());
     state_ = std::make_shared<FetchState>();
-    if (telemetry->collector() != nullptr) state_->telemetry = telemetry_ = std::move(telemetry);
+    state_->telemetry = telemetry_ = std::move(telemetry);
     state_->consumer = std::move(c);
     thread_ = std::thread(FetchLoop, state_);
   }
