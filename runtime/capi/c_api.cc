@@ -221,7 +221,8 @@ bc_status_t bc_leader_start(const bc_leader_config_t* config, bc_leader_t* out) 
     BC_ASSIGN_OR_RETURN(cfg.options, ResolveOptions(SplitWords(c.options)));
     cfg.expected_consumers = c.expected_consumers;
     cfg.max_consumer_batch = static_cast<uint32_t>(c.max_consumer_batch);
-    if (c.address != nullptr) cfg.socket_name = c.address;
+    cfg.socket_name = c.address != nullptr ? std::string(c.address)
+                                           : producer::NewSocketName(FrontDoorOf(*cfg.front_door).key);
     cfg.job = "c-api";
     cfg.join_timeout_ms = c.join_timeout_ms;
     cfg.wait_until_empty = true;  // bc_leader_wait: every epoch produced, every consumer gone

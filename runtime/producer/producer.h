@@ -90,7 +90,8 @@ struct ProducerStats : WriterStats, FeedStats {
   int64_t consumers_lost = 0;            // consumers that died or went silent
 };
 
-// "batchcast-<uid>-<pid>-<kind>-<n>": a socket name unique in this process.
+// "batchcast-<uid>-<pid>-<kind>-<n>": a socket name unique in this process (kind: the front
+// door's key, or the producer's `who`).
 std::string NewSocketName(const std::string& kind);
 
 class Producer {

@@ -24,7 +24,7 @@ class PyLeader {
     cfg.rank = rank;
     cfg.expected_consumers = expected_consumers;
     cfg.max_consumer_batch = static_cast<uint32_t>(max_consumer_batch);
-    cfg.socket_name = address;
+    cfg.socket_name = address.empty() ? producer::NewSocketName("python-leader") : address;
     cfg.job = "python";
     cfg.end_when_empty = end_when_empty;
     cfg.join_timeout_ms = join_timeout_ms;

@@ -174,7 +174,7 @@ class PyProducer {
     cfg.front_door = FrontDoor::kPythonProducer;
     cfg.options = OptionsFromKwargs(options);
     cfg.who = "producer";
-    cfg.socket_name = address;
+    cfg.socket_name = address.empty() ? producer::NewSocketName("python-producer") : address;
     cfg.job = "python";
     cfg.rank = rank;
     cfg.max_consumer_batch = static_cast<uint32_t>(max_consumer_batch);
