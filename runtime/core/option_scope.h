@@ -47,6 +47,7 @@ struct FrontDoorInfo {
   bool leader;          // it runs a producer (else it is a consumer's front door)
   const char* what;     // one line: what it is
   const char* instead;  // what to do with an option it refuses
+  const char* consumers;  // where its consumers' own options go ("" : it makes them itself)
 };
 
 // Every front door, in FrontDoor order.

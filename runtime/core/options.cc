@@ -510,34 +510,38 @@ const std::vector<FrontDoorInfo> kFrontDoors = {
      "batchcast::Runtime::Create on one node: the leader rank and its trainer ranks, one "
      "options string for both",
      "Unset it: the MPI Runtime derives the rank and world size of its trainers from the "
-     "communicator"},
+     "communicator",
+     ""},
     {FrontDoor::kMultinode, "multinode", "multi-node leader", true,
      "the MPI Runtime across nodes (mode=replicate) or with mode=shard: node leaders that agree "
      "over MPI (docs/multinode.md)",
-     "Unset it, or run on one node with mode=replicate"},
+     "Unset it, or run on one node with mode=replicate", ""},
     {FrontDoor::kServe, "serve", "batchcast serve", true,
      "the always-on per-node service (docs/service.md); trials attach and leave at any time",
-     "Unset it, or run the stream under batchcast-run or the MPI Runtime"},
+     "Unset it, or run the stream under batchcast-run or the MPI Runtime",
+     "each trial's consumer: batchcast.Consumer(address, ...), Consumer::Attach"},
     {FrontDoor::kPythonLeader, "python-leader", "batchcast.Leader", true,
      "the native pipeline leader in a Python process; consumers attach to its address",
-     "Give a consumer's option to batchcast.Consumer(address, ...)"},
+     "Unset it", "batchcast.Consumer(address, ...)"},
     {FrontDoor::kPythonProducer, "python-producer", "batchcast.Producer", true,
      "a leader that publishes the batches of a Python iterable (a DataLoader); it runs no "
      "decode pipeline",
      "Unset it, or use batchcast.Leader(dataset=...) for the native decode pipeline; the "
-     "Producer's own settings are its keyword arguments (docs/python.md)"},
+     "Producer's own settings are its keyword arguments (docs/python.md)",
+     "batchcast.Consumer(address, ...)"},
     {FrontDoor::kLauncher, "launcher", "batchcast-run", true,
      "the launcher: a leader task per node and trainer tasks that get its options "
      "(docs/launch.md)",
      "Unset it: batchcast-run sets each trainer's RANK and WORLD_SIZE (the trainers-only "
-     "world), which mode=shard uses"},
+     "world), which mode=shard uses",
+     ""},
     {FrontDoor::kCApiLeader, "c-leader", "bc_leader_start", true,
      "the C API's leader (batchcast_c.h) on a thread of the caller's process",
-     "Give a consumer's option to bc_consumer_attach"},
+     "Unset it", "bc_consumer_attach"},
     {FrontDoor::kConsumer, "consumer", "batchcast.Consumer", false,
      "a Python consumer's own options (a C++ or C consumer, Consumer::Attach or "
      "bc_consumer_attach, takes its program's one options string and reads its part)",
-     "Give it to the leader (batchcast.Leader(...), batchcast serve, batchcast-run)"},
+     "Give it to the leader (batchcast.Leader(...), batchcast serve, batchcast-run)", ""},
 };
 
 const Entry* FindEntry(std::string_view key) {
@@ -618,8 +622,11 @@ Status CheckFrontDoorOptions(const Options& options, FrontDoor door, std::string
     if (consumers_read && (e->doors & (S | L | P | C)) == 0)  // no leader-only door reads it
       return InvalidArgumentError(
           "{}: option '{}' is each consumer's own (set {}): how it carves its batches, waits "
-          "for and checks its leader; {} never reads it. Give it to the consumers. Read by: {}",
-          name, key, Where(source, key), name, FrontDoorsReading(key));
+          "for and checks its leader; {} never reads it. {}. Read by: {}", name, key,
+          Where(source, key), name,
+          *d.consumers != '\0' ? fmt::format("Give it to the consumers ({})", d.consumers)
+                               : std::string(d.instead),
+          FrontDoorsReading(key));
     return InvalidArgumentError("{}: option '{}' (set {}) is not read by {} ({}). {}. Read by: {} "
                                 "(docs/configuration.md)", name, key, Where(source, key), name,
                                 d.what, d.instead, FrontDoorsReading(key));

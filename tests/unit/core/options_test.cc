@@ -176,7 +176,8 @@ TEST(OptionsTest, LeaderRefusesConsumerOnlyOptionsSetExplicitly) {
   EXPECT_EQ(CheckFrontDoorOptions(o, FrontDoor::kPythonLeader).message(),
             "batchcast.Leader: option 'drop_last' is each consumer's own (set in code): how it "
             "carves its batches, waits for and checks its leader; batchcast.Leader never reads "
-            "it. Give it to the consumers. Read by: mpi, multinode, launcher, consumer");
+            "it. Give it to the consumers (batchcast.Consumer(address, ...)). Read by: mpi, "
+            "multinode, launcher, consumer");
   ScopedEnv env({{"BATCHCAST_DROP_LAST", std::string("1")}});  // job-wide: the consumers'
   auto from_env = ResolveOptions({});
   ASSERT_TRUE(from_env.ok());
