@@ -124,8 +124,10 @@ class Run:
         return path
 
     def spawn(self, cmd, log, env=None):
-        return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                                env=env or self.env, cwd=self.work)
+        p = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                             env=env or self.env, cwd=self.work)
+        p.log = log
+        return p
 
     def wait(self, p, what, timeout=120):
         try:
@@ -137,10 +139,9 @@ class Run:
             raise Failed(f"{what} exited with {rc}: {self.tail(p)}")
 
     def tail(self, p):
-        path = p.stdout.name if hasattr(p.stdout, "name") else None
         try:
-            return open(path).read()[-1500:] if path else ""
-        except OSError:
+            return open(p.log).read()[-1500:]
+        except (AttributeError, OSError):
             return ""
 
     def ready(self, p, log, timeout=60):
