@@ -619,14 +619,12 @@ Status CheckFrontDoorOptions(const Options& options, FrontDoor door, std::string
           "accepts {}", name, key, Where(source, key), d.instead, accepted);
     }
     const Entry* e = FindEntry(key);
-    if (consumers_read && (e->doors & (S | L | P | C)) == 0)  // no leader-only door reads it
+    // A consumer's own option at a leader whose consumers are made elsewhere.
+    if (consumers_read && (e->doors & (S | L | P | C)) == 0 && *d.consumers != '\0')
       return InvalidArgumentError(
           "{}: option '{}' is each consumer's own (set {}): how it carves its batches, waits "
-          "for and checks its leader; {} never reads it. {}. Read by: {}", name, key,
-          Where(source, key), name,
-          *d.consumers != '\0' ? fmt::format("Give it to the consumers ({})", d.consumers)
-                               : std::string(d.instead),
-          FrontDoorsReading(key));
+          "for and checks its leader; {} never reads it. Give it to the consumers ({}). Read "
+          "by: {}", name, key, Where(source, key), name, d.consumers, FrontDoorsReading(key));
     return InvalidArgumentError("{}: option '{}' (set {}) is not read by {} ({}). {}. Read by: {} "
                                 "(docs/configuration.md)", name, key, Where(source, key), name,
                                 d.what, d.instead, FrontDoorsReading(key));
