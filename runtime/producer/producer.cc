@@ -83,7 +83,12 @@ Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distributi
   rc.rank = config_.rank;
   rc.heartbeat_ms = o.heartbeat_ms;
   rc.handshake_timeout_ms = config_.handshake_timeout_ms;
-  rc.replays_resume = feed->replay() == Replay::kAny && dist->late_join();
+  // Resume replays: a stream that stays up for consumers coming back (end_when_empty false:
+  // a service) makes a passed position again for a resuming one. A stream that ends with its
+  // consumers is resumed with them (its start_epoch / start_batch), so it has none to replay,
+  // and a consumer's join again at a loaded position could otherwise race its end.
+  rc.replays_resume = feed->replay() == Replay::kAny && dist->late_join() &&
+                      !config_.end_when_empty;
   auto ring = shm::RingLeader::Create(rc);
   if (!ring.ok()) return ring.status().WithContext(who);
   ring_ = std::move(ring).value();

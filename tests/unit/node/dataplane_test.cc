@@ -596,14 +596,15 @@ TEST(ResumeTest, KilledJobResumesByteForByteFromAService) {
   KillAndResume({1, false, true, 181, 16, 12, 3, 79}, 0x16a4);
 }
 
-// Every native leader replays a resume point its stream has passed (Replay::kAny): the rest of
-// the consumer's epoch, spread between the stream's positions, then the stream's next epoch
-// (epochs are counted, not numbered: Admission::SettleResumers), each sample once.
+// A native stream that stays up for its consumers (end_when_empty false, as a service)
+// replays a resume point it has passed (Replay::kAny): the rest of the consumer's epoch,
+// spread between the stream's positions, then the stream's next epoch (epochs are counted,
+// not numbered: Admission::SettleResumers), each sample once.
 TEST(ResumeTest, AStreamPastThePositionReplaysItToTheResumer) {
   Options o = BaseOptions(4, 16);
   o.batch_size = 8;
   o.start_epoch = 2;
-  auto h = MakeLeader(o, 1, 8, 64);
+  auto h = MakeLeader(o, 1, 8, 64, /*end_when_empty=*/false);
   Options co = o;
   co.start_epoch = 1;
   co.start_batch = 3;
