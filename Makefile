@@ -1,9 +1,15 @@
 # Batchcast top-level entry points. On a fresh Debian 12 machine, as root:
-#   make demo    installs what is needed, builds, and runs the main demo
-#   make test    installs what is needed, builds, and runs the whole test suite, then `sanitize`
+#   make demo    installs the Debian packages, builds what the demo runs, and runs the main demo
+#   make test    installs what is needed (make deps: the Debian packages and the torch 2 venv),
+#                builds, runs the whole test suite, the second PyTorch generation's tests,
+#                then `sanitize` and `fuzz-ci`
+#   make deps    the Debian packages (scripts/deps.sh) and the torch 2.x + numpy 2 venv
+#                (scripts/torch2_venv.sh; docs/python.md "Supported versions")
 #   make sanitize  the unit and service tests under ThreadSanitizer and ASan+UBSan (docs/testing.md)
 #   make fuzz    each libFuzzer target for FUZZ_SECONDS (default 600) (docs/testing.md)
 #   make test-repeat N=20 LABEL=mpi   a ctest label N times, failures per test (LOAD=1: one core busy)
+#   make device-bundle        the GPU proof bundle in device/bundle (docs/gpu.md)
+#   make device-bundle-check  that bundle run here in a stripped root (part of make test)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -11,6 +17,19 @@ CMAKE_FLAGS ?=
 # instead of about 550 s for a fresh tree on 2 cores (docs/testing.md "Wall time"). UNITY=OFF
 # for file-by-file builds while editing one file.
 UNITY ?= ON
+# The second PyTorch generation's tree (scripts/torch2_tree.sh); TORCH2=OFF leaves it out.
+BUILD_TORCH2 ?= build-torch2
+TORCH2 ?= ON
+# ccache (scripts/deps.sh installs it) for every tree the Makefile configures: the torch 2
+# tree then reuses the main tree's module objects even from an empty cache (same flags; the
+# base directory and no hashed build directory make the two trees' objects one). Sharing
+# objects needs nothing else; CCACHE_DISABLE=1 turns it off.
+ifneq ($(shell command -v ccache 2>/dev/null),)
+CMAKE_LAUNCHERS := -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+                   -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
+endif
 B ?= decode
 # Sanitizer builds (scripts/sanitize.sh): own build dirs, at most 2 jobs (shared 2-core machines).
 BUILD_TSAN ?= build-tsan
@@ -25,22 +44,29 @@ N ?= 20
 LABEL ?= mpi
 LOAD ?= 0
 
-.PHONY: deps configure build demo test bench install clean soak sanitize tsan asan fuzz fuzz-ci \
-        test-repeat
+.PHONY: deps deps-debian configure build demo test bench install clean soak sanitize tsan asan \
+        fuzz fuzz-ci test-repeat torch2 device-bundle device-bundle-check
 
-deps:
+deps: deps-debian
+	@if [ "$(TORCH2)" != OFF ]; then bash scripts/torch2_venv.sh; fi
+
+deps-debian:
 	@bash scripts/deps.sh
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=$(UNITY) $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=$(UNITY) \
+	  $(CMAKE_LAUNCHERS) $(CMAKE_FLAGS)
 
 configure: $(BUILD)/CMakeCache.txt
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: deps
-	@$(MAKE) --no-print-directory build
+# Only what the demo runs (CMake target demo: the library, the CLI, the demo trainer and the
+# Python package), not the tests and benchmarks; `make test` builds the rest in the same tree.
+demo: deps-debian
+	@$(MAKE) --no-print-directory configure
+	cmake --build $(BUILD) -j $(JOBS) --target demo
 	bash scripts/demo.sh $(BUILD)
 
 # The sanitizer runs and the short fuzzing step follow the normal suite even when it failed;
@@ -48,10 +74,22 @@ demo: deps
 # targets in the background at the lowest CPU priority (nice 19) while the normal suite runs,
 # and runs each tree's tests as soon as that tree and the suite are done (docs/testing.md).
 # Build output goes to $(BUILD)/sanitizer-builds.log, printed when a build fails.
+# The project's own test runs build with warnings as errors (BATCHCAST_WERROR=ON, whatever
+# CI sets): a user's make demo, cmake or pip install never does (docs/testing.md).
 test: deps
+	@$(MAKE) --no-print-directory configure
+	@cmake -DBATCHCAST_WERROR=ON $(BUILD) >/dev/null
 	@$(MAKE) --no-print-directory build
-	@SANITIZE_JOBS=$(SANITIZE_JOBS) FUZZ_CI_SECONDS=$(FUZZ_CI_SECONDS) \
-	  bash scripts/test_all.sh $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN) $(BUILD_FUZZ)
+	@status=0; SANITIZE_JOBS=$(SANITIZE_JOBS) FUZZ_CI_SECONDS=$(FUZZ_CI_SECONDS) TORCH2=$(TORCH2) \
+	  bash scripts/test_all.sh $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_TORCH2) \
+	  || status=1; \
+	CHECK_TORCH=$(TEST_DEVICE_TORCH) $(MAKE) --no-print-directory device-bundle-check || status=1; \
+	exit $$status
+
+# The second PyTorch generation alone: its tree (torch_tests) and its `torch`-labelled tests.
+torch2: deps
+	JOBS=$(JOBS) bash scripts/torch2_tree.sh build $(BUILD_TORCH2)
+	bash scripts/torch2_tree.sh test $(BUILD_TORCH2)
 
 # Both sanitizers, each in its own build dir; the second runs even when the first fails.
 sanitize: deps
@@ -78,6 +116,19 @@ test-repeat: deps
 	@$(MAKE) --no-print-directory build
 	LOAD=$(LOAD) bash scripts/test_repeat.sh $(BUILD) $(LABEL) $(N)
 
+# The GPU proof (docs/gpu.md "Running the proof on the GPU machine"). device-bundle packs the
+# CUDA build's test and benchmark programs and everything they load that the GPU machine lacks
+# into device/bundle (ignored; the device tool carries it); device-bundle-check runs that bundle
+# here in a root stripped of what the GPU machine lacks (CPU items pass, device items skip).
+# make test runs the check without the torch 2.11 compiles (TEST_DEVICE_TORCH=1 adds them).
+TEST_DEVICE_TORCH ?= 0
+device-bundle: deps
+	@$(MAKE) --no-print-directory configure
+	JOBS=$(JOBS) bash scripts/device_bundle.sh $(BUILD)
+
+device-bundle-check: device-bundle
+	bash scripts/device_bundle_check.sh $(BUILD)
+
 bench: deps
 	@$(MAKE) --no-print-directory build
 	bash benchmarks/run.sh $(BUILD) $(B)
@@ -99,4 +150,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN) $(BUILD_FUZZ)
+	rm -rf $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_TORCH2)

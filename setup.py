@@ -65,10 +65,22 @@ class CMakeBuild(build_ext):
 
     @staticmethod
     def configure(build_dir):
+        # A unity build (each target's sources compiled in batches) takes about a third less
+        # time from scratch than file by file. Warnings never fail it (BATCHCAST_WERROR is
+        # on in the project's CI only).
         cmd = ["cmake", "-S", HERE, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
+               "-DCMAKE_UNITY_BUILD=ON",
                f"-DPython_EXECUTABLE={sys.executable}", "-DBATCHCAST_PYTHON=ON",
                "-DBATCHCAST_BUILD_TESTS=OFF", "-DBATCHCAST_BUILD_BENCHMARKS=OFF",
                "-DBATCHCAST_TORCH=OFF"]
+        # pybind11 from the build environment (pyproject.toml asks for >= 2.12, the first that
+        # supports numpy 2); without it (--no-build-isolation and no pybind11 module) CMake
+        # finds the system's (Debian's pybind11-dev 2.10: numpy 1 only, said at import).
+        try:
+            import pybind11
+            cmd.append(f"-Dpybind11_DIR={pybind11.get_cmake_dir()}")
+        except ImportError:
+            pass
         if shutil.which("ccache"):
             cmd += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_C_COMPILER_LAUNCHER=ccache"]
         cmd += shlex.split(os.environ.get("CMAKE_ARGS", ""))

@@ -55,6 +55,7 @@ struct Args {
   int slice = 8;    // --slice N: samples per turn of the paired CPU-time measurement (PairedCpu)
   int profile = 0;  // --profile SIZE: only the 1-thread SIZE chain, `reps` epochs (for perf)
   bool profile_restart = false;  // --profile-restart: profile on the set with restart markers
+  bool make_set = false;  // --make-set: build (or find) the cached set and exit (bench_views)
   std::vector<std::string> photos = {
       "/usr/lib/python3/dist-packages/skimage/data/astronaut.png",
       "/usr/lib/python3/dist-packages/skimage/data/chelsea.png",
@@ -368,40 +369,6 @@ class ChecksumOnly {
   uint64_t sink_ = 0;
 };
 
-// The CPU-time cost ratios of the 1-thread chains, measured in pairs: one repetition walks
-// the set in slices of --slice samples and runs every chain on a slice before the next
-// slice (the first chain to run rotates from slice to slice), summing each chain's process
-// CPU seconds. A change in the machine's speed (a busy vCPU sibling, another VM on the host)
-// then hits every chain alike within milliseconds; whole-epoch runs one after another (the
-// wall-clock rows) let it land on one chain and spread a quiet 2-vCPU VM's gaps over
-// -0.05..0.34 within one run.
-class PairedCpu {
- public:
-  using Turn = std::function<double(uint64_t epoch, int64_t first, int64_t count)>;
-  void Add(Turn turn) {
-    turns_.push_back(std::move(turn));
-    rates_.emplace_back();
-  }
-  void Epoch(uint64_t epoch, int64_t n, int slice) {
-    std::vector<double> cpu(turns_.size(), 0.0);
-    size_t start = 0;
-    for (int64_t first = 0; first < n; first += slice, ++start) {
-      const int64_t count = std::min<int64_t>(slice, n - first);
-      for (size_t j = 0; j < turns_.size(); ++j) {
-        const size_t t = (start + j) % turns_.size();
-        cpu[t] += turns_[t](epoch, first, count);
-      }
-    }
-    for (size_t t = 0; t < turns_.size(); ++t) rates_[t].push_back(double(n) / cpu[t]);
-  }
-  // Samples per CPU-second of turn t, one value per Epoch().
-  const std::vector<double>& cpu_rates(size_t t) const { return rates_[t]; }
-
- private:
-  std::vector<Turn> turns_;
-  std::vector<std::vector<double>> rates_;
-};
-
 Args ParseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -421,10 +388,11 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--profile") a.profile = std::stoi(next());
     else if (k == "--slice") a.slice = std::max(1, std::stoi(next()));
     else if (k == "--profile-restart") a.profile_restart = true;
+    else if (k == "--make-set") a.make_set = true;
     else {
       std::fprintf(stderr,
                    "usage: bench_decode [--images N] [--reps R] [--threads T] [--batch B] [--cache DIR]"
-                   " [--profile SIZE] [--profile-restart] [--slice N]\n");
+                   " [--profile SIZE] [--profile-restart] [--slice N] [--make-set]\n");
       std::exit(2);
     }
   }
@@ -463,6 +431,7 @@ int Main(int argc, char** argv) {
   Args a = ParseArgs(argc, argv);
   const int T = a.threads > 0 ? a.threads : pipeline::AvailableCores();
   const std::vector<std::vector<uint8_t>> set = ImageSet(a);
+  if (a.make_set) return 0;
   auto reader = testing::MemoryReader::Encoded(set, "decode_set");
   reader->StoreChecksums();  // as converted files have them: verify=sample (default) checks
   if (a.profile > 0 && !a.profile_restart) return Profile(a, reader);

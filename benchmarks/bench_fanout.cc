@@ -59,12 +59,12 @@
 
 #include "batchcast/consumer.h"
 #include "harness.h"
+#include "photo_chain.h"
 #include "node/consumer_internal.h"
 #include "producer/producer.h"
 #include "telemetry/spec.h"
 #include "transport/shm/futex.h"
 #include "producer/stream_plan.h"
-#include "tests/mpi/photo_set.h"
 
 namespace batchcast::bench {
 namespace {
@@ -117,6 +117,9 @@ struct ConsumerRecord {
   int32_t cycles = 0;
   int64_t cycle_cpu_ns[kMaxHandoffs];
   int64_t last_cpu_ns = -1;
+  // Minor page faults of the waiting thread from its first hand-off to its last (the step's
+  // page touching; a slot first used after attach faults 16 pages at a time).
+  int64_t first_faults = -1, faults = 0;
   void AddHandoff(uint64_t seq, int64_t ns) {
     if (handoffs >= kMaxHandoffs) return;
     handoff_seq[handoffs] = seq;
@@ -124,6 +127,10 @@ struct ConsumerRecord {
     const int64_t cpu = ThreadCpuNs();
     if (last_cpu_ns >= 0) cycle_cpu_ns[cycles++] = cpu - last_cpu_ns;
     last_cpu_ns = cpu;
+    rusage ru{};
+    getrusage(RUSAGE_THREAD, &ru);
+    if (first_faults < 0) first_faults = ru.ru_minflt;
+    faults = ru.ru_minflt - first_faults;
   }
   static int64_t ThreadCpuNs() {
     timespec ts{};
@@ -131,6 +138,16 @@ struct ConsumerRecord {
     return int64_t(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
   }
 };
+
+// Minor faults per hand-off after each waiting thread's first (mean over `records`).
+double FaultsPerHandoff(const ConsumerRecord* records, int k) {
+  double faults = 0, handoffs = 0;
+  for (int i = 0; i < k; ++i) {
+    faults += double(records[i].faults);
+    handoffs += double(std::max(0, records[i].handoffs - 1));
+  }
+  return handoffs > 0 ? faults / handoffs : 0.0;
+}
 
 // Median CPU per publish (µs) of the waiting threads of `records`.
 double CycleCpuUs(const ConsumerRecord* records, int k) {
@@ -183,16 +200,7 @@ SharedRecords* MapRecords() {
 }
 
 Options BaseOptions(const Args& a, const std::string& dataset) {
-  Options o;
-  o.dataset = dataset;
-  o.image_size = a.image_size;
-  o.crop = "random";
-  o.flip = true;
-  o.seed = 1;
-  o.epochs = a.epochs;
-  o.batch_size = a.batch;
-  o.threads = a.threads;
-  return o;
+  return PhotoChainOptions(dataset, a.image_size, a.epochs, a.batch, a.threads);
 }
 
 // With telemetry on, every process records into its own collector, as in a real run
@@ -203,7 +211,11 @@ std::unique_ptr<telemetry::Collector> MaybeCollector(bool on, int rank, telemetr
   Options o;
   o.telemetry = "telemetry(interval=1s,summary=off)";
   telemetry::Sinks sinks;
-  auto c = telemetry::CreateCollector(o, rank, rank, role, &sinks);
+  const telemetry::OutputIdentity who{role == telemetry::Role::kLeader
+                                           ? telemetry::ProcessKind::kLeader
+                                           : telemetry::ProcessKind::kConsumer,
+                                       rank, false, ""};
+  auto c = telemetry::CreateCollector(o, who, rank, role, &sinks);
   if (!c.ok() || !*c) ChildFail(r, "telemetry: " + c.status().ToString());
   return std::move(c).value();
 }
@@ -334,6 +346,7 @@ struct RunResult {
   int64_t producer_batches = 0;
   WakeOrder wake_order;             // first and last consumer of each publish
   double cycle_cpu_us = 0;          // a consumer's CPU per publish, warm (CycleCpuUs)
+  double faults_per_handoff = 0;    // a consumer's minor faults per hand-off (FaultsPerHandoff)
   double leader_switches = 0;       // the leader's voluntary context switches per publish
   double CpuPerSample() const { return cpu_s / std::max<int64_t>(1, delivered); }
   double Throughput() const { return delivered / wall_s; }
@@ -402,6 +415,7 @@ RunResult RunShared(const Args& a, const std::string& dataset, int k, int thread
   res.producer_batches = r->leader.batches;
   res.wake_order = WakeOrderOf(r->consumers, k);
   res.cycle_cpu_us = CycleCpuUs(r->consumers, k);
+  res.faults_per_handoff = FaultsPerHandoff(r->consumers, k);
   res.leader_switches = double(leader_switches) / double(std::max<int64_t>(1, res.producer_batches));
   res.min_rate_ratio = 1e9;
   std::vector<int64_t> handoffs;
@@ -465,6 +479,8 @@ struct FloorResult {
   WakeOrder wake_order;          // first and last waiter of each ping
   double waiter_cpu_us = 0;      // CPU of one waiter per ping
   double cycle_cpu_us = 0;       // a waiter's CPU per ping, warm (CycleCpuUs)
+  double load_cpu_ms = 0;        // the pinging process's CPU (its decode load) per ping
+  double faults_per_handoff = 0; // a waiter's minor faults per ping (FaultsPerHandoff)
 };
 
 FloorResult RunPingFloor(const Args& a, const std::string& dataset, int k, int threads,
@@ -514,6 +530,7 @@ FloorResult RunPingFloor(const Args& a, const std::string& dataset, int k, int t
   });
   while (r->waiting.load() < k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const auto interval = std::chrono::nanoseconds(static_cast<int64_t>(interval_s * 1e9));
+  const double load_cpu0 = ProcessCpuSeconds();
   for (int64_t p = 0; p < pings; ++p) {
     std::this_thread::sleep_for(interval);  // a benchmark's pacing, not synchronisation
     for (size_t i = 0; i < bytes; i += 4096) batch[i] = static_cast<uint8_t>(p);
@@ -521,6 +538,7 @@ FloorResult RunPingFloor(const Args& a, const std::string& dataset, int k, int t
     r->word.fetch_add(1);
     Futex(&r->word, FUTEX_WAKE, INT32_MAX, 0);
   }
+  const double load_cpu = ProcessCpuSeconds() - load_cpu0;
   r->stop.store(1);
   r->word.fetch_add(1);
   Futex(&r->word, FUTEX_WAKE, INT32_MAX, 0);
@@ -544,6 +562,8 @@ FloorResult RunPingFloor(const Args& a, const std::string& dataset, int k, int t
   res.wake_order = WakeOrderOf(r->waiters, k);
   res.waiter_cpu_us = 1e6 * waiter_cpu / double(std::max<int64_t>(1, pings)) / k;
   res.cycle_cpu_us = CycleCpuUs(r->waiters, k);
+  res.load_cpu_ms = 1e3 * load_cpu / double(std::max<int64_t>(1, pings));
+  res.faults_per_handoff = FaultsPerHandoff(r->waiters, k);
   munmap(batch, bytes);
   munmap(r, sizeof(PingRecords));
   return res;
@@ -671,24 +691,7 @@ Args ParseArgs(int argc, char** argv) {
   return a;
 }
 
-std::string Dataset(const Args& a) {
-  std::filesystem::create_directories(a.cache);
-  std::string path = fmt::format("{}/photos-500x375-q90-n{}.h5", a.cache, a.images);
-  if (std::filesystem::exists(path)) return path;
-  mpitest::PhotoSetSpec spec;
-  spec.out = path;
-  spec.images = a.images;
-  spec.width = 500;
-  spec.height = 375;
-  spec.quality = 90;
-  Status st = mpitest::MakePhotoDataset(spec);
-  if (!st.ok()) {
-    std::fprintf(stderr, "bench_fanout: %s\n", st.ToString().c_str());
-    std::exit(1);
-  }
-  std::printf("bench_fanout: wrote %d real-photo JPEGs (500x375, q90) to %s\n", a.images, path.c_str());
-  return path;
-}
+std::string Dataset(const Args& a) { return CachedPhotoSet(a.cache, a.images, "bench_fanout"); }
 
 // `make bench B=telemetry`: the fan-out run at K = compare_k with telemetry off and on,
 // alternating within each repetition; overhead = 1 - (throughput on / throughput off).
@@ -730,6 +733,10 @@ int Main(int argc, char** argv) {
   // a publish, and one consumer's CPU per publish (what it does between two waits).
   std::map<int, std::vector<double>> first_vs_floor, last_vs_floor, cpu_vs_floor, leader_switches;
   std::map<int, std::vector<double>> cycle_cpu_us, floor_cycle_cpu_us;
+  // The decoding side's CPU per hand-off: the leader process's per publish, the floor's
+  // pinging process's per ping (the floor stands for the same decode load).
+  std::map<int, std::vector<double>> leader_cpu_ms, floor_load_cpu_ms;
+  std::map<int, std::vector<double>> faults, floor_faults;  // minor faults per hand-off
   for (int rep = 0; rep < a.reps; ++rep) {
     for (int k : a.ks) {
       shared[k].push_back(RunShared(a, dataset, k, a.threads));
@@ -746,6 +753,11 @@ int Main(int argc, char** argv) {
       leader_switches[k].push_back(beside.leader_switches);
       cycle_cpu_us[k].push_back(beside.cycle_cpu_us);
       floor_cycle_cpu_us[k].push_back(floor.cycle_cpu_us);
+      leader_cpu_ms[k].push_back(1e3 * beside.leader_cpu_s /
+                                 double(std::max<int64_t>(1, beside.producer_batches)));
+      floor_load_cpu_ms[k].push_back(floor.load_cpu_ms);
+      faults[k].push_back(beside.faults_per_handoff);
+      floor_faults[k].push_back(floor.faults_per_handoff);
     }
     for (int k : a.ks) idle[k].push_back(RunShared(a, dataset, k, a.idle_threads));
     if (shared.count(a.compare_k)) independent.push_back(RunIndependent(a, dataset, a.compare_k));
@@ -775,6 +787,10 @@ int Main(int argc, char** argv) {
     t.Add(fmt::format("K={} consumer CPU per publish, warm", k), Summarize(cycle_cpu_us[k]), "us");
     t.Add(fmt::format("K={} floor waiter CPU per ping, warm", k), Summarize(floor_cycle_cpu_us[k]), "us");
     t.Add(fmt::format("K={} leader voluntary switches per publish", k), Summarize(leader_switches[k]), "");
+    t.Add(fmt::format("K={} leader CPU per publish", k), Summarize(leader_cpu_ms[k]), "ms");
+    t.Add(fmt::format("K={} floor's decode load CPU per ping", k), Summarize(floor_load_cpu_ms[k]), "ms");
+    t.Add(fmt::format("K={} consumer minor faults per hand-off", k), Summarize(faults[k]), "faults");
+    t.Add(fmt::format("K={} floor waiter minor faults per ping", k), Summarize(floor_faults[k]), "faults");
     t.Add(fmt::format("K={} delivered samples/s (all consumers)", k), stat(v, [](auto& r) { return r.Throughput(); }), "samples/s");
     t.Add(fmt::format("K={} CPU per delivered sample", k), stat(v, [](auto& r) { return 1e3 * r.CpuPerSample(); }), "ms");
     t.Add(fmt::format("K={} consumers' share of the CPU", k), stat(v, [](auto& r) { return 1 - r.leader_cpu_s / r.cpu_s; }), "fraction");
@@ -828,6 +844,10 @@ int Main(int argc, char** argv) {
   j.Add("leader_switches_per_publish", Summarize(leader_switches[kmax]).median);
   j.Add("consumer_cpu_per_publish_us", Summarize(cycle_cpu_us[kmax]).median);
   j.Add("floor_waiter_cpu_per_ping_us", Summarize(floor_cycle_cpu_us[kmax]).median);
+  j.Add("handoff_vs_floor_min", Summarize(vs_floor[kmax]).min);
+  j.Add("handoff_vs_floor_max", Summarize(vs_floor[kmax]).max);
+  j.Add("consumer_faults_per_handoff", Summarize(faults[kmax]).median);
+  j.Add("floor_waiter_faults_per_ping", Summarize(floor_faults[kmax]).median);
   j.Add("roi_decode_ratio", Summarize(roi_ratio).median);
   j.Add("decode_ms_per_sample", Summarize(chain_ms).median);
   j.Print();

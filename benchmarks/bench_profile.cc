@@ -12,9 +12,6 @@
 // its evidence. The photo set is the decode benchmark's (make bench B=decode builds it; run.sh
 // builds it first when missing): --set DIR of *.jpg.
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -26,27 +23,10 @@
 namespace batchcast::bench {
 namespace {
 
-namespace fs = std::filesystem;
-
 struct Args {
   std::string set;
   int reps = 3, epochs = 3, images = 300, batch = 64;
 };
-
-std::vector<std::vector<uint8_t>> LoadSet(const Args& a) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(a.set, ec))
-    if (e.path().extension() == ".jpg") files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  if (files.size() > size_t(a.images)) files.resize(a.images);
-  std::vector<std::vector<uint8_t>> set;
-  for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    set.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  return set;
-}
 
 // CPU-seconds per sample of each of `epochs` epochs of one fresh pipeline (and cache).
 std::vector<double> RunEpochs(const Args& a, std::shared_ptr<data::DatasetReader> reader,
@@ -107,7 +87,7 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  auto set = LoadSet(a);
+  auto set = LoadJpegSet(a.set, size_t(a.images));
   if (set.size() < 16 || a.epochs < 2) {
     std::fprintf(stderr, "bench_profile: need --epochs >= 2 and a --set directory with at least "
                  "16 JPEGs (%zu in '%s'; make bench B=decode builds one)\n", set.size(),

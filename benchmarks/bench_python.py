@@ -80,7 +80,11 @@ def make_loader(h5, limit, batch, workers, seed):
         def __getitem__(self, i):
             if self.f is None:
                 self.f = h5py.File(h5, "r")
-            png = self.f["images"][i].tobytes()
+            if "sample_offsets" in self.f:  # layout version 2: bytes + index
+                o, n = int(self.f["sample_offsets"][i]), int(self.f["sample_lengths"][i])
+                png = self.f["images"][o:o + n].tobytes()
+            else:  # layout version 1: vlen
+                png = self.f["images"][i].tobytes()
             img = np.asarray(Image.open(io.BytesIO(png)), dtype=np.float32) / 255.0
             return torch.from_numpy(img).unsqueeze(0), int(self.f["labels"][i])
 

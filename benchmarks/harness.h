@@ -9,7 +9,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +44,66 @@ inline Stats Summarize(std::vector<double> v) {
   size_t n = v.size();
   double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
   return Stats{v.front(), median, v.back()};
+}
+
+// The CPU-time cost ratios of 1-thread chains, measured in pairs (bench_decode, bench_views):
+// one repetition walks the set in slices of --slice samples and runs every chain on a slice before the next
+// slice (the first chain to run rotates from slice to slice), summing each chain's process
+// CPU seconds. A change in the machine's speed (a busy vCPU sibling, another VM on the host)
+// then hits every chain alike within milliseconds; whole-epoch runs one after another (the
+// wall-clock rows) let it land on one chain and spread a quiet 2-vCPU VM's gaps over
+// -0.05..0.34 within one run.
+class PairedCpu {
+ public:
+  using Turn = std::function<double(uint64_t epoch, int64_t first, int64_t count)>;
+  void Add(Turn turn) {
+    turns_.push_back(std::move(turn));
+    rates_.emplace_back();
+  }
+  void Epoch(uint64_t epoch, int64_t n, int slice) {
+    std::vector<double> cpu(turns_.size(), 0.0);
+    size_t start = 0;
+    for (int64_t first = 0; first < n; first += slice, ++start) {
+      const int64_t count = std::min<int64_t>(slice, n - first);
+      for (size_t j = 0; j < turns_.size(); ++j) {
+        const size_t t = (start + j) % turns_.size();
+        cpu[t] += turns_[t](epoch, first, count);
+      }
+    }
+    for (size_t t = 0; t < turns_.size(); ++t) rates_[t].push_back(double(n) / cpu[t]);
+  }
+  // Samples per CPU-second of turn t, one value per Epoch().
+  const std::vector<double>& cpu_rates(size_t t) const { return rates_[t]; }
+
+ private:
+  std::vector<Turn> turns_;
+  std::vector<std::vector<double>> rates_;
+};
+
+
+// The *.jpg files of `dir` in name order, at most `max` of them (the decode benchmark's
+// real-photo set: bench_decode --make-set builds it).
+inline std::vector<std::vector<uint8_t>> LoadJpegSet(const std::string& dir, size_t max) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() == ".jpg") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  if (files.size() > max) files.resize(max);
+  std::vector<std::vector<uint8_t>> set;
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    set.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return set;
+}
+
+// The load average over 1, 5 and 15 minutes, as `uptime` prints it ("" when unknown).
+inline std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double a = 0, b = 0, c = 0;
+  if (!(in >> a >> b >> c)) return "";
+  return fmt::format("{:.2f} {:.2f} {:.2f}", a, b, c);
 }
 
 // A table of metrics, each with min / median / max over repetitions.

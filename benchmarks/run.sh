@@ -43,6 +43,11 @@ case "$name" in
     # Replicate mode over 2 and 3 virtual nodes: the benchmark runs mpirun of itself; the
     # real-photo JPEG set (500x375, q90) is built once and cached in the build directory.
     exec "$bin" --cache "$build/benchmarks/multinode_set" --mpirun "$(command -v mpirun)" "$@" ;;
+  views)
+    # Three views from one decode vs one leader per view, on the decode benchmark's real-photo
+    # JPEG set (500x375, q90; built once by bench_decode --make-set when missing).
+    "$build/benchmarks/bench_decode" --cache "$build/benchmarks/decode_set" --make-set
+    exec "$bin" --set "$build/benchmarks/decode_set/500x375_q90_n300" "$@" ;;
   profile)
     # The decoded-sample cache on the decode benchmark's real-photo JPEG set (built by one
     # quick bench_decode run when missing).
@@ -57,6 +62,20 @@ case "$name" in
   stage)
     # The scripted encoder is made once (python3-torch) and cached in the build directory.
     exec "$bin" --cache "$build/benchmarks/stage_set" "$@" ;;
+  read)
+    # The read path alone (issue 33): the real-photo set (500x375 JPEG q90, built once and
+    # cached) and Fashion-MNIST raw (gzip) and PNG (scripts/fashion_mnist.sh); the encoded
+    # sets also as a layout version 1 copy, side by side. One table and JSON line per set.
+    sets="$build/benchmarks/read_set"
+    fm="$build/benchmarks/fmnist"
+    "$bin" --photo-set "$sets" --cache "$sets" --compare-v1 "$@"
+    bash "$(dirname "$0")/../scripts/fashion_mnist.sh" "$fm" "$build/bin/batchcast" >/dev/null
+    "$bin" --dataset "$fm/fashion-mnist-train.h5" "$@"
+    exec "$bin" --dataset "$fm/fashion-mnist-train-png.h5" --cache "$sets" --compare-v1 "$@" ;;
+  scaling)
+    # The leader's stages per sample, their serial part and the implied rate at 16 and 64
+    # threads, on the real-photo set (built once, cached in the build directory).
+    exec "$bin" --cache "$build/benchmarks/scaling_set" "$@" ;;
   fanout)
     # The real-photo JPEG set (500x375, q90) as HDF5, built once and cached in the build dir.
     exec "$bin" --cache "$build/benchmarks/fanout_set" "$@" ;;

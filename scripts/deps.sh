@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs every Debian package Batchcast needs to build, test, benchmark and demo.
-# Idempotent: when all packages are present it does not touch apt at all.
+# Idempotent: when all packages are present it does not touch apt at all. (`make deps` then
+# makes the torch 2.x venv of the second PyTorch generation: scripts/torch2_venv.sh.)
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config git gfortran
+  build-essential cmake pkg-config git gfortran ccache
   openmpi-bin libopenmpi-dev libucx-dev libpmix-dev
   libhdf5-dev hdf5-tools hdf5-filter-plugin
   libturbojpeg0-dev libjpeg62-turbo-dev libjpeg-turbo-progs libspng-dev zlib1g-dev libxxhash-dev
@@ -18,6 +19,7 @@ PACKAGES=(
   dataset-fashion-mnist python3-skimage
   iproute2 procps util-linux
   clang libclang-rt-14-dev stress-ng   # make fuzz (libFuzzer), make test-repeat LOAD=1
+  chromium   # e2e_report_browser: the report page rendered in headless Chromium
 )
 
 missing=()

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The body of `make test` after the normal build: the whole ctest suite, then ThreadSanitizer,
-# ASan+UBSan and the short fuzzing step. Usage: scripts/test_all.sh BUILD TSAN_DIR ASAN_DIR FUZZ_DIR
+# The body of `make test` after the normal build: the whole ctest suite, then the second PyTorch
+# generation's tests (torch 2.x + numpy 2 from PyPI, scripts/torch2_tree.sh), ThreadSanitizer,
+# ASan+UBSan and the short fuzzing step.
+# Usage: scripts/test_all.sh BUILD TSAN_DIR ASAN_DIR FUZZ_DIR [TORCH2_DIR]   (no TORCH2_DIR, or
+# TORCH2=OFF in the environment: no second torch generation)
 #
-# The three extra trees are built one after another by one background chain at `nice 19`
+# The extra trees are built one after another by one background chain at `nice 19`
 # while the normal suite runs (it spends much of its wall time waiting on daemons and mpirun,
 # and the builds take only that idle CPU). The chain reports each finished build on a FIFO;
 # the foreground runs a tree's tests as soon as both that tree and the normal suite are done,
@@ -11,7 +14,11 @@
 # fails the script. Build output goes to BUILD/sanitizer-builds.log, printed when a build fails.
 set -uo pipefail
 build=${1:?usage: scripts/test_all.sh BUILD TSAN_DIR ASAN_DIR FUZZ_DIR}
-tsan=${2:?}; asan=${3:?}; fuzz=${4:?}
+tsan=${2:?}; asan=${3:?}; fuzz=${4:?}; torch2=${5:-}
+steps="tsan asan fuzz"
+if [ -n "$torch2" ] && [ "${TORCH2:-ON}" != OFF ]; then
+  steps="torch2 $steps"
+fi
 src=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${SANITIZE_JOBS:-2}
 log=$build/sanitizer-builds.log
@@ -20,12 +27,13 @@ rm -f "$stages"
 mkfifo "$stages"
 : >"$log"
 
-# One line "NAME RC" per finished build, in this order. The chain keeps building after a
+# One line "NAME RC" per finished build, in the order of $steps. The chain keeps building after a
 # failed tree so that the other steps still run.
 (
   exec >"$stages"
-  for step in tsan asan fuzz; do
+  for step in $steps; do
     case $step in
+      torch2) JOBS=$jobs nice -n 19 bash "$src/scripts/torch2_tree.sh" build "$torch2" ;;
       tsan) JOBS=$jobs nice -n 19 bash "$src/scripts/sanitize.sh" thread "$tsan" --build-only ;;
       asan) JOBS=$jobs nice -n 19 bash "$src/scripts/sanitize.sh" address "$asan" --build-only ;;
       fuzz) JOBS=$jobs nice -n 19 bash "$src/scripts/fuzz.sh" build "$fuzz" ;;
@@ -35,14 +43,15 @@ mkfifo "$stages"
 ) &
 chain=$!
 # Opening the FIFO for reading returns once the chain has opened it for writing; lines the
-# chain writes before we read them wait in the pipe. EOF before three lines: the chain died.
+# chain writes before we read them wait in the pipe. EOF before every line: the chain died.
 exec 4<"$stages"
 rm -f "$stages"
 
 status=0
+torch2_pid=
 bash "$src/scripts/test.sh" "$build" || status=1
 
-for expected in tsan asan fuzz; do
+for expected in $steps; do
   if ! read -r -u 4 step rc; then
     echo "test_all: the background builds stopped before '$expected' was built; log:" >&2
     cat "$log"
@@ -56,6 +65,10 @@ for expected in tsan asan fuzz; do
     continue
   fi
   case $step in
+    # The second torch generation's tests run beside the sanitizer steps (they mostly wait on
+    # processes, as the normal suite does); their output is printed when they end.
+    torch2) bash "$src/scripts/torch2_tree.sh" test "$torch2" >"$build/torch2-tests.log" 2>&1 &
+            torch2_pid=$! ;;
     tsan) JOBS=$jobs bash "$src/scripts/sanitize.sh" thread "$tsan" || status=1 ;;
     asan) JOBS=$jobs bash "$src/scripts/sanitize.sh" address "$asan" || status=1 ;;
     fuzz) JOBS=$jobs FUZZ_CI_SECONDS=${FUZZ_CI_SECONDS:-8} \
@@ -64,4 +77,9 @@ for expected in tsan asan fuzz; do
 done
 exec 4<&-
 wait "$chain" || true
+if [ -n "${torch2_pid:-}" ]; then
+  wait "$torch2_pid" || status=1
+  echo "=== the second PyTorch generation's tests ($torch2, ctest -L torch) ==="
+  cat "$build/torch2-tests.log"
+fi
 exit $status

@@ -1,6 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// `batchcast convert idx|imagefolder`: build a dataset file in the Batchcast HDF5 layout.
+// `batchcast convert idx|imagefolder|h5`: build a dataset file in the Batchcast HDF5 layout;
+// `batchcast convert --upgrade FILE`: rewrite an older file in the current layout.
 // Output is atomic: written to OUT.partial-<pid>, renamed on success; SIGINT/SIGTERM remove
 // the partial file; after SIGKILL it stays (delete it) and the reader refuses it.
 #include <signal.h>
@@ -330,15 +331,63 @@ void RegisterStored(CLI::App* convert, int* exit_code) {
   });
 }
 
+// `convert --upgrade FILE [--out OUT] [--force]`: a layout version 1 file rewritten in the
+// current layout (in place unless --out); the subcommands exclude it.
+void RegisterUpgrade(CLI::App* convert, int* exit_code) {
+  auto o = std::make_shared<data::UpgradeOptions>();
+  auto* upgrade = convert->add_option(
+      "--upgrade", o->source,
+      "rewrite FILE in the current layout (version 2: encoded samples read with pread, without "
+      "the HDF5 lock), every sample checked against its checksum first; in place unless --out");
+  auto* out = convert->add_option("--out", o->out_path,
+                                  "with --upgrade: write the upgraded file here instead");
+  auto* force = convert->add_flag("--force", o->overwrite,
+                                  "with --upgrade --out: replace OUT if it exists");
+  for (CLI::App* sub : convert->get_subcommands({})) sub->excludes(upgrade);
+  convert->callback([=] {
+    if (upgrade->count() == 0) {
+      if (out->count() + force->count() > 0) {
+        std::fprintf(stderr, "batchcast convert: --out and --force go after the subcommand "
+                     "(batchcast convert idx --out F.h5), or with --upgrade\n");
+        *exit_code = 1;
+      } else if (convert->get_subcommands().empty()) {
+        std::fprintf(stderr, "batchcast convert: give a source (idx, imagefolder or h5) or "
+                     "--upgrade FILE (see batchcast convert --help)\n");
+        *exit_code = 1;
+      }
+      return;
+    }
+    const std::string target = o->out_path.empty() ? o->source : o->out_path;
+    ArmCleanup(target);
+    auto r = data::ConvertUpgrade(*o, MakeProgress("upgrade"));
+    if (!r.ok()) {
+      std::fprintf(stderr, "batchcast convert: %s\n", r.status().message().c_str());
+      *exit_code = 1;
+      return;
+    }
+    if (r->already_current) {
+      std::printf("%s is already in the current layout (version %d, samples read without a "
+                  "lock per sample): nothing to do\n", o->source.c_str(), r->layout_from);
+      return;
+    }
+    std::printf("upgraded %s: layout version %d -> %d, %lld samples (%lld stored bytes), "
+                "written to %s, %.2f s\n", o->source.c_str(), r->layout_from, r->layout_to,
+                static_cast<long long>(r->samples), static_cast<long long>(r->stored_bytes),
+                target.c_str(), r->seconds);
+  });
+}
+
 }  // namespace
 
 void RegisterConvert(CLI::App& app, int* exit_code) {
   auto* convert = app.add_subcommand(
-      "convert", "convert a dataset into the Batchcast HDF5 layout (docs/dataset-format.md)");
-  convert->require_subcommand(1);
+      "convert", "convert a dataset into the Batchcast HDF5 layout (docs/dataset-format.md), or "
+                 "upgrade an older file (--upgrade FILE)");
+  convert->require_subcommand(0, 1);
   RegisterIdx(convert, exit_code);
   RegisterImageFolder(convert, exit_code);
   RegisterStored(convert, exit_code);
+  RegisterUpgrade(convert, exit_code);
 }
 
 }  // namespace batchcast::cli

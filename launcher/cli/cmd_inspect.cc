@@ -14,6 +14,17 @@ void PrintText(const data::DatasetSummary& s) {
   const auto& i = s.info;
   std::printf("file:            %s\n", i.path.c_str());
   std::printf("schema version:  %d\n", i.schema_version);
+  std::printf("layout:          version %d, samples read %s, compression %s\n",
+              i.schema_version,
+              i.read_path == data::ReadPath::kDirect
+                  ? "directly (pread at offsets located at open, no lock)"
+              : i.read_path == data::ReadPath::kInflate
+                  ? "with pread, gzip chunks inflated once each by zlib (cached), no lock"
+              : i.read_path == data::ReadPath::kBlocks
+                  ? "through HDF5 once per chunk (compressed chunks, cached)"
+                  : "through HDF5 under the process-wide lock, one read per sample (layout "
+                    "version 1: `batchcast convert --upgrade FILE` makes it version 2)",
+              i.compression.c_str());
   std::printf("samples:         %lld\n", static_cast<long long>(i.num_samples));
   std::printf("storage:         %s, encoding %s\n",
               i.kind == data::SampleKind::kRaw      ? "raw pixels"

@@ -62,9 +62,10 @@ int Serve(const ServeArgs& a) {
   sigaddset(&set, SIGUSR1);  // internal: the service finished, end the waiter
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::string gpu_note;
-  auto service = node::CreateNodeProducer(cfg, &gpu_note);
+  bool refused = false;  // an option or an output path: a usage error (exit status 2)
+  auto service = node::CreateNodeProducer(cfg, &gpu_note, &refused);
   if (!service.ok()) {
-    const bool usage = service.status().code() == StatusCode::kInvalidArgument;
+    const bool usage = refused || service.status().code() == StatusCode::kInvalidArgument;
     std::fprintf(stderr, "batchcast serve: %s\n", service.status().ToString().c_str());
     return usage ? 2 : 1;
   }

@@ -7,9 +7,8 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "core/environment.h"
 #include "core/errors.h"
-
-extern char** environ;
 
 namespace batchcast::run {
 namespace {
@@ -166,11 +165,7 @@ const char* LauncherName(Launcher l) {
 
 EnvMap CurrentEnvironment() {
   EnvMap env;
-  for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
-    std::string kv(*p);
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  for (auto& [name, value] : env::Snapshot()) env[name] = std::move(value);
   return env;
 }
 

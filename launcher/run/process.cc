@@ -14,9 +14,8 @@
 #include <cstring>
 #include <thread>
 
+#include "core/environment.h"
 #include "core/errors.h"
-
-extern char** environ;
 
 namespace batchcast::run {
 namespace {
@@ -61,12 +60,10 @@ Result<pid_t> SpawnChild(const std::vector<std::string>& argv, const EnvList& en
   // The environment is built before fork: the child of a threaded process may only make
   // async-signal-safe calls (no setenv/malloc) until it execs.
   std::vector<std::string> entries;
-  for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
-    std::string kv(*p);
-    std::string key = kv.substr(0, kv.find('='));
+  for (const auto& [key, value] : env::Snapshot()) {
     bool replaced = false;
     for (const auto& e : env) replaced = replaced || e.first == key;
-    if (!replaced) entries.push_back(std::move(kv));
+    if (!replaced) entries.push_back(key + "=" + value);
   }
   for (const auto& [k, v] : env) entries.push_back(k + "=" + v);
   std::vector<char*> envp;

@@ -15,10 +15,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "batchcast/options.h"
+#include "core/environment.h"
 #include "core/errors.h"
 #include "multimodel/config.h"
 #include "multimodel/progress.h"
@@ -26,7 +28,7 @@
 #include "node/runtime_internal.h"
 #include "node/front_door.h"
 #include "node/task_telemetry.h"
-#include "transport/mpi/mpi_status.h"
+#include "core/mpi_status.h"
 
 namespace {
 
@@ -41,11 +43,6 @@ constexpr const char* kUsage =
     "  (default: BATCHCAST_ADDRESS under batchcast-run, else under mpirun the MPI Runtime's\n"
     "  leader on rank 0, else the node's batchcast serve)\n"
     "Exit codes: 0 ok, 1 runtime error, 2 usage error (docs/troubleshooting.md).\n";
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
 
 struct Args {
   std::string config, address;
@@ -87,19 +84,14 @@ int ParseArgs(int argc, char** argv, Args* a) {
   return 0;
 }
 
-bool UnderMpirun() {
-  return !Env("OMPI_COMM_WORLD_SIZE").empty() || !Env("PMI_SIZE").empty() ||
-         !Env("PMIX_RANK").empty();
-}
-
 // The leader's address (empty: the MPI front door).
 std::string LeaderAddress(const Args& a) {
   auto bare = [](std::string s) {
     return s.rfind('@', 0) == 0 ? s.substr(1) : s;
   };  // "@name" as printed
   if (!a.address.empty()) return bare(a.address);
-  if (std::string env = Env("BATCHCAST_ADDRESS"); !env.empty()) return bare(env);
-  if (UnderMpirun()) return "";
+  if (std::optional<std::string> env = batchcast::env::LeaderAddress()) return bare(*env);
+  if (batchcast::env::UnderMpiLauncher()) return "";
   return batchcast::node::DefaultServiceSocket();
 }
 
@@ -215,8 +207,9 @@ int main(int argc, char** argv) {
         "\"Mid-epoch resume\")",
         config->checkpoint_every, a.config));
   auto telemetry =
-      batchcast::producer::ProcessTelemetry::Start(*options, -1, -1, batchcast::telemetry::Role::kConsumer,
-                                                   "train-many-" + std::to_string(getpid()));
+      batchcast::producer::ProcessTelemetry::Start(
+          *options, batchcast::telemetry::ProcessKind::kTrainMany, -1, -1,
+          batchcast::telemetry::Role::kConsumer, "train-many-" + std::to_string(getpid()));
   if (!telemetry.ok()) return Fail(telemetry.status());
   batchcast::multimodel::TrainManyOptions to;
   to.stream = *options;

@@ -22,6 +22,7 @@
 #include "core/errors.h"
 #include "core/option_scope.h"
 #include "node/front_door.h"
+#include "node/task_telemetry.h"
 
 struct bc_leader_s {
   std::unique_ptr<batchcast::producer::Producer> producer;
@@ -128,9 +129,16 @@ bc_status_t bc_consumer_attach(const bc_consumer_config_t* config, bc_consumer_t
     BC_ASSIGN_OR_RETURN(Options o, ConsumerOptions(c));
     std::unique_ptr<Consumer> consumer;
     if (c.address == nullptr) {
-      BC_ASSIGN_OR_RETURN(consumer, AttachFromEnvironment(o));
+      BC_ASSIGN_OR_RETURN(consumer, AttachFromEnvironment(o));  // its own telemetry
     } else {
+      // The `telemetry` option: checked before attaching, written at bc_consumer_detach
+      // (which returns a failure to write).
+      BC_ASSIGN_OR_RETURN(auto telemetry,
+                          producer::ProcessTelemetry::Start(o, telemetry::ProcessKind::kConsumer,
+                                                          c.rank, -1, telemetry::Role::kConsumer,
+                                                          ""));
       BC_ASSIGN_OR_RETURN(consumer, Consumer::Attach(c.address, o, c.rank));
+      node::OwnTelemetry(*consumer, std::move(telemetry));
     }
     auto handle = std::make_unique<bc_consumer_s>();
     handle->consumer = std::move(consumer);

@@ -1,12 +1,14 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "core/log.h"
+
+#include "core/environment.h"
 #include "core/path_pattern.h"
 
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace batchcast::log {
@@ -57,10 +59,10 @@ std::string HostName() {
   return buf;
 }
 
-uint32_t ParseSubsys(const char* text) {
-  if (text == nullptr || *text == '\0') return kAll;
+uint32_t ParseSubsys(const std::optional<std::string>& text) {
+  if (!text) return kAll;
   bool exclude = false;
-  std::string s(text);
+  std::string s(*text);
   if (s[0] == '^') {
     exclude = true;
     s.erase(0, 1);
@@ -79,11 +81,10 @@ uint32_t ParseSubsys(const char* text) {
 }
 
 void InitOnce() {
-  const char* lvl = std::getenv("BATCHCAST_DEBUG");
-  Level level = lvl ? ParseLevel(lvl, Level::kWarn) : Level::kWarn;
-  internal::g_subsys.store(ParseSubsys(std::getenv("BATCHCAST_DEBUG_SUBSYS")));
-  const char* file = std::getenv("BATCHCAST_DEBUG_FILE");
-  if (file != nullptr && *file != '\0') g_file_pattern = file;
+  const std::optional<std::string> lvl = env::Get(env::Var::kDebug);
+  Level level = lvl ? ParseLevel(*lvl, Level::kWarn) : Level::kWarn;
+  internal::g_subsys.store(ParseSubsys(env::Get(env::Var::kDebugSubsys)));
+  if (std::optional<std::string> file = env::Get(env::Var::kDebugFile)) g_file_pattern = *file;
   int expected = -1;
   internal::g_level.compare_exchange_strong(expected, static_cast<int>(level));
 }

@@ -13,12 +13,11 @@
 #include <functional>
 #include <set>
 
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/option_scope.h"
 #include "core/suggest.h"
-
-extern char** environ;
 
 namespace batchcast {
 namespace {
@@ -97,7 +96,7 @@ const std::vector<Entry>& Registry() {
       BC_OPT(gpu_finish, kBool, kNative, "with the GPU data plane: turn uint8 images into normalised float32 CHW (mean/std options) once per GPU by a CUDA kernel instead of per trainer"),
       BC_OPT(resize, kString, M | L | R | C, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
       BC_OPT(stage, kString, kNative, "model stages the leader runs on each producer batch after the pipeline, e.g. model(path=encoder.pt,input=images,output=embedding); ';' chains several (docs/model-stage.md; needs a build with LibTorch)"),
-      BC_OPT(telemetry, kString, kEvery, "telemetry sinks, e.g. telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled"),
+      BC_OPT(telemetry, kString, kEvery, "telemetry sinks: dir:RUN = a run directory, one file per process named <kind>-<host>-<pid>.h5 (docs/telemetry.md); or telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled. Every path is checked when the run starts"),
       BC_OPT(experiment, kString, kEvery, "telemetry tag: experiment name (e.g. the sweep)"),
       BC_OPT(workload, kString, kEvery, "telemetry tag: workload name (a set of collocated runs)"),
       BC_OPT(run_name, kString, kEvery, "telemetry tag: name of this run / trial"),
@@ -336,31 +335,20 @@ Status ApplyConfigFile(const std::string& path, Options* o) {
   return Status::Ok();
 }
 
-// Environment variables that are not options but are Batchcast's own.
-bool IsReservedEnv(const std::string& key) {
-  static const std::set<std::string> kReserved = {
-      "config", "debug", "debug_subsys", "debug_file", "socket", "test_keep_shm",
-      "address"};
-  return kReserved.count(key) != 0;
-}
-
 void ApplyEnvironment(Options* o, Status* error) {
-  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
-    std::string kv(*env);
-    if (kv.rfind("BATCHCAST_", 0) != 0) continue;
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = NormalizeKey(kv.substr(10, eq - 10));
-    if (IsReservedEnv(key)) continue;
+  for (const auto& [name, value] : env::Snapshot()) {
+    if (name.rfind("BATCHCAST_", 0) != 0) continue;
+    if (env::IsOwnVariable(name)) continue;  // Batchcast's own, not an option (environment.cc)
+    std::string key = NormalizeKey(name.substr(10));
     const Entry* e = Find(key);
     if (e == nullptr) {
       BC_LOG(Warn, Init, "ignoring unknown environment variable {} (not a Batchcast option)",
-             kv.substr(0, eq));
+             name);
       continue;
     }
-    Status s = Assign(*e, o, kv.substr(eq + 1));
+    Status s = Assign(*e, o, value);
     if (!s.ok()) {
-      *error = s.WithContext("environment variable " + kv.substr(0, eq));
+      *error = s.WithContext("environment variable " + name);
       return;
     }
     Record(o, key, "env");
@@ -390,7 +378,7 @@ Result<Options> ResolveOptions(const std::vector<std::string>& flags,
   // Split flags into (key, value) pairs first, so --config is known before anything else.
   std::vector<std::pair<std::string, std::string>> pairs;
   std::string config_path;
-  if (const char* c = std::getenv("BATCHCAST_CONFIG"); c != nullptr && *c != '\0') config_path = c;
+  if (std::optional<std::string> c = env::Get(env::Var::kConfig)) config_path = *c;
   for (size_t i = 0; i < flags.size(); ++i) {
     const std::string& w = flags[i];
     if (w == "--" && rest != nullptr) {  // the caller's own words, not looked at
@@ -651,6 +639,22 @@ std::string OptionsToJson(const Options& options) {
       if ((e.doors & Bit(d.door)) != 0) arr.back()["doors"].push_back(d.key);
   }
   return arr.dump(2);
+}
+
+// ---- The environment view's registry half (core/environment.h): one option from its
+// BATCHCAST_<KEY> variable, for code that runs without resolved Options.
+
+Status env::ApplyOption(std::string_view key, Options* options) {
+  const std::string k = NormalizeKey(std::string(key));
+  const Entry* e = Find(k);
+  if (e == nullptr) return UnknownKey(k, "code");
+  const std::string name = EnvName(k);
+  for (const auto& [var, value] : env::Snapshot()) {
+    if (var != name) continue;
+    BC_RETURN_IF_ERROR(Assign(*e, options, value).WithContext("environment variable " + name));
+    Record(options, k, "env");
+  }
+  return Status::Ok();
 }
 
 }  // namespace batchcast

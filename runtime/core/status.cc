@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/environment.h"
 #include "core/log.h"
 
 namespace batchcast {
@@ -56,12 +57,7 @@ namespace {
 // The rank Runtime::Create set, else the launcher's (batchcast-run, mpirun, srun), else -1.
 int KnownRank() {
   int rank = log::Rank();
-  if (rank >= 0) return rank;
-  for (const char* var : {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    const char* v = std::getenv(var);
-    if (v != nullptr && *v != '\0') return std::atoi(v);
-  }
-  return -1;
+  return rank >= 0 ? rank : env::LauncherRank();
 }
 }  // namespace
 

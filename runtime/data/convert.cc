@@ -375,6 +375,22 @@ Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& o,
   return report;
 }
 
+namespace {
+
+// A spec with the kind, raw shape and class names of an existing file.
+DatasetSpec SpecOf(const DatasetInfo& info, bool overwrite) {
+  DatasetSpec spec;
+  spec.kind = info.kind;
+  spec.raw_height = info.raw_height;
+  spec.raw_width = info.raw_width;
+  spec.raw_channels = info.raw_channels;
+  spec.class_names = info.class_names;
+  spec.overwrite = overwrite;
+  return spec;
+}
+
+}  // namespace
+
 Result<ConvertReport> ConvertStored(const StoredConvertOptions& o, const ProgressFn& progress) {
   auto t0 = std::chrono::steady_clock::now();
   BC_ASSIGN_OR_RETURN(auto source, DatasetReader::Open(o.source));
@@ -386,13 +402,7 @@ Result<ConvertReport> ConvertStored(const StoredConvertOptions& o, const Progres
                                 info.store.empty() ? "pixel" : info.store);
   if (o.limit < 0) return InvalidArgumentError("convert: --limit {} is negative", o.limit);
   const int64_t n = o.limit > 0 ? std::min(o.limit, info.num_samples) : info.num_samples;
-  DatasetSpec spec;
-  spec.kind = info.kind;
-  spec.raw_height = info.raw_height;
-  spec.raw_width = info.raw_width;
-  spec.raw_channels = info.raw_channels;
-  spec.class_names = info.class_names;
-  spec.overwrite = o.overwrite;
+  DatasetSpec spec = SpecOf(info, o.overwrite);
   BC_RETURN_IF_ERROR(ApplyOutputs(
       fmt::format("batchcast convert h5 {} --store {}", o.source, o.store.form.ToString()),
       o.buckets, o.store, &spec));
@@ -439,6 +449,75 @@ Result<ConvertReport> ConvertStored(const StoredConvertOptions& o, const Progres
     return InvalidArgumentError("convert: every sample of {} was bad; nothing to write", o.source);
   BC_RETURN_IF_ERROR(writer->Finish());
   ReportStorage(*writer, spec, o.buckets, o.out_path, &report);
+  report.seconds = SecondsSince(t0);
+  return report;
+}
+
+namespace {
+
+// The writer's spec that reproduces `info` in the current layout.
+Result<DatasetSpec> UpgradeSpec(const DatasetInfo& info, bool overwrite) {
+  DatasetSpec spec = SpecOf(info, overwrite);
+  spec.store = info.store;
+  spec.bucket_sizes = info.bucket_sizes;
+  spec.bucket_encoding = info.bucket_encoding.empty() ? "jpeg" : info.bucket_encoding;
+  spec.created_by = info.created_by.empty() ? std::string("batchcast convert --upgrade")
+                                            : info.created_by + "; upgraded to layout version " +
+                                                  std::to_string(spec.layout_version) +
+                                                  " by batchcast convert --upgrade";
+  if (info.kind != SampleKind::kEncoded) {  // raw pixels keep their chunk filter
+    spec.compression = info.compression;
+    BC_RETURN_IF_ERROR(CheckCompression(spec).WithContext(fmt::format(
+        "convert --upgrade: {} compresses its pixels with {}, which convert cannot write",
+        info.path, info.compression)));
+  }
+  return spec;
+}
+
+}  // namespace
+
+Result<ConvertReport> ConvertUpgrade(const UpgradeOptions& o, const ProgressFn& progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  BC_ASSIGN_OR_RETURN(auto source, DatasetReader::Open(o.source));
+  const DatasetInfo& info = source->info();
+  ConvertReport report;
+  report.layout_from = info.schema_version;
+  report.layout_to = info.schema_version;
+  const bool vlen = info.kind == SampleKind::kEncoded || !info.bucket_sizes.empty();
+  if (info.schema_version >= 2 || !vlen) {  // nothing is read through the per-sample lock
+    report.already_current = true;
+    report.seconds = SecondsSince(t0);
+    return report;
+  }
+  std::error_code ec;
+  const bool in_place = o.out_path.empty() || std::filesystem::equivalent(o.source, o.out_path, ec);
+  const std::string out = in_place ? o.source : o.out_path;
+  BC_ASSIGN_OR_RETURN(DatasetSpec spec, UpgradeSpec(info, in_place || o.overwrite));
+  BC_ASSIGN_OR_RETURN(auto writer, DatasetWriter::Create(out, spec));
+  const int64_t n = info.num_samples;
+  std::vector<std::vector<uint8_t>> block, buckets(info.bucket_sizes.size());
+  for (int64_t first = 0; first < n; first += 256) {
+    const int64_t count = std::min<int64_t>(256, n - first);
+    BC_RETURN_IF_ERROR(source->ReadSamples(first, count, &block).WithContext(
+        fmt::format("convert --upgrade: {} (nothing was written)", o.source)));
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t i = first + k;
+      const auto& bytes = block[size_t(k)];
+      BC_RETURN_IF_ERROR(source->VerifySample(i, bytes).WithContext(
+          "convert --upgrade (nothing was written; restore the file from a good copy)"));
+      for (size_t b = 0; b < buckets.size(); ++b)
+        BC_RETURN_IF_ERROR(source->ReadBucketSample(info.bucket_sizes[b], i, &buckets[b]));
+      report.stored_bytes += int64_t(bytes.size());
+      BC_RETURN_IF_ERROR(writer->Append(bytes, source->Label(i), source->OriginalWidth(i),
+                                        source->OriginalHeight(i), SniffEncoding(bytes), buckets));
+      if (progress) progress(i + 1, n);
+    }
+  }
+  BC_RETURN_IF_ERROR(writer->Finish());
+  OfflineBuckets kept;
+  kept.sizes = info.bucket_sizes;
+  ReportStorage(*writer, spec, kept, out, &report);
+  report.layout_to = spec.layout_version;
   report.seconds = SecondsSince(t0);
   return report;
 }

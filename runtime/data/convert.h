@@ -34,6 +34,10 @@ struct ConvertReport {
   std::string compression;            // its chunk filter ("none", "gzip:1", "lz4")
   int64_t file_bytes = 0;             // size of the written file (compressed, with metadata)
   double seconds = 0;
+  // --upgrade: the source's layout version and the written one; already_current when the
+  // source needed nothing (no file was written).
+  int layout_from = 0, layout_to = 0;
+  bool already_current = false;
 };
 
 // Offline progressive-resizing buckets (`--buckets 96,128,160`): each sample is also
@@ -100,6 +104,21 @@ struct StoredConvertOptions {
   OfflineBuckets buckets;
 };
 
+// Rewrites a Batchcast file in the current layout (`convert --upgrade FILE [--out OUT]`):
+// layout version 1 encoded images and offline buckets (vlen, one HDF5 read under the
+// process-wide lock per sample) become version 2 (bytes + index, read with pread and no
+// lock). Every sample is checked against its stored checksum first (a damaged sample fails
+// the upgrade, nothing is written); labels, sizes, class names, the stored form, the
+// buckets and raw pixels' compression are kept; sample checksums are written (files from
+// before they existed gain them). Without out_path the source is replaced atomically once
+// the new file is complete. A source with nothing to upgrade is left alone
+// (ConvertReport::already_current).
+struct UpgradeOptions {
+  std::string source;
+  std::string out_path;    // "": replace `source`
+  bool overwrite = false;  // replace an existing out_path
+};
+
 // Fashion-MNIST's ten class names, in label order.
 std::vector<std::string> FashionMnistClassNames();
 
@@ -107,6 +126,7 @@ Result<ConvertReport> ConvertIdx(const IdxConvertOptions& options, const Progres
 Result<ConvertReport> ConvertImageFolder(const ImageFolderConvertOptions& options,
                                          const ProgressFn& progress);
 Result<ConvertReport> ConvertStored(const StoredConvertOptions& options, const ProgressFn& progress);
+Result<ConvertReport> ConvertUpgrade(const UpgradeOptions& options, const ProgressFn& progress);
 
 // What in `report` (of a conversion or a check) stops a conversion with `options`: a
 // message listing every bad image and empty class, one per line, with the fix; "" if none.

@@ -125,6 +125,9 @@ std::string SummaryToJson(const DatasetSummary& s) {
                : s.info.kind == SampleKind::kPixels ? "pixels"
                                                     : "encoded"},
       {"encoding", s.info.encoding},
+      {"layout_version", s.info.schema_version},
+      {"read_path", std::string(ReadPathName(s.info.read_path))},
+      {"compression", s.info.compression},
       {"num_samples", s.info.num_samples},
       {"num_classes", s.info.class_names.size()},
       {"classes", classes},

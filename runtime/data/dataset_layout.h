@@ -8,7 +8,14 @@
 
 namespace batchcast::data::layout {
 
-inline constexpr int kSchemaVersion = 1;
+// The layout version (root attribute kSchemaAttr). 1: encoded samples are a vlen uint8
+// dataset (one HDF5 heap object each). 2: encoded samples (and offline buckets) are a 1-D
+// uint8 dataset of every sample's bytes plus kSampleOffsets / kSampleLengths, read without
+// HDF5 (docs/dataset-format.md). Raw and stored-pixel files are the same in both; the writer
+// writes the lowest version that describes the file, so they stay readable by older builds.
+inline constexpr int kSchemaVersion = 2;
+inline constexpr int kOldestSchemaVersion = 1;
+inline constexpr int kIndexedBytesVersion = 2;  // encoded bytes + index from this version on
 inline constexpr char kSchemaAttr[] = "batchcast_schema_version";  // root, int
 inline constexpr char kCompleteAttr[] = "batchcast_complete";       // root, int 1, written last
 inline constexpr char kCreatedByAttr[] = "batchcast_created_by";    // root, string (provenance)
@@ -34,6 +41,10 @@ inline constexpr char kPixelsEncoding[] = "pixels";
 inline constexpr char kStoredWidths[] = "stored_widths";
 inline constexpr char kStoredHeights[] = "stored_heights";
 inline constexpr char kStoredChannels[] = "stored_channels";
+// Layout version 2, encoded samples: beside each 1-D uint8 `images` (the root's, and each
+// buckets/<size>/images), sample i's first byte and byte count in it, uint64, N entries.
+inline constexpr char kSampleOffsets[] = "sample_offsets";
+inline constexpr char kSampleLengths[] = "sample_lengths";
 // How the form was made (string attribute on `images`, e.g. "decoded", "resized:160"): what
 // the converter's --store said, for inspect and provenance.
 inline constexpr char kStoreAttr[] = "store";
@@ -52,7 +63,17 @@ inline constexpr int64_t kRawChunkMaxSamples = 256;
 // share a chunk that the reader's chunk cache keeps) and at most kPixelChunkMaxBytes.
 inline constexpr int64_t kPixelChunkMinBytes = 64 << 10;
 inline constexpr int64_t kPixelChunkMaxBytes = 4 << 20;
-// Encoded (vlen) chunks: elements per chunk of the heap-reference array (16 bytes each).
+// Encoded (vlen, layout version 1) chunks: elements per chunk of the heap-reference array.
 inline constexpr int64_t kVlenChunkSamples = 1024;
+// Encoded bytes (layout version 2): chunks of a sixteenth of the first flush's bytes
+// rounded up to 4 KiB, within these bounds, never filtered (JPEG and PNG bytes do not
+// compress). The last chunk of a dataset is stored whole, so the bound is also the most a
+// file grows by per bytes dataset; the reader looks every chunk's address up once at open.
+inline constexpr int64_t kByteChunkMinBytes = 4 << 10;
+inline constexpr int64_t kByteChunkMaxBytes = 1 << 20;
+inline constexpr int64_t kByteChunkFlushShare = 16;
+// An encoded sample may not claim more bytes than this (a damaged index must not make a
+// reader allocate gigabytes).
+inline constexpr uint64_t kMaxEncodedSampleBytes = uint64_t(1) << 30;
 
 }  // namespace batchcast::data::layout

@@ -3,15 +3,19 @@
 // Reader for the Batchcast HDF5 dataset layout (docs/dataset-format.md).
 //
 // Thread safety: every method may be called from any number of threads at once.
-// Debian's HDF5 is not thread-safe, so all HDF5 calls go through one process-wide
-// mutex (Hdf5Lock()); a read holds it only for the copy of one sample's stored bytes,
-// and decoding happens outside it, so decode work scales with threads.
+// Debian's HDF5 is not thread-safe, so all HDF5 calls go through one process-wide mutex
+// (Hdf5Lock()). Sample reads avoid it (docs/dataset-format.md, "Reading without the HDF5
+// lock"): samples whose bytes lie unfiltered in the file (layout version 2 encoded files,
+// uncompressed raw and pixel files) are located once at Open and read with pread() from any
+// thread, with no lock; compressed files take the lock once per chunk; only layout version 1
+// encoded files (vlen) take it for every sample.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "batchcast/status.h"
@@ -30,9 +34,18 @@ struct StoredShape {
   size_t bytes() const { return size_t(width) * height * channels; }
 };
 
+// How a file's samples are read (DatasetInfo::read_path): kDirect, pread() with no lock;
+// kInflate, gzip chunks read with pread() and inflated by zlib once per chunk, no lock;
+// kBlocks, one HDF5 read of a whole chunk under the lock (other filters, such as lz4); the
+// last two copy samples from a cache of chunks; kHdf5PerSample, one HDF5 read per sample
+// under the lock (layout version 1 encoded).
+enum class ReadPath { kDirect, kInflate, kBlocks, kHdf5PerSample };
+// "direct", "inflate", "blocks", "hdf5-per-sample".
+std::string_view ReadPathName(ReadPath path);
+
 struct DatasetInfo {
   std::string path;
-  int schema_version = 0;
+  int schema_version = 0;  // the layout version (docs/dataset-format.md): 1 or 2
   SampleKind kind = SampleKind::kRaw;
   int64_t num_samples = 0;
   // For kRaw: the stored shape of every sample. For kEncoded: 0 (per-sample sizes below).
@@ -44,9 +57,23 @@ struct DatasetInfo {
   std::string store;
   // Offline progressive-resizing buckets stored in the file (ascending; empty: none).
   std::vector<int> bucket_sizes;
+  // The encoding attribute of the buckets ("jpeg" or "png"; "" without buckets).
+  std::string bucket_encoding;
   // The file stores per-sample checksums (dataset 'checksums'); older files do not.
   bool has_checksums = false;
+  // The chunk filter of `images`: "none", "gzip:<level>", "lz4" or "filter <id>" (another
+  // HDF5 filter, e.g. one h5py wrote).
+  std::string compression = "none";
+  // How `images` is read (the buckets of a file are read the same way).
+  ReadPath read_path = ReadPath::kDirect;
+  // The root attribute batchcast_created_by ("" when absent).
+  std::string created_by;
 };
+
+// Nanoseconds the calling thread has waited so far for locks inside dataset readers (the
+// process-wide HDF5 lock), cumulative: the pipeline reports the difference over a read as
+// its own telemetry timer (lock_wait), apart from the read itself.
+int64_t ThisThreadReaderLockWaitNs();
 
 // The checksum of one sample as the layout stores it: xxh3-64 of its stored bytes (encoded
 // image, or raw H*W*C pixels) with its label as the seed.
@@ -76,13 +103,14 @@ class DatasetReader {
   // (kEncoded: its header says).
   virtual StoredShape SampleShape(int64_t index) const;
 
-  // Copies the stored bytes of one sample into *out (resized to fit): the encoded image
-  // for kEncoded, H*W*C pixels for kRaw. Errors name the file and the sample index.
+  // Copies the stored bytes of one sample into *out (resized to fit; a reused vector is not
+  // reallocated once it holds the largest sample): the encoded image for kEncoded, H*W*C
+  // pixels for kRaw. Errors name the file and the sample index.
   virtual Status ReadSample(int64_t index, std::vector<uint8_t>* out) const = 0;
 
-  // Copies samples [first, first + count) with one HDF5 read under the lock (sequential
-  // scans: inspect, checksums). (*out)[i] receives sample first + i. The default
-  // implementation calls ReadSample() for each (for test doubles).
+  // Copies samples [first, first + count) (sequential scans: inspect, checksums); layout
+  // version 1 encoded files read them with one HDF5 read under the lock. (*out)[i] receives
+  // sample first + i. The default implementation calls ReadSample() for each.
   virtual Status ReadSamples(int64_t first, int64_t count,
                              std::vector<std::vector<uint8_t>>* out) const;
 

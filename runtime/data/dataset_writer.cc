@@ -27,16 +27,6 @@ int64_t RawChunkSamples(int64_t sample_bytes) {
                              layout::kRawChunkMaxSamples);
 }
 
-// Writes a 1-D dataset of `n` elements of `file_type` from `data` in `mem_type`.
-Status Write1D(hid_t file, const char* name, hid_t file_type, hid_t mem_type, const void* data,
-               hsize_t n, const std::string& path) {
-  H5Id space(H5Screate_simple(1, &n, nullptr));
-  H5Id ds(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  if (!ds.valid() || (n > 0 && H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
-    return Hdf5Error(StatusCode::kIoError, fmt::format("cannot write dataset '{}' in {}", name, path));
-  return Status::Ok();
-}
-
 Status SyncFile(const std::string& path) {
   int fd = RetryEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); });
   if (fd < 0) return ErrnoError(errno, "convert: cannot open {} to sync it", path);
@@ -48,6 +38,38 @@ Status SyncFile(const std::string& path) {
 }
 
 }  // namespace
+
+// One 1-D uint8 dataset that samples' bytes are appended to: stored pixels, and version 2
+// encoded images and buckets. The dataset is created at its first flush, when the bytes
+// pending give the chunk size; sample i is bytes [offsets[i], offsets[i] + lengths[i]), an
+// index written beside it at Finish when `indexed` (pixels have their shapes instead).
+struct ByteColumn {
+  std::string group;     // "" or "buckets/<size>/": where `images` and its index live
+  std::string encoding;  // written as the `encoding` attribute at creation when not empty
+  bool indexed = false;
+  std::unique_ptr<H5Id> ds;
+  std::vector<uint8_t> pending;
+  size_t pending_samples = 0;
+  uint64_t flushed = 0, total = 0;
+  std::vector<uint64_t> offsets, lengths;
+
+  void Add(std::span<const uint8_t> bytes) {
+    pending.insert(pending.end(), bytes.begin(), bytes.end());
+    offsets.push_back(total);
+    lengths.push_back(bytes.size());
+    total += bytes.size();
+    ++pending_samples;
+  }
+  std::string name() const { return group + layout::kImages; }
+  // The first flush's mean sample, rounded up to 4 KiB, within [lo, hi] (per_sample), or a
+  // kByteChunkFlushShare-th of its bytes so rounded.
+  int64_t ChunkFor(int64_t lo, int64_t hi, bool per_sample) const {
+    const int64_t n = std::max<int64_t>(int64_t(pending_samples), 1);
+    const int64_t want = per_sample ? std::max<int64_t>(int64_t(pending.size()) / n, 1)
+                                    : int64_t(pending.size()) / layout::kByteChunkFlushShare;
+    return std::clamp<int64_t>((want + 4095) / 4096 * 4096, lo, hi);
+  }
+};
 
 std::string PartialPath(const std::string& out_path) {
   return fmt::format("{}.partial-{}", out_path, static_cast<long>(getpid()));
@@ -83,6 +105,9 @@ Result<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(const std::string& 
   if (!spec.overwrite && std::filesystem::exists(out_path, ec))
     return InvalidArgumentError("convert: {} already exists (pass --force to replace it)",
                                 out_path);
+  if (spec.layout_version != 1 && spec.layout_version != 2)
+    return InvalidArgumentError("convert: layout version {} is not 1 (vlen) or 2 (bytes + index)",
+                                spec.layout_version);
   if (spec.kind == SampleKind::kRaw &&
       (spec.raw_height <= 0 || spec.raw_width <= 0 || spec.raw_channels <= 0))
     return InvalidArgumentError("convert: raw samples need a shape, got {}x{}x{}",
@@ -105,8 +130,11 @@ Result<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(const std::string& 
       H5Fcreate(w->partial_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
   if (!w->file_->valid())
     return Hdf5Error(StatusCode::kIoError, fmt::format("cannot create {}", w->partial_path_));
+  // The lowest version that describes the file: raw and pixel files without buckets are the
+  // same in both, so builds older than version 2 still read them.
+  const bool has_encoded = spec.kind == SampleKind::kEncoded || !spec.bucket_sizes.empty();
   BC_RETURN_IF_ERROR(WriteIntAttribute(w->file_->get(), layout::kSchemaAttr,
-                                       layout::kSchemaVersion));
+                                       has_encoded ? spec.layout_version : 1));
   if (!spec.created_by.empty())
     BC_RETURN_IF_ERROR(
         WriteStringAttribute(w->file_->get(), layout::kCreatedByAttr, spec.created_by));
@@ -136,6 +164,17 @@ Status DatasetWriter::CreateBuckets() {
   for (int size : sizes) {
     std::string name = std::to_string(size);
     H5Id sub(H5Gcreate2(group.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    if (Indexed()) {  // the dataset is made at the first flush
+      if (!sub.valid())
+        return Hdf5Error(StatusCode::kIoError, fmt::format("cannot create group 'buckets/{}' in "
+                                                           "{}", size, partial_path_));
+      auto column = std::make_unique<ByteColumn>();
+      column->group = fmt::format("{}/{}/", layout::kBuckets, size);
+      column->encoding = spec_.bucket_encoding;
+      column->indexed = true;
+      bucket_columns_.push_back(std::move(column));
+      continue;
+    }
     hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED};
     hsize_t chunk[1] = {hsize_t(layout::kVlenChunkSamples)};
     H5Id space(H5Screate_simple(1, dims, maxdims));
@@ -180,29 +219,74 @@ Status DatasetWriter::SetCompression(int64_t dcpl) const {
   return Status::Ok();
 }
 
-// Stored pixels: a 1-D uint8 `images`, created at the first flush so that the chunk fits
-// the mean sample (dataset_layout.h, kPixelChunk*).
-Status DatasetWriter::CreatePixelImages() {
-  const int64_t n = std::max<int64_t>(int64_t(pending_sizes_.size()), 1);
-  const int64_t mean = std::max<int64_t>(int64_t(pending_bytes_.size()) / n, 1);
-  chunk_bytes_ = std::clamp<int64_t>((mean + 4095) / 4096 * 4096, layout::kPixelChunkMinBytes,
-                                     layout::kPixelChunkMaxBytes);
-  chunk_samples_ = std::max<int64_t>(chunk_bytes_ / mean, 1);
-  hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {hsize_t(chunk_bytes_)};
-  H5Id space(H5Screate_simple(1, dims, maxdims));
-  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
-  H5Pset_chunk(dcpl.get(), 1, chunk);
-  BC_RETURN_IF_ERROR(SetCompression(dcpl.get()));
-  images_ = std::make_unique<H5Id>(H5Dcreate2(file_->get(), layout::kImages, H5T_STD_U8LE,
-                                              space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
-  if (!images_->valid())
-    return Hdf5Error(StatusCode::kIoError,
-                     fmt::format("cannot create dataset 'images' in {}", partial_path_));
+// Appends `column`'s pending bytes to its dataset, creating it first (chunks of
+// `chunk_bytes`, compressed as the spec says when `compress`). Called with the lock held.
+Status DatasetWriter::FlushColumn(ByteColumn& column, int64_t chunk_bytes, bool compress) {
+  const std::string name = column.name();
+  if (column.ds == nullptr) {
+    hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {hsize_t(chunk_bytes)};
+    H5Id space(H5Screate_simple(1, dims, maxdims));
+    H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(dcpl.get(), 1, chunk);
+    if (compress) BC_RETURN_IF_ERROR(SetCompression(dcpl.get()));
+    column.ds = std::make_unique<H5Id>(H5Dcreate2(file_->get(), name.c_str(), H5T_STD_U8LE,
+                                                  space.get(), H5P_DEFAULT, dcpl.get(),
+                                                  H5P_DEFAULT));
+    if (!column.ds->valid())
+      return Hdf5Error(StatusCode::kIoError,
+                       fmt::format("cannot create dataset '{}' in {}", name, partial_path_));
+    if (!column.encoding.empty())
+      BC_RETURN_IF_ERROR(WriteStringAttribute(column.ds->get(), layout::kEncodingAttr,
+                                              column.encoding));
+  }
+  if (column.pending.empty()) return Status::Ok();
+  const hsize_t count[1] = {column.pending.size()}, start[1] = {hsize_t(column.flushed)};
+  const hsize_t new_dims[1] = {start[0] + count[0]};
+  H5Id mem(H5Screate_simple(1, count, nullptr));
+  herr_t rc = H5Dset_extent(column.ds->get(), new_dims);
+  H5Id file_space(H5Dget_space(column.ds->get()));
+  if (rc >= 0)
+    rc = H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+  if (rc >= 0)
+    rc = H5Dwrite(column.ds->get(), H5T_NATIVE_UINT8, mem.get(), file_space.get(), H5P_DEFAULT,
+                  column.pending.data());
+  if (rc < 0)
+    return Hdf5Error(StatusCode::kIoError, fmt::format("cannot write bytes {}.. of '{}' to {}",
+                                                       column.flushed, name, partial_path_));
+  column.flushed += count[0];
+  column.pending.clear();
+  column.pending_samples = 0;
   return Status::Ok();
 }
 
+// `images` as a column: stored pixels (chunks of about one mean sample, 64 KiB to 4 MiB,
+// compressed as asked), or version 2 encoded bytes (chunks of the first flush, 4 KiB to
+// 4 MiB, never compressed: JPEG and PNG bytes do not shrink).
+Status DatasetWriter::FlushImageColumn() {
+  ByteColumn& c = *image_column_;
+  const bool pixels = spec_.kind == SampleKind::kPixels;
+  if (c.ds == nullptr) {
+    const int64_t n = std::max<int64_t>(int64_t(c.pending_samples), 1);
+    const int64_t mean = std::max<int64_t>(int64_t(c.pending.size()) / n, 1);
+    chunk_bytes_ = pixels ? c.ChunkFor(layout::kPixelChunkMinBytes, layout::kPixelChunkMaxBytes,
+                                       true)
+                          : c.ChunkFor(layout::kByteChunkMinBytes, layout::kByteChunkMaxBytes,
+                                       false);
+    chunk_samples_ = std::max<int64_t>(chunk_bytes_ / mean, 1);
+  }
+  return FlushColumn(c, chunk_bytes_, pixels);
+}
+
+int64_t DatasetWriter::images_id() const {
+  return images_ != nullptr ? images_->get() : image_column_->ds->get();
+}
+
 Status DatasetWriter::CreateImages() {
-  if (spec_.kind == SampleKind::kPixels) return Status::Ok();  // at the first flush
+  if (spec_.kind == SampleKind::kPixels || (spec_.kind == SampleKind::kEncoded && Indexed())) {
+    image_column_ = std::make_unique<ByteColumn>();  // its dataset: at the first flush
+    image_column_->indexed = spec_.kind == SampleKind::kEncoded;
+    return Status::Ok();
+  }
   const bool raw = spec_.kind == SampleKind::kRaw;
   hsize_t dims[4] = {0, hsize_t(spec_.raw_height), hsize_t(spec_.raw_width),
                      hsize_t(spec_.raw_channels)};
@@ -229,6 +313,8 @@ DatasetWriter::~DatasetWriter() {
   if (!finished_) Abort();
   std::lock_guard lock(Hdf5Lock());
   bucket_images_.clear();
+  bucket_columns_.clear();
+  image_column_.reset();
   images_.reset();
   file_.reset();
 }
@@ -237,6 +323,8 @@ void DatasetWriter::Abort() {
   {
     std::lock_guard lock(Hdf5Lock());
     bucket_images_.clear();
+    bucket_columns_.clear();
+    image_column_.reset();
     images_.reset();
     file_.reset();
   }
@@ -267,22 +355,34 @@ Status DatasetWriter::Append(std::span<const uint8_t> bytes, int64_t label, int 
     if (buckets[b].empty())
       return InvalidArgumentError("convert: sample {} has an empty bucket image at size {}",
                                   num_samples_, spec_.bucket_sizes[b]);
-    bucket_pending_bytes_[b].insert(bucket_pending_bytes_[b].end(), buckets[b].begin(),
-                                    buckets[b].end());
-    bucket_pending_sizes_[b].push_back(buckets[b].size());
+  }
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (!bucket_columns_.empty()) {
+      bucket_columns_[b]->Add(buckets[b]);
+    } else {
+      bucket_pending_bytes_[b].insert(bucket_pending_bytes_[b].end(), buckets[b].begin(),
+                                      buckets[b].end());
+      bucket_pending_sizes_[b].push_back(buckets[b].size());
+    }
     bucket_bytes_[b] += int64_t(buckets[b].size());
   }
   images_bytes_ += int64_t(bytes.size());
   saw_jpeg_ |= encoding == ImageEncoding::kJpeg;
   saw_png_ |= encoding == ImageEncoding::kPng;
-  pending_bytes_.insert(pending_bytes_.end(), bytes.begin(), bytes.end());
+  if (image_column_ != nullptr) {
+    image_column_->Add(bytes);
+    pending_unflushed_bytes_ += bytes.size();
+  } else {
+    pending_bytes_.insert(pending_bytes_.end(), bytes.begin(), bytes.end());
+    pending_unflushed_bytes_ = pending_bytes_.size();
+  }
   pending_sizes_.push_back(bytes.size());
   labels_.push_back(label);
   checksums_.push_back(SampleChecksum(bytes, label));
   widths_.push_back(width);
   heights_.push_back(height);
   ++num_samples_;
-  if (pending_bytes_.size() >= kFlushBytes || pending_sizes_.size() >= kFlushSamples)
+  if (pending_unflushed_bytes_ >= kFlushBytes || pending_sizes_.size() >= kFlushSamples)
     return Flush();
   return Status::Ok();
 }
@@ -340,6 +440,10 @@ Status AppendVlenRows(hid_t ds, hsize_t start, const std::vector<size_t>& sizes,
 
 // Bucket rows go at the same positions as the samples (called with the lock held).
 Status DatasetWriter::FlushBuckets() {
+  for (auto& column : bucket_columns_)
+    BC_RETURN_IF_ERROR(FlushColumn(
+        *column, column->ChunkFor(layout::kByteChunkMinBytes, layout::kByteChunkMaxBytes, false),
+        false));
   for (size_t b = 0; b < bucket_images_.size(); ++b) {
     BC_RETURN_IF_ERROR(AppendVlenRows(
         bucket_images_[b]->get(), hsize_t(bucket_flushed_), bucket_pending_sizes_[b],
@@ -355,27 +459,11 @@ Status DatasetWriter::FlushBuckets() {
 
 Status DatasetWriter::Flush() {
   std::lock_guard lock(Hdf5Lock());
-  if (spec_.kind == SampleKind::kPixels) {
-    if (images_ == nullptr) BC_RETURN_IF_ERROR(CreatePixelImages());
-    if (pending_sizes_.empty()) return Status::Ok();
-    const hsize_t count[1] = {pending_bytes_.size()}, start[1] = {hsize_t(flushed_bytes_)};
-    const hsize_t new_dims[1] = {start[0] + count[0]};
-    H5Id mem(H5Screate_simple(1, count, nullptr));
-    herr_t rc = H5Dset_extent(images_->get(), new_dims);
-    H5Id file_space(H5Dget_space(images_->get()));
-    if (rc >= 0)
-      rc = H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-    if (rc >= 0)
-      rc = H5Dwrite(images_->get(), H5T_NATIVE_UINT8, mem.get(), file_space.get(), H5P_DEFAULT,
-                    pending_bytes_.data());
-    if (rc < 0)
-      return Hdf5Error(StatusCode::kIoError,
-                       fmt::format("cannot write samples {}..{} to {}", flushed_,
-                                   num_samples_ - 1, partial_path_));
-    flushed_bytes_ += int64_t(count[0]);
+  if (image_column_ != nullptr) {
+    BC_RETURN_IF_ERROR(FlushImageColumn());
     flushed_ = num_samples_;
-    pending_bytes_.clear();
     pending_sizes_.clear();
+    pending_unflushed_bytes_ = 0;
     return FlushBuckets();
   }
   if (pending_sizes_.empty()) return Status::Ok();
@@ -410,6 +498,7 @@ Status DatasetWriter::Flush() {
   flushed_ += int64_t(n);
   pending_bytes_.clear();
   pending_sizes_.clear();
+  pending_unflushed_bytes_ = 0;
   return FlushBuckets();
 }
 
@@ -417,41 +506,68 @@ Status DatasetWriter::WriteSmallDatasets() {
   std::lock_guard lock(Hdf5Lock());
   const hid_t f = file_->get();
   const hsize_t n = labels_.size();
-  BC_RETURN_IF_ERROR(Write1D(f, layout::kLabels, H5T_STD_I64LE, H5T_NATIVE_INT64, labels_.data(),
-                             n, partial_path_));
-  BC_RETURN_IF_ERROR(Write1D(f, layout::kWidths, H5T_STD_I32LE, H5T_NATIVE_INT32, widths_.data(),
-                             n, partial_path_));
-  BC_RETURN_IF_ERROR(Write1D(f, layout::kHeights, H5T_STD_I32LE, H5T_NATIVE_INT32,
-                             heights_.data(), n, partial_path_));
-  BC_RETURN_IF_ERROR(Write1D(f, layout::kChecksums, H5T_STD_U64LE, H5T_NATIVE_UINT64,
-                             checksums_.data(), n, partial_path_));
+  // The per-sample columns: name, stored type, memory type, values (n of them).
+  struct Column {
+    const char* name;
+    hid_t file_type, mem_type;
+    const void* data;
+  };
+  std::vector<Column> columns = {
+      {layout::kLabels, H5T_STD_I64LE, H5T_NATIVE_INT64, labels_.data()},
+      {layout::kWidths, H5T_STD_I32LE, H5T_NATIVE_INT32, widths_.data()},
+      {layout::kHeights, H5T_STD_I32LE, H5T_NATIVE_INT32, heights_.data()},
+      {layout::kChecksums, H5T_STD_U64LE, H5T_NATIVE_UINT64, checksums_.data()}};
+  if (spec_.kind == SampleKind::kPixels) {
+    columns.push_back({layout::kStoredWidths, H5T_STD_I32LE, H5T_NATIVE_INT32,
+                       stored_widths_.data()});
+    columns.push_back({layout::kStoredHeights, H5T_STD_I32LE, H5T_NATIVE_INT32,
+                       stored_heights_.data()});
+    columns.push_back({layout::kStoredChannels, H5T_STD_I32LE, H5T_NATIVE_INT32,
+                       stored_channels_.data()});
+  }
+  for (const Column& c : columns)
+    BC_RETURN_IF_ERROR(
+        WriteDataset1D(f, c.name, c.file_type, c.mem_type, c.data, n, partial_path_));
   H5Id str(H5Tcopy(H5T_C_S1));
   H5Tset_size(str.get(), H5T_VARIABLE);
   H5Tset_cset(str.get(), H5T_CSET_UTF8);
   std::vector<const char*> names;
   for (const auto& c : spec_.class_names) names.push_back(c.c_str());
-  BC_RETURN_IF_ERROR(Write1D(f, layout::kClassNames, str.get(), str.get(), names.data(),
-                             names.size(), partial_path_));
+  BC_RETURN_IF_ERROR(WriteDataset1D(f, layout::kClassNames, str.get(), str.get(), names.data(),
+                                    names.size(), partial_path_));
   if (spec_.kind == SampleKind::kPixels) {
-    BC_RETURN_IF_ERROR(Write1D(f, layout::kStoredWidths, H5T_STD_I32LE, H5T_NATIVE_INT32,
-                               stored_widths_.data(), n, partial_path_));
-    BC_RETURN_IF_ERROR(Write1D(f, layout::kStoredHeights, H5T_STD_I32LE, H5T_NATIVE_INT32,
-                               stored_heights_.data(), n, partial_path_));
-    BC_RETURN_IF_ERROR(Write1D(f, layout::kStoredChannels, H5T_STD_I32LE, H5T_NATIVE_INT32,
-                               stored_channels_.data(), n, partial_path_));
+    BC_RETURN_IF_ERROR(WriteDataset1D(f, layout::kStoredWidths, H5T_STD_I32LE,
+                                      H5T_NATIVE_INT32, stored_widths_.data(), n, partial_path_));
+    BC_RETURN_IF_ERROR(WriteDataset1D(f, layout::kStoredHeights, H5T_STD_I32LE,
+                                      H5T_NATIVE_INT32, stored_heights_.data(), n, partial_path_));
+    BC_RETURN_IF_ERROR(WriteDataset1D(f, layout::kStoredChannels, H5T_STD_I32LE,
+                                      H5T_NATIVE_INT32, stored_channels_.data(), n, partial_path_));
+  }
+  std::vector<const ByteColumn*> indexed;
+  if (image_column_ != nullptr && image_column_->indexed) indexed.push_back(image_column_.get());
+  for (const auto& c : bucket_columns_) indexed.push_back(c.get());
+  for (const ByteColumn* c : indexed) {
+    const std::string off = c->group + layout::kSampleOffsets;
+    const std::string len = c->group + layout::kSampleLengths;
+    BC_RETURN_IF_ERROR(WriteDataset1D(f, off.c_str(), H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                                      c->offsets.data(), c->offsets.size(), partial_path_));
+    BC_RETURN_IF_ERROR(WriteDataset1D(f, len.c_str(), H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                                      c->lengths.data(), c->lengths.size(), partial_path_));
   }
   if (!spec_.store.empty())
-    BC_RETURN_IF_ERROR(WriteStringAttribute(images_->get(), layout::kStoreAttr, spec_.store));
+    BC_RETURN_IF_ERROR(WriteStringAttribute(images_id(), layout::kStoreAttr, spec_.store));
   std::string encoding = spec_.kind == SampleKind::kPixels ? layout::kPixelsEncoding : "raw";
   if (spec_.kind == SampleKind::kEncoded)
     encoding = saw_jpeg_ && saw_png_ ? "mixed" : saw_png_ ? "png" : saw_jpeg_ ? "jpeg" : "mixed";
-  return WriteStringAttribute(images_->get(), layout::kEncodingAttr, encoding);
+  return WriteStringAttribute(images_id(), layout::kEncodingAttr, encoding);
 }
 
 Status DatasetWriter::WriteMarkerAndClose() {
   std::lock_guard lock(Hdf5Lock());
   BC_RETURN_IF_ERROR(WriteIntAttribute(file_->get(), layout::kCompleteAttr, 1));
   bucket_images_.clear();
+  bucket_columns_.clear();
+  image_column_.reset();
   images_.reset();
   if (H5Fflush(file_->get(), H5F_SCOPE_GLOBAL) < 0)
     return Hdf5Error(StatusCode::kIoError, fmt::format("cannot flush {}", partial_path_));

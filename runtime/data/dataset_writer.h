@@ -20,9 +20,13 @@
 #include "data/dataset_reader.h"
 #include "data/image_probe.h"
 
+namespace batchcast {
+class H5Id;  // core/hdf5_util.h
+}  // namespace batchcast
+
 namespace batchcast::data {
 
-class H5Id;
+struct ByteColumn;
 
 struct DatasetSpec {
   SampleKind kind = SampleKind::kEncoded;
@@ -41,6 +45,10 @@ struct DatasetSpec {
   // How the samples were stored (`--store`, e.g. "decoded", "resized:160"); written as the
   // `store` attribute of `images` when not empty.
   std::string store;
+  // The layout of encoded bytes (images and buckets): 2, bytes + index, read without the
+  // HDF5 lock (the default); 1, vlen, as written before version 2 existed (for compatibility
+  // tests and readers older than version 2). Raw and pixel files are the same in both.
+  int layout_version = 2;
 };
 
 // Makes the bucket image of one sample: encoded JPEG/PNG bytes (channels == 0) or raw
@@ -84,38 +92,44 @@ class DatasetWriter {
   int64_t images_bytes() const { return images_bytes_; }
   const std::vector<int64_t>& bucket_bytes() const { return bucket_bytes_; }
   // Samples per HDF5 chunk of `images` (raw: chosen from the sample size, about
-  // kRawChunkTargetBytes per chunk; encoded: kVlenChunkSamples descriptors).
+  // kRawChunkTargetBytes per chunk; encoded version 1: kVlenChunkSamples descriptors;
+  // bytes: about, from the mean sample).
   int64_t chunk_samples() const { return chunk_samples_; }
   // Bytes per HDF5 chunk of `images` before compression.
   int64_t chunk_bytes() const { return chunk_bytes_; }
 
  private:
   DatasetWriter() = default;
+  bool Indexed() const { return spec_.layout_version >= 2; }  // encoded bytes + index
   Status CreateImages();
-  Status CreatePixelImages();
   Status SetCompression(int64_t dcpl) const;  // an hid_t
   Status Flush();
+  Status FlushImageColumn();
+  Status FlushColumn(ByteColumn& column, int64_t chunk_bytes, bool compress);
   Status CreateBuckets();
   Status FlushBuckets();
+  int64_t images_id() const;  // the hid_t of `images`
   Status WriteSmallDatasets();
   Status WriteMarkerAndClose();
   void Abort();
 
   DatasetSpec spec_;
   std::string out_path_, partial_path_;
-  std::unique_ptr<H5Id> file_, images_;
-  std::vector<std::unique_ptr<H5Id>> bucket_images_;
+  std::unique_ptr<H5Id> file_, images_;  // images_: raw and version 1 encoded
+  std::unique_ptr<ByteColumn> image_column_;  // pixels and version 2 encoded
+  std::vector<std::unique_ptr<H5Id>> bucket_images_;       // version 1
+  std::vector<std::unique_ptr<ByteColumn>> bucket_columns_;  // version 2
   std::vector<std::vector<uint8_t>> bucket_pending_bytes_;
   std::vector<std::vector<size_t>> bucket_pending_sizes_;
   std::vector<int64_t> bucket_bytes_;
   int64_t images_bytes_ = 0, bucket_flushed_ = 0;
   int64_t num_samples_ = 0, flushed_ = 0;
   int64_t chunk_samples_ = 0, chunk_bytes_ = 0;
-  int64_t flushed_bytes_ = 0;  // kPixels: bytes of `images` written
   std::vector<int32_t> stored_widths_, stored_heights_, stored_channels_;  // kPixels
   int64_t sample_bytes_ = 0;  // raw: H*W*C
-  std::vector<uint8_t> pending_bytes_;
+  std::vector<uint8_t> pending_bytes_;  // raw and version 1 encoded (columns hold their own)
   std::vector<size_t> pending_sizes_;
+  size_t pending_unflushed_bytes_ = 0;
   std::vector<int64_t> labels_;
   std::vector<int32_t> widths_, heights_;
   std::vector<uint64_t> checksums_;  // SampleChecksum of every sample

@@ -1,31 +1,15 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 // Per-rank GPU selection from the launcher's placement (batchcast/gpu.h); attaching a
 // GpuConsumer from the environment is the front door's (node/gpu_consumer.cc).
-#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "batchcast/gpu.h"
+#include "core/environment.h"
 #include "core/errors.h"
 #include "transport/cuda/device_probe.h"
 
 namespace batchcast {
-namespace {
-
-// First of the launchers' local-rank variables that is set: torchrun, Open MPI, Slurm.
-Result<int> LocalRankFromEnvironment() {
-  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') continue;
-    char* end = nullptr;
-    long r = std::strtol(v, &end, 10);
-    if (*end != '\0' || r < 0)
-      return InvalidArgumentError("gpu: {}='{}' is not a local rank; fix the launcher", name, v);
-    return static_cast<int>(r);
-  }
-  return 0;
-}
-
-}  // namespace
 
 Result<int> GpuForLocalRank(int local_rank, int trainers_per_gpu, int visible) {
   if (local_rank < 0) return InvalidArgumentError("gpu: local rank {} is negative", local_rank);
@@ -44,15 +28,18 @@ Result<int> GpuForLocalRank(int local_rank, int trainers_per_gpu, int visible) {
 Result<int> SelectGpu(const GpuPlacement& placement) {
   int local = placement.local_rank;
   if (local < 0) {
-    BC_ASSIGN_OR_RETURN(local, LocalRankFromEnvironment());
+    Result<std::optional<int>> launcher = env::LauncherLocalRank();
+    if (!launcher.ok()) return launcher.status().WithContext("gpu");
+    local = launcher->value_or(0);
   }
   int k = placement.trainers_per_gpu;
-  if (k <= 0) {
-    const char* v = std::getenv("BATCHCAST_TRAINERS_PER_GPU");
-    k = v ? std::atoi(v) : 1;
-    if (k <= 0)
-      return InvalidArgumentError("gpu: BATCHCAST_TRAINERS_PER_GPU='{}' must be a positive integer",
-                                  v ? v : "");
+  if (k <= 0) {  // option trainers_per_gpu from the environment; unset or 0: one per GPU
+    Options o;
+    BC_RETURN_IF_ERROR(env::ApplyOption("trainers_per_gpu", &o).WithContext("gpu"));
+    if (o.trainers_per_gpu < 0)
+      return InvalidArgumentError("gpu: BATCHCAST_TRAINERS_PER_GPU={} must be >= 0 (0: one "
+                                  "trainer per GPU here)", o.trainers_per_gpu);
+    k = o.trainers_per_gpu > 0 ? o.trainers_per_gpu : 1;
   }
   BC_ASSIGN_OR_RETURN(int visible, cuda::VisibleDeviceCount());
   // A launcher that pins one GPU per rank (CUDA_VISIBLE_DEVICES=<one id>) leaves exactly one

@@ -7,13 +7,14 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "gpu/gpu_check.h"
 #include "gpu/gpu_relay.h"
 #include "gpu/gpu_stager.h"
 #include "producer/ring_access.h"
 #include "transport/cuda/device_probe.h"
 #include "transport/cuda/nccl_broadcast.h"
 #include "transport/cuda/nccl_fanout.h"
-#include "transport/mpi/mpi_status.h"
+#include "core/mpi_status.h"
 
 namespace batchcast::gpu {
 namespace {
@@ -181,7 +182,10 @@ Result<std::unique_ptr<GpuRuntime>> GpuRuntime::Setup(const GpuRuntimeInput& in)
   std::unique_ptr<GpuRuntime> g(new GpuRuntime());
   g->local_rank_ = in.local_rank;
   g->address_ = in.address;
+  g->node_ = in.node;
+  g->node_id_ = in.node_id;
   BC_ASSIGN_OR_RETURN(GpuMode mode, ParseGpuMode(in.options.gpu));
+  g->mode_ = mode;
   std::string bus, reason;
   Status st = g->DecideTrainer(in, mode, &bus, &reason);
   BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(in.node, st));
@@ -257,18 +261,43 @@ Result<std::unique_ptr<cuda::DeviceMap>> GpuRuntime::OpenConsumerMap() {
     return std::unique_ptr<cuda::DeviceMap>();
   const int source = plan_.source[local_rank_];
   if (source < 0) return std::unique_ptr<cuda::DeviceMap>();
-  Result<std::unique_ptr<cuda::DeviceMap>> map = InternalError("gpu: no device map");
-  if (source == 0 && stager_) {
-    map = stager_->OpenLocalMap();                       // the leader also trains
-  } else if (source > 0 && relay_ && relay_index_ == source - 1) {
-    map = relay_->OpenLocalMap();                        // this rank is the relay
-  } else {
+  auto open = [&]() -> Result<std::unique_ptr<cuda::DeviceMap>> {
+    if (source == 0 && stager_) return stager_->OpenLocalMap();  // the leader also trains
+    if (source > 0 && relay_ && relay_index_ == source - 1)
+      return relay_->OpenLocalMap();                               // this rank is the relay
     const std::string socket =
         source == 0 ? GpuHandleSocket(address_) : GpuRelaySocket(address_, source - 1);
-    map = cuda::DeviceMap::Open(socket, device_, 60000);
-  }
+    return cuda::DeviceMap::Open(socket, device_, 60000);
+  };
+  auto map = OpenCheckedMap(mode_, open, "", &check_failure_);  // one WARN per node
   if (!map.ok()) return map.status().WithContext("gpu consumer");
   return map;
+}
+
+bool GpuRuntime::AgreeOnDevicePath() {
+  if (!plan_.any()) return false;  // the same on every rank of the node
+  char mine[kReasonBytes * 2] = {};
+  if (!check_failure_.ok())
+    std::snprintf(mine, sizeof mine, "%s", check_failure_.message().c_str());
+  int size = 0;
+  if (MPI_Comm_size(node_, &size) != MPI_SUCCESS) return false;
+  std::vector<char> all(sizeof mine * size_t(size));
+  if (MPI_Allgather(mine, sizeof mine, MPI_CHAR, all.data(), sizeof mine, MPI_CHAR, node_) !=
+      MPI_SUCCESS) {
+    BC_LOG(Warn, Cuda, "gpu: node {}: MPI_Allgather of the device-path checks failed; host path",
+           node_id_);
+    return false;
+  }
+  for (int r = 0; r < size; ++r) {
+    const char* row = &all[sizeof mine * size_t(r)];
+    if (row[0] == '\0') continue;
+    if (local_rank_ == 0)
+      BC_LOG(Warn, Cuda, "{}", FallbackWarning(
+          fmt::format("gpu: node {} (local rank {}'s check; every trainer of the node)", node_id_, r),
+          Status(StatusCode::kUnavailable, std::string(row, strnlen(row, sizeof mine)))));
+    return false;
+  }
+  return true;
 }
 
 Status GpuRuntime::FinishLeader() {

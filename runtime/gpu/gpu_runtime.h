@@ -63,8 +63,13 @@ class GpuRuntime {
   ~GpuRuntime();
 
   // Trainers: the device map this trainer reads its batches through (after Consumer::Attach;
-  // the front door wraps it in a GpuConsumer). Null on the host path.
+  // the front door wraps it in a GpuConsumer), checked once (gpu/gpu_check.h). Null on the
+  // host path, and under gpu=auto when the check failed; under gpu=on that is the error.
   Result<std::unique_ptr<cuda::DeviceMap>> OpenConsumerMap();
+  // Collective over the node, after every trainer's OpenConsumerMap: true when the node
+  // keeps the device path. Under gpu=auto one trainer's failed check keeps every trainer of
+  // the node on the host path (drop the GpuConsumer) and the leader logs one WARN naming it.
+  bool AgreeOnDevicePath();
   // Leader thread, after Leader::Run returned: ends the relays' stream.
   Status FinishLeader();
   // After the job's final barrier: joins the relay; returns its status.
@@ -82,6 +87,10 @@ class GpuRuntime {
                    uint64_t slot_bytes);
 
   NodeGpuPlan plan_;
+  GpuMode mode_ = GpuMode::kAuto;
+  MPI_Comm node_ = MPI_COMM_NULL;
+  int node_id_ = 0;
+  Status check_failure_;       // this trainer's failed device-path check (gpu=auto)
   int local_rank_ = 0;
   int device_ = -1;            // this rank's visible ordinal on the device path
   std::string address_;

@@ -1,8 +1,9 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
 // The consumer's state (runtime-internal): the producer batch being carved, the batches
-// alive, and the carving of producer batches into this consumer's batches
-// (consumer_carving.cc: exact, sharded, per producer batch; docs/data-plane.md).
+// alive (BatchRef), the epoch bookkeeping Next() updates (consumer_next.cc), and the carving
+// of producer batches into this consumer's batches (consumer_carving.cc: exact, sharded,
+// per producer batch; docs/data-plane.md).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "core/log.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
+#include "transport/shm/futex.h"
 #include "transport/shm/carving.h"
 #include "transport/shm/ring_consumer.h"
 
@@ -117,9 +119,10 @@ struct Piece {
 };
 
 struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
-  // Declared first, destroyed last: a telemetry the consumer owns (node::TaskTelemetry)
+  // Declared first, destroyed last: a telemetry the consumer owns (producer::ProcessTelemetry)
   // finishes after everything that records into it.
   std::shared_ptr<void> owned_telemetry;
+  std::function<Status()> finish_telemetry;  // writes its files at Detach (OwnTelemetry)
   std::unique_ptr<shm::RingConsumer> ring;
   Options options;
   int rank = -1;
@@ -245,6 +248,37 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
     if (!resuming || d.epoch != resume_epoch || resume_pos <= epoch_pos) return 0;
     return resume_pos - epoch_pos;
   }
+  // The first producer batch of epoch d.epoch for this consumer: a new epoch begins.
+  void BeginEpochLocked(const shm::SlotDesc& d) {
+    if (carry) {  // cannot happen: the epoch's last producer batch ends the carry
+      BC_LOG(Warn, Node, "consumer: {} samples of epoch {} were still waiting for their "
+             "batch when epoch {} began; dropped", carry->count, epoch, d.epoch);
+      carry.reset();
+    }
+    shard_tail.reset();
+    epoch = d.epoch;
+    epochs_started += 1;
+    epoch_pos = d.batch_in_epoch * ring->header()->producer_batch;
+    index_in_epoch = 0;
+    if (resuming && d.epoch == resume_epoch) {
+      index_in_epoch = static_cast<uint64_t>(options.start_batch);
+    } else {
+      resuming = false;
+    }
+    epoch_repeats = 0;
+    epoch_mix.clear();
+  }
+  // Counts the time a Next() waited for producer batch `d` (stats, telemetry, *info).
+  void RecordWaitLocked(const shm::SlotDesc& d, int64_t waited, BatchInfo* info) {
+    stats.wait_ns += waited;
+    if (collector != nullptr && waited > 0) {
+      const int64_t now = shm::MonotonicNs();
+      collector->AddTime(telemetry::Timer::kDataWait, waited);
+      collector->Span(telemetry::SpanKind::kWait, d.seq, now - waited, now);
+    }
+    info->wait_ns = waited;
+    info->handoff_ns = waited > 0 ? shm::MonotonicNs() - d.publish_ns : 0;
+  }
   // Counts a batch handed out (stats, telemetry).
   void RecordHandedOut(const shm::SlotDesc& d, const BatchInfo& info) {
     const int64_t b = info.size;
@@ -300,6 +334,32 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
       out += fmt::format("{}epoch {} batch {} (producer batch {})", out.empty() ? "" : ", ",
                          h.epoch, h.index, h.seq);
     return out;
+  }
+};
+
+// What keeps one consumer batch alive: its slot (a reference of the producer batch), or
+// the samples it owns when they were copied.
+struct BatchRef {
+  std::shared_ptr<ConsumerCore> core;
+  std::shared_ptr<OwnedSamples> owned;  // the batch's samples when they were copied
+  // Further named tensors (views into the slot or `owned`; names in its descriptor).
+  uint32_t num_tensors = 0;
+  TensorView tensors[shm::kMaxTensors];
+  const char* names[shm::kMaxTensors] = {};
+  uint64_t seq = 0;
+  uint64_t serial = 0;
+  int64_t acquired_ns = 0;
+  ~BatchRef() {
+    if (telemetry::Collector* tc = core->collector) {
+      int64_t now = shm::MonotonicNs();
+      tc->AddTime(telemetry::Timer::kStep, now - acquired_ns);
+      tc->Span(telemetry::SpanKind::kStep, seq, acquired_ns, now);
+    }
+    std::lock_guard<std::mutex> lock(core->mu);
+    --core->outstanding;
+    core->held.erase(serial);
+    core->UnrefLocked(seq);
+    core->MaybeDetachLocked();
   }
 };
 

@@ -2,6 +2,7 @@
 // Runtime-internal hooks into a Consumer (not part of the public API).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "batchcast/consumer.h"
@@ -21,7 +22,9 @@ struct ConsumerAccess {
   static telemetry::Collector* GetCollector(const Consumer& consumer);
   // Keeps `owned` (a producer::ProcessTelemetry) alive as long as the consumer's state: it is
   // destroyed (and its files written) once the consumer and its last batch are gone.
-  static void OwnTelemetry(Consumer& consumer, std::shared_ptr<void> owned);
+  // `finish` (optional) writes them at Detach(), which returns its error.
+  static void OwnTelemetry(Consumer& consumer, std::shared_ptr<void> owned,
+                           std::function<Status()> finish = nullptr);
   // The mapped segments (GPU staging maps host view pointers to device slots with them).
   static const shm::SegmentView* Segment(const Consumer& consumer);
   // The device path maps slot memory only: refuses (FailedPrecondition, naming the fix) a

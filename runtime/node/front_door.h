@@ -19,9 +19,12 @@ namespace batchcast::node {
 std::string DefaultServiceSocket();
 
 // A Producer of the native pipeline for config.front_door: checks the options against the
-// front-door table before it opens the dataset, then stages on GPU 0 when the options and a
-// device allow (*staged, if given: one line saying so; empty on the host path, which is logged).
-Result<std::unique_ptr<producer::Producer>> CreateNodeProducer(const producer::ProducerConfig& config,
-                                                               std::string* staged = nullptr);
+// front-door table and creates or refuses its telemetry output paths before it opens the
+// dataset (*refused, if given: true when one of those failed, a usage error for a command
+// line), then stages on GPU 0 when the options and a device allow (*staged, if given: one
+// line saying so; empty on the host path, which is logged).
+Result<std::unique_ptr<producer::Producer>> CreateNodeProducer(
+    const producer::ProducerConfig& config, std::string* staged = nullptr,
+    bool* refused = nullptr);
 
 }  // namespace batchcast::node

@@ -7,10 +7,13 @@
 #include <mutex>
 
 #include "batchcast/gpu.h"
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
-#include "node/consumer_internal.h"
+#include "gpu/gpu_check.h"
+#include "gpu/gpu_plan.h"
 #include "gpu/gpu_stager.h"
+#include "node/consumer_internal.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 #include "transport/cuda/device_map.h"
@@ -142,14 +145,30 @@ const Batch& DeviceBatch::host() const {
   return ref_ ? ref_->host : kEmpty;
 }
 
-Result<std::unique_ptr<GpuConsumer>> GpuConsumer::Attach(Consumer& consumer,
-                                                         const std::string& address, int device) {
+namespace {
+
+// Every dynamic front door (a `batchcast serve` trial, a `batchcast-run` trainer) attaches
+// here: the map is opened and checked once (gpu/gpu_check.h) before the first batch.
+Result<std::unique_ptr<GpuConsumer>> AttachChecked(Consumer& consumer, const std::string& address,
+                                                   int device, gpu::GpuMode mode,
+                                                   Status* fallback) {
   if (internal::ConsumerAccess::Segment(consumer) == nullptr)
     return FailedPreconditionError("gpu: consumer of {} has no mapped ring; attach it first",
                                    address);
-  auto map = cuda::DeviceMap::Open(gpu::GpuHandleSocket(address), device, 60000);
+  auto open = [&] { return cuda::DeviceMap::Open(gpu::GpuHandleSocket(address), device, 60000); };
+  auto map = gpu::OpenCheckedMap(mode, open, mode == gpu::GpuMode::kAuto ? "gpu: trainer" : "",
+                                 fallback);
   if (!map.ok()) return map.status().WithContext(fmt::format("gpu consumer of {}", address));
+  if (map.value() == nullptr) return std::unique_ptr<GpuConsumer>();
   return internal::GpuConsumerFactory::Make(consumer, std::move(map).value());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GpuConsumer>> GpuConsumer::Attach(Consumer& consumer,
+                                                         const std::string& address, int device) {
+  Status unused;  // gpu=on semantics: the check's failure is the error
+  return AttachChecked(consumer, address, device, gpu::GpuMode::kOn, &unused);
 }
 
 GpuConsumer::~GpuConsumer() = default;
@@ -183,15 +202,20 @@ Result<std::unique_ptr<GpuConsumer>> AttachGpuFromEnvironment(Consumer& consumer
                                                                const Options& options) {
   if (options.gpu == "off")
     return FailedPreconditionError("gpu: option gpu=off; the trainer takes the host path");
-  const char* address = std::getenv("BATCHCAST_ADDRESS");
-  if (address == nullptr || *address == '\0')
+  const std::optional<std::string> address = env::LeaderAddress();
+  if (!address)
     return FailedPreconditionError(
         "gpu: BATCHCAST_ADDRESS is not set; start this trainer under batchcast-run "
         "(docs/launch.md), or call GpuConsumer::Attach with the leader's address");
   GpuPlacement placement;
   placement.trainers_per_gpu = options.trainers_per_gpu;
   BC_ASSIGN_OR_RETURN(int device, SelectGpu(placement));
-  return GpuConsumer::Attach(consumer, address, device);
+  BC_ASSIGN_OR_RETURN(gpu::GpuMode mode, gpu::ParseGpuMode(options.gpu));
+  Status fallback;
+  BC_ASSIGN_OR_RETURN(auto gpu, AttachChecked(consumer, *address, device, mode, &fallback));
+  if (gpu == nullptr)  // gpu=auto and the check failed (its one WARN is logged): host batches
+    return Status(StatusCode::kUnavailable, "gpu=auto: host path: " + fallback.message());
+  return gpu;
 }
 
 }  // namespace batchcast

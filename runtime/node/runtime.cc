@@ -7,13 +7,14 @@
 #include "batchcast/runtime.h"
 
 #include <cstdlib>
+#include <functional>
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/mpi_status.h"
 #include "node/consumer_internal.h"
 #include "node/runtime_internal.h"
 #include "node/runtime_state.h"
-#include "transport/mpi/mpi_status.h"
 
 namespace batchcast {
 
@@ -36,6 +37,18 @@ Status FailStart(RuntimeState* s, const Status& st) {
   return st;
 }
 
+// The MPI job's answer to an error met by range-for iteration (Consumer::SetErrorHandler):
+// log it and abort the whole job at once, since the other ranks may wait on this one.
+std::function<void(const Status&)> FailJobOnIterationError(MPI_Comm world) {
+  return [world](const Status& st) {
+    BC_LOG(Error, Node, "consumer: {}", st.ToString());
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Abort(world, 1);
+    std::exit(1);
+  };
+}
+
 // Trainers attach their consumer to the node leader. mode=shard: the node leader (the
 // multi-node leader) already publishes this trainer's part to it alone; the consumer takes
 // every batch it receives.
@@ -45,6 +58,7 @@ Status AttachTrainer(RuntimeState* s, const Options& options) {
   consumer_options.mode = "replicate";
   BC_ASSIGN_OR_RETURN(s->consumer, Consumer::Attach(s->address, consumer_options, s->world_rank));
   ConsumerAccess::SetCollector(*s->consumer, s->collector.get());
+  s->consumer->SetErrorHandler(FailJobOnIterationError(s->world));
   return AttachGpuConsumer(s);
 }
 
@@ -90,6 +104,8 @@ Result<std::unique_ptr<Runtime>> RuntimeAccess::CreateWithOwnConsumers(const Opt
   }
   if (Status st = mpi::AgreeOnStatus(s->world, AttachTrainer(s, options)); !st.ok())
     return FailStart(s, st);
+  // gpu=auto: one trainer's failed device-path check keeps the node on the host path.
+  if (s->gpu_plane && !s->gpu_plane->AgreeOnDevicePath()) s->gpu_consumer.reset();
   BC_MPI(MPI_Comm_split(s->world, s->trainer ? 0 : MPI_UNDEFINED, s->world_rank, &s->trainers),
          "MPI_Comm_split (trainers)");
   s->finalized = false;

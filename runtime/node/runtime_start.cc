@@ -10,27 +10,20 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/mpi_status.h"
 #include "node/gpu_consumer.h"
 #include "node/runtime_state.h"
 #include "telemetry/spec.h"
-#include "transport/mpi/mpi_status.h"
 
 namespace batchcast::internal {
 namespace {
 
 std::string JobId(const Options& o) {
   std::string id = o.job_id;
-  if (id.empty()) {
-    for (const char* var : {"SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
-      const char* v = std::getenv(var);
-      if (v != nullptr && *v != '\0') {
-        id = v;
-        break;
-      }
-    }
-  }
+  if (id.empty()) id = env::LauncherJobId();
   if (id.empty()) id = "pid" + std::to_string(getpid());
   for (auto& c : id)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
@@ -121,7 +114,9 @@ Status PlanMultinode(RuntimeState* s) {
 Status StartTelemetry(RuntimeState* s) {
   telemetry::Role role = s->leader ? (s->trainer ? telemetry::Role::kBoth : telemetry::Role::kLeader)
                                    : telemetry::Role::kConsumer;
-  auto c = telemetry::CreateCollector(s->options, s->world_rank, s->local_rank, role, &s->sinks);
+  // Rank 0 writes every rank's data (Finish is a gather): it checks the paths for the job.
+  const telemetry::OutputIdentity who{telemetry::ProcessKind::kJob, s->world_rank, true, ""};
+  auto c = telemetry::CreateCollector(s->options, who, s->local_rank, role, &s->sinks);
   Status created = c.ok() ? Status::Ok() : c.status();
   if (c.ok()) s->collector = std::move(c).value();
   BC_RETURN_IF_ERROR(mpi::AgreeOnStatus(s->world, created));

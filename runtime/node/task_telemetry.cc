@@ -8,10 +8,12 @@ namespace batchcast::node {
 void OwnTelemetry(Consumer& consumer, std::unique_ptr<producer::ProcessTelemetry> telemetry) {
   if (telemetry == nullptr) return;
   internal::ConsumerAccess::SetCollector(consumer, telemetry->collector());
+  producer::ProcessTelemetry* t = telemetry.get();
   internal::ConsumerAccess::OwnTelemetry(
-      consumer, std::shared_ptr<void>(telemetry.release(), [](void* p) {
-        delete static_cast<producer::ProcessTelemetry*>(p);
-      }));
+      consumer,
+      std::shared_ptr<void>(telemetry.release(),
+                            [](void* p) { delete static_cast<producer::ProcessTelemetry*>(p); }),
+      [t] { return t->Finish(); });
 }
 
 }  // namespace batchcast::node

@@ -1,7 +1,8 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// Pipeline: per sample, read → header (pixel limit) → crop box → DCT-scaled decode →
-// resize → final write into the batch buffer, on a pool of worker threads.
+// Pipeline: per sample, read → header (pixel limit) → each group's crop box → DCT-scaled
+// decode (one per distinct scale, of the union of the groups' boxes) → per group: resize →
+// final write into the group's batch buffer, on a pool of worker threads.
 #include "pipeline/pipeline.h"
 
 #include <opencv2/core.hpp>
@@ -10,7 +11,6 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
-#include <sstream>
 
 #include "core/clock.h"
 #include "core/errors.h"
@@ -20,6 +20,7 @@
 #include "pipeline/decode.h"
 #include "pipeline/sample_rng.h"
 #include "pipeline/transform.h"
+#include "pipeline/views.h"
 #include "pipeline/worker_pool.h"
 
 namespace batchcast::pipeline {
@@ -48,28 +49,6 @@ std::string_view BadSampleCause(std::string_view message) {
 
 namespace {
 
-enum class CropMode { kNone, kCenter, kRandom };
-
-// "0.485,0.456,0.406" → values; 1 value is broadcast to every channel.
-Result<std::vector<double>> ParseChannelValues(const std::string& key, const std::string& text,
-                                               int channels) {
-  std::vector<double> values;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || *end != '\0')
-      return InvalidArgumentError("pipeline: option '{}' = '{}': '{}' is not a number", key, text, item);
-    values.push_back(v);
-  }
-  if (values.size() == 1) values.assign(channels, values[0]);
-  if (static_cast<int>(values.size()) != channels)
-    return InvalidArgumentError("pipeline: option '{}' has {} values but the output has {} channels",
-                                key, values.size(), channels);
-  return values;
-}
-
 // Everything one worker thread owns; aligned so workers never share a cache line.
 struct alignas(64) WorkerContext {
   ImageDecoder decoder;
@@ -77,8 +56,25 @@ struct alignas(64) WorkerContext {
   std::vector<uint8_t> encoded;   // the stored bytes of the current sample
   DecodedImage decoded;           // decoded (or channel-converted raw) pixels
   std::vector<uint8_t> resized;   // the resized box, when it cannot go straight to the slot
+  // The last resize of this sample's decode: a group of the same box and size (a shared draw,
+  // another dtype, normalisation or flip) reuses its pixels instead of resizing again.
+  struct ResizeMemo {
+    const uint8_t* source = nullptr;  // the decoded pixels it was resized from (null: none)
+    CropBox box;
+    int width = 0, height = 0;
+    PixelView resized;  // in `resized` or in the slot of the group that made it
+  } memo;
   WorkerContext(ImageDecoder d, JpegCropDecoder c)
       : decoder(std::move(d)), crop_decoder(std::move(c)) {}
+};
+
+// One group of a started batch.
+struct JobGroup {
+  const PreparedView* view = nullptr;
+  OutputSpec spec;                // layout at this batch's size + the value table
+  uint8_t* images = nullptr;
+  int bucket_size = 0;            // offline bucket of the file this group reads (0: none)
+  int64_t cache_key_base = 0;     // DecodedSampleCache key of sample 0 of that file
 };
 
 // One started producer batch: everything its samples need, so that the workers can run the
@@ -86,21 +82,27 @@ struct alignas(64) WorkerContext {
 struct BatchJob {
   BatchRequest req;               // req.samples points into `samples`
   std::vector<int64_t> samples;
-  OutputSpec spec;                // layout of this batch + the value table
-  int bucket_size = 0;            // offline bucket of the file this batch reads (0: none)
-  int64_t cache_key_base = 0;     // DecodedSampleCache key of sample 0 of this batch's file
+  std::vector<JobGroup> groups;   // at least one
   Status check;                   // the request's own error: no sample runs
   std::vector<Status> statuses;   // per batch position
-  std::atomic<int64_t> read_ns{0}, decode_ns{0}, transform_ns{0};
+  std::atomic<int64_t> read_ns{0}, read_lock_ns{0}, decode_ns{0}, decodes{0};
   std::atomic<int64_t> cache_hits{0}, cache_misses{0};
+  std::atomic<int64_t> group_ns[kMaxBatchGroups] = {};
   WorkerPool::Ticket ticket = 0;
 };
 
 // Stage times of one sample, added to its batch once.
 struct SampleTimes {
-  int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
+  int64_t read_ns = 0, read_lock_ns = 0, decode_ns = 0, decodes = 0;
   int64_t cache_hits = 0, cache_misses = 0;
+  int64_t group_ns[kMaxBatchGroups] = {};
 };
+
+// The groups in bit mask `mask`, lowest first.
+template <typename Fn>
+void ForEachGroup(uint32_t mask, Fn fn) {
+  for (; mask != 0; mask &= mask - 1) fn(static_cast<size_t>(__builtin_ctz(mask)));
+}
 
 class PipelineImpl final : public Pipeline {
  public:
@@ -110,7 +112,10 @@ class PipelineImpl final : public Pipeline {
   ~PipelineImpl() override;
 
   Status Init();
-  SampleLayout OutputLayout(int image_size) const override;
+  SampleLayout GroupLayout(int view, int image_size) const override;
+  Result<int> AddView(const core::View& view) override;
+  const core::View& view(int id) const override { return views_[size_t(id)]->view; }
+  int views() const override { return static_cast<int>(views_.size()); }
   int threads() const override { return pool_->threads(); }
   const data::DatasetInfo& dataset() const override { return reader_->info(); }
   void StartBatch(const BatchRequest& req) override;
@@ -125,17 +130,22 @@ class PipelineImpl final : public Pipeline {
  private:
   Status InitVerify();
   Status CheckRequest(const BatchRequest& req) const;
-  Status ProcessSample(WorkerContext& ctx, const BatchJob& job, int64_t index, void* dst,
+  void AddGroup(BatchJob& job, const GroupTarget& target) const;
+  Status ProcessSample(WorkerContext& ctx, const BatchJob& job, size_t pos, int64_t index,
                        SampleTimes* times);
   Status ReadSample(WorkerContext& ctx, int bucket_size, int64_t index, SampleTimes* times);
   Status RawPixels(WorkerContext& ctx, int64_t index, int out_channels, PixelView* view) const;
-  Status LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t index, CropBox* box,
-                    PixelView* view);
-  Status LoadCached(WorkerContext& ctx, const BatchJob& job, int64_t index, CropBox* box,
-                    PixelView* view, SampleTimes* times);
-  Status DecodeWhole(WorkerContext& ctx, const BatchJob& job, int64_t index, DecodedSample* out);
-  int CacheScale(const ImageHeader& header) const;
-  CropBox ChooseBox(int width, int height, int64_t index, uint64_t epoch) const;
+  Status ProcessStored(WorkerContext& ctx, const BatchJob& job, uint32_t mask, size_t pos,
+                       int64_t index, SampleTimes* times);
+  Status DecodeStepPixels(WorkerContext& ctx, const ImageHeader& header, const DecodeStep& step,
+                          PixelView* view, int* dx, int* dy);
+  Status ProcessCached(WorkerContext& ctx, const BatchJob& job, uint32_t mask, size_t pos,
+                       int64_t index, SampleTimes* times);
+  Status DecodeWhole(WorkerContext& ctx, bool stored_pixels, int64_t index,
+                     const ImageHeader& header, int scale, DecodedSample* out);
+  int CacheScale(const JobGroup& group, const DecodedSample& sample) const;
+  void WriteGroup(WorkerContext& ctx, const BatchJob& job, size_t g, PixelView view,
+                  CropBox box, bool flip, size_t pos, SampleTimes* times) const;
   Status Finish(BatchJob& job, BatchResult* result);
 
   Options options_;
@@ -143,9 +153,9 @@ class PipelineImpl final : public Pipeline {
   std::shared_ptr<DecodedSampleCache> cache_;  // null: cache=0
   std::unique_ptr<WorkerPool> pool_;
   std::vector<std::unique_ptr<WorkerContext>> workers_;
-  CropMode crop_ = CropMode::kNone;
   bool verify_ = false;           // options.verify != off: check each sample's checksum
-  OutputSpec spec_;               // layout at the options' size + the value table
+  int channels_ = 3;              // of every view's output (one decode serves them all)
+  std::vector<std::unique_ptr<PreparedView>> views_;  // [0]: the options' view; never removed
   std::deque<std::unique_ptr<BatchJob>> jobs_;  // started, not finished, in order
   int64_t skipped_total_ = 0;
 };
@@ -171,19 +181,13 @@ Status PipelineImpl::Init() {
               (info.raw_channels != 1 && info.raw_channels != 3 && info.raw_channels != 4)))
     return InvalidArgumentError("pipeline: {} has raw samples of shape {}x{}x{}, expected HxWx1|3|4",
                                 info.path, info.raw_height, info.raw_width, info.raw_channels);
-  crop_ = options_.crop == "center" ? CropMode::kCenter
-          : options_.crop == "random" ? CropMode::kRandom : CropMode::kNone;
-  spec_.layout = OutputLayout(0);
-  if (spec_.layout.dtype == DType::kFloat32) {
-    std::vector<double> mean, std;
-    if (options_.normalize) {
-      BC_ASSIGN_OR_RETURN(mean, ParseChannelValues("mean", options_.mean, spec_.layout.channels));
-      BC_ASSIGN_OR_RETURN(std, ParseChannelValues("std", options_.std, spec_.layout.channels));
-      for (double s : std)
-        if (s == 0) return InvalidArgumentError("pipeline: option 'std' = '{}' has a zero", options_.std);
-    }
-    BuildOutputLut(mean, std, &spec_);
-  }
+  channels_ = options_.channels != 0 ? options_.channels
+                                     : (raw && info.raw_channels == 1 ? 1 : 3);
+  auto own = core::ViewFromOptions(options_);
+  if (!own.ok()) return own.status().WithContext("pipeline");
+  auto prepared = PrepareView(*own, info, channels_, options_.seed);
+  if (!prepared.ok()) return prepared.status().WithContext("pipeline: option");
+  views_.push_back(std::make_unique<PreparedView>(std::move(prepared).value()));
   BC_RETURN_IF_ERROR(InitVerify());
   cv::setNumThreads(0);  // OpenCV must not start threads of its own inside our workers
   const int threads = options_.threads > 0 ? options_.threads : AvailableCores();
@@ -194,10 +198,10 @@ Status PipelineImpl::Init() {
         std::make_unique<WorkerContext>(std::move(decoder), std::move(crop_decoder)));
   }
   pool_ = std::make_unique<WorkerPool>(threads, "bc-decode");
-  BC_LOG(Info, Pipe, "pipeline: {} threads, output {}x{}x{} {} {} for {}", threads,
-         spec_.layout.channels, spec_.layout.height, spec_.layout.width,
-         spec_.layout.dtype == DType::kUint8 ? "uint8" : "float32",
-         spec_.layout.layout == Layout::kCHW ? "chw" : "hwc", info.path);
+  const SampleLayout& l = views_[0]->spec.layout;
+  BC_LOG(Info, Pipe, "pipeline: {} threads, output {}x{}x{} {} {} for {}", threads, l.channels,
+         l.height, l.width, l.dtype == DType::kUint8 ? "uint8" : "float32",
+         l.layout == Layout::kCHW ? "chw" : "hwc", info.path);
   return Status::Ok();
 }
 
@@ -232,31 +236,24 @@ Status PipelineImpl::InitVerify() {
   return Status::Ok();
 }
 
-SampleLayout PipelineImpl::OutputLayout(int image_size) const {
-  const data::DatasetInfo& info = reader_->info();
-  const bool raw = info.kind == data::SampleKind::kRaw;
-  SampleLayout l;
-  int size = image_size > 0 ? image_size : options_.image_size;
-  l.height = size > 0 ? size : info.raw_height;
-  l.width = size > 0 ? size : info.raw_width;
-  if (options_.channels != 0) l.channels = options_.channels;
-  else l.channels = raw && info.raw_channels == 1 ? 1 : 3;
-  l.dtype = options_.normalize || options_.dtype == "float32" ? DType::kFloat32 : DType::kUint8;
-  l.layout = options_.layout == "hwc" ? Layout::kHWC : Layout::kCHW;
-  return l;
+SampleLayout PipelineImpl::GroupLayout(int view, int image_size) const {
+  return ViewSampleLayout(views_[size_t(view)]->view, reader_->info(), channels_, image_size);
 }
 
-CropBox PipelineImpl::ChooseBox(int width, int height, int64_t index, uint64_t epoch) const {
-  switch (crop_) {
-    case CropMode::kCenter: return CenterCropBox(width, height);
-    case CropMode::kRandom: {
-      SampleRng rng(options_.seed, epoch, static_cast<uint64_t>(index), RngStream::kCrop);
-      return RandomResizedCropBox(width, height, options_.crop_scale_min, options_.crop_scale_max,
-                                  &rng);
-    }
-    case CropMode::kNone: break;
-  }
-  return FullBox(width, height);
+Result<int> PipelineImpl::AddView(const core::View& view) {
+  const core::View canonical = core::CanonicalView(view);
+  for (size_t id = 0; id < views_.size(); ++id)
+    if (views_[id]->view == canonical) return static_cast<int>(id);
+  const std::string what = fmt::format("pipeline: {}", core::ViewToString(canonical));
+  if (views_.size() >= size_t(kMaxViews))
+    return ResourceExhaustedError("{}: a pipeline holds at most {} views and has them all; views "
+                                  "are never removed, so use fewer distinct views", what,
+                                  kMaxViews);
+  auto prepared = PrepareView(canonical, reader_->info(), channels_, options_.seed);
+  if (!prepared.ok()) return prepared.status().WithContext(what);
+  views_.push_back(std::make_unique<PreparedView>(std::move(prepared).value()));
+  BC_LOG(Info, Pipe, "pipeline: view {} is {}", views_.size() - 1, core::ViewToString(canonical));
+  return static_cast<int>(views_.size() - 1);
 }
 
 }  // namespace
@@ -285,110 +282,196 @@ Status PipelineImpl::RawPixels(WorkerContext& ctx, int64_t index, int out_channe
   return Status::Ok();
 }
 
-Status PipelineImpl::LoadPixels(WorkerContext& ctx, const BatchJob& job, int64_t index,
-                                CropBox* box, PixelView* view) {
-  const data::DatasetInfo& info = reader_->info();
-  const SampleLayout& l = job.spec.layout;
+// The groups in `mask` read the same stored image (the original, or one offline bucket): it
+// is read once, each group draws its box and the scale its own decode would use, and the
+// image is decoded once per distinct scale (PlanDecodes) before each group's output is made.
+Status PipelineImpl::ProcessStored(WorkerContext& ctx, const BatchJob& job, uint32_t mask,
+                                   size_t pos, int64_t index, SampleTimes* times) {
   const uint64_t epoch = job.req.epoch;
-  const int out_c = l.channels;
-  if (info.kind != data::SampleKind::kEncoded && job.bucket_size == 0) {
-    BC_RETURN_IF_ERROR(RawPixels(ctx, index, out_c, view));
-    *box = ChooseBox(view->width, view->height, index, epoch);
+  const int bucket = job.groups[static_cast<size_t>(__builtin_ctz(mask))].bucket_size;
+  BC_RETURN_IF_ERROR(ReadSample(ctx, bucket, index, times));
+  ctx.memo.source = nullptr;  // the buffers it points into change with every read and decode
+  int64_t t = core::SteadyNowNs();
+  if (reader_->info().kind != data::SampleKind::kEncoded && bucket == 0) {
+    PixelView view;
+    BC_RETURN_IF_ERROR(RawPixels(ctx, index, channels_, &view));
+    times->decode_ns += core::SteadyNowNs() - t;
+    ForEachGroup(mask, [&](size_t g) {
+      const PreparedView& v = *job.groups[g].view;
+      WriteGroup(ctx, job, g, view, ViewCropBox(v, view.width, view.height, index, epoch),
+                 ViewFlip(v, index, epoch), pos, times);
+    });
     return Status::Ok();
   }
   BC_ASSIGN_OR_RETURN(ImageHeader header, ctx.decoder.ReadHeader(ctx.encoded, options_.max_pixels));
-  const CropBox full_box = ChooseBox(header.width, header.height, index, epoch);
-  int scale = kScaleDenom;
-  if (options_.dct_scaling && header.format == ImageFormat::kJpeg)
-    scale = ChooseScaleNum(full_box.width, full_box.height, l.width, l.height);
-  const int want = (out_c == 1 || header.channels == 1) ? 1 : 3;
-  const int scaled_w = ScaledDim(header.width, scale), scaled_h = ScaledDim(header.height, scale);
-  if (options_.crop_decode && crop_ != CropMode::kNone && header.format == ImageFormat::kJpeg &&
-      !(full_box == FullBox(header.width, header.height))) {
-    // Only the box's rows and columns (docs/pipeline.md, crop decoding): same pixels.
-    const CropBox scaled = ScaleBox(full_box, scale, scaled_w, scaled_h);
+  const bool scalable = options_.dct_scaling && header.format == ImageFormat::kJpeg;
+  GroupDraw draws[kMaxBatchGroups];  // draws[k]: of group members[k]
+  size_t members[kMaxBatchGroups];
+  size_t m = 0;
+  ForEachGroup(mask, [&](size_t g) {
+    const PreparedView& v = *job.groups[g].view;
+    const SampleLayout& l = job.groups[g].spec.layout;
+    GroupDraw& d = draws[m];
+    members[m++] = g;
+    d.box = ViewCropBox(v, header.width, header.height, index, epoch);
+    d.scale_num = scalable ? ChooseScaleNum(d.box.width, d.box.height, l.width, l.height)
+                           : kScaleDenom;
+    d.flip = ViewFlip(v, index, epoch);
+  });
+  DecodeStep steps[kMaxBatchGroups];
+  const int nsteps = PlanDecodes(std::span(draws, m), header.width, header.height, steps);
+  for (int k = 0; k < nsteps; ++k) {
+    const DecodeStep& step = steps[k];
+    PixelView view;
+    int dx = 0, dy = 0;  // the step's region, scaled-image pixel (x, y) is at (x - dx, y - dy)
+    t = core::SteadyNowNs();
+    BC_RETURN_IF_ERROR(DecodeStepPixels(ctx, header, step, &view, &dx, &dy));
+    ctx.memo.source = nullptr;
+    times->decode_ns += core::SteadyNowNs() - t;
+    ++times->decodes;
+    const int sw = ScaledDim(header.width, step.scale_num);
+    const int sh = ScaledDim(header.height, step.scale_num);
+    ForEachGroup(step.groups, [&](size_t k) {
+      CropBox box = ScaleBox(draws[k].box, step.scale_num, sw, sh);
+      box.x -= dx;
+      box.y -= dy;
+      WriteGroup(ctx, job, members[k], view, box, draws[k].flip, pos, times);
+    });
+  }
+  return Status::Ok();
+}
+
+// Decodes `step`'s region: a JPEG crop decode when the region is not the whole image
+// (docs/pipeline.md, crop decoding: bit-exact with a full decode inside it), else the whole
+// image. *dx, *dy: where the region's pixels start in the image at the step's scale.
+Status PipelineImpl::DecodeStepPixels(WorkerContext& ctx, const ImageHeader& header,
+                                      const DecodeStep& step, PixelView* view, int* dx, int* dy) {
+  const int want = (channels_ == 1 || header.channels == 1) ? 1 : 3;
+  const int scale = step.scale_num;
+  const CropBox whole = FullBox(ScaledDim(header.width, scale), ScaledDim(header.height, scale));
+  if (options_.crop_decode && header.format == ImageFormat::kJpeg && !(step.region == whole)) {
+    CropBox in;
     BC_RETURN_IF_ERROR(
-        ctx.crop_decoder.Decode(ctx.encoded, header, scale, want, scaled, &ctx.decoded, box));
+        ctx.crop_decoder.Decode(ctx.encoded, header, scale, want, step.region, &ctx.decoded, &in));
+    *dx = step.region.x - in.x;
+    *dy = step.region.y - in.y;
   } else {
     BC_RETURN_IF_ERROR(ctx.decoder.Decode(ctx.encoded, header, scale, want, &ctx.decoded));
-    *box = ScaleBox(full_box, scale, ctx.decoded.width, ctx.decoded.height);
+    *dx = *dy = 0;
   }
   *view = PixelView{ctx.decoded.data(), ctx.decoded.stride(), ctx.decoded.width,
                     ctx.decoded.height, ctx.decoded.channels};
   return Status::Ok();
 }
 
+// Read time and lock-wait time apart: the reader's lock waits (this thread's, around the
+// read) are read_lock_ns, the rest of the read (and the checksum) read_ns.
 Status PipelineImpl::ReadSample(WorkerContext& ctx, int bucket_size, int64_t index,
                                 SampleTimes* times) {
   const int64_t t0 = core::SteadyNowNs();
+  const int64_t wait0 = data::ThisThreadReaderLockWaitNs();
   Status s = bucket_size > 0 ? reader_->ReadBucketSample(bucket_size, index, &ctx.encoded)
                              : reader_->ReadSample(index, &ctx.encoded);
+  const int64_t waited = data::ThisThreadReaderLockWaitNs() - wait0;
+  times->read_lock_ns += waited;
   if (!s.ok()) return s.WithContext("read failed");
   if (verify_ && bucket_size == 0) BC_RETURN_IF_ERROR(reader_->VerifySample(index, ctx.encoded));
-  times->read_ns += core::SteadyNowNs() - t0;
+  times->read_ns += core::SteadyNowNs() - t0 - waited;
   return Status::Ok();
 }
 
-// The scale a cached sample is decoded at: the one the crop mode's smallest box needs at the
-// options' output size, so every epoch's box has at least the pixels an online decode would
-// give it. For crop=none|center (fixed boxes) it is the online decode's own scale.
-int PipelineImpl::CacheScale(const ImageHeader& header) const {
-  if (!options_.dct_scaling || header.format != ImageFormat::kJpeg) return kScaleDenom;
-  const int w = header.width, h = header.height;
-  CropBox smallest = FullBox(w, h);
-  if (crop_ == CropMode::kCenter) smallest = CenterCropBox(w, h);
-  if (crop_ == CropMode::kRandom) {
-    // RandomResizedCropBox: area >= scale_min of the image, aspect ratio in [3/4, 4/3], so
-    // no side is under sqrt(scale_min * area * 3/4) (less one for rounding).
-    const double side = std::sqrt(options_.crop_scale_min * double(w) * h * 0.75);
-    const int s = std::max(1, static_cast<int>(side) - 1);
-    smallest = CropBox{0, 0, std::min(s, w), std::min(s, h)};
-  }
-  return ChooseScaleNum(smallest.width, smallest.height, spec_.layout.width,
-                        spec_.layout.height);
+// The scale a cached sample is kept at for `group`: the one its view's smallest box needs at
+// the view's own size (docs/pipeline.md, "Decoded-sample cache"), so every epoch's box has at
+// least the pixels an online decode would give it. For crop=none|center (fixed boxes) it is
+// the online decode's own scale. `sample` gives the stored size and whether it is a JPEG.
+int PipelineImpl::CacheScale(const JobGroup& group, const DecodedSample& sample) const {
+  if (!options_.dct_scaling || !sample.dct_scalable) return kScaleDenom;
+  return ViewCacheScale(group.view->view, group.view->spec.layout, sample.stored_width,
+                        sample.stored_height);
 }
 
 // The sample just read as the deterministic part of the pipeline leaves it: the whole image
-// at CacheScale (a raw sample: converted to the output's channels).
-Status PipelineImpl::DecodeWhole(WorkerContext& ctx, const BatchJob& job, int64_t index,
-                                 DecodedSample* out) {
-  const int out_c = spec_.layout.channels;
-  if (reader_->info().kind != data::SampleKind::kEncoded && job.bucket_size == 0) {
+// at `scale` (stored pixels or a raw sample: converted to the output's channels).
+Status PipelineImpl::DecodeWhole(WorkerContext& ctx, bool stored_pixels, int64_t index,
+                                 const ImageHeader& header, int scale, DecodedSample* out) {
+  if (stored_pixels) {
     PixelView v;
-    BC_RETURN_IF_ERROR(RawPixels(ctx, index, out_c, &v));
+    BC_RETURN_IF_ERROR(RawPixels(ctx, index, channels_, &v));
     *out = DecodedSample{v.width, v.height, kScaleDenom, v.width, v.height, v.channels, v.data,
-                         v.stride};
+                         v.stride, false};
     return Status::Ok();
   }
-  BC_ASSIGN_OR_RETURN(ImageHeader header, ctx.decoder.ReadHeader(ctx.encoded, options_.max_pixels));
-  const int scale = CacheScale(header);
-  const int want = (out_c == 1 || header.channels == 1) ? 1 : 3;
+  const int want = (channels_ == 1 || header.channels == 1) ? 1 : 3;
   BC_RETURN_IF_ERROR(ctx.decoder.Decode(ctx.encoded, header, scale, want, &ctx.decoded));
   const DecodedImage& d = ctx.decoded;
   *out = DecodedSample{header.width, header.height, scale,      d.width,
-                       d.height,     d.channels,    d.data(), d.stride()};
+                       d.height,     d.channels,    d.data(), d.stride(),
+                       header.format == ImageFormat::kJpeg};
   return Status::Ok();
 }
 
-// With a cache: the sample's DecodedSample from the cache, or read, decoded whole and
-// offered to it; the epoch's crop box is then taken from it (the same for a hit and a miss).
-Status PipelineImpl::LoadCached(WorkerContext& ctx, const BatchJob& job, int64_t index,
-                                CropBox* box, PixelView* view, SampleTimes* times) {
-  const int64_t key = job.cache_key_base + index;
-  DecodedSample s;
-  if (cache_->Find(key, &s)) {
-    ++times->cache_hits;
-  } else {
-    ++times->cache_misses;
-    BC_RETURN_IF_ERROR(ReadSample(ctx, job.bucket_size, index, times));
-    const int64_t t0 = core::SteadyNowNs();
-    BC_RETURN_IF_ERROR(DecodeWhole(ctx, job, index, &s));
-    times->decode_ns += core::SteadyNowNs() - t0;
-    cache_->Offer(key, s);  // only a sample decoded without error is offered
+// With a cache, for the groups in `mask` (one stored image): each group needs the whole image
+// at its CacheScale; each distinct scale is taken from the cache, or read (once), decoded
+// whole and offered to it. The epoch's crop boxes are then taken from it (the same for a hit
+// and a miss).
+Status PipelineImpl::ProcessCached(WorkerContext& ctx, const BatchJob& job, uint32_t mask,
+                                   size_t pos, int64_t index, SampleTimes* times) {
+  const JobGroup& first = job.groups[static_cast<size_t>(__builtin_ctz(mask))];
+  const int64_t key = first.cache_key_base + index;
+  ctx.memo.source = nullptr;
+  const bool stored_pixels =
+      reader_->info().kind != data::SampleKind::kEncoded && first.bucket_size == 0;
+  DecodedSample kept;  // what the cache holds under `key` (the first scale kept), if anything
+  const bool any = cache_->Find(key, 0, &kept);
+  bool missed = !any;  // a miss counted now (a read error still counts it) for the first decode
+  if (missed) ++times->cache_misses;
+  DecodedSample frame = kept;  // the stored size and kind, from the cache or the header
+  ImageHeader header;
+  bool read = false;
+  auto read_once = [&]() -> Status {
+    if (read) return Status::Ok();
+    read = true;
+    BC_RETURN_IF_ERROR(ReadSample(ctx, first.bucket_size, index, times));
+    if (stored_pixels) return Status::Ok();
+    BC_ASSIGN_OR_RETURN(header, ctx.decoder.ReadHeader(ctx.encoded, options_.max_pixels));
+    frame = DecodedSample{};
+    frame.stored_width = header.width;
+    frame.stored_height = header.height;
+    frame.dct_scalable = header.format == ImageFormat::kJpeg;
+    return Status::Ok();
+  };
+  if (!any && !stored_pixels) BC_RETURN_IF_ERROR(read_once());
+  uint32_t left = mask;
+  while (left != 0) {
+    const size_t g0 = static_cast<size_t>(__builtin_ctz(left));
+    const int scale = stored_pixels ? kScaleDenom : CacheScale(job.groups[g0], frame);
+    DecodedSample s;
+    if (any && kept.scale_num == scale) {
+      s = kept;
+      ++times->cache_hits;
+    } else if (any && cache_->Find(key, scale, &s)) {
+      ++times->cache_hits;
+    } else {
+      if (!missed) ++times->cache_misses;
+      missed = false;
+      BC_RETURN_IF_ERROR(read_once());
+      const int64_t t0 = core::SteadyNowNs();
+      BC_RETURN_IF_ERROR(DecodeWhole(ctx, stored_pixels, index, header, scale, &s));
+      ctx.memo.source = nullptr;
+      times->decode_ns += core::SteadyNowNs() - t0;
+      ++times->decodes;
+      cache_->Offer(key, s);  // only a sample decoded without error is offered
+    }
+    ForEachGroup(left, [&](size_t g) {
+      if (!stored_pixels && CacheScale(job.groups[g], frame) != scale) return;
+      left &= ~(uint32_t(1) << g);
+      const PreparedView& v = *job.groups[g].view;
+      const CropBox full_box = ViewCropBox(v, s.stored_width, s.stored_height, index, job.req.epoch);
+      WriteGroup(ctx, job, g, PixelView{s.pixels, s.stride, s.width, s.height, s.channels},
+                 ScaleBox(full_box, s.scale_num, s.width, s.height),
+                 ViewFlip(v, index, job.req.epoch), pos, times);
+    });
   }
-  const CropBox full_box = ChooseBox(s.stored_width, s.stored_height, index, job.req.epoch);
-  *box = ScaleBox(full_box, s.scale_num, s.width, s.height);
-  *view = PixelView{s.pixels, s.stride, s.width, s.height, s.channels};
   return Status::Ok();
 }
 
@@ -399,65 +482,125 @@ Result<size_t> PipelineImpl::DecodedBytes(int64_t index) {
   WorkerContext& ctx = *workers_[0];
   SampleTimes times;
   BC_RETURN_IF_ERROR(ReadSample(ctx, 0, index, &times));
-  const int out_c = spec_.layout.channels;
   if (reader_->info().kind != data::SampleKind::kEncoded) {
     PixelView v;
-    BC_RETURN_IF_ERROR(RawPixels(ctx, index, out_c, &v));
+    BC_RETURN_IF_ERROR(RawPixels(ctx, index, channels_, &v));
     return size_t(v.width) * v.height * v.channels;
   }
   BC_ASSIGN_OR_RETURN(ImageHeader header, ctx.decoder.ReadHeader(ctx.encoded, options_.max_pixels));
-  const int scale = CacheScale(header);
-  const int want = (out_c == 1 || header.channels == 1) ? 1 : 3;
-  return size_t(ScaledDim(header.width, scale)) * ScaledDim(header.height, scale) * want;
+  DecodedSample frame;
+  frame.stored_width = header.width;
+  frame.stored_height = header.height;
+  frame.dct_scalable = header.format == ImageFormat::kJpeg;
+  const int want = (channels_ == 1 || header.channels == 1) ? 1 : 3;
+  uint32_t scales = 0;  // bit s: kept at scale s/8
+  for (const auto& v : views_) {
+    JobGroup g;
+    g.view = v.get();
+    scales |= uint32_t(1) << CacheScale(g, frame);
+  }
+  size_t bytes = 0;
+  for (int scale : kScaleNums)
+    if (scales & (uint32_t(1) << scale))
+      bytes += size_t(ScaledDim(header.width, scale)) * ScaledDim(header.height, scale) * want;
+  return bytes;
 }
 
-Status PipelineImpl::ProcessSample(WorkerContext& ctx, const BatchJob& job, int64_t index,
-                                   void* dst, SampleTimes* times) {
-  const uint64_t epoch = job.req.epoch;
-  CropBox box;
-  PixelView view;
-  if (cache_ != nullptr) {
-    BC_RETURN_IF_ERROR(LoadCached(ctx, job, index, &box, &view, times));
-  } else {
-    BC_RETURN_IF_ERROR(ReadSample(ctx, job.bucket_size, index, times));
-    const int64_t t1 = core::SteadyNowNs();
-    BC_RETURN_IF_ERROR(LoadPixels(ctx, job, index, &box, &view));
-    times->decode_ns += core::SteadyNowNs() - t1;
-  }
-  const int64_t t2 = core::SteadyNowNs();
-  const SampleLayout& l = job.spec.layout;
-  const bool flip =
-      options_.flip && SampleRng(options_.seed, epoch, static_cast<uint64_t>(index), RngStream::kFlip)
-                           .Bernoulli(0.5);
+// One group's output of the sample at batch position `pos`: `box` of `view` resized to the
+// group's size, flipped, converted and written into the group's images. Every output element
+// is written once.
+void PipelineImpl::WriteGroup(WorkerContext& ctx, const BatchJob& job, size_t g, PixelView view,
+                              CropBox box, bool flip, size_t pos, SampleTimes* times) const {
+  const int64_t t0 = core::SteadyNowNs();
+  const JobGroup& group = job.groups[g];
+  const SampleLayout& l = group.spec.layout;
+  uint8_t* dst = group.images + pos * l.bytes();
+  WorkerContext::ResizeMemo& memo = ctx.memo;
   if (box.width == l.width && box.height == l.height) {
     // The box is the output size: no resampling, the final pass reads the box directly.
     view.data += size_t(box.y) * view.stride + size_t(box.x) * view.channels;
     view.width = box.width;
     view.height = box.height;
+  } else if (memo.source == view.data && memo.box == box && memo.width == l.width &&
+             memo.height == l.height && memo.resized.channels == view.channels) {
+    view = memo.resized;  // an earlier group of this sample resized the same box to this size
   } else if (l.dtype == DType::kUint8 && l.layout == Layout::kHWC && !flip &&
              view.channels == l.channels) {
     // The resize is the final pass: it writes the slot itself.
-    ResizeBox(view, box, l.width, l.height, static_cast<uint8_t*>(dst), size_t(l.width) * l.channels);
-    times->transform_ns += core::SteadyNowNs() - t2;
-    return Status::Ok();
+    const size_t stride = size_t(l.width) * l.channels;
+    ResizeBox(view, box, l.width, l.height, dst, stride);
+    memo = {view.data, box, l.width, l.height, PixelView{dst, stride, l.width, l.height, l.channels}};
+    times->group_ns[g] += core::SteadyNowNs() - t0;
+    return;
   } else {
     const size_t stride = size_t(l.width) * view.channels;
     ctx.resized.resize(stride * l.height);
     ResizeBox(view, box, l.width, l.height, ctx.resized.data(), stride);
-    view = PixelView{ctx.resized.data(), stride, l.width, l.height, view.channels};
+    memo = {view.data, box, l.width, l.height,
+            PixelView{ctx.resized.data(), stride, l.width, l.height, view.channels}};
+    view = memo.resized;
   }
-  WriteOutput(view, flip, job.spec, dst);
-  times->transform_ns += core::SteadyNowNs() - t2;
+  WriteOutput(view, flip, group.spec, dst);
+  times->group_ns[g] += core::SteadyNowNs() - t0;
+}
+
+// Groups that read the same stored image share its read and decodes; with offline buckets a
+// group whose size is a bucket reads that bucket's image, so a sample may be read more than
+// once (once per distinct stored image).
+Status PipelineImpl::ProcessSample(WorkerContext& ctx, const BatchJob& job, size_t pos,
+                                   int64_t index, SampleTimes* times) {
+  uint32_t left = (job.groups.size() >= 32 ? ~uint32_t(0)
+                                           : (uint32_t(1) << job.groups.size()) - 1);
+  while (left != 0) {
+    const int bucket = job.groups[static_cast<size_t>(__builtin_ctz(left))].bucket_size;
+    uint32_t same = 0;
+    ForEachGroup(left, [&](size_t g) {
+      if (job.groups[g].bucket_size == bucket) same |= uint32_t(1) << g;
+    });
+    left &= ~same;
+    BC_RETURN_IF_ERROR(cache_ != nullptr ? ProcessCached(ctx, job, same, pos, index, times)
+                                         : ProcessStored(ctx, job, same, pos, index, times));
+  }
   return Status::Ok();
 }
 
 Status PipelineImpl::CheckRequest(const BatchRequest& req) const {
   const data::DatasetInfo& info = reader_->info();
-  if (req.image_size < 0 || req.image_size > 16384)
-    return InvalidArgumentError("pipeline: batch image_size must be in [0, 16384], got {}",
-                                req.image_size);
-  if (!req.samples.empty() && req.images == nullptr)
+  auto check_size = [](int size) -> Status {
+    if (size < 0 || size > core::kMaxViewImageSize)
+      return InvalidArgumentError("pipeline: batch image_size must be in [0, {}], got {}",
+                                  core::kMaxViewImageSize, size);
+    return Status::Ok();
+  };
+  BC_RETURN_IF_ERROR(check_size(req.image_size));
+  if (req.groups.empty() && !req.samples.empty() && req.images == nullptr)
     return InvalidArgumentError("pipeline: batch of {} samples has no image buffer", req.samples.size());
+  if (!req.groups.empty() && (req.images != nullptr || req.image_size != 0))
+    return InvalidArgumentError("pipeline: a batch with groups takes its images from the groups; "
+                                "leave the request's images null and image_size 0");
+  if (req.groups.size() > size_t(kMaxBatchGroups))
+    return InvalidArgumentError("pipeline: a batch fills at most {} groups, got {}",
+                                kMaxBatchGroups, req.groups.size());
+  for (size_t g = 0; g < req.groups.size(); ++g) {
+    const GroupTarget& t = req.groups[g];
+    if (t.view < 0 || t.view >= views())
+      return InvalidArgumentError("pipeline: group {} of the batch names view {}, but the "
+                                  "pipeline has views 0..{} (Pipeline::AddView)", g, t.view,
+                                  views() - 1);
+    BC_RETURN_IF_ERROR(check_size(t.image_size));
+    if (t.images == nullptr && !req.samples.empty())
+      return InvalidArgumentError("pipeline: group {} of the batch has no image buffer", g);
+    const auto* lo = static_cast<const uint8_t*>(t.images);
+    const auto* hi = lo + req.samples.size() * GroupLayout(t.view, t.image_size).bytes();
+    for (size_t o = 0; o < g; ++o) {
+      const auto* olo = static_cast<const uint8_t*>(req.groups[o].images);
+      const auto* ohi = olo + req.samples.size() *
+                                  GroupLayout(req.groups[o].view, req.groups[o].image_size).bytes();
+      if (lo < ohi && olo < hi)
+        return InvalidArgumentError("pipeline: the image buffers of groups {} and {} of the batch "
+                                    "overlap; give each group its own region", o, g);
+    }
+  }
   for (int64_t index : req.samples) {
     if (index < 0 || index >= info.num_samples)
       return OutOfRangeError("pipeline: sample {} is out of range for {} with {} samples", index,
@@ -466,34 +609,42 @@ Status PipelineImpl::CheckRequest(const BatchRequest& req) const {
   return Status::Ok();
 }
 
+// The group of `job` that `target` asks for: its layout at this batch's size and, when that
+// size is an offline bucket (progressive resizing), the bucket it reads.
+void PipelineImpl::AddGroup(BatchJob& job, const GroupTarget& target) const {
+  JobGroup g;
+  g.view = views_[size_t(target.view)].get();
+  g.spec = g.view->spec;  // the value table and its affine form
+  g.spec.layout = GroupLayout(target.view, target.image_size);
+  g.images = static_cast<uint8_t*>(target.images);
+  const auto& buckets = reader_->info().bucket_sizes;
+  const SampleLayout& l = g.spec.layout;
+  const auto it = std::find(buckets.begin(), buckets.end(), l.width);
+  if (l.width == l.height && it != buckets.end()) {
+    g.bucket_size = l.width;
+    g.cache_key_base = (it - buckets.begin() + 1) * reader_->info().num_samples;
+  }
+  job.groups.push_back(std::move(g));
+}
+
 void PipelineImpl::StartBatch(const BatchRequest& req) {
   auto job = std::make_unique<BatchJob>();
   job->req = req;
   job->samples.assign(req.samples.begin(), req.samples.end());  // the caller's may go first
   job->req.samples = job->samples;
   job->check = CheckRequest(req);
-  job->spec.layout = OutputLayout(req.image_size);
-  job->spec.lut = spec_.lut;
-  const auto& buckets = reader_->info().bucket_sizes;  // offline buckets (progressive resizing)
-  const SampleLayout& l = job->spec.layout;
-  job->bucket_size = l.width == l.height &&
-                             std::find(buckets.begin(), buckets.end(), l.width) != buckets.end()
-                         ? l.width
-                         : 0;
-  if (job->bucket_size > 0) {
-    const int64_t pos = std::find(buckets.begin(), buckets.end(), job->bucket_size) - buckets.begin();
-    job->cache_key_base = (pos + 1) * reader_->info().num_samples;
-  }
+  if (job->check.ok() && req.groups.empty()) AddGroup(*job, GroupTarget{0, req.image_size, req.images});
+  if (job->check.ok())
+    for (const GroupTarget& t : req.groups) AddGroup(*job, t);
+  job->req.groups = {};  // the caller's may go first; job->groups has them
   const int64_t n = job->check.ok() ? static_cast<int64_t>(req.samples.size()) : 0;
   job->statuses.assign(n, Status::Ok());
   BatchJob* j = job.get();
   job->ticket = pool_->Submit(n, [this, j](int worker, int64_t pos) {
     const BatchRequest& r = j->req;
     const int64_t index = r.samples[pos];
-    auto* images = static_cast<uint8_t*>(r.images);
     SampleTimes times;
-    Status s = ProcessSample(*workers_[worker], *j, index,
-                             images + size_t(pos) * j->spec.layout.bytes(), &times);
+    Status s = ProcessSample(*workers_[worker], *j, size_t(pos), index, &times);
     if (!s.ok()) {
       j->statuses[pos] =
           s.WithContext(fmt::format("pipeline: sample {} of {}", index, reader_->info().path));
@@ -501,8 +652,11 @@ void PipelineImpl::StartBatch(const BatchRequest& req) {
       r.labels[pos] = reader_->Label(index);
     }
     j->read_ns.fetch_add(times.read_ns, std::memory_order_relaxed);
+    j->read_lock_ns.fetch_add(times.read_lock_ns, std::memory_order_relaxed);
     j->decode_ns.fetch_add(times.decode_ns, std::memory_order_relaxed);
-    j->transform_ns.fetch_add(times.transform_ns, std::memory_order_relaxed);
+    j->decodes.fetch_add(times.decodes, std::memory_order_relaxed);
+    for (size_t g = 0; g < j->groups.size(); ++g)
+      j->group_ns[g].fetch_add(times.group_ns[g], std::memory_order_relaxed);
     j->cache_hits.fetch_add(times.cache_hits, std::memory_order_relaxed);
     j->cache_misses.fetch_add(times.cache_misses, std::memory_order_relaxed);
   });
@@ -528,14 +682,17 @@ Status PipelineImpl::Finish(BatchJob& job, BatchResult* result) {
   const BatchRequest& req = job.req;
   *result = BatchResult();
   result->read_ns = job.read_ns.load();
+  result->read_lock_ns = job.read_lock_ns.load();
   result->decode_ns = job.decode_ns.load();
-  result->transform_ns = job.transform_ns.load();
+  result->decodes = job.decodes.load();
+  for (size_t g = 0; g < job.groups.size(); ++g) {
+    result->group_transform_ns.push_back(job.group_ns[g].load());
+    result->transform_ns += result->group_transform_ns.back();
+  }
   result->cache_hits = job.cache_hits.load();
   result->cache_misses = job.cache_misses.load();
   result->cache_bytes = cache_ != nullptr ? cache_->bytes() : 0;
   const bool skip = options_.on_bad_sample == "skip";
-  const size_t bytes = job.spec.layout.bytes();
-  auto* images = static_cast<uint8_t*>(req.images);
   int64_t written = 0;
   for (size_t pos = 0; pos < req.samples.size(); ++pos) {
     const Status& s = job.statuses[pos];
@@ -550,7 +707,10 @@ Status PipelineImpl::Finish(BatchJob& job, BatchResult* result) {
       continue;
     }
     if (written != static_cast<int64_t>(pos)) {
-      std::memmove(images + written * bytes, images + pos * bytes, bytes);
+      for (const JobGroup& g : job.groups) {
+        const size_t bytes = g.spec.layout.bytes();
+        std::memmove(g.images + written * bytes, g.images + pos * bytes, bytes);
+      }
       if (req.labels != nullptr) req.labels[written] = req.labels[pos];
     }
     result->kept.push_back(req.samples[pos]);

@@ -5,6 +5,12 @@
 // straight into a caller-provided batch buffer (a shared-memory slot), using a pool of
 // worker threads. Per-sample randomness is a pure function of (seed, epoch, sample index),
 // so the output does not depend on thread scheduling or on the number of threads.
+//
+// Views (docs/pipeline.md, "Views"): one pipeline serves several groups of consumers, each
+// with its own core::View (size, crop, flip, normalisation, dtype, layout, draw). Each sample
+// is read once and decoded once per distinct DCT scale its groups' own decodes use (one
+// decode in the usual case), and every group's output is made from that decode, byte for byte
+// what a pipeline of that view alone writes.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +22,7 @@
 
 #include "batchcast/options.h"
 #include "batchcast/status.h"
+#include "core/view.h"
 #include "data/dataset_reader.h"
 
 namespace batchcast::pipeline {
@@ -33,6 +40,19 @@ struct SampleLayout {
   size_t bytes() const { return size_t(channels) * height * width * DTypeSize(dtype); }
 };
 
+// The most views a pipeline holds (AddView) and the most groups one batch fills.
+inline constexpr int kMaxViews = 64;
+inline constexpr int kMaxBatchGroups = 32;
+
+// One group's part of a batch: its view (an id from Pipeline::AddView; 0 = the options' view),
+// its output size in this batch (0 = the view's; a progressive-resizing step) and its images,
+// samples.size() * GroupLayout(view, image_size).bytes() bytes.
+struct GroupTarget {
+  int view = 0;
+  int image_size = 0;
+  void* images = nullptr;
+};
+
 // One producer batch to fill.
 struct BatchRequest {
   uint64_t epoch = 0;
@@ -40,6 +60,10 @@ struct BatchRequest {
   int image_size = 0;                // per-batch override of the output size (0 = options)
   void* images = nullptr;            // samples.size() * layout.bytes() bytes
   int64_t* labels = nullptr;         // samples.size() entries
+  // Several groups from one decode per sample (docs/pipeline.md, "Views"): when given, the
+  // batch's images are these groups' (at most kMaxBatchGroups, distinct buffers) and
+  // `images` must be null and `image_size` 0. Empty: the one group {0, image_size, images}.
+  std::span<const GroupTarget> groups = {};
 };
 
 struct BatchResult {
@@ -49,8 +73,16 @@ struct BatchResult {
   std::vector<int64_t> kept;      // dataset indices of the written samples, in order
   std::vector<int64_t> skipped;   // dataset indices skipped under on_bad_sample=skip
   std::vector<std::string> skip_reasons;
-  // Wall time per stage summed over samples (for telemetry), nanoseconds.
-  int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
+  // Wall time per stage summed over samples (for telemetry), nanoseconds. transform_ns is
+  // the sum over groups; group_transform_ns has each group's part, in request order (one
+  // entry without `groups`). Reads and decodes serve every group: they are not split.
+  // read_lock_ns: the part of reading spent waiting for a lock inside the dataset reader
+  // (not in read_ns).
+  int64_t read_ns = 0, read_lock_ns = 0, decode_ns = 0, transform_ns = 0;
+  std::vector<int64_t> group_transform_ns;
+  // Image decodes run (cache hits and raw samples decode nothing): one per sample, or one
+  // per distinct DCT scale (and stored image) its groups need (docs/pipeline.md, "Views").
+  int64_t decodes = 0;
   // Decoded-sample cache (0 without one): samples taken from it, samples decoded, and the
   // bytes it holds after this batch.
   int64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0;
@@ -65,19 +97,21 @@ struct DecodedSample {
   int width = 0, height = 0, channels = 0;  // of `pixels`, HWC uint8
   const uint8_t* pixels = nullptr;
   size_t stride = 0;                        // bytes per row of `pixels`
+  bool dct_scalable = false;                // a JPEG: other scales exist (a cache keeps each)
   size_t bytes() const { return size_t(width) * height * channels; }
 };
 
 // Where a pipeline keeps decoded samples from one epoch to the next (producer::DecodedCache
-// implements it). Keys are in [0, DecodedCacheKeys(dataset)). Thread-safe: every decode
-// worker calls it.
+// implements it). Keys are in [0, DecodedCacheKeys(dataset)). A key may hold one decode per
+// DCT scale (views of different sizes can need two). Thread-safe: every decode worker calls it.
 class DecodedSampleCache {
  public:
   virtual ~DecodedSampleCache() = default;
-  // True and *out (packed rows) when `key` is kept; its pixels stay valid and unchanged
-  // until the cache is destroyed.
-  virtual bool Find(int64_t key, DecodedSample* out) const = 0;
-  // A sample just decoded without error: the cache copies and keeps it, or declines.
+  // True and *out (packed rows) when `key` is kept at `scale_num` (0: at any scale, the first
+  // kept); its pixels stay valid and unchanged until the cache is destroyed.
+  virtual bool Find(int64_t key, int scale_num, DecodedSample* out) const = 0;
+  // A sample just decoded without error: the cache copies and keeps it (under `key` at
+  // sample.scale_num), or declines.
   virtual void Offer(int64_t key, const DecodedSample& sample) = 0;
   // Bytes held.
   virtual int64_t bytes() const = 0;
@@ -101,7 +135,19 @@ class Pipeline {
   virtual ~Pipeline() = default;
 
   // The layout of every output image at `image_size` (0 = the options' size).
-  virtual SampleLayout OutputLayout(int image_size = 0) const = 0;
+  SampleLayout OutputLayout(int image_size = 0) const { return GroupLayout(0, image_size); }
+  // The layout of view `view`'s images at `image_size` (0 = the view's size).
+  virtual SampleLayout GroupLayout(int view, int image_size = 0) const = 0;
+
+  // Adds a view (docs/pipeline.md, "Views") and returns its id for GroupTarget::view; a view
+  // equal to one already added gets that one's id (0: the options' view). Refuses, naming
+  // the field, a view this dataset cannot give (size 0 of encoded images, mean/std values
+  // that do not match the channels) and more than kMaxViews views. Call it between batches
+  // from the thread that starts them; views are never removed.
+  virtual Result<int> AddView(const core::View& view) = 0;
+  // View `id` (0: the options' own, draw=leader); id must be one AddView returned.
+  virtual const core::View& view(int id) const = 0;
+  virtual int views() const = 0;
   virtual int threads() const = 0;
   virtual const data::DatasetInfo& dataset() const = 0;
 
@@ -124,8 +170,9 @@ class Pipeline {
   virtual bool WaitOldest(int64_t timeout_ms) = 0;
   // Nanoseconds every worker had nothing to do, since the pipeline was created.
   virtual int64_t idle_ns() const = 0;
-  // Bytes sample `index` takes as a DecodedSample (reads its header, decodes nothing), to size
-  // a cache. Call it before the first StartBatch.
+  // Bytes sample `index` takes as DecodedSamples, summed over the scales the views added so far
+  // need (reads its header, decodes nothing), to size a cache. Call it before the first
+  // StartBatch.
   virtual Result<size_t> DecodedBytes(int64_t index) = 0;
 };
 

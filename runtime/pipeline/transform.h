@@ -4,6 +4,10 @@
 // resize the box to the output size (INTER_AREA weights when shrinking by 2x or more, OpenCV's
 // INTER_LINEAR otherwise), then one final pass that flips, normalizes, converts HWC to CHW and writes
 // the output type straight into the batch buffer. Every output element is written once.
+//
+// The resize and the final pass run AVX2 kernels where the CPU has AVX2 and FMA (KernelIsa,
+// chosen once at run time) and portable C++ elsewhere; both give the same bytes
+// (transform_kernels.h, docs/pipeline.md "Transform kernels").
 #pragma once
 
 #include <cstdint>
@@ -42,28 +46,45 @@ struct PixelView {
   int width = 0, height = 0, channels = 0;
 };
 
+// The instruction set of the transform kernels. kAvx2 needs AVX2 and FMA.
+enum class KernelIsa : uint8_t { kScalar = 0, kAvx2 = 1 };
+// kAvx2 where this CPU (and OS) has it, else kScalar; decided once per process.
+KernelIsa BestKernelIsa();
+bool KernelIsaAvailable(KernelIsa isa);
+const char* KernelIsaName(KernelIsa isa);
+
 // Resizes `box` of `src` to out_w x out_h into `dst` (packed HWC, same channels; dst_stride
 // bytes per row). INTER_AREA when a dimension shrinks by 2x or more (our own separable pass
 // when neither dimension enlarges and the factors are not both whole numbers: equal to
-// OpenCV's within one level, rarely; docs/pipeline.md), INTER_LINEAR otherwise.
+// OpenCV's within one level, rarely; docs/pipeline.md), INTER_LINEAR otherwise (our own
+// separable fixed-point pass, equal to OpenCV 4.6's 8-bit INTER_LINEAR byte for byte). `isa`
+// must be available; every isa gives the same bytes.
 void ResizeBox(const PixelView& src, const CropBox& box, int out_w, int out_h, uint8_t* dst,
-               size_t dst_stride);
+               size_t dst_stride, KernelIsa isa = BestKernelIsa());
 
 // Everything the final pass needs about the output.
 struct OutputSpec {
   SampleLayout layout;
   // For float32 output: value of channel c for input byte v is lut[c * 256 + v]
-  // ((v/255 - mean) / std with normalize, v/255 without). Empty for uint8.
+  // ((v/255 - mean) / std with normalize, v/255 without, computed in double and rounded
+  // once). Empty for uint8.
   std::vector<float> lut;
+  // The same values as float(fma(double(v), scale[c], offset[c])), which the vector pass
+  // computes: true only when that equals lut[c * 256 + v] bit for bit for every c and v
+  // (BuildOutputLut checks all of them; otherwise the pass reads the table).
+  bool affine = false;
+  double scale[3] = {0, 0, 0}, offset[3] = {0, 0, 0};
 };
 
-// Builds the lookup table of `spec` from per-channel mean and std (or v/255 when empty).
+// Builds the lookup table of `spec` (and its checked affine form) from per-channel mean and
+// std (or v/255 when empty).
 void BuildOutputLut(const std::vector<double>& mean, const std::vector<double>& std,
                     OutputSpec* spec);
 
 // The final pass: src (layout.width x layout.height, 1 or layout.channels channels; a
 // 1-channel source fills every output channel) → dst in the output layout and type,
-// mirrored horizontally when `flip`.
-void WriteOutput(const PixelView& src, bool flip, const OutputSpec& spec, void* dst);
+// mirrored horizontally when `flip`. `isa` must be available; every isa gives the same bytes.
+void WriteOutput(const PixelView& src, bool flip, const OutputSpec& spec, void* dst,
+                 KernelIsa isa = BestKernelIsa());
 
 }  // namespace batchcast::pipeline

@@ -1,8 +1,6 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "pipeline/worker_pool.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 
@@ -10,17 +8,6 @@
 #include "core/thread_name.h"
 
 namespace batchcast::pipeline {
-
-int AvailableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 ? static_cast<int>(hw) : 1;
-}
 
 WorkerPool::WorkerPool(int threads, const std::string& name) : nthreads_(threads) {
   threads_.reserve(threads);

@@ -17,10 +17,12 @@
 #include <thread>
 #include <vector>
 
+#include "core/cores.h"
+
 namespace batchcast::pipeline {
 
-// Cores this process may run on (sched_getaffinity), at least 1.
-int AvailableCores();
+// Cores this process may run on (core/cores.h), at least 1.
+using batchcast::AvailableCores;
 
 class WorkerPool {
  public:

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "core/environment.h"
 #include "core/errors.h"
 
 namespace batchcast::producer {
@@ -35,8 +36,8 @@ std::string LoadStageModule() {
   std::lock_guard<std::mutex> lock(mu);
   if (g_factory.load() != nullptr) return "";
   std::string paths = BATCHCAST_STAGE_MODULE_PATHS;
-  if (const char* env = std::getenv("BATCHCAST_STAGE_MODULE"); env && *env)
-    paths = std::string(env) + ":" + paths;
+  if (const std::optional<std::string> module = env::Get(env::Var::kStageModule))
+    paths = *module + ":" + paths;
   why = "this build has no LibTorch model stage module";
   for (size_t at = 0; at < paths.size();) {
     const size_t end = std::min(paths.find(':', at), paths.size());

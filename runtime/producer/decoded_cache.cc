@@ -12,6 +12,7 @@ namespace batchcast::producer {
 struct DecodedCache::Entry {
   pipeline::DecodedSample sample;  // sample.pixels points into `pixels`, rows packed
   std::unique_ptr<uint8_t[]> pixels;
+  std::atomic<Entry*> next{nullptr};  // the same key at another scale
 };
 
 namespace {
@@ -42,26 +43,42 @@ DecodedCache::~DecodedCache() {
     BC_LOG(Info, Pipe, "cache: {} samples of {} kept ({} of the budget {}; {} declined when it "
            "was full), {} hits in {} lookups ({:.1f}%)", entries(), what_, Megabytes(bytes()),
            Megabytes(budget_), declined(), hits, lookups, 100.0 * hits / lookups);
-  for (int64_t k = 0; k < num_keys_; ++k) delete slots_[k].load(std::memory_order_relaxed);
+  for (int64_t k = 0; k < num_keys_; ++k) {
+    for (Entry* e = slots_[k].load(std::memory_order_relaxed); e != nullptr;) {
+      Entry* next = e->next.load(std::memory_order_relaxed);
+      delete e;
+      e = next;
+    }
+  }
 }
 
 int64_t DecodedCache::EntryBytes(size_t pixel_bytes) {
   return static_cast<int64_t>(pixel_bytes + sizeof(Entry));
 }
 
-bool DecodedCache::Find(int64_t key, pipeline::DecodedSample* out) const {
+bool DecodedCache::Find(int64_t key, int scale_num, pipeline::DecodedSample* out) const {
   if (key < 0 || key >= num_keys_) return false;
   lookups_.fetch_add(1, std::memory_order_relaxed);
-  const Entry* e = slots_[key].load(std::memory_order_acquire);
-  if (e == nullptr) return false;
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  *out = e->sample;
-  return true;
+  for (const Entry* e = slots_[key].load(std::memory_order_acquire); e != nullptr;
+       e = e->next.load(std::memory_order_acquire)) {
+    if (scale_num != 0 && e->sample.scale_num != scale_num) continue;
+    hits_.fetch_add(1, std::memory_order_relaxed);
+    *out = e->sample;
+    return true;
+  }
+  return false;
 }
 
 void DecodedCache::Offer(int64_t key, const pipeline::DecodedSample& sample) {
-  if (key < 0 || key >= num_keys_ || slots_[key].load(std::memory_order_relaxed) != nullptr)
-    return;
+  if (key < 0 || key >= num_keys_) return;
+  // The link to append to: the key's slot, or the `next` of its last entry. A key holds each
+  // scale once.
+  std::atomic<Entry*>* link = &slots_[key];
+  for (Entry* e = link->load(std::memory_order_acquire); e != nullptr;
+       e = link->load(std::memory_order_acquire)) {
+    if (e->sample.scale_num == sample.scale_num) return;
+    link = &e->next;
+  }
   const size_t pixel_bytes = sample.bytes();
   const int64_t need = EntryBytes(pixel_bytes);
   int64_t held = bytes_.load(std::memory_order_relaxed);
@@ -80,14 +97,20 @@ void DecodedCache::Offer(int64_t key, const pipeline::DecodedSample& sample) {
   entry->sample = sample;
   entry->sample.pixels = entry->pixels.get();
   entry->sample.stride = row;
-  Entry* expected = nullptr;
-  if (slots_[key].compare_exchange_strong(expected, entry.get(), std::memory_order_release,
-                                          std::memory_order_relaxed)) {
-    entry.release();
-    entries_.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    bytes_.fetch_sub(need, std::memory_order_relaxed);  // another worker kept it first
+  // Append at the end of the chain; another worker may append first (the same scale: keep
+  // theirs; another scale: append after it).
+  for (;;) {
+    Entry* expected = nullptr;
+    if (link->compare_exchange_strong(expected, entry.get(), std::memory_order_release,
+                                      std::memory_order_acquire)) {
+      entry.release();
+      entries_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (expected->sample.scale_num == sample.scale_num) break;
+    link = &expected->next;
   }
+  bytes_.fetch_sub(need, std::memory_order_relaxed);  // another worker kept it first
 }
 
 Status CheckCacheBudget(const Options& options, pipeline::Pipeline& pipeline,

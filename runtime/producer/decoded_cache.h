@@ -10,6 +10,10 @@
 // cyclic-scan worst case), while keeping the first `budget` bytes serves that fraction of
 // every later epoch at no bookkeeping cost. Lookups are lock-free (one atomic pointer per
 // key); entries never change once published, so a hit needs no lock and no reference count.
+//
+// One decode serves every view (docs/pipeline.md, "Views"): a key holds the whole image at
+// each DCT scale the views' own decodes need (usually one; views of different sizes can need
+// two), as a chain of entries appended lock-free and never changed.
 #pragma once
 
 #include <atomic>
@@ -30,7 +34,9 @@ class DecodedCache final : public pipeline::DecodedSampleCache {
   DecodedCache(const DecodedCache&) = delete;
   DecodedCache& operator=(const DecodedCache&) = delete;
 
-  bool Find(int64_t key, pipeline::DecodedSample* out) const override;
+  bool Find(int64_t key, int scale_num, pipeline::DecodedSample* out) const override;
+  // At any scale (the first kept).
+  bool Find(int64_t key, pipeline::DecodedSample* out) const { return Find(key, 0, out); }
   void Offer(int64_t key, const pipeline::DecodedSample& sample) override;
   int64_t bytes() const override { return bytes_.load(std::memory_order_relaxed); }
 

@@ -11,7 +11,7 @@
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 #include "transport/mpi/batch_exchange.h"
-#include "transport/mpi/mpi_status.h"
+#include "core/mpi_status.h"
 #include "transport/shm/futex.h"
 
 namespace batchcast::producer {

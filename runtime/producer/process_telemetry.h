@@ -6,10 +6,11 @@
 // (a trainer under batchcast-run, a Python Consumer). The `telemetry` option gives the same
 // collector and per-rank data as in the MPI Runtime; each process writes its own files.
 //
-// One file-naming rule (TelemetryPath): %h, %p and %r in a sink path expand to the host, the
-// pid and the rank; a path without a pattern gets the process's tag, when its front door has
-// several processes per job writing the same spec (batchcast-run: run.h5 ->
-// run.node0-leader.h5, run.rank3.h5), before the first dot of the file name.
+// One file-naming rule (telemetry/run_outputs.h): in a run directory (telemetry=dir:RUN) every
+// process writes RUN/<kind>-<host>-<pid>.h5; an explicit sink path expands %h, %p and %r to
+// the host, the pid and the rank, and gets the process's tag when its front door has several
+// processes per job writing the same spec (batchcast-run: run.h5 -> run.node0-leader.h5,
+// run.rank3.h5). Every path is created or refused when Start() runs.
 #pragma once
 
 #include <memory>
@@ -21,18 +22,17 @@
 #include "batchcast/status.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
+#include "telemetry/run_outputs.h"
 
 namespace batchcast::producer {
-
-// The rule above: "run.h5" + "rank3" -> "run.rank3.h5"; "out/run" -> "out/run.rank3";
-// "run.%r.h5" (rank 3) -> "run.3.h5" whatever the tag. Empty stays empty.
-std::string TelemetryPath(const std::string& path, int rank, std::string_view tag);
 
 class ProcessTelemetry {
  public:
   // The collector options.telemetry asks for, tagged with rank / local_rank and `role`, its
-  // sink paths named by TelemetryPath(path, rank, tag). Null when telemetry is off.
-  static Result<std::unique_ptr<ProcessTelemetry>> Start(const Options& options, int rank,
+  // files named for a process of `kind` (and `tag`) by the rule above. Null when telemetry
+  // is off.
+  static Result<std::unique_ptr<ProcessTelemetry>> Start(const Options& options,
+                                                         telemetry::ProcessKind kind, int rank,
                                                          int local_rank, telemetry::Role role,
                                                          std::string_view tag);
   ~ProcessTelemetry();  // finishes if Finish() was not called (logs a failure; never throws)
@@ -42,7 +42,7 @@ class ProcessTelemetry {
   telemetry::Collector* collector() const { return collector_.get(); }
   const telemetry::Sinks& sinks() const { return sinks_; }
   // Writes this process's files and prints its summary. Once (thread-safe); later calls
-  // return Ok.
+  // return the first call's status.
   Status Finish();
   // The summary table and diagnosis Finish() printed ("" before).
   std::string summary() const;
@@ -53,6 +53,7 @@ class ProcessTelemetry {
   telemetry::Sinks sinks_;
   mutable std::mutex mu_;
   bool finished_ = false;
+  Status status_;
   std::string summary_;
 };
 

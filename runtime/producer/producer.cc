@@ -36,6 +36,22 @@ Result<std::unique_ptr<Producer>> Producer::Create(const ProducerConfig& config,
                 MakeLocalDistribution());
 }
 
+// The kind of process a producer's own telemetry files are named for (run_outputs.h).
+static telemetry::ProcessKind TelemetryKind(const std::optional<FrontDoor>& door) {
+  if (door == FrontDoor::kServe) return telemetry::ProcessKind::kService;
+  if (door == FrontDoor::kPythonProducer) return telemetry::ProcessKind::kProducer;
+  return telemetry::ProcessKind::kLeader;
+}
+
+Result<std::shared_ptr<ProcessTelemetry>> StartTelemetry(const ProducerConfig& config) {
+  if (config.collector != nullptr) return std::shared_ptr<ProcessTelemetry>();
+  BC_ASSIGN_OR_RETURN(std::unique_ptr<ProcessTelemetry> t,
+                      ProcessTelemetry::Start(config.options, TelemetryKind(config.front_door),
+                                              config.rank, config.local_rank,
+                                              telemetry::Role::kLeader, config.telemetry_tag));
+  return std::shared_ptr<ProcessTelemetry>(std::move(t));
+}
+
 // Options check, sizing, ring, writer, admission: the assembly every front door shares.
 Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distribution> dist) {
   const Options& o = config_.options;
@@ -51,9 +67,10 @@ Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distributi
   if (config_.socket_name.empty()) config_.socket_name = NewSocketName(who);
   collector_ = config_.collector;
   if (collector_ == nullptr) {
-    BC_ASSIGN_OR_RETURN(telemetry_, ProcessTelemetry::Start(o, config_.rank, config_.local_rank,
-                                                            telemetry::Role::kLeader,
-                                                            config_.telemetry_tag));
+    telemetry_ = std::move(config_.telemetry);
+    if (telemetry_ == nullptr) {
+      BC_ASSIGN_OR_RETURN(telemetry_, StartTelemetry(config_));
+    }
     if (telemetry_ != nullptr) collector_ = telemetry_->collector();
   }
   // The feed plans with the distribution's view of the options (shard: the global batch).
@@ -232,9 +249,10 @@ Status Producer::Run() {
   // The job ends with its trainers: wait until the last has detached (a day at most).
   if (st.ok() && config_.wait_until_empty) st = WaitUntilEmpty(24LL * 3600 * 1000);
   if (telemetry_ != nullptr) {  // the stream is over: files and summary
-    Status written = telemetry_->Finish();
+    // A file that cannot be written is the run's error (a front door's exit status).
+    Status written = telemetry_->Finish().WithContext(config_.who + " telemetry");
     if (st.ok()) st = written;
-    else if (!written.ok()) BC_LOG(Error, Telem, "{} telemetry: {}", config_.who, written.ToString());
+    else if (!written.ok()) BC_LOG(Error, Telem, "{}", written.ToString());
   }
   return st;
 }

@@ -69,10 +69,14 @@ struct ProducerConfig {
   int64_t handshake_timeout_ms = 5000;
   bool print_plan = true;           // print a resize schedule's plan to stdout
   // The front door's own collector (the MPI Runtime's, gathered over its ranks); else the
-  // Producer starts its own from options.telemetry, its files named by TelemetryPath with
-  // `telemetry_tag`, and writes them when Run() ends.
+  // Producer starts its own from options.telemetry (a process of the kind its front door
+  // is: service, producer, else leader), its files named by the one rule
+  // (telemetry/run_outputs.h) with `telemetry_tag`, and writes them when Run() ends.
   telemetry::Collector* collector = nullptr;
   std::string telemetry_tag;
+  // Its own telemetry started already (StartTelemetry: a front door checks the output paths
+  // before it opens its dataset); the Producer finishes it as if it had started it.
+  std::shared_ptr<ProcessTelemetry> telemetry;
   // Polled before every position and every 200 ms of a wait for a slot: non-ok stops the
   // stream with it (a Python KeyboardInterrupt).
   std::function<Status()> poll;
@@ -89,6 +93,11 @@ struct ProducerStats : WriterStats, FeedStats {
   int64_t consumers_detached = 0;        // consumers that detached normally
   int64_t consumers_lost = 0;            // consumers that died or went silent
 };
+
+// The Producer's own telemetry for `config` (null with telemetry off, or when the front
+// door gives its collector): files named for its front door's kind of process, every output
+// path created or refused now.
+Result<std::shared_ptr<ProcessTelemetry>> StartTelemetry(const ProducerConfig& config);
 
 // "batchcast-<uid>-<pid>-<kind>-<n>": a socket name unique in this process (kind: the front
 // door's key, or the producer's `who`).
@@ -161,7 +170,7 @@ class Producer {
 
   ProducerConfig config_;
   FeedPlan plan_;
-  std::unique_ptr<ProcessTelemetry> telemetry_;  // its own (outlives the writer)
+  std::shared_ptr<ProcessTelemetry> telemetry_;  // its own (outlives the writer)
   telemetry::Collector* collector_ = nullptr;
   std::unique_ptr<shm::RingLeader> ring_;
   std::unique_ptr<SlotWriter> writer_;

@@ -13,7 +13,22 @@ namespace batchcast::producer {
 
 SlotWriter::SlotWriter(shm::RingLeader* ring, const SlotLayout& layout, std::string who,
                        telemetry::Collector* collector)
-    : ring_(ring), layout_(layout), who_(std::move(who)), collector_(collector) {}
+    : ring_(ring), layout_(layout), who_(std::move(who)), collector_(collector) {
+  if (collector_ == nullptr) return;
+  // The per-trial ledger (telemetry/trial_ledger.h): who was admitted, who left and how.
+  telemetry::Collector* tc = collector_;
+  ring_->SetMemberObserver([tc](const shm::MemberInfo& m, const shm::LossKind* lost) {
+    if (lost == nullptr) {
+      tc->trials().Admit(m.id, m.pid, m.rank, m.name, tc->ElapsedS());
+      return;
+    }
+    using telemetry::TrialEnd;
+    const TrialEnd how = *lost == shm::LossKind::kDetached    ? TrialEnd::kDetached
+                         : *lost == shm::LossKind::kHeartbeat ? TrialEnd::kSilent
+                                                              : TrialEnd::kDied;
+    tc->trials().Leave(m.id, how, tc->ElapsedS());
+  });
+}
 
 void SlotWriter::RecordStart(int worker_threads) {
   if (collector_ == nullptr) return;
@@ -45,6 +60,7 @@ Result<std::optional<shm::SlotWrite>> SlotWriter::AcquireSlot(uint64_t seq,
     }
   }
   const int64_t waited = shm::MonotonicNs() - t0;
+  if (collector_ != nullptr) collector_->AddTime(telemetry::Timer::kSlotWait, waited);
   stats_.slot_wait_ns += waited;
   stats_.max_slot_wait_ns = std::max(stats_.max_slot_wait_ns, waited);
   if (!acquired.ok()) return acquired.status().WithContext(who_);
@@ -75,6 +91,8 @@ Status SlotWriter::FinishFill(BatchSource& source, uint64_t epoch,
   const int64_t t0 = shm::MonotonicNs();
   Status st = source.Finish(&result);
   const int64_t t1 = shm::MonotonicNs();
+  // The producer thread waited for the workers' queued batch: a wait, not decode time.
+  if (collector_ != nullptr) collector_->AddTime(telemetry::Timer::kQueueWait, t1 - t0);
   int64_t* ids = layout_.ids(data) + pos;
   const size_t n = st.ok() ? std::min(size_t(result.written), samples.size()) : 0;
   if (result.kept.size() == n) std::copy(result.kept.begin(), result.kept.begin() + n, ids);
@@ -82,6 +100,7 @@ Status SlotWriter::FinishFill(BatchSource& source, uint64_t epoch,
   std::fill(ids + n, ids + samples.size(), int64_t(-1));
   record->produce_end_ns = t1;
   record->read_ns += result.read_ns;
+  record->read_lock_ns += result.read_lock_ns;
   record->decode_ns += result.decode_ns;
   record->transform_ns += result.transform_ns;
   record->skipped += static_cast<int64_t>(result.skipped.size());
@@ -282,9 +301,11 @@ void SlotWriter::Record(const shm::SlotWrite& w, const SlotContents& c, uint32_t
   tc->Add(Counter::kBatchesProduced, 1);
   tc->Add(Counter::kSamplesProduced, c.num_samples);
   tc->Add(Counter::kSamplesSkipped, r.skipped);
-  tc->Add(Counter::kBytesShm, static_cast<int64_t>((c.num_samples + uint64_t(tail)) *
-                                                   c.layout.bytes()));
+  const auto bytes = static_cast<int64_t>((c.num_samples + uint64_t(tail)) * c.layout.bytes());
+  tc->Add(Counter::kBytesShm, bytes);
+  tc->trials().Deliver(receivers, c.num_samples, bytes, c.epoch, tc->ElapsedS());
   tc->AddTime(Timer::kRead, r.read_ns);
+  tc->AddTime(Timer::kLockWait, r.read_lock_ns);
   tc->AddTime(Timer::kDecode, r.decode_ns);
   tc->AddTime(Timer::kTransform, r.transform_ns);
   if (r.cache_hits + r.cache_misses > 0) {

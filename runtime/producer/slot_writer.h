@@ -60,7 +60,7 @@ struct WriterStats {
 
 // What the fills of one producer batch add up to (its telemetry record).
 struct BatchRecord {
-  int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
+  int64_t read_ns = 0, read_lock_ns = 0, decode_ns = 0, transform_ns = 0;
   int64_t skipped = 0;            // samples skipped by this process's source
   int64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0;  // decoded-sample cache
   int64_t produce_start_ns = 0;   // first fill began (0: no fill here, e.g. external batches)

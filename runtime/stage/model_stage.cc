@@ -4,7 +4,9 @@
 //   model(path=encoder.pt,input=images,output=embedding,device=cpu,dtype=float32,threads=0)
 // a TorchScript module, loaded once, put in eval mode and frozen (torch::jit::freeze), run
 // without autograd on every producer batch after the pipeline; its output is written into
-// the slot's named tensor `output`, which every consumer views in place.
+// the slot's named tensor `output`, which every consumer views in place. With LibTorch 2.6
+// or newer, path=*.pt2 is an exported program compiled by AOTInductor
+// (torch._inductor.aoti_compile_and_package of a torch.export program), run the same way.
 //
 // Built only with LibTorch, as its own shared module (libbatchcast_model_stage.so): the
 // producer core loads it when option 'stage' is set (producer/batch_stage.cc), so neither
@@ -13,6 +15,16 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+// torch.export programs compiled ahead of time (AOTInductor packages): LibTorch >= 2.6.
+#if __has_include(<torch/csrc/inductor/aoti_package/model_package_loader.h>) && \
+    defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 6)
+#include <dlfcn.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#define BATCHCAST_HAVE_AOTI 1
+#endif
+
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -60,7 +72,8 @@ Result<ModelSpec> ParseModelSpec(std::string_view s, const std::string& who) {
                                   "output, device=cpu|cuda, dtype=float32|float16, threads, "
                                   "keep_input=true|false", who, kv);
   }
-  if (m.path.empty()) return InvalidArgumentError("{}: no path=<TorchScript file>", who);
+  if (m.path.empty())
+    return InvalidArgumentError("{}: no path=<TorchScript file or .pt2 package>", who);
   if (m.device != "cpu" && m.device != "cuda")
     return InvalidArgumentError("{}: device={}; use cpu or cuda", who, m.device);
   if (m.dtype != "float32" && m.dtype != "float16")
@@ -145,9 +158,16 @@ class ModelStage : public producer::BatchStage {
   // random batch of per-sample `shape`); else leaves the copy after forward.
   void PrepareWriteInPlace(const std::vector<int64_t>& shape);
 
+  // Loads an AOTInductor package (path *.pt2) into aoti_.
+  Status LoadExportedProgram(const std::string& who);
+
   std::string name_;
   ModelSpec spec_;
   torch::jit::Module module_;
+#ifdef BATCHCAST_HAVE_AOTI
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> aoti_;  // path=*.pt2
+#endif
+  bool exported_ = false;  // path=*.pt2: an exported program, not TorchScript
   torch::Device device_ = torch::kCPU;
   torch::ScalarType in_type_ = torch::kUInt8;
   std::vector<int64_t> in_shape_;   // per sample (images: of the largest size)
@@ -169,6 +189,15 @@ torch::Tensor ModelStage::Input(uint8_t* data, int64_t n, const std::vector<int6
 Result<torch::Tensor> ModelStage::Forward(const torch::Tensor& input) {
   try {
     c10::InferenceMode guard;
+#ifdef BATCHCAST_HAVE_AOTI
+    if (aoti_) {
+      std::vector<torch::Tensor> outs = aoti_->run({input});
+      if (outs.size() != 1)
+        return InvalidArgumentError("{}: the exported program returned {} tensors, not one; "
+                                    "return the embedding tensor only", name_, outs.size());
+      return outs[0];
+    }
+#endif
     torch::jit::IValue out = module_.forward({input});
     if (!out.isTensor())
       return InvalidArgumentError("{}: forward returned {}, not one tensor; return the "
@@ -184,7 +213,13 @@ Result<std::vector<int64_t>> ModelStage::Probe(const std::vector<int64_t>& in_sh
                                                const std::string& who) {
   std::vector<int64_t> shape[2];
   for (int64_t n : {1, 2}) {
-    BC_ASSIGN_OR_RETURN(torch::Tensor out, Forward(Input(nullptr, n, in_shape)));
+    Result<torch::Tensor> r = Forward(Input(nullptr, n, in_shape));
+    if (!r.ok() && exported_)
+      return r.status().WithContext(fmt::format(
+          "{} (an exported program runs on every batch size the stream has: export it with a "
+          "dynamic batch dimension, dynamic_shapes={{'x': {{0: torch.export.Dim('batch', "
+          "min=1)}}}})", who));
+    BC_ASSIGN_OR_RETURN(torch::Tensor out, std::move(r));
     if (out.dim() < 1 || out.size(0) != n)
       return InvalidArgumentError("{}: the output of a batch of {} has shape {}; its first "
                                   "dimension must be the batch", who, n,
@@ -232,7 +267,10 @@ Result<std::unique_ptr<producer::BatchStage>> ModelStage::Create(
   struct stat st;
   if (stat(m.path.c_str(), &st) != 0)
     return NotFoundError("{}: no TorchScript file '{}' ({})", who, m.path, std::strerror(errno));
-  try {
+  s->exported_ = m.path.size() > 4 && m.path.compare(m.path.size() - 4, 4, ".pt2") == 0;
+  if (s->exported_) {
+    BC_RETURN_IF_ERROR(s->LoadExportedProgram(who));
+  } else try {
     torch::jit::Module module = torch::jit::load(m.path, s->device_);
     module.eval();
     s->module_ = torch::jit::freeze(module);
@@ -278,6 +316,34 @@ Result<std::unique_ptr<producer::BatchStage>> ModelStage::Create(
   return std::unique_ptr<producer::BatchStage>(std::move(s));
 }
 
+Status ModelStage::LoadExportedProgram(const std::string& who) {
+#ifdef BATCHCAST_HAVE_AOTI
+  // The package's compiled model resolves LibTorch's C shim (aoti_torch_*) in the global
+  // symbol scope, but LibTorch came in locally, with this module (the producer core dlopens
+  // it): make the library that holds the shim global (it is loaded already; RTLD_NOLOAD).
+  Dl_info shim;
+  if (dladdr(reinterpret_cast<void*>(&aoti_torch_dtype_float32), &shim) != 0 &&
+      shim.dli_fname != nullptr)
+    dlopen(shim.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+  try {
+    aoti_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(spec_.path);
+  } catch (const std::exception& e) {
+    return InvalidArgumentError("{}: '{}' is not an AOTInductor package this LibTorch {} can "
+                                "load (torch._inductor.aoti_compile_and_package of a "
+                                "torch.export program, made by the same torch version): {}",
+                                who, spec_.path, TORCH_VERSION, FirstLine(e));
+  }
+  return Status::Ok();
+#else
+  return InvalidArgumentError(
+      "{}: '{}' is an exported program (.pt2, an AOTInductor package), which needs LibTorch "
+      "2.6 or newer; this leader's LibTorch is {}.{}: save a TorchScript module instead "
+      "(torch.jit.script(model).save('model.pt')), or build Batchcast against a newer LibTorch "
+      "(a pip torch's, docs/python.md 'Supported versions')", who, spec_.path,
+      TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR);
+#endif
+}
+
 Status ModelStage::Run(const producer::StageSlot& slot) {
   uint8_t* in = in_is_images_ ? slot.data : slot.layout->tensor(slot.data, spec_.input);
   uint8_t* out = slot.layout->tensor(slot.data, output_.name);
@@ -291,8 +357,8 @@ Status ModelStage::Run(const producer::StageSlot& slot) {
 void ModelStage::PrepareWriteInPlace(const std::vector<int64_t>& shape) {
   // Only a float32 output on the CPU can be the module's own result (float16 and cuda
   // outputs are converted or brought back to the host: one copy).
-  std::string why = "dtype=float16 or device=cuda";
-  if (spec_.dtype == "float32" && device_.is_cpu()) {
+  std::string why = exported_ ? "an exported program" : "dtype=float16 or device=cuda";
+  if (!exported_ && spec_.dtype == "float32" && device_.is_cpu()) {
     try {
       forward_into_ = ForwardWritingInto(module_, &why);
     } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/cores.h"
 #include "core/errors.h"
 #include "core/log.h"
 #include "telemetry/process_stats.h"
@@ -67,7 +68,7 @@ Result<std::unique_ptr<Collector>> Collector::Create(Tags tags, CollectorOptions
 }
 
 Collector::Collector(Tags tags, CollectorOptions options)
-    : tags_(std::move(tags)), options_(options) {
+    : tags_(std::move(tags)), options_(std::move(options)), ledger_(static_cast<int>(getpid())) {
   if (options_.max_spans > 0) {
     uint64_t cap = RoundUpPow2(static_cast<uint64_t>(options_.max_spans));
     spans_.reset(new SpanSlot[cap]);
@@ -80,9 +81,18 @@ Collector::Collector(Tags tags, CollectorOptions options)
   last_row_ns_ = start_mono_ns_;
   last_cpu_s_ = ProcessCpuSeconds();
   start_cpu_s_ = last_cpu_s_;
-  BC_LOG(Info, Telem, "telemetry: collecting every {}ms as {} (rank {}, {} span slots, gpu {})",
-         options_.interval_ms, RoleName(tags_.role), tags_.rank, spans_ ? span_mask_ + 1 : 0,
-         nvml_ ? nvml_->name : std::string("absent"));
+  start_node_busy_s_ = last_node_busy_s_ = NodeBusyCpuSeconds();
+  std::string why = "telemetry energy=off";
+  if (options_.energy) rapl_ = RaplReader::Open(options_.powercap_root, &why);
+  cpu_energy_source_ = rapl_ ? rapl_->description() : "n/a: " + why;
+  gpu_energy_source_ = !options_.gpu  ? "n/a: telemetry gpu=off"
+                       : !nvml_       ? "n/a: no GPU seen through NVML"
+                       : !options_.energy ? "n/a: telemetry energy=off"
+                                      : "n/a: the GPU reported neither energy nor power";
+  BC_LOG(Info, Telem, "telemetry: collecting every {}ms as {} (rank {}, {} span slots, gpu {}, "
+         "cpu energy {})", options_.interval_ms, RoleName(tags_.role), tags_.rank,
+         spans_ ? span_mask_ + 1 : 0, nvml_ ? nvml_->name : std::string("absent"),
+         cpu_energy_source_);
 }
 
 Collector::~Collector() { StopSampler(); }
@@ -152,10 +162,56 @@ void Collector::TakeRow() {
   row[col::kGpuUtil] = have_gpu ? gpu.util_pct : std::numeric_limits<double>::quiet_NaN();
   row[col::kGpuMem] =
       have_gpu ? static_cast<double>(gpu.mem_used) : std::numeric_limits<double>::quiet_NaN();
+  if (have_gpu && options_.energy) ReadGpuEnergy(gpu, dt);
+  row[col::kGpuEnergy] = gpu_energy_j_;
+  if (rapl_) {
+    std::string why;
+    if (!rapl_->Read(&cpu_energy_j_, &why) && !rapl_warned_) {
+      rapl_warned_ = true;  // the total holds; the gap is not energy we measured
+      BC_LOG(Warn, Telem, "telemetry: rapl: {}: energy of these intervals is missing", why);
+    }
+  }
+  row[col::kCpuEnergy] = rapl_ ? cpu_energy_j_ : std::numeric_limits<double>::quiet_NaN();
+  const double busy = NodeBusyCpuSeconds();
+  row[col::kNodeCpu] = busy - start_node_busy_s_;
+  // The trials' share of this interval (telemetry/trial_ledger.h).
+  IntervalCost cost;
+  cost.cpu_s = std::max(0.0, cpu - last_cpu_s_);
+  if (have_gpu) cost.gpu_s = gpu.util_pct * 0.01 * dt;
+  if (rapl_) cost.package_j = cpu_energy_j_ - last_cpu_energy_j_;
+  cost.node_busy_s = busy - last_node_busy_s_;
+  for (int t = 0; t < kNumTransports; ++t) {
+    const double total = row[col::Counter(Counter::kBytesShm) + t];
+    cost.bytes[t] = total - last_bytes_[t];
+    last_bytes_[t] = total;
+  }
+  ledger_.Apportion(cost);
+  last_cpu_energy_j_ = cpu_energy_j_;
+  last_node_busy_s_ = busy;
   last_cpu_s_ = cpu;
   last_row_ns_ = now;
   if (rows_.size() + col::kNum > static_cast<size_t>(options_.max_rows) * col::kNum) ThinRows();
   rows_.insert(rows_.end(), row, row + col::kNum);
+}
+
+// The GPU's energy since the collector started: its total-energy counter when it has one,
+// else its power draw times the interval (a rectangle per interval: less exact).
+void Collector::ReadGpuEnergy(const GpuReading& gpu, double dt) {
+  if (gpu.energy_mj >= 0) {
+    if (gpu_energy_base_mj_ < 0) {
+      gpu_energy_base_mj_ = gpu.energy_mj;
+      gpu_energy_source_ = fmt::format("NVML total-energy counter of gpu {} ({})", nvml_->index,
+                                       nvml_->name);
+    }
+    gpu_energy_j_ = static_cast<double>(gpu.energy_mj - gpu_energy_base_mj_) * 1e-3;
+  } else if (gpu.power_mw >= 0) {
+    if (std::isnan(gpu_energy_j_)) {
+      gpu_energy_j_ = 0;
+      gpu_energy_source_ = fmt::format("NVML power draw x interval of gpu {} ({}): no energy "
+                                       "counter on this device", nvml_->index, nvml_->name);
+    }
+    gpu_energy_j_ += static_cast<double>(gpu.power_mw) * 1e-3 * dt;
+  }
 }
 
 // Halves the table: keeps the later row of each pair (cumulative columns stay exact),
@@ -274,9 +330,16 @@ RankData Collector::BuildRankData() {
   d.wall_s = (last_row_ns_ - start_mono_ns_) * 1e-9;
   d.cpu_seconds = last_cpu_s_ - start_cpu_s_;  // CPU over the same span as wall_s
   d.peak_rss_bytes = ProcessPeakRssBytes();
-  d.cores_available = CoresAvailable();
+  d.cores_available = AvailableCores();
   d.gpu_present = nvml_ != nullptr;
   if (nvml_) d.gpu_name = nvml_->name;
+  if (nvml_) d.gpu_index = nvml_->index;
+  d.cpu_energy_present = rapl_ != nullptr;
+  d.gpu_energy_present = !std::isnan(gpu_energy_j_);
+  d.cpu_energy_source = cpu_energy_source_;
+  d.gpu_energy_source = gpu_energy_source_;
+  d.trials = ledger_.Records();
+  d.trial_totals = ledger_.Totals();
   d.rows = rows_;
   if (spans_) {
     uint64_t head = span_head_.load(std::memory_order_acquire);
@@ -305,18 +368,25 @@ RankData Collector::Snapshot() {
 
 // Declared in telemetry/spec.h; here so that the spec parser (spec.cc) stands alone (the
 // libFuzzer target tests/fuzz/fuzz_spec.cc links it without the collector).
-Result<std::unique_ptr<Collector>> CreateCollector(const Options& options, int rank,
-                                                   int local_rank, Role role, Sinks* sinks) {
+Result<std::unique_ptr<Collector>> CreateCollector(const Options& options,
+                                                   const OutputIdentity& who, int local_rank,
+                                                   Role role, Sinks* sinks) {
   Result<TelemetrySpec> parsed = ParseTelemetrySpec(options.telemetry);
   if (!parsed.ok()) return parsed.status().WithContext("option 'telemetry'");
   TelemetrySpec spec = std::move(parsed).value();
-  if (sinks != nullptr) *sinks = spec.sinks;
-  if (!spec.enabled) return std::unique_ptr<Collector>();
+  if (!spec.enabled) {
+    if (sinks != nullptr) *sinks = Sinks();
+    return std::unique_ptr<Collector>();
+  }
+  // Every output path is created or refused now, not after the run (run_outputs.h).
+  Result<Sinks> prepared = PrepareSinks(spec, who);
+  if (!prepared.ok()) return prepared.status().WithContext("option 'telemetry'");
+  if (sinks != nullptr) *sinks = std::move(prepared).value();
   Tags tags;
   tags.experiment = options.experiment;
   tags.workload = options.workload;
   tags.run = options.run_name;
-  tags.rank = rank;
+  tags.rank = who.rank;
   tags.local_rank = local_rank;
   tags.role = role;
   return Collector::Create(std::move(tags), spec.collector);

@@ -16,7 +16,7 @@
 //
 // A sampler thread snapshots the counters every `interval_ms` into a preallocated table
 // of at most `max_rows` rows; when the table is full every other row is dropped and the
-// interval doubles, so memory stays bounded (max_rows × col::kNum × 8 bytes, ~1.2 MB at
+// interval doubles, so memory stays bounded (max_rows × col::kNum × 8 bytes, ~1.8 MB at
 // the default 4096 rows) while the series still covers the whole run.
 #pragma once
 
@@ -32,6 +32,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,8 +42,10 @@
 #include <vector>
 
 #include "batchcast/status.h"
+#include "telemetry/energy.h"
 #include "telemetry/metrics.h"
 #include "telemetry/rank_data.h"
+#include "telemetry/trial_ledger.h"
 
 namespace batchcast {
 struct Options;
@@ -51,6 +54,7 @@ struct Options;
 namespace batchcast::telemetry {
 
 struct Nvml;
+struct GpuReading;
 struct JobSummary;
 
 // CLOCK_MONOTONIC in nanoseconds: the time base of timers and spans.
@@ -62,6 +66,8 @@ struct CollectorOptions {
   int64_t max_spans = 65536;   // lifecycle spans kept (rounded up to a power of two; the
                                // oldest are overwritten and counted as dropped)
   bool gpu = true;             // probe NVML for GPU utilisation / memory
+  bool energy = true;          // read RAPL package energy (and NVML energy with gpu)
+  std::string powercap_root = kPowercapRoot;  // where RAPL lives (tests: a fake tree)
 };
 
 // Where Finish() writes. Empty paths are disabled; any subset works.
@@ -137,6 +143,11 @@ class Collector {
   // This rank's data so far (takes a row now). For tests and the single-process path.
   RankData Snapshot();
   const Tags& tags() const { return tags_; }
+  // Seconds since the collector started (the clock of time_s, named series and the ledger).
+  double ElapsedS() const { return (NowNs() - start_mono_ns_) * 1e-9; }
+  // The leader's per-trial ledger (telemetry/trial_ledger.h): the producer records who was
+  // admitted, who left and what each received; the sampler apportions the cost.
+  TrialLedger& trials() { return ledger_; }
 
  private:
   static constexpr int kShards = 16;
@@ -160,6 +171,7 @@ class Collector {
   static int ThreadIndex();
   void SamplerLoop();
   void TakeRow();  // sampler thread or under sample_mu_
+  void ReadGpuEnergy(const GpuReading& gpu, double dt);
   void ThinRows();
   void StopSampler();
   RankData BuildRankData();
@@ -190,6 +202,16 @@ class Collector {
   double prev_gauge_sum_[kNumGauges] = {};
   int64_t prev_gauge_count_[kNumGauges] = {};
   std::unique_ptr<Nvml> nvml_;
+  // Energy (sampler state, under sample_mu_): RAPL packages, the GPU's counter or power.
+  std::unique_ptr<RaplReader> rapl_;
+  std::string cpu_energy_source_, gpu_energy_source_;
+  bool rapl_warned_ = false;
+  double cpu_energy_j_ = 0, last_cpu_energy_j_ = 0;
+  int64_t gpu_energy_base_mj_ = -1;
+  double gpu_energy_j_ = std::numeric_limits<double>::quiet_NaN();
+  double start_node_busy_s_ = 0, last_node_busy_s_ = 0;
+  double last_bytes_[kNumTransports] = {};
+  TrialLedger ledger_;
   std::mutex notes_mu_;
   std::string annotations_;          // guarded by notes_mu_
   int64_t annotations_dropped_ = 0;  // guarded by notes_mu_

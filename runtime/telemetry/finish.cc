@@ -1,12 +1,16 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
 // Collector::Finish: the end-of-job gather over MPI and the sinks on rank 0. MPI return
-// codes become Status here and only here (MpiCheck).
+// codes become Status in core/mpi_status.h (BC_MPI), as everywhere else.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/mpi_status.h"
 #include "telemetry/collector.h"
 #include "telemetry/sinks.h"
 #include "telemetry/summary.h"
@@ -14,26 +18,37 @@
 namespace batchcast::telemetry {
 namespace {
 
-Status MpiCheck(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return Status::Ok();
-  char text[MPI_MAX_ERROR_STRING] = {0};
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  return UnavailableError("telemetry: {} failed: {}", what, std::string(text, len));
-}
-
-// Rank 0's status, shared with every rank so that all return the same.
-Status ShareStatus(MPI_Comm comm, int rank, const Status& local) {
-  int code = static_cast<int>(local.code());
-  BC_RETURN_IF_ERROR(MpiCheck(MPI_Bcast(&code, 1, MPI_INT, 0, comm), "MPI_Bcast of status"));
-  if (code == 0) return Status::Ok();
-  std::string msg = rank == 0 ? local.message() : std::string();
-  int len = static_cast<int>(msg.size());
-  BC_RETURN_IF_ERROR(MpiCheck(MPI_Bcast(&len, 1, MPI_INT, 0, comm), "MPI_Bcast of status"));
-  msg.resize(len);
-  BC_RETURN_IF_ERROR(
-      MpiCheck(MPI_Bcast(msg.data(), len, MPI_CHAR, 0, comm), "MPI_Bcast of status"));
-  return Status(static_cast<StatusCode>(code), msg);
+// Gathers every rank's serialized telemetry (`mine`) to rank 0 of `comm`: this rank in
+// *rank; on rank 0, *all holds the bytes of rank i at (*offsets)[i], (*lens)[i].
+Status GatherSerialized(MPI_Comm comm, const std::string& mine, int* rank, std::string* all,
+                        std::vector<int>* lens, std::vector<int>* offsets) {
+  int size = 1;
+  BC_MPI(MPI_Comm_rank(comm, rank), "MPI_Comm_rank");
+  BC_MPI(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  const bool root = *rank == 0;
+  int len = static_cast<int>(mine.size());
+  lens->assign(root ? size : 0, 0);
+  offsets->assign(root ? size : 0, 0);
+  BC_MPI(MPI_Gather(&len, 1, MPI_INT, lens->data(), 1, MPI_INT, 0, comm),
+         "MPI_Gather of telemetry sizes");
+  int64_t total = 0;
+  for (int i = 0; i < static_cast<int>(lens->size()); ++i) {
+    (*offsets)[i] = static_cast<int>(std::min<int64_t>(total, INT32_MAX));
+    total += (*lens)[i];
+  }
+  // Rank 0 alone knows the total: every rank learns whether the gather fits, so that none
+  // waits in an MPI_Gatherv the others left.
+  int fits = total <= INT32_MAX ? 1 : 0;
+  BC_MPI(MPI_Bcast(&fits, 1, MPI_INT, 0, comm), "MPI_Bcast of the telemetry size verdict");
+  if (!fits)
+    return ResourceExhaustedError("the series of {} ranks exceed one MPI_Gatherv (2 GiB){}; "
+                                  "raise the telemetry interval", size,
+                                  root ? fmt::format(": {} bytes", total) : std::string());
+  if (root) all->resize(static_cast<size_t>(total));
+  BC_MPI(MPI_Gatherv(mine.data(), len, MPI_BYTE, all->data(), lens->data(), offsets->data(),
+                     MPI_BYTE, 0, comm),
+         "MPI_Gatherv of telemetry");
+  return Status::Ok();
 }
 
 }  // namespace
@@ -42,7 +57,8 @@ Status Collector::WriteOutputs(const std::vector<RankData>& ranks, const Sinks& 
                                FinishReport* report) {
   JobSummary summary = Summarize(ranks);
   Diagnosis diagnosis = Diagnose(summary);
-  std::string text = FormatSummary(summary, diagnosis) + FormatAnnotations(ranks) + FormatNamedSeries(ranks);
+  std::string text = FormatSummary(summary, diagnosis) + FormatTrials(ranks, summary.cost) +
+                     FormatAnnotations(ranks) + FormatNamedSeries(ranks);
   if (sinks.print_summary) {
     FILE* to = sinks.summary_to != nullptr ? sinks.summary_to : stdout;
     std::fputs(text.c_str(), to);
@@ -96,32 +112,15 @@ Status Collector::Finish(MPI_Comm comm, const Sinks& sinks, FinishReport* report
     TakeRow();
     mine = SerializeRankData(BuildRankData());
   }
-  int rank = 0, size = 1;
-  BC_RETURN_IF_ERROR(MpiCheck(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank"));
-  BC_RETURN_IF_ERROR(MpiCheck(MPI_Comm_size(comm, &size), "MPI_Comm_size"));
-  int len = static_cast<int>(mine.size());
-  std::vector<int> lens(rank == 0 ? size : 0), offsets(rank == 0 ? size : 0);
-  BC_RETURN_IF_ERROR(MpiCheck(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm),
-                              "MPI_Gather of telemetry sizes"));
+  int rank = 0;
   std::string all;
-  if (rank == 0) {
-    int64_t total = 0;
-    for (int i = 0; i < size; ++i) {
-      offsets[i] = static_cast<int>(total);
-      total += lens[i];
-    }
-    if (total > INT32_MAX)
-      return ResourceExhaustedError("telemetry: {} bytes from {} ranks exceed one MPI_Gatherv",
-                                    total, size);
-    all.resize(static_cast<size_t>(total));
-  }
-  BC_RETURN_IF_ERROR(MpiCheck(MPI_Gatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(),
-                                          offsets.data(), MPI_BYTE, 0, comm),
-                              "MPI_Gatherv of telemetry"));
+  std::vector<int> lens, offsets;
+  BC_RETURN_IF_ERROR(
+      GatherSerialized(comm, mine, &rank, &all, &lens, &offsets).WithContext("telemetry"));
   Status result;
   if (rank == 0) {
     std::vector<RankData> ranks;
-    for (int i = 0; i < size && result.ok(); ++i) {
+    for (size_t i = 0; i < lens.size() && result.ok(); ++i) {
       Result<RankData> d =
           DeserializeRankData(std::string_view(all).substr(offsets[i], lens[i]));
       if (!d.ok()) result = d.status();
@@ -131,7 +130,8 @@ Status Collector::Finish(MPI_Comm comm, const Sinks& sinks, FinishReport* report
               [](const RankData& a, const RankData& b) { return a.tags.rank < b.tags.rank; });
     if (result.ok()) result = WriteOutputs(ranks, sinks, report);
   }
-  return ShareStatus(comm, rank, result);
+  // Only rank 0 wrote: every rank returns its verdict.
+  return mpi::AgreeOnStatus(comm, result);
 }
 
 }  // namespace batchcast::telemetry

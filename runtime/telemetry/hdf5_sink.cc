@@ -1,85 +1,53 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// The HDF5 sink. HDF5 error codes become Status here and only here (H5Check).
+// The HDF5 sink, over the HDF5 support in core/hdf5_util.h (handles, errors, attributes).
 #include <hdf5.h>
 
 #include <cmath>
 #include <ctime>
 #include <mutex>
+#include <type_traits>
 
 #include "core/errors.h"
 #include "core/hdf5_lock.h"
+#include "core/hdf5_util.h"
 #include "core/log.h"
+#include "telemetry/hdf5_handle.h"
 #include "telemetry/sinks.h"
 
 namespace batchcast::telemetry {
 namespace {
 
-// Owns one HDF5 identifier and closes it with the matching H5?close.
-class H5Handle {
- public:
-  H5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~H5Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
 class Writer {
  public:
   explicit Writer(std::string path) : path_(std::move(path)) {}
 
-  Status Check(bool ok, const std::string& what) {
+  // HDF5 failures of this file: "telemetry: <path>: hdf5: <what>: <HDF5's message>".
+  Status Check(bool ok, const std::string& what) const {
     if (ok) return Status::Ok();
-    return IoError("telemetry: hdf5 {} failed in {}", what, path_);
+    return Hdf5Error(StatusCode::kIoError, what);
   }
 
   Status StringAttr(hid_t obj, const char* name, const std::string& value) {
-    H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-    BC_RETURN_IF_ERROR(Check(type.ok(), "string type"));
-    H5Tset_size(type.get(), H5T_VARIABLE);
-    H5Tset_cset(type.get(), H5T_CSET_UTF8);
-    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-    H5Handle attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                  H5Aclose);
-    BC_RETURN_IF_ERROR(Check(attr.ok(), fmt::format("attribute '{}'", name)));
-    const char* p = value.c_str();
-    return Check(H5Awrite(attr.get(), type.get(), &p) >= 0, fmt::format("attribute '{}'", name));
+    return WriteStringAttribute(obj, name, value, Hdf5String::kVariable);
   }
 
   template <typename T>
   Status NumberAttr(hid_t obj, const char* name, T value) {
-    hid_t type = std::is_floating_point_v<T> ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64;
-    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-    H5Handle attr(H5Acreate2(obj, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-    BC_RETURN_IF_ERROR(Check(attr.ok(), fmt::format("attribute '{}'", name)));
-    if constexpr (std::is_floating_point_v<T>) {
-      double v = value;
-      return Check(H5Awrite(attr.get(), type, &v) >= 0, fmt::format("attribute '{}'", name));
-    } else {
-      int64_t v = value;
-      return Check(H5Awrite(attr.get(), type, &v) >= 0, fmt::format("attribute '{}'", name));
-    }
+    if constexpr (std::is_floating_point_v<T>) return WriteDoubleAttribute(obj, name, value);
+    else return WriteIntAttribute(obj, name, static_cast<int64_t>(value));
   }
 
   Status Dataset(hid_t group, const std::string& name, hid_t type, const void* data,
                  size_t n) {
-    hsize_t dims[1] = {static_cast<hsize_t>(n)};
-    H5Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-    H5Handle ds(H5Dcreate2(group, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                           H5P_DEFAULT),
-                H5Dclose);
-    BC_RETURN_IF_ERROR(Check(ds.ok(), fmt::format("dataset '{}'", name)));
-    if (n == 0) return Status::Ok();
-    return Check(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0,
-                 fmt::format("write of dataset '{}'", name));
+    return WriteDataset1D(group, name.c_str(), type, type, data, n, path_);
+  }
+
+  // A group `name` in `parent`, or the error naming it.
+  Result<H5Id> Group(hid_t parent, const std::string& name) {
+    H5Id g(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    BC_RETURN_IF_ERROR(Check(g.valid(), fmt::format("cannot create group '{}'", name)));
+    return g;
   }
 
   Status Series(hid_t group, const RankData& d) {
@@ -87,7 +55,7 @@ class Writer {
     std::vector<int64_t> ints(n);
     std::vector<double> reals(n);
     for (int c = 0; c < col::kNum; ++c) {
-      if (ColumnIsGpu(c) && !d.gpu_present) continue;  // absent, not zero
+      if (!ColumnPresent(d, c)) continue;  // absent, not zero
       std::string name = ColumnName(c);
       if (ColumnIsInteger(c) && !ColumnIsGpu(c)) {
         for (int64_t r = 0; r < n; ++r) ints[r] = static_cast<int64_t>(d.At(r, c));
@@ -103,24 +71,22 @@ class Writer {
   // named/<name>: an (n, 2) float64 dataset of (time_s, value) rows per named series; the
   // '/' of a name makes the intermediate groups.
   Status Named(hid_t group, const RankData& d) {
-    H5Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-    BC_RETURN_IF_ERROR(Check(lcpl.ok() && H5Pset_create_intermediate_group(lcpl.get(), 1) >= 0,
-                             "link creation property list"));
+    H5Id lcpl(H5Pcreate(H5P_LINK_CREATE));
+    BC_RETURN_IF_ERROR(Check(lcpl.valid() && H5Pset_create_intermediate_group(lcpl.get(), 1) >= 0,
+                             "cannot make a link creation property list"));
     std::vector<double> rows;
     for (const NamedSeries& s : d.named) {
       const size_t n = s.time_s.size();
       rows.resize(2 * n);
       for (size_t i = 0; i < n; ++i) rows[2 * i] = s.time_s[i], rows[2 * i + 1] = s.value[i];
       hsize_t dims[2] = {static_cast<hsize_t>(n), 2};
-      H5Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
-      H5Handle ds(H5Dcreate2(group, s.name.c_str(), H5T_NATIVE_DOUBLE, space.get(), lcpl.get(),
-                             H5P_DEFAULT, H5P_DEFAULT),
-                  H5Dclose);
-      BC_RETURN_IF_ERROR(Check(ds.ok(), fmt::format("dataset 'named/{}'", s.name)));
-      if (n > 0)
-        BC_RETURN_IF_ERROR(Check(
-            H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) >= 0,
-            fmt::format("write of dataset 'named/{}'", s.name)));
+      H5Id space(H5Screate_simple(2, dims, nullptr));
+      H5Id ds(H5Dcreate2(group, s.name.c_str(), H5T_NATIVE_DOUBLE, space.get(), lcpl.get(),
+                         H5P_DEFAULT, H5P_DEFAULT));
+      BC_RETURN_IF_ERROR(Check(
+          ds.valid() && (n == 0 || H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
+                                            H5P_DEFAULT, rows.data()) >= 0),
+          fmt::format("cannot write dataset 'named/{}'", s.name)));
       BC_RETURN_IF_ERROR(StringAttr(ds.get(), "columns", "time_s,value"));
       BC_RETURN_IF_ERROR(NumberAttr(ds.get(), "stride", s.stride));
     }
@@ -153,8 +119,7 @@ class Writer {
 
   Status RankGroup(hid_t file, const RankData& d, const RankStats& s) {
     std::string name = fmt::format("rank_{:05d}", d.tags.rank);
-    H5Handle g(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    BC_RETURN_IF_ERROR(Check(g.ok(), fmt::format("group '{}'", name)));
+    BC_ASSIGN_OR_RETURN(H5Id g, Group(file, name));
     hid_t id = g.get();
     BC_RETURN_IF_ERROR(StringAttr(id, "experiment", d.tags.experiment));
     BC_RETURN_IF_ERROR(StringAttr(id, "workload", d.tags.workload));
@@ -173,6 +138,11 @@ class Writer {
     BC_RETURN_IF_ERROR(NumberAttr(id, "cores_available", d.cores_available));
     BC_RETURN_IF_ERROR(NumberAttr(id, "gpu_present", d.gpu_present ? 1 : 0));
     if (d.gpu_present) BC_RETURN_IF_ERROR(StringAttr(id, "gpu_name", d.gpu_name));
+    if (d.gpu_present) BC_RETURN_IF_ERROR(NumberAttr(id, "gpu_index", d.gpu_index));
+    BC_RETURN_IF_ERROR(StringAttr(id, "cpu_energy_source", d.cpu_energy_source));
+    BC_RETURN_IF_ERROR(StringAttr(id, "gpu_energy_source", d.gpu_energy_source));
+    if (!d.trials.empty())
+      BC_RETURN_IF_ERROR(StringAttr(id, "trials", TrialsJson(d.trials, d.trial_totals)));
     if (!d.annotations.empty())
       BC_RETURN_IF_ERROR(StringAttr(id, "annotations", d.annotations));
     BC_RETURN_IF_ERROR(NumberAttr(id, "samples_per_s", s.samples_per_s));
@@ -181,21 +151,18 @@ class Writer {
     BC_RETURN_IF_ERROR(NumberAttr(id, "step_ms", s.step_ms));
     BC_RETURN_IF_ERROR(NumberAttr(id, "cpu_cores", s.cpu_cores));
     BC_RETURN_IF_ERROR(NumberAttr(id, "worker_util", s.worker_util));
-    H5Handle series(H5Gcreate2(id, "series", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    BC_RETURN_IF_ERROR(Check(series.ok(), fmt::format("group '{}/series'", name)));
+    BC_ASSIGN_OR_RETURN(H5Id series, Group(id, "series"));
     BC_RETURN_IF_ERROR(Series(series.get(), d));
-    H5Handle named(H5Gcreate2(id, "named", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    BC_RETURN_IF_ERROR(Check(named.ok(), fmt::format("group '{}/named'", name)));
+    BC_ASSIGN_OR_RETURN(H5Id named, Group(id, "named"));
     BC_RETURN_IF_ERROR(Named(named.get(), d));
-    H5Handle spans(H5Gcreate2(id, "spans", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    BC_RETURN_IF_ERROR(Check(spans.ok(), fmt::format("group '{}/spans'", name)));
+    BC_ASSIGN_OR_RETURN(H5Id spans, Group(id, "spans"));
     return Spans(spans.get(), d);
   }
 
   Status Write(const std::vector<RankData>& ranks, const JobSummary& j, const Diagnosis& diag,
                const std::string& text) {
-    H5Handle file(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    if (!file.ok()) return IoError("telemetry: cannot create hdf5 file {}", path_);
+    H5Id file(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    BC_RETURN_IF_ERROR(Check(file.valid(), "cannot create the file"));
     hid_t f = file.get();
     BC_RETURN_IF_ERROR(StringAttr(f, "format", "batchcast-telemetry"));
     BC_RETURN_IF_ERROR(NumberAttr(f, "format_version", kFormatVersion));
@@ -215,7 +182,7 @@ class Writer {
       RankStats s = ComputeRankStats(d);
       BC_RETURN_IF_ERROR(RankGroup(f, d, s));
     }
-    return Check(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "flush");
+    return Check(H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0, "cannot flush the file");
   }
 
  private:
@@ -227,14 +194,10 @@ class Writer {
 Status WriteHdf5(const std::string& path, const std::vector<RankData>& ranks,
                  const JobSummary& summary, const Diagnosis& diagnosis,
                  const std::string& summary_text) {
+  Hdf5Init();  // HDF5 failures become Status, not a dump on stderr
   std::lock_guard lock(Hdf5Lock());
-  // Silence HDF5's own stderr dump for this call sequence; failures become Status.
-  H5E_auto2_t old_func = nullptr;
-  void* old_data = nullptr;
-  H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  Status s = Writer(path).Write(ranks, summary, diagnosis, summary_text);
-  H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+  Status s = Writer(path).Write(ranks, summary, diagnosis, summary_text)
+                 .WithContext(fmt::format("telemetry: {}", path));
   if (!s.ok()) BC_LOG(Error, Telem, "{}", s.message());
   return s;
 }

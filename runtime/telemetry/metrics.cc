@@ -11,7 +11,7 @@ constexpr std::string_view kCounterNames[] = {
     "cache_misses",     "batches_replayed"};
 constexpr std::string_view kTimerNames[] = {"data_wait", "step",    "read",    "decode",
                                             "transform", "collate", "publish", "exchange",
-                                            "stage"};
+                                            "stage",     "slot_wait", "queue_wait", "lock_wait"};
 constexpr std::string_view kGaugeNames[] = {"buffer_occupancy", "ring_occupancy", "ring_slots",
                                             "worker_threads", "consumers_attached", "image_size",
                                             "batch_size", "lr_factor", "eval_accuracy",

@@ -43,6 +43,12 @@ enum class Timer : int {
   kPublish,       // leader: publishing a producer batch to the ring / consumers
   kExchange,      // leader: MPI exchange of decoded samples between node leaders
   kStage,         // leader: model stages (--stage) run on each producer batch
+  // Waits, each its own timer so that no wait is ever inside read, decode or transform
+  // (docs/telemetry.md "Stage times").
+  kSlotWait,      // leader: backpressure, the producer thread waiting for a free ring slot
+  kQueueWait,     // leader: the producer thread waiting for the decode workers' queued batch
+  kLockWait,      // leader worker: waiting for a lock a dataset read needs (the process-wide
+                  // HDF5 lock: layout version 1 encoded files, compressed chunks); not in kRead
   kCount
 };
 
@@ -93,11 +99,23 @@ std::string_view RoleName(Role r);
 // "leader" | "consumer" | "both" → Role; false if unknown.
 bool ParseRole(std::string_view text, Role* out);
 
-// True for the timers spent in decode workers (read, decode, transform, collate): their sum
-// over threads divided by (threads × wall) is the worker utilisation.
+// True for the timers spent working in decode workers (read, decode, transform, collate):
+// their sum over threads divided by (threads × wall) is the worker utilisation. Lock waits
+// (kLockWait) are waits, not work (IsWait).
 constexpr bool IsWorkerStage(Timer t) {
   return t == Timer::kRead || t == Timer::kDecode || t == Timer::kTransform ||
          t == Timer::kCollate;
+}
+// True for the timers that measure waiting, not work: a consumer's data wait, the leader's
+// backpressure and queue waits, and lock waits. The diagnosis never blames a wait as the
+// slow stage; the report draws them apart from the work they hold up.
+constexpr bool IsWait(Timer t) {
+  return t == Timer::kDataWait || t == Timer::kSlotWait || t == Timer::kQueueWait ||
+         t == Timer::kLockWait;
+}
+// True for the leader's work stages (read .. stage): the candidates for the slow stage.
+constexpr bool IsLeaderWork(Timer t) {
+  return t != Timer::kDataWait && t != Timer::kStep && !IsWait(t);
 }
 
 }  // namespace batchcast::telemetry

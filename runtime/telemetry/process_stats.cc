@@ -3,13 +3,16 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <string>
 
+#include "core/environment.h"
 #include "core/errors.h"
 #include "core/log.h"
 
@@ -41,20 +44,61 @@ int64_t ProcessPeakRssBytes() {
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
-int CoresAvailable() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
+
+double NodeBusyCpuSeconds() {
+  int fd = RetryEintr([] { return open("/proc/stat", O_RDONLY | O_CLOEXEC); });
+  if (fd < 0) return std::numeric_limits<double>::quiet_NaN();
+  char buf[512] = {0};
+  ssize_t n = RetryEintr([&] { return read(fd, buf, sizeof(buf) - 1); });
+  close(fd);
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0,
+                     softirq = 0, steal = 0;
+  if (n <= 0 || std::sscanf(buf, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice,
+                            &system, &idle, &iowait, &irq, &softirq, &steal) != 8)
+    return std::numeric_limits<double>::quiet_NaN();
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return static_cast<double>(user + nice + system + irq + softirq + steal) / ticks;
+}
+
+bool ReadOtherProcess(int pid, OtherProcess* out) {
+  if (pid <= 0) return false;
+  const std::string dir = "/proc/" + std::to_string(pid);
+  int fd = RetryEintr([&] { return open((dir + "/stat").c_str(), O_RDONLY | O_CLOEXEC); });
+  if (fd < 0) return false;
+  char buf[1024] = {0};
+  ssize_t n = RetryEintr([&] { return read(fd, buf, sizeof(buf) - 1); });
+  close(fd);
+  if (n <= 0) return false;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses; fields after the
+  // last ')' are fixed: utime and stime are fields 14 and 15, starttime 22.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return false;
+  unsigned long long utime = 0, stime = 0, start = 0;
+  if (std::sscanf(p + 2,
+                  "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d "
+                  "%*d %llu",
+                  &utime, &stime, &start) != 3)
+    return false;
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  out->cpu_s = static_cast<double>(utime + stime) / ticks;
+  out->start_ticks = start;
+  out->rss_bytes = 0;
+  fd = RetryEintr([&] { return open((dir + "/statm").c_str(), O_RDONLY | O_CLOEXEC); });
+  if (fd >= 0) {
+    char m[128] = {0};
+    n = RetryEintr([&] { return read(fd, m, sizeof(m) - 1); });
+    close(fd);
+    long long size = 0, resident = 0;
+    if (n > 0 && std::sscanf(m, "%lld %lld", &size, &resident) == 2)
+      out->rss_bytes = static_cast<int64_t>(resident) * sysconf(_SC_PAGESIZE);
   }
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
+  return true;
 }
 
 int PickGpuIndex(int requested, int local_rank) {
   if (requested >= 0) return requested;
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr && *v != '\0') {
+  if (const std::optional<std::string> devices = env::Get(env::Var::kCudaVisibleDevices)) {
+    const char* v = devices->c_str();
     char* end = nullptr;
     long first = std::strtol(v, &end, 10);
     if (end != v && (*end == '\0' || *end == ',') && first >= 0) return static_cast<int>(first);
@@ -127,6 +171,9 @@ std::unique_ptr<Nvml> Nvml::Open(int device_index) {
   }
   char name[96] = {0};
   if (get_name(n->device, name, sizeof(name) - 1) == kNvmlSuccess) n->name = name;
+  // Energy: optional entry points (the total-energy counter needs Volta or later).
+  if (!Resolve(lib, "nvmlDeviceGetTotalEnergyConsumption", &n->get_energy)) n->get_energy = nullptr;
+  if (!Resolve(lib, "nvmlDeviceGetPowerUsage", &n->get_power)) n->get_power = nullptr;
   BC_LOG(Info, Telem, "nvml: sampling gpu {} ({})", device_index, n->name);
   return n;
 }
@@ -142,6 +189,12 @@ bool Nvml::Read(GpuReading* out) {
   if (get_util(device, &u) != kNvmlSuccess || get_mem(device, &m) != kNvmlSuccess) return false;
   out->util_pct = u.gpu;
   out->mem_used = static_cast<int64_t>(m.used);
+  unsigned long long mj = 0;
+  unsigned int mw = 0;
+  out->energy_mj = get_energy != nullptr && get_energy(device, &mj) == kNvmlSuccess
+                       ? static_cast<int64_t>(mj) : -1;
+  out->power_mw = get_power != nullptr && get_power(device, &mw) == kNvmlSuccess
+                      ? static_cast<int64_t>(mw) : -1;
   return true;
 }
 

@@ -18,12 +18,29 @@ double ProcessCpuSeconds();
 int64_t ProcessRssBytes();
 // Peak resident set size in bytes (getrusage ru_maxrss).
 int64_t ProcessPeakRssBytes();
-// CPUs in this process's affinity mask (at least 1).
-int CoresAvailable();
+// Busy CPU seconds of the whole node so far (every CPU's user, nice, system, irq, softirq
+// and steal time in /proc/stat); NaN when /proc/stat cannot be read. The denominator of the
+// energy model: a process's share of the node's package energy in an interval is its CPU
+// seconds over the node's busy CPU seconds (docs/telemetry.md "Cost model").
+double NodeBusyCpuSeconds();
+
+// Another process of this node, read from /proc/<pid>/stat and /proc/<pid>/statm (the
+// leader's view of an attached trial; works after the trial is killed up to its last read).
+struct OtherProcess {
+  double cpu_s = 0;         // user + system CPU seconds so far
+  int64_t rss_bytes = 0;    // resident set size now
+  uint64_t start_ticks = 0; // start time in clock ticks since boot: tells a reused pid apart
+};
+// False when the process is gone or /proc is not readable.
+bool ReadOtherProcess(int pid, OtherProcess* out);
 
 struct GpuReading {
   double util_pct = 0;   // "percent of time over the past sample period" a kernel ran
   int64_t mem_used = 0;  // device memory in use, bytes (whole device)
+  // Energy: the device's total-energy counter (millijoules since the driver loaded; Volta
+  // and later), else its power draw now (milliwatts); -1 when the device reports neither.
+  int64_t energy_mj = -1;
+  int64_t power_mw = -1;
 };
 
 // A GPU device opened through NVML. Open() returns null when NVML or the device is absent.
@@ -40,6 +57,9 @@ struct Nvml {
   int (*shutdown)() = nullptr;
   int (*get_util)(void*, void*) = nullptr;
   int (*get_mem)(void*, void*) = nullptr;
+  // Optional (older drivers lack them): energy and power.
+  int (*get_energy)(void*, unsigned long long*) = nullptr;
+  int (*get_power)(void*, unsigned int*) = nullptr;
 };
 
 // The device for a rank: `requested` if >= 0, else the first CUDA_VISIBLE_DEVICES entry

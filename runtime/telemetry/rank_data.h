@@ -12,6 +12,7 @@
 
 #include "batchcast/status.h"
 #include "telemetry/metrics.h"
+#include "telemetry/trial_ledger.h"
 
 namespace batchcast::telemetry {
 
@@ -30,8 +31,13 @@ struct Tags {
 // The time-series columns, in order:
 //   time_s | one per Counter (cumulative) | <timer>_ns, <timer>_count per Timer (cumulative)
 //   | one per Gauge (interval mean) | cpu_cores | rss_bytes | gpu_util_pct | gpu_mem_bytes
+//   | cpu_energy_j | gpu_energy_j | node_cpu_s
 // cpu_cores is the interval's process CPU time / wall time (1.0 = one core busy). The GPU
-// columns are NaN when NVML is absent (sinks then omit them: absent, never zero).
+// columns are NaN when NVML is absent (sinks then omit them: absent, never zero). The energy
+// columns are cumulative joules since the collector started (the node's RAPL packages, the
+// rank's GPU), NaN and omitted when the machine does not tell (RankData::*_energy_source
+// says why); node_cpu_s is the node's busy CPU seconds since the start (/proc/stat), the
+// denominator of the energy model.
 namespace col {
 inline constexpr int kTime = 0;
 inline constexpr int kCounters = 1;
@@ -42,7 +48,10 @@ inline constexpr int kCpuCores = kGauges + kNumGauges;
 inline constexpr int kRssBytes = kCpuCores + 1;
 inline constexpr int kGpuUtil = kRssBytes + 1;
 inline constexpr int kGpuMem = kGpuUtil + 1;
-inline constexpr int kNum = kGpuMem + 1;
+inline constexpr int kCpuEnergy = kGpuMem + 1;
+inline constexpr int kGpuEnergy = kCpuEnergy + 1;
+inline constexpr int kNodeCpu = kGpuEnergy + 1;
+inline constexpr int kNum = kNodeCpu + 1;
 inline constexpr int Counter(telemetry::Counter c) { return kCounters + static_cast<int>(c); }
 inline constexpr int TimerNs(telemetry::Timer t) { return kTimerNs + static_cast<int>(t); }
 inline constexpr int TimerCount(telemetry::Timer t) { return kTimerCount + static_cast<int>(t); }
@@ -55,6 +64,10 @@ std::string ColumnName(int column);
 bool ColumnIsInteger(int column);
 // True for the GPU columns (omitted from outputs when the rank has no GPU).
 inline bool ColumnIsGpu(int column) { return column == col::kGpuUtil || column == col::kGpuMem; }
+struct RankData;
+// False for a column the rank did not measure (GPU columns without a GPU, energy columns
+// without an energy counter): the sinks omit it rather than write NaN or zero.
+bool ColumnPresent(const RankData& data, int column);
 
 // One lifecycle span; times are CLOCK_MONOTONIC ns (shared by processes on one node).
 struct SpanRecord {
@@ -91,11 +104,21 @@ struct RankData {
   int cores_available = 1;      // CPUs in the process's affinity mask
   bool gpu_present = false;
   std::string gpu_name;
+  int gpu_index = -1;           // the NVML device sampled (-1: none)
   int64_t spans_dropped = 0;    // oldest spans overwritten in the bounded span ring
   std::vector<double> rows;     // row-major, col::kNum values per row
   std::vector<SpanRecord> spans;
   std::string annotations;      // Collector::Annotate lines, each ending in '\n'
   std::vector<NamedSeries> named;  // Collector::Record series, sorted by name
+  // Energy (docs/telemetry.md "Energy"): where the energy columns come from, or "n/a: why".
+  bool cpu_energy_present = false;
+  bool gpu_energy_present = false;
+  std::string cpu_energy_source;
+  std::string gpu_energy_source;
+  // The leader's per-trial ledger (telemetry/trial_ledger.h): empty for a rank that fed no
+  // consumer.
+  std::vector<TrialRecord> trials;
+  LedgerTotals trial_totals;
 
   int64_t num_rows() const { return static_cast<int64_t>(rows.size()) / col::kNum; }
   double At(int64_t row, int column) const { return rows[row * col::kNum + column]; }
@@ -104,6 +127,12 @@ struct RankData {
   // The named series `name`, or null.
   const NamedSeries* Named(std::string_view name) const;
 };
+
+// The ledger as JSON text (the HDF5 attribute `trials`, the JSON sink, the MPI gather; docs/
+// telemetry-format.md): {"totals": {...}, "trials": [{...}, ...]}, NaN written as null.
+std::string TrialsJson(const std::vector<TrialRecord>& trials, const LedgerTotals& totals);
+Status ParseTrialsJson(std::string_view text, std::vector<TrialRecord>* trials,
+                       LedgerTotals* totals);
 
 // Binary form for the MPI gather (CBOR).
 std::string SerializeRankData(const RankData& data);

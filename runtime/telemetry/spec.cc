@@ -10,7 +10,8 @@
 namespace batchcast::telemetry {
 namespace {
 
-constexpr const char* kKeys = "hdf5, csv, json, trace, interval, rows, spans, gpu, summary";
+constexpr const char* kKeys =
+    "dir, hdf5, csv, json, trace, interval, rows, spans, gpu, energy, summary";
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -50,7 +51,8 @@ Status ApplyKey(std::string_view text, size_t pos, std::string_view key, std::st
                 TelemetrySpec* spec) {
   std::string v(value);
   bool ok = true;
-  if (key == "hdf5") spec->sinks.hdf5 = v;
+  if (key == "dir") spec->dir = v;
+  else if (key == "hdf5") spec->sinks.hdf5 = v;
   else if (key == "csv") spec->sinks.csv = v;
   else if (key == "json") spec->sinks.json = v;
   else if (key == "trace") spec->sinks.trace = v;
@@ -58,10 +60,41 @@ Status ApplyKey(std::string_view text, size_t pos, std::string_view key, std::st
   else if (key == "rows") ok = ParseInt(value, &spec->collector.max_rows);
   else if (key == "spans") ok = ParseInt(value, &spec->collector.max_spans);
   else if (key == "gpu") ok = ParseFlag(value, &spec->collector.gpu);
+  else if (key == "energy") ok = ParseFlag(value, &spec->collector.energy);
   else if (key == "summary") ok = ParseFlag(value, &spec->sinks.print_summary);
   else return SpecError(text, pos, fmt::format("unknown key '{}' (expected {})", key, kKeys));
   if (!ok) return SpecError(text, pos, fmt::format("bad value '{}' for '{}'", value, key));
   if (value.empty()) return SpecError(text, pos, fmt::format("empty value for '{}'", key));
+  return Status::Ok();
+}
+
+// With a run directory the CSV, JSON and trace outputs are switched on or off (their files are
+// named by the rule); without one they are paths, and "on" would be a file named "on".
+Status CheckDirOutputs(std::string_view text, TelemetrySpec* spec) {
+  Sinks& s = spec->sinks;
+  if (!spec->dir.empty() && !s.hdf5.empty())
+    return InvalidArgumentError(
+        "telemetry spec '{}': hdf5={} and dir={} both given; a run directory always holds "
+        "each process's HDF5 file (drop hdf5=)", text, s.hdf5, spec->dir);
+  for (auto [key, value] : {std::pair{"csv", &s.csv}, {"json", &s.json}, {"trace", &s.trace}}) {
+    bool flag = false;
+    const bool is_flag = ParseFlag(*value, &flag);
+    if (!spec->dir.empty()) {
+      if (!value->empty() && !is_flag)
+        return InvalidArgumentError(
+            "telemetry spec '{}': {}={} with dir={}: in a run directory every file is named "
+            "by the run's rule; write {}=on (or give no dir= and a path)",
+            text, key, *value, spec->dir, key);
+      *value = flag ? "on" : "";
+    } else if (is_flag) {
+      if (flag)
+        return InvalidArgumentError(
+            "telemetry spec '{}': {}={} needs a run directory (dir=RUN) to name the file; "
+            "give a path instead ({}=run.{})",
+            text, key, *value, key, std::string_view(key) == "trace" ? "trace.json" : key);
+      value->clear();
+    }
+  }
   return Status::Ok();
 }
 
@@ -73,6 +106,13 @@ Result<TelemetrySpec> ParseTelemetrySpec(std::string_view text) {
   if (t.empty() || t == "off" || t == "none" || t == "false" || t == "0") return spec;
   spec.enabled = true;
   if (t == "on" || t == "true" || t == "1") return spec;
+  if (t.substr(0, 4) == "dir:") {  // the short form of telemetry(dir=RUN)
+    spec.dir = std::string(Trim(t.substr(4)));
+    if (spec.dir.empty())
+      return SpecError(text, static_cast<size_t>(t.data() - text.data()) + 4,
+                       "empty run directory after 'dir:'");
+    return spec;
+  }
   size_t base = static_cast<size_t>(t.data() - text.data());
   if (t.substr(0, 10) == "telemetry(") {
     if (t.back() != ')') return SpecError(text, base + t.size(), "missing ')'");
@@ -97,6 +137,7 @@ Result<TelemetrySpec> ParseTelemetrySpec(std::string_view text) {
   }
   if (spec.collector.interval_ms < 10)
     return InvalidArgumentError("telemetry spec '{}': interval must be at least 10ms", text);
+  BC_RETURN_IF_ERROR(CheckDirOutputs(text, &spec));
   return spec;
 }
 

@@ -110,7 +110,67 @@ RankStats ComputeRankStats(const RankData& d) {
   s.cores_available = d.cores_available;
   for (int i = 0; i < 5; ++i) s.bytes[i] = d.Total(col::Counter(Counter::kBytesShm) + i);
   s.spans_dropped = d.spans_dropped;
+  s.pid = d.pid;
+  s.cpu_seconds = d.cpu_seconds;
+  s.cpu_energy_j = d.cpu_energy_present ? d.Total(col::kCpuEnergy) : kNaN;
+  s.gpu_energy_j = d.gpu_energy_present ? d.Total(col::kGpuEnergy) : kNaN;
   return s;
+}
+
+CostSummary SummarizeCost(const std::vector<RankData>& ranks) {
+  CostSummary c;
+  double published_cpu = 0;  // leader CPU of leaders that published to trials
+  for (const RankData& d : ranks) {
+    if (d.trials.empty()) continue;
+    c.samples_published += static_cast<double>(d.trial_totals.samples_published);
+    c.epochs_published += static_cast<double>(d.trial_totals.epochs_published);
+    c.unattributed_cpu_s += d.trial_totals.unattributed_cpu_s;
+    for (const TrialRecord& r : d.trials) {
+      ++c.trials;
+      if (r.end == TrialEnd::kDied || r.end == TrialEnd::kSilent) ++c.trials_died;
+      c.samples_received += static_cast<double>(r.samples);
+      c.leader_cpu_s += r.leader_cpu_s;
+      published_cpu += r.leader_cpu_s;
+      if (!std::isnan(r.own_cpu_s)) c.own_cpu_s += r.own_cpu_s;
+    }
+  }
+  const double per_sample = SafeDiv(published_cpu, c.samples_published);
+  c.alone_cpu_s = per_sample * c.samples_received;
+  c.saved_cpu_s = per_sample * (c.samples_received - c.samples_published);  // exactly 0 alone
+  c.sharing = SafeDiv(c.samples_received, c.samples_published);
+  // Node energy: per host the rank that measured the longest (all ranks of a host read the
+  // same package counters); GPUs: per (host, device) likewise.
+  std::map<std::string, std::pair<double, double>> host_j;                 // host -> (wall, J)
+  std::map<std::pair<std::string, int>, std::pair<double, double>> gpu_j;  // device -> (wall, J)
+  for (const RankData& d : ranks) {
+    if (d.cpu_energy_present) {
+      auto& [wall, j] = host_j[d.tags.host];
+      if (d.wall_s >= wall) wall = d.wall_s, j = d.Total(col::kCpuEnergy);
+    }
+    if (d.gpu_energy_present) {
+      auto& [wall, j] = gpu_j[{d.tags.host, d.gpu_index}];
+      if (d.wall_s >= wall) wall = d.wall_s, j = d.Total(col::kGpuEnergy);
+    }
+  }
+  c.cpu_energy_j = host_j.empty() ? kNaN : 0.0;
+  for (const auto& [host, v] : host_j) c.cpu_energy_j += v.second;
+  c.gpu_energy_j = gpu_j.empty() ? kNaN : 0.0;
+  for (const auto& [dev, v] : gpu_j) c.gpu_energy_j += v.second;
+  const double total_j = std::isnan(c.cpu_energy_j) ? c.gpu_energy_j
+                         : std::isnan(c.gpu_energy_j) ? c.cpu_energy_j
+                                                      : c.cpu_energy_j + c.gpu_energy_j;
+  double received = c.samples_received;
+  if (received == 0)
+    for (const RankData& d : ranks) received += d.Total(col::Counter(Counter::kSamplesReceived));
+  c.joules_per_epoch = c.epochs_published > 0 ? total_j / c.epochs_published : kNaN;
+  c.joules_per_1000_samples = received > 0 ? 1000.0 * total_j / received : kNaN;
+  if (!ranks.empty()) {
+    if (std::isnan(c.cpu_energy_j)) c.energy_note = "cpu packages: " + ranks[0].cpu_energy_source;
+    if (std::isnan(c.gpu_energy_j))
+      c.energy_note += (c.energy_note.empty() ? "" : "; ") + std::string("gpus: ") +
+                       ranks[0].gpu_energy_source;
+  }
+  return c;
 }
 
 JobSummary Summarize(const std::vector<RankData>& ranks) {
@@ -145,6 +205,7 @@ JobSummary Summarize(const std::vector<RankData>& ranks) {
     rs.gpu_util_pct = MeanOf(members, [](const RankStats& r) { return r.gpu_util_pct; });
     j.roles.push_back(rs);
   }
+  j.cost = SummarizeCost(ranks);
   return j;
 }
 
@@ -170,8 +231,8 @@ LeaderView ViewLeaders(const std::vector<const RankStats*>& leaders) {
     v.wall_s = std::max(v.wall_s, r->wall_s);
   }
   double best = 0;
-  for (int t = static_cast<int>(Timer::kRead); t < kNumTimers; ++t)
-    if (v.stage_s[t] > best) {
+  for (int t = 0; t < kNumTimers; ++t)
+    if (IsLeaderWork(static_cast<Timer>(t)) && v.stage_s[t] > best) {
       best = v.stage_s[t];
       v.dominant = t;
     }
@@ -181,9 +242,13 @@ LeaderView ViewLeaders(const std::vector<const RankStats*>& leaders) {
 // The highest (Σ cpu_cores of a host's ranks) / (cores available there), with the host.
 double BusiestHost(const JobSummary& j, std::string* host, double* used, int* cores) {
   std::map<std::string, std::pair<double, int>> per_host;
+  std::map<std::pair<std::string, int>, double> per_process;  // ranks of one process count once
   for (const auto& r : j.ranks) {
+    double& seen = per_process[{r.host, r.pid}];
     auto& [sum, avail] = per_host[r.host];
-    sum += r.cpu_cores;
+    const double more = r.pid > 0 ? std::max(0.0, r.cpu_cores - seen) : r.cpu_cores;
+    sum += more;
+    seen += more;
     avail = std::max(avail, r.cores_available);
   }
   double worst = 0;
@@ -215,6 +280,19 @@ std::string InputCause(const JobSummary& j, const std::vector<const RankStats*>&
   int cores = 1;
   double cpu_ratio = BusiestHost(j, &host, &used, &cores);
   bool worker_stage = IsWorkerStage(static_cast<Timer>(v.dominant));
+  // Workers that waited for the sample-path lock longer than the slowest stage worked: the
+  // reads are serialised, and more threads only wait more (the plot shows lock_wait apart).
+  const double lock_s = v.stage_s[static_cast<int>(Timer::kLockWait)];
+  if (lock_s > v.stage_s[v.dominant]) {
+    d->stage = "lock_wait";
+    return fmt::format(
+        "leader workers waited {:.1f} s for the process-wide HDF5 lock, more than any stage "
+        "worked ({} {:.1f} s): reads are serialised, more threads only wait longer; consider "
+        "`batchcast convert --upgrade FILE` (a layout version 1 file: samples are then read "
+        "without the lock), uncompressed pixels (--compression none), or the decoded-sample "
+        "cache (cache=)",
+        lock_s, stage, v.stage_s[v.dominant]);
+  }
   if (worker_stage && !std::isnan(util) && util >= kWorkersSaturated)
     return fmt::format("leader {} used {:.1f} of {:.0f} worker cores: {}", stage, stage_cores,
                        v.threads, Advice(stage));
@@ -296,6 +374,13 @@ Diagnosis Diagnose(const JobSummary& j) {
           "work or synchronisation, not by data",
           gpu));
     LeaderView v = ViewLeaders(leaders);
+    const double slot_wait = v.stage_s[static_cast<int>(Timer::kSlotWait)];
+    if (v.wall_s > 0 && 100 * slot_wait / (v.wall_s * static_cast<double>(leaders.size())) >=
+                            kBackpressureNotePct)
+      d.notes.push_back(fmt::format(
+          "the leader waited {:.0f}% of its run for a free ring slot (backpressure): the "
+          "trainers set the pace",
+          100 * slot_wait / (v.wall_s * static_cast<double>(leaders.size()))));
     if (v.threads_wall > 0 && v.busy_s / v.threads_wall < kSpareWorkersBelow)
       d.notes.push_back(fmt::format(
           "leader workers were busy {:.0f}% of the time: the node has spare input capacity "
@@ -370,6 +455,60 @@ std::string FormatNamedSeries(const std::vector<RankData>& ranks) {
     }
   }
   if (more > 0) out += fmt::format("  ({} more series in the output files)\n", more);
+  return out;
+}
+
+namespace {
+
+std::string Joules(double j) { return std::isnan(j) ? "n/a" : fmt::format("{:.1f}", j); }
+
+std::string TrialTable(const RankData& d) {
+  std::string out = fmt::format(
+      "  leader rank {} on {} (pid {}): {} trials, {} epochs and {} samples published to "
+      "them, {:.2f} CPU-s while no trial received anything\n",
+      d.tags.rank, d.tags.host, d.pid, d.trials.size(), d.trial_totals.epochs_published,
+      d.trial_totals.samples_published, d.trial_totals.unattributed_cpu_s);
+  out += fmt::format("  {:<18} {:<8} {:>7} {:>9} {:>6} {:>9} {:>10} {:>9} {:>9} {:>8}\n",
+                     "trial", "end", "pid", "sent", "epochs", "own cpu", "leader cpu",
+                     "total cpu", "energy J", "rss MiB");
+  for (const TrialRecord& r : d.trials) {
+    const double total = std::isnan(r.own_cpu_s) ? kNaN : r.own_cpu_s + r.leader_cpu_s;
+    const double energy = std::isnan(r.own_energy_j) || std::isnan(r.leader_energy_j)
+                              ? kNaN
+                              : r.own_energy_j + r.leader_energy_j;
+    out += fmt::format("  {:<18} {:<8} {:>7} {:>9} {:>6} {:>9} {:>10.2f} {:>9} {:>9} {:>8.0f}\n",
+                       r.name.substr(0, 18), TrialEndName(r.end), r.pid, r.samples, r.epochs,
+                       Num(r.own_cpu_s, 2), r.leader_cpu_s, Num(total, 2), Joules(energy),
+                       static_cast<double>(r.own_peak_rss_bytes) / (1 << 20));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatTrials(const std::vector<RankData>& ranks, const CostSummary& c) {
+  std::string out;
+  for (const RankData& d : ranks) {
+    if (d.trials.empty()) continue;
+    if (out.empty()) out = "trials (per-trial cost; docs/telemetry.md \"Cost model\"):\n";
+    out += TrialTable(d);
+  }
+  if (c.trials > 0)
+    out += fmt::format(
+        "cost: the leaders spent {:.2f} CPU-s on {} trials ({} died or went silent); each "
+        "decoding alone would have spent {:.2f} CPU-s: sharing saved {:.2f} CPU-s ({:.2f} "
+        "samples delivered per sample decoded)\n",
+        c.leader_cpu_s, c.trials, c.trials_died, c.alone_cpu_s, c.saved_cpu_s, c.sharing);
+  const bool cpu = !std::isnan(c.cpu_energy_j), gpu = !std::isnan(c.gpu_energy_j);
+  if (cpu || gpu) {
+    out += fmt::format("energy: cpu packages {} J, gpus {} J; {} J per epoch, {} J per 1000 "
+                       "samples delivered{}\n",
+                       Joules(c.cpu_energy_j), Joules(c.gpu_energy_j),
+                       Joules(c.joules_per_epoch), Joules(c.joules_per_1000_samples),
+                       c.energy_note.empty() ? "" : " (" + c.energy_note + ")");
+  } else if (!c.energy_note.empty()) {
+    out += "energy: n/a (" + c.energy_note + ")\n";
+  }
   return out;
 }
 

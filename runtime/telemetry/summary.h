@@ -37,6 +37,10 @@ struct RankStats {
   double samples_skipped = 0;
   double bytes[5] = {};         // shm, mpi, h2d, ipc, nccl
   int64_t spans_dropped = 0;
+  int pid = 0;
+  double cpu_seconds = 0;       // process CPU over the run
+  double cpu_energy_j = 0;      // the node's RAPL packages over this rank's run; NaN: n/a
+  double gpu_energy_j = 0;      // this rank's GPU over its run; NaN: n/a
   bool is_consumer() const { return role != Role::kLeader; }
   bool is_leader() const { return role != Role::kConsumer; }
 };
@@ -53,11 +57,34 @@ struct RoleStats {
   double gpu_util_pct = 0;       // mean over ranks with a GPU; NaN if none
 };
 
+// The trials of the job's leaders and what they cost (docs/telemetry.md "Cost model").
+struct CostSummary {
+  int trials = 0;                // records in the leaders' ledgers
+  int trials_died = 0;           // ended "died" or "silent" (killed, crashed, stopped)
+  double samples_received = 0;   // Σ over trials
+  double samples_published = 0;  // Σ over leaders: samples that reached >= 1 trial
+  double epochs_published = 0;   // Σ over leaders
+  double leader_cpu_s = 0;       // Σ leader CPU apportioned to trials
+  double unattributed_cpu_s = 0; // leader CPU in intervals nobody received anything
+  double own_cpu_s = 0;          // Σ trials' own CPU (those readable)
+  // What every trial decoding alone would have spent: each trial's samples at the leaders'
+  // CPU per published sample; saved = alone - leader_cpu_s; sharing = received / published.
+  double alone_cpu_s = 0;
+  double saved_cpu_s = 0;
+  double sharing = 0;
+  // Energy of the nodes (RAPL packages; per host the rank that measured longest) and of
+  // the GPUs; NaN when not measured, with the reason in energy_note.
+  double cpu_energy_j = 0, gpu_energy_j = 0;
+  double joules_per_epoch = 0, joules_per_1000_samples = 0;
+  std::string energy_note;
+};
+
 struct JobSummary {
   std::string experiment, workload, run;
   double wall_s = 0;  // longest rank
   std::vector<RankStats> ranks;
   std::vector<RoleStats> roles;  // only roles present, in Role order
+  CostSummary cost;
 };
 
 enum class Bottleneck { kUnknown, kInput, kCompute };
@@ -77,7 +104,11 @@ inline constexpr double kImbalancePts = 20.0;        // consumer data-wait sprea
 inline constexpr double kSpareWorkersBelow = 0.30;   // compute-bound + workers below: spare capacity
 inline constexpr double kGpuIdleBelowPct = 50.0;     // compute-bound + GPU below: host-bound step
 
+inline constexpr double kBackpressureNotePct = 30.0;  // leader waiting for slots: a note
+
 RankStats ComputeRankStats(const RankData& data);
+// The job's per-trial cost from the leaders' ledgers and the ranks' energy.
+CostSummary SummarizeCost(const std::vector<RankData>& ranks);
 JobSummary Summarize(const std::vector<RankData>& ranks);
 Diagnosis Diagnose(const JobSummary& summary);
 // The printed table: per role, optionally per rank (up to 16 ranks), then the diagnosis.
@@ -87,6 +118,9 @@ std::string FormatAnnotations(const std::vector<RankData>& ranks);
 // One line per named series (Collector::Record): rank, name, points, first and last value;
 // at most 64 lines (then a count of the rest); "" when no rank recorded any.
 std::string FormatNamedSeries(const std::vector<RankData>& ranks);
+// The per-trial table of every leader's ledger, the cost and saving, and the energy lines;
+// "" when no leader fed a trial and no energy was measured.
+std::string FormatTrials(const std::vector<RankData>& ranks, const CostSummary& cost);
 std::string_view BottleneckName(Bottleneck b);
 
 }  // namespace batchcast::telemetry

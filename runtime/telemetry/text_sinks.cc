@@ -142,6 +142,9 @@ Status WriteJson(const std::string& path, const std::vector<RankData>& ranks,
     out.Print("\"start_unix_s\":{},\"interval_s\":{},\"wall_s\":{},\"gpu_present\":{},",
               JsonNumber(d.start_unix_s), JsonNumber(d.interval_s), JsonNumber(d.wall_s),
               d.gpu_present ? "true" : "false");
+    out.Print("\"cpu_seconds\":{},\"cpu_energy_source\":{},\"gpu_energy_source\":{},",
+              JsonNumber(d.cpu_seconds), Quote(d.cpu_energy_source), Quote(d.gpu_energy_source));
+    if (!d.trials.empty()) out.Print("\"trials\":{},", TrialsJson(d.trials, d.trial_totals));
     out.Print("\"stats\":{{\"samples_per_s\":{},\"batches_per_s\":{},\"data_wait_pct\":{},"
               "\"step_ms\":{},\"cpu_cores\":{},\"rss_peak_mib\":{},\"gpu_util_pct\":{},"
               "\"worker_util\":{},\"spans_dropped\":{}}},",
@@ -152,7 +155,7 @@ Status WriteJson(const std::string& path, const std::vector<RankData>& ranks,
     out.Print("\"series\":{{");
     bool first = true;
     for (int c = 0; c < col::kNum; ++c) {
-      if (ColumnIsGpu(c) && !d.gpu_present) continue;
+      if (!ColumnPresent(d, c)) continue;
       out.Print("{}\"{}\":[", first ? "" : ",", ColumnName(c));
       first = false;
       for (int64_t r = 0; r < d.num_rows(); ++r)

@@ -5,11 +5,13 @@
  * leader and a consumer in one process, back-pressure as an error, DLPack export that
  * outlives the batch. Usage: capi_test DATASET.h5 SAMPLES (a dataset with SAMPLES images).
  */
+#define _POSIX_C_SOURCE 200809L /* popen, getpid */
 #include <dlpack/dlpack.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <batchcast/batchcast_c.h>
 
@@ -370,6 +372,73 @@ static double StageRun(const char* dataset, int samples, const char* module, int
   return checksum;
 }
 
+/* The `telemetry` option through the C API (docs/telemetry.md "Outputs are checked at the
+ * start"): an unwritable path is refused by bc_leader_start and bc_consumer_attach before
+ * anything runs, naming the path and the cause; a run directory gets one file per handle,
+ * written when the stream ends (bc_leader_wait, bc_consumer_detach). */
+static int CountFilesWithPrefix(const char* dir, const char* prefix, int nonempty_only) {
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "find '%s' -maxdepth 1 -name '%s*.h5' %s | wc -l", dir, prefix,
+           nonempty_only ? "-size +0" : "");
+  FILE* p = popen(cmd, "r");
+  int n = -1;
+  if (p != NULL) {
+    if (fscanf(p, "%d", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n;
+}
+
+static void TestTelemetryOutputs(const char* dataset) {
+  bc_leader_config_t lc;
+  bc_leader_config_init(&lc);
+  char options[1024];
+  snprintf(options, sizeof(options),
+           "--dataset %s --epochs 1 --batch-size 8 --image-size 16 --threads 1 "
+           "--telemetry hdf5=/dev/null/run.h5", dataset);
+  lc.options = options;
+  bc_leader_t leader = NULL;
+  EXPECT_STATUS(bc_leader_start(&lc, &leader), BC_ERR_FAILED_PRECONDITION);
+  EXPECT(leader == NULL);
+  EXPECT_ERROR_HAS("telemetry hdf5 file /dev/null/run.h5");
+  EXPECT_ERROR_HAS("Not a directory");
+
+  bc_consumer_config_t cfg;
+  bc_consumer_config_init(&cfg);
+  cfg.address = "batchcast-c-no-such-leader";
+  cfg.options = "--epochs 1 --batch-size 8 --telemetry trace=/dev/null/t.json";
+  bc_consumer_t c = NULL;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_FAILED_PRECONDITION);  /* not a timeout */
+  EXPECT(c == NULL);
+  EXPECT_ERROR_HAS("telemetry trace /dev/null/t.json");
+
+  char run[512], extra[640], copts[700];
+  snprintf(run, sizeof(run), "%s.run-%d", dataset, (int)getpid());
+  snprintf(extra, sizeof(extra), "--telemetry dir:%s", run);
+  leader = StartLeader(dataset, extra);
+  if (leader == NULL) return;
+  cfg.address = bc_leader_address(leader);
+  snprintf(copts, sizeof(copts), "--epochs 1 --batch-size 8 --buffer-depth 2 --telemetry dir:%s",
+           run);
+  cfg.options = copts;
+  cfg.rank = 0;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  if (c == NULL) return;
+  EXPECT(CountFilesWithPrefix(run, "leader-", 0) == 1);   /* claimed at the start (the */
+  EXPECT(CountFilesWithPrefix(run, "consumer-", 0) == 1); /* leader may be done already), */
+  EXPECT(CountFilesWithPrefix(run, "consumer-", 1) == 0); /* written at the end */
+  bc_batch_t b;
+  bc_status_t st;
+  while ((st = bc_consumer_next(c, &b, NULL)) == BC_SUCCESS) bc_batch_release(b);
+  EXPECT(st == BC_END_OF_STREAM);
+  Finish(c, leader);
+  EXPECT(CountFilesWithPrefix(run, "leader-", 1) == 1);
+  EXPECT(CountFilesWithPrefix(run, "consumer-", 1) == 1);
+  char rm[700];
+  snprintf(rm, sizeof(rm), "rm -rf '%s'", run);
+  EXPECT(system(rm) == 0);
+}
+
 static int TestStage(const char* dataset, int samples, const char* module) {
   const double kept = StageRun(dataset, samples, module, 1);
   const double dropped = StageRun(dataset, samples, module, 0);
@@ -390,6 +459,7 @@ int main(int argc, char** argv) {
   TestArgumentErrors();
   TestStream(argv[1], atoi(argv[2]));
   TestResume(argv[1], atoi(argv[2]));
+  TestTelemetryOutputs(argv[1]);
   if (failures == 0) printf("capi_test: PASS\n");
   return failures == 0 ? 0 : 1;
 }

@@ -93,14 +93,17 @@ case_bad_inputs() {
 
 case_imagefolder() {
   convert_t10k png.h5 png
-  # Extract six PNGs into two classes with h5py, and add two JPEGs made by cjpeg.
+  # Extract six PNGs into two classes with h5py (layout version 2: sample i is images[o:o+n]
+  # with o, n = sample_offsets[i], sample_lengths[i]), and add two JPEGs made by cjpeg.
   "$py" - png.h5 <<'PY'
 import os, sys, h5py
 f = h5py.File(sys.argv[1], "r")
+assert f.attrs["batchcast_schema_version"] == 2
 for i in range(6):
     d = os.path.join("root", "zebra" if i % 2 else "apple")
     os.makedirs(d, exist_ok=True)
-    open(os.path.join(d, "%02d.png" % i), "wb").write(f["images"][i].tobytes())
+    o, n = int(f["sample_offsets"][i]), int(f["sample_lengths"][i])
+    open(os.path.join(d, "%02d.png" % i), "wb").write(f["images"][o:o + n].tobytes())
 PY
   { printf 'P5\n16 12\n255\n'; head -c 192 /dev/zero | tr '\0' '\200'; } >gray.pgm
   cjpeg -quality 90 gray.pgm >root/apple/z.jpg
@@ -114,8 +117,9 @@ import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 assert list(f["class_names"].asstr()[:]) == ["apple", "zebra"]
 assert list(f["labels"][:]) == [0, 0, 0, 0, 1, 1, 1, 1], f["labels"][:]
-assert f["images"][0].tobytes() == open("root/apple/00.png", "rb").read()
-assert f["images"][3].tobytes() == open("root/apple/z.jpg", "rb").read()
+sample = lambda i: f["images"][f["sample_offsets"][i]:][:f["sample_lengths"][i]].tobytes()
+assert sample(0) == open("root/apple/00.png", "rb").read()
+assert sample(3) == open("root/apple/z.jpg", "rb").read()
 assert list(f["widths"][:]) == [28, 28, 28, 16, 28, 28, 28, 16]
 PY
   head -c 100 root/apple/z.jpg >root/zebra/cut.jpg
@@ -270,6 +274,62 @@ PY
   "$bin" convert h5 enc.h5 --out c.h5 --store decoded --skip-bad 2>err.txt | grep -q "9 samples" \
     || fail "convert h5 --skip-bad"
   grep -q "skipped: sample 4: .*fails its checksum" err.txt || fail "convert h5 did not name the bad sample"
+}
+
+# Layout versions (docs/dataset-format.md): a layout version 1 file as h5py writes it (vlen
+# PNG bytes, no sample checksums) is read through HDF5 per sample and says so (inspect, one
+# INFO line naming convert --upgrade); `convert --upgrade` makes it version 2 (read directly)
+# with the same content checksum, in place or to --out; a current file is left alone; misuse
+# of the flags is refused.
+case_upgrade() {
+  convert_t10k png.h5 png
+  "$py" - <<'PY'
+import h5py, numpy as np
+src = h5py.File("png.h5", "r")
+o, n = src["sample_offsets"][:300], src["sample_lengths"][:300]
+with h5py.File("old.h5", "w") as f:
+    f.attrs["batchcast_schema_version"] = 1
+    images = f.create_dataset("images", (300,), dtype=h5py.vlen_dtype(np.uint8))
+    for i in range(300):
+        images[i] = src["images"][o[i]:o[i] + n[i]]
+    images.attrs["encoding"] = "png"
+    for k in ("labels", "widths", "heights"):
+        f[k] = src[k][:300]
+    f["class_names"] = src["class_names"][:]
+    f.attrs["batchcast_complete"] = 1
+PY
+  "$bin" inspect --json old.h5 >old.json
+  [ "$(json_get old.json layout_version)" = 1 ] || fail "old.h5: layout version"
+  [ "$(json_get old.json read_path)" = hdf5-per-sample ] || fail "old.h5: read path"
+  "$bin" inspect old.h5 | grep -q "convert --upgrade FILE. makes it version 2" || fail "inspect names the upgrade"
+  BATCHCAST_DEBUG=INFO "$bin" inspect old.h5 2>err.txt >/dev/null
+  [ "$(grep -c "batchcast convert --upgrade old.h5" err.txt)" = 1 ] || { cat err.txt >&2; fail "one INFO line"; }
+  "$bin" convert --upgrade old.h5 --out new.h5 | grep -q "layout version 1 -> 2, 300 samples" || fail "upgrade report"
+  "$bin" inspect --verify --json new.h5 >new.json || fail "inspect --verify new.h5"
+  [ "$(json_get new.json layout_version)" = 2 ] && [ "$(json_get new.json read_path)" = direct ] \
+    || fail "new.h5 is not version 2, direct"
+  [ "$(json_get new.json checksum)" = "$(json_get old.json checksum)" ] || fail "upgrade changed the content"
+  [ "$(json_get new.json sample_checksums)" = True ] || fail "the upgraded file lacks sample checksums"
+  expect_fail "already exists (pass --force" "$bin" convert --upgrade old.h5 --out new.h5
+  "$bin" convert --upgrade old.h5 --out new.h5 --force >/dev/null
+  cp old.h5 inplace.h5
+  "$bin" convert --upgrade inplace.h5 >/dev/null
+  [ "$("$bin" inspect --json inplace.h5 | "$py" -c 'import json,sys;print(json.load(sys.stdin)["layout_version"])')" = 2 ] \
+    || fail "in-place upgrade"
+  ls | grep -q partial && fail "an upgrade left a partial file"
+  "$bin" convert --upgrade new.h5 | grep -q "already in the current layout" || fail "a current file"
+  expect_fail "give a source" "$bin" convert
+  expect_fail "go after the subcommand" "$bin" convert --out x.h5 --force
+  if "$bin" convert --upgrade old.h5 idx --images a --labels b --out c.h5 >out.txt 2>err.txt; then
+    fail "--upgrade with a subcommand was accepted"
+  fi
+  "$py" - <<'PY'
+import h5py
+f = h5py.File("new.h5", "r")
+o, n = f["sample_offsets"], f["sample_lengths"]
+old = h5py.File("old.h5", "r")["images"]
+assert all(f["images"][o[i]:o[i] + n[i]].tobytes() == old[i].tobytes() for i in (0, 17, 299))
+PY
 }
 
 # `batchcast profile` (docs/profiler.md) on a tiny ImageFolder and budget: the table, CSV and

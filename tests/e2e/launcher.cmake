@@ -21,7 +21,7 @@ if(TARGET _batchcast)  # the Python module: a Python trainer under the launcher
   set(launcher_python_case python_trainer)
 endif()
 foreach(case mpirun_three ${launcher_python_case} mpirun_leader_trains mpirun_trainer_fails shard torchrun_style torch_ddp signals layouts
-             gpu_placement mps_fake)
+             gpu_placement mps_fake telemetry_dir)
   add_test(NAME e2e_launcher_${case}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/launcher_test.sh ${case}
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})

@@ -232,5 +232,32 @@ MPS
   [ ! -e "$dir" ] && [ ! -e "$dir-log" ] || fail "the MPS directories $dir(-log) were left behind"
 }
 
+# The run directory (issue 32): the leader task and both trainers each write their own file,
+# named by the one rule, and `batchcast report` finds each trainer in the leader's ledger and
+# matches it to its file; an unwritable path stops the leader task before it listens (so no
+# trainer starts), naming the path and the cause.
+case_telemetry_dir() {
+  make_dataset
+  mpirun3 3 "$run" "${DATA_OPTS[@]}" --telemetry "telemetry(dir=$work/run,interval=100ms)" \
+    -- "$trainer" --samples $SAMPLES >out.txt 2>&1 || fail "job with telemetry dir failed"
+  [ "$(ls run/leader-*.h5 | wc -l)" -eq 1 ] || fail "no leader file in the run directory: $(ls run)"
+  [ "$(ls run/trainer-*.h5 | wc -l)" -eq 2 ] || fail "not one file per trainer: $(ls run)"
+  "$cli" report run --out report >report.txt 2>&1 || { cat report.txt >&2; fail "report failed"; }
+  /usr/bin/python3 - report/report-data.json $SAMPLES <<'PY' || fail "the report's trials are wrong"
+import json, sys
+run, samples = json.load(open(sys.argv[1]))[0], int(sys.argv[2])
+assert len(run["trials"]) == 2, run["trials"]
+for t in run["trials"]:
+    assert t["own"] is not None and t["own"]["samples_received"] == 2 * samples, t
+    assert t["samples"] == 2 * samples and t["leader_cpu_s"] is not None, t
+assert run["job"]["processes"] == 3 and not run["unfinished"], run["job"]
+PY
+  echo x >plain
+  expect_fail "telemetry hdf5 file $work/plain/run" \
+    mpirun3 3 "$run" "${DATA_OPTS[@]}" --telemetry "hdf5=$work/plain/run.h5" -- "$trainer" \
+    --samples $SAMPLES
+  grep -q "Not a directory" out.txt || fail "the refusal does not give the cause"
+}
+
 "case_$case_name"
 echo "PASS: $case_name"

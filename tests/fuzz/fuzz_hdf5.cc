@@ -2,12 +2,15 @@
 //
 // libFuzzer target: the HDF5 dataset reader (data::DatasetReader) on mutated dataset files.
 // The input is written to a memfd and opened by path with the real reader, as the leader
-// opens a dataset: Open (layout, metadata, labels, buckets), then the labels, sizes and
-// the stored bytes of a few samples (checked against their stored checksums), singly and as
-// one range read. After every 16th input a canary (a good dataset the real writer made at
-// start) is opened and read and must give its samples: a damaged file must not leave the
-// HDF5 library or the reader in a state that fails or changes the next, good file (the
-// converters and the leaders open many files in one process).
+// opens a dataset: Open (layout, metadata, labels, the layout version 2 sample index and
+// chunk map, buckets), then the labels, sizes and the stored bytes of the first and the last
+// samples (checked against their stored checksums), singly and as one range read. A sample
+// read directly (pread at the offsets located at open) can only hold bytes of the file: one
+// longer than the input is a read outside it. After every 16th input a canary (a good
+// dataset the real writer made at start, layout version 2) is opened and read and must give
+// its samples: a damaged file must not leave the HDF5 library or the reader in a state that
+// fails or changes the next, good file (the converters and the leaders open many files in
+// one process).
 #include <hdf5.h>
 #include <unistd.h>
 
@@ -95,14 +98,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const data::DatasetInfo& info = (*reader)->info();
   fuzz::Check(info.num_samples >= 0, "Open: sample count");
   const int64_t n = std::min<int64_t>(info.num_samples, 4);
+  const bool direct = info.read_path == data::ReadPath::kDirect;
   std::vector<uint8_t> sample;
-  for (int64_t i = 0; i < n; ++i) {
+  std::vector<int64_t> picks;
+  for (int64_t i = 0; i < n; ++i) picks.push_back(i);
+  for (int64_t i = std::max(n, info.num_samples - 2); i < info.num_samples; ++i) picks.push_back(i);
+  for (int64_t i : picks) {
     (*reader)->Label(i);
     (*reader)->OriginalWidth(i);
     (*reader)->OriginalHeight(i);
-    if ((*reader)->ReadSample(i, &sample).ok())
+    if ((*reader)->ReadSample(i, &sample).ok()) {
+      fuzz::Check(!direct || sample.size() <= size, "a direct read returned more than the file");
       (*reader)->VerifySample(i, sample).IgnoreError();  // the stored checksum, when there is one
-    for (int s : info.bucket_sizes) (*reader)->ReadBucketSample(s, i, &sample).IgnoreError();
+    }
+    for (int s : info.bucket_sizes)
+      if ((*reader)->ReadBucketSample(s, i, &sample).ok())
+        fuzz::Check(!direct || sample.size() <= size, "a direct bucket read past the file");
   }
   std::vector<std::vector<uint8_t>> range;
   (*reader)->ReadSamples(0, n, &range).IgnoreError();

@@ -32,5 +32,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto telemetry = telemetry::ParseTelemetrySpec(text);
   if (telemetry.ok() && telemetry->enabled)
     fuzz::Check(telemetry->collector.interval_ms >= 10, "ParseTelemetrySpec: interval >= 10ms");
+  if (telemetry.ok() && !telemetry->dir.empty()) {  // a run directory names its files itself
+    const auto& s = telemetry->sinks;
+    fuzz::Check(telemetry->enabled && s.hdf5.empty(), "ParseTelemetrySpec: dir without hdf5=");
+    for (const std::string* v : {&s.csv, &s.json, &s.trace})
+      fuzz::Check(v->empty() || *v == "on", "ParseTelemetrySpec: dir outputs are on or off");
+  }
   return 0;
 }

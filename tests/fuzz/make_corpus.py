@@ -9,7 +9,11 @@ IDX files, spec strings and control-socket scripts are written here. Every seed 
 (the HDF5 ones about 25 KB) so the corpus stays in the repository. Regression inputs found by
 fuzzing are kept beside the seeds as regress-*, and fuzz_hdf5's legacy-*.h5 are the same
 datasets as written before the converters stored checksums and used HDF5's newer format
-bounds (older files users still have); this script never removes either.
+bounds, its v1-*.h5 as written in layout version 1 (encoded samples as vlen, before issue 33):
+older files users still have; this script never removes any of them. The seeds it writes are
+layout version 2 (encoded bytes + sample_offsets/sample_lengths, with and without offline
+buckets), raw pixels uncompressed and gzip, and stored pixels, so the fuzzer starts from every
+read path (direct, inflate, per sample).
 """
 import gzip
 import io
@@ -106,6 +110,14 @@ def hdf5(out, cli, seeds):
             "png.h5": ["convert", "idx", "--images", os.path.join(tmp, "train-images-idx3-ubyte"),
                        "--labels", os.path.join(tmp, "train-labels-idx1-ubyte"), "--threads", "1",
                        "--encode", "png", "--out"],
+            # Layout version 2 with offline buckets: an index per bytes dataset.
+            "buckets.h5": ["convert", "imagefolder", os.path.join(tmp, "folder"), "--threads",
+                           "1", "--buckets", "6,8", "--bucket-encoding", "png", "--out"],
+            # gzip raw pixels: the inflate path (chunks read with pread, inflated by zlib).
+            "raw-gzip.h5": ["convert", "idx", "--images",
+                            os.path.join(tmp, "train-images-idx3-ubyte"), "--labels",
+                            os.path.join(tmp, "train-labels-idx1-ubyte"), "--threads", "1",
+                            "--out"],
         }
         for name, args in runs.items():
             dst = os.path.join(tmp, name)

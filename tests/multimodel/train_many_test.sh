@@ -24,7 +24,7 @@ bin=${BATCHCAST_BIN:?set BATCHCAST_BIN}
 unset BATCHCAST_BIN  # not a batchcast option: the service would warn about it
 fx=${TRAIN_MANY_FIXTURE:?set TRAIN_MANY_FIXTURE}
 here=$(cd "$(dirname "$0")" && pwd)
-py=/usr/bin/python3
+py=${PYTHON:-/usr/bin/python3}  # the tree's interpreter (its torch scripts the models)
 n=256
 work=$(mktemp -d "${TMPDIR:-/tmp}/bc-train-many.XXXXXX")
 serve_pid=
@@ -122,6 +122,13 @@ case_config() {
   # ... and gpu=on: the per-model consumers take host batches (the front door runs gpu=off).
   expect_fail "train-many under mpirun: option 'gpu=on' does not apply" \
     env -u BATCHCAST_ADDRESS OMPI_COMM_WORLD_SIZE=2 "$bin" train-many cc.json --gpu=on
+  # Outputs are checked at the start (issue 32): an unwritable telemetry path and an
+  # output_dir that cannot be made are refused before any model loads, naming the path.
+  echo x >plain
+  expect_fail "telemetry hdf5 file $work/plain/t.train-many-" train good.json --telemetry="hdf5=$work/plain/t.h5"
+  expect_fail "telemetry run directory $work/plain/run" train good.json --telemetry="dir:$work/plain/run"
+  "$py" -c 'import json;c=json.load(open("good.json"));c["output_dir"]="plain/out";json.dump(c,open("od.json","w"))'
+  expect_fail "cannot create output_dir $work/plain/out: Not a directory" train od.json
   # A model that does not take the batch: named, with the batch shape, at its first step.
   start_service
   "$py" -c 'import json,sys;c=json.load(open("good.json"));c["models"]=[dict(c["models"][1],name="rgb",model=sys.argv[1]+"/rgb_lenet.pt")];json.dump(c,open("rgb.json","w"))' "$fx"

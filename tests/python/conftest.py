@@ -54,3 +54,15 @@ def read_address(proc):
     if not line:
         raise AssertionError(f"helper exited before printing its address: {proc.stderr.read()}")
     return json.loads(line)["address"]
+
+
+def one_line_changed(script, line, replacement, out_dir):
+    """A copy of `script` in `out_dir` with its one occurrence of `line` replaced: the
+    documented one-line change of a training script (docs/python.md, "Before and after")."""
+    with open(script) as f:
+        text = f.read()
+    assert text.count(line) == 1, f"{script} must hold the line to change exactly once"
+    changed = os.path.join(str(out_dir), os.path.basename(script).replace(".py", "_batchcast.py"))
+    with open(changed, "w") as f:
+        f.write(text.replace(line, replacement))
+    return changed

@@ -14,6 +14,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import batchcast
+import numpy as np
 
 N = 1000
 
@@ -116,6 +117,18 @@ def test_load_state_dict_refuses_what_it_cannot_honour(fmnist):
         loader.load_state_dict({"start_epoch": 0, "start_batch": 5})  # before the leader's
         with pytest.raises(batchcast.FailedPreconditionError, match="already at epoch 1"):
             next(iter(loader))
+    # A position the stream has passed: a stream that ends with its consumers (a Leader, a
+    # Producer) is resumed with them and does not replay it (batchcast serve does): refused,
+    # naming the fix, by every such front door alike.
+    batches = [(np.zeros((32, 1, 4, 4), np.uint8), np.arange(32)) for _ in range(10)]
+    producer = batchcast.Producer(batches, epochs=2, start_epoch=1, batch_size=32,
+                                  samples_per_epoch=320).start()
+    loader = batchcast.Consumer(producer.address, batch_size=32)
+    loader.load_state_dict({"start_epoch": 0, "start_batch": 5})
+    with pytest.raises(batchcast.FailedPreconditionError, match="already at epoch 1"):
+        next(iter(loader))
+    loader.close()
+    producer.join()
 
 
 def test_service_replays_a_passed_position_to_a_resuming_trial(fmnist):

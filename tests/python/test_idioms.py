@@ -1,6 +1,6 @@
 # Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-"""DataLoader idioms on a Consumer (issue 16): a kept peek that uses up no batch of the
-epoch, list(loader), buffer_depth=1 in a for loop, a forked DataLoader worker, the
+"""DataLoader idioms on a Consumer (issue 16, issue 30): a kept peek that uses up no batch of
+the epoch, an early break (the next iter() starts the next epoch), list(loader), buffer_depth=1 in a for loop, a forked DataLoader worker, the
 IterableDataset adapter, and an interpreter exit while a daemon thread waits in next()."""
 import os
 import subprocess
@@ -41,14 +41,25 @@ def test_peek_is_kept_and_the_epoch_stays_whole(fmnist, depth):
     ldr.wait()
 
 
-def test_a_for_loop_broken_after_more_than_one_batch_continues(fmnist):
-    ldr = leader(fmnist, epochs=1)
-    loader = batchcast.Consumer(ldr.address, batch_size=16, buffer_depth=1)
-    for k, batch in enumerate(loader):
+def test_a_loop_broken_early_starts_the_next_epoch_like_a_dataloader(fmnist):
+    """A break past the first batch (max_steps_per_epoch): the next iter() starts at the next
+    epoch, as a DataLoader's does; the rest of the broken epoch is given back unread."""
+    ldr = leader(fmnist, epochs=3)
+    loader = batchcast.Consumer(ldr.address, batch_size=16, buffer_depth=1, with_info=True)
+    for k, (_, _, info) in enumerate(loader):
         if k == 2:
             break
-    del batch  # else it is a kept batch beside the next loop's (buffer_depth=1)
-    assert sum(1 for _ in loader) == BATCHES - 3
+    assert int(info.epoch) == 0
+    del _, info  # else a kept batch beside the next loop's (buffer_depth=1)
+    assert loader.state_dict() == {"start_epoch": 1, "start_batch": 0}
+    epoch1 = [(int(i.epoch), int(i.index)) for _, _, i in loader]
+    assert epoch1 == [(1, b) for b in range(BATCHES)]
+    assert loader.stats()["skipped_after_break"] == BATCHES - 3
+    # A break in the last epoch, then iter(): the stream is over.
+    for k, _ in enumerate(loader):
+        if k == 5:
+            break
+    assert list(loader) == [] and loader.ended
     ldr.wait()
 
 

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 import batchcast
-from conftest import HERE
+from conftest import HERE, one_line_changed
 
 SCRIPT = os.path.join(HERE, "imagefolder_trainer.py")
 DATALOADER_LINE = ("train_loader = DataLoader(ImageFolder(root), batch_size=64, shuffle=True, "
@@ -45,11 +45,7 @@ def run(script, folder, drop_last, env=None):
 
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_one_line_change_keeps_samples_per_epoch(folder, tmp_path, drop_last):
-    with open(SCRIPT) as f:
-        text = f.read()
-    assert text.count(DATALOADER_LINE) == 1
-    changed = tmp_path / "imagefolder_trainer_batchcast.py"
-    changed.write_text(text.replace(DATALOADER_LINE, ONE_LINE_CHANGE))
+    changed = one_line_changed(SCRIPT, DATALOADER_LINE, ONE_LINE_CHANGE, tmp_path)
     expect = run(SCRIPT, folder, drop_last)
     assert expect == {"samples_per_epoch": [192 if drop_last else 205] * 2,
                       "len": 3 if drop_last else 4}

@@ -74,6 +74,42 @@ def test_python_leader_keep_input_false_publishes_no_images(fmnist, mean_pt):
     assert seen == n
 
 
+def torch_at_least(major, minor):
+    v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return v >= (major, minor)
+
+
+def test_python_leader_runs_an_exported_program(fmnist, tmp_path):
+    """torch.export + AOTInductor (a .pt2 package) where the generation offers it (the stage
+    module is built against the same generation's LibTorch: 2.6 or newer runs it); 1.13
+    refuses the file with a message saying what to save instead."""
+    pt2 = tmp_path / "mean.pt2"
+    if torch_at_least(2, 6):
+        import torch._inductor
+        batch = torch.export.Dim("batch", min=1, max=4096)
+        program = torch.export.export(ChannelMean(), (torch.zeros(2, 1, 28, 28),),
+                                      dynamic_shapes={"x": {0: batch}})
+        torch._inductor.aoti_compile_and_package(program, package_path=str(pt2))
+    else:
+        pt2.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: what the name says is enough
+        with pytest.raises(batchcast.InvalidArgumentError,
+                           match="needs LibTorch 2.6 or newer; this leader's LibTorch is 1.13"):
+            batchcast.Leader(fmnist["test"], consumers=1, epochs=1, batch_size=8,
+                             limit_samples=64, stage=stage(str(pt2)))
+        return
+    n = 64
+    leader = batchcast.Leader(fmnist["test"], consumers=1, max_batch_size=8, epochs=1,
+                              batch_size=8, limit_samples=n, stage=stage(str(pt2)))
+    loader = batchcast.Consumer(leader.address, batch_size=5, with_info=True)
+    seen = bad = 0
+    for batch, info in loader:
+        want = batch["images"].float().mean(dim=[2, 3])
+        bad += not torch.allclose(batch["mean"], want, rtol=1e-5, atol=1e-4)
+        seen += len(info.sample_ids) - info.repeats
+    leader.wait()
+    assert seen == n and bad == 0
+
+
 def test_c_api_leader_runs_the_stage(fmnist, mean_pt):
     prog = os.environ.get("BCTEST_CAPI")
     if not prog:

@@ -4,6 +4,7 @@ through runtime/telemetry (the MPI runtime's collector, sinks and summary), one 
 process; Leader.stats() reports the C++ leader's view; a bad spec is an error."""
 import json
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -95,3 +96,62 @@ def test_a_bad_telemetry_spec_is_an_error(fmnist):
     with pytest.raises(batchcast.InvalidArgumentError, match="telemetry"):
         batchcast.Producer([(np.zeros((2, 1, 1, 1), np.uint8), np.zeros(2))],
                            telemetry="interval=soon")
+
+
+# --- issue 32: outputs checked at the start, failures at the end raised, the run directory ---
+
+def test_front_doors_refuse_an_unwritable_path_before_starting(fmnist, tmp_path):
+    (tmp_path / "plain").write_text("a file: nothing can be made below it, not even by root")
+    bad = tmp_path / "plain" / "run.h5"
+    with pytest.raises(batchcast.FailedPreconditionError, match=f"{bad}.*Not a directory"):
+        batchcast.Leader(fmnist["train"], consumers=1, epochs=1, batch_size=16,
+                         limit_samples=32, telemetry=f"hdf5={bad}")
+    with pytest.raises(batchcast.FailedPreconditionError, match=f"trace {bad}"):
+        batchcast.Producer([(np.zeros((2, 1, 1, 1), np.uint8), np.zeros(2))],
+                           telemetry=f"trace={bad}")
+    # A consumer refuses before attaching: an address nobody listens on is never tried.
+    with pytest.raises(batchcast.FailedPreconditionError, match="telemetry run directory"):
+        batchcast.Consumer("batchcast-test-nobody-listens", batch_size=8,
+                           telemetry=f"dir:{tmp_path}/plain/run")
+
+
+def test_consumer_close_raises_when_its_file_cannot_be_written(fmnist, tmp_path):
+    out = tmp_path / "out"
+    leader = batchcast.Leader(fmnist["train"], consumers=1, epochs=1, batch_size=16,
+                              limit_samples=48)
+    loader = batchcast.Consumer(leader.address, batch_size=16, telemetry=f"hdf5={out}/c.h5")
+    assert sum(1 for _ in loader) == 3
+    leader.wait()
+    out.rmdir()
+    out.write_text("the directory is gone; a file stands in its place")
+    with pytest.raises(batchcast.IoError, match=f"{out}/c.h5"):
+        loader.close()
+    loader.close()  # once raised, closing again is quiet
+
+
+def test_run_directory_holds_one_file_per_process_and_reports(fmnist, tmp_path):
+    run = tmp_path / "run"
+    leader = batchcast.Leader(fmnist["train"], consumers=1, epochs=2, batch_size=16,
+                              limit_samples=64, telemetry=f"dir:{run}")
+    loader = batchcast.Consumer(leader.address, batch_size=16, epochs=2, name="trial-x",
+                                telemetry=f"dir:{run}")
+    assert sorted(p.name.split("-")[0] for p in run.iterdir()) == ["consumer", "leader"]
+    # Claimed at the start, written at the end (the leader may be done already).
+    assert [p.stat().st_size for p in run.glob("consumer-*")] == [0]
+    for _ in range(2):
+        assert sum(1 for _ in loader) == 4
+    leader.wait()
+    loader.close()
+    names = sorted(p.name for p in run.iterdir())
+    host, pid = os.uname().nodename, os.getpid()
+    assert names == [f"consumer-{host}-{pid}.h5", f"leader-{host}-{pid}.h5"], names
+    report = tmp_path / "report"
+    subprocess.run([os.environ["BCTEST_BIN"], "report", str(run), "--out", str(report)],
+                   check=True, stdout=subprocess.DEVNULL)
+    data = json.load(open(report / "report-data.json"))[0]
+    (trial,) = data["trials"]
+    assert trial["name"] == "trial-x" and trial["samples"] == 128
+    # Leader and consumer share this process: its CPU is the leader's, not the trial's own.
+    assert trial["own_cpu_s"] is None and "inside the leader's process" in trial["own_note"]
+    assert trial["own"]["samples_received"] == 128  # matched to the consumer's own file
+    assert data["job"]["processes"] == 1

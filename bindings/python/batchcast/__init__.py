@@ -14,7 +14,6 @@ node gets it zero-copy.
 Tensors cross from C++ through DLPack: this module never links libtorch.
 """
 
-import os
 import sys
 import threading
 from collections import namedtuple
@@ -214,11 +213,130 @@ def _named_batch(images, labels, named, convert):
     return out
 
 
+# DataLoader arguments a Consumer cannot take, and what to write instead (the one-line swap
+# keeps the rest of the script; these belong to the leader, which loads and decodes).
+_WORKERS_HINT = ("the node's leader decodes for every trainer, so a Consumer has no workers: "
+                 "drop it here and give the leader its threads (batchcast.Leader(..., threads=N), "
+                 "batchcast-run/serve --threads=N)")
+_DATALOADER_ARGS = {
+    "num_workers": _WORKERS_HINT,
+    "persistent_workers": _WORKERS_HINT + "; the stream itself persists across epochs",
+    "prefetch_factor": "the Consumer prefetches up to buffer_depth batches: use buffer_depth=N",
+    "worker_init_fn": _WORKERS_HINT,
+    "multiprocessing_context": _WORKERS_HINT,
+    "sampler": ("the leader orders the samples (its seed and shuffle options); for "
+                "DistributedSampler's sharding use mode='shard' (rank and world_size from "
+                "RANK/WORLD_SIZE, or rank=, world_size=)"),
+    "batch_sampler": "the leader orders the samples; give batch_size=N (and drop_last) instead",
+    "collate_fn": ("the leader collates (its transforms: image_size, crop, flip, normalize); "
+                   "apply per-batch code of your own to the tensors the loop yields"),
+    "generator": "the leader's seed option orders every epoch",
+    "timeout": "use connect_timeout=ms for the wait for the leader",
+}
+_DATASET_HINT = ("the dataset belongs to the leader (batchcast.Leader(dataset, ...) or "
+                 "batchcast.Producer(DataLoader(dataset, ...))); a Consumer takes the leader's "
+                 "address")
+
+
+def _refuse_dataloader_args(options):
+    for key, hint in _DATALOADER_ARGS.items():
+        if key in options:
+            raise InvalidArgumentError(
+                f"consumer: {key}={options[key]!r} is a DataLoader argument a batchcast.Consumer "
+                f"does not take: {hint} (docs/python.md, 'DataLoader arguments')")
+
+
+def _pin_memory_wanted(pin_memory, numpy_output):
+    """pin_memory=True as a DataLoader does it: batches copied into pinned (page-locked) host
+    memory for asynchronous .to(device, non_blocking=True) copies when an accelerator is
+    present; without one, DataLoader's warning and unpinned batches."""
+    if not pin_memory:
+        return False
+    if numpy_output:
+        raise InvalidArgumentError(
+            "consumer: pin_memory=True needs output='torch' (pinned memory is torch's)")
+    import torch
+    acc = getattr(torch, "accelerator", None)
+    available = acc.is_available() if acc is not None else torch.cuda.is_available()
+    if not available:
+        import warnings
+        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then "
+                      "device pinned memory won't be used.", stacklevel=3)
+        return False
+    return True
+
+
+class _StreamSampler:
+    """Consumer.sampler: set_epoch() of the DistributedSampler idiom."""
+
+    def __init__(self, consumer):
+        self._consumer = consumer
+
+    def set_epoch(self, epoch):
+        at = self._consumer.state_dict()["start_epoch"]
+        if int(epoch) < at:
+            raise InvalidArgumentError(
+                f"consumer: sampler.set_epoch({epoch}): this consumer is at epoch {at} of the "
+                "leader's stream, which does not go back; the leader orders every epoch (seed "
+                "and epoch number), so set_epoch can be dropped")
+
+
+# The consumers whose batches this process trains on, for the note an uncaught error gets.
+_watched = None  # a weakref.WeakSet once the first batch was yielded
+_ERROR_SIGNS = ("scalar type", "dtype", "shapes cannot be multiplied", "size mismatch",
+                "must match the size", "Input type", "expected input", "Expected input",
+                "same dtype", "but got", "sizes of tensors")
+
+
+def _note_on_error(exc):
+    """A note for an uncaught exception whose message looks like a dtype or size mismatch:
+    what this process's batchcast batches are, and why they may differ from the DataLoader
+    the Consumer replaced."""
+    msg = str(exc)
+    consumers = [c for c in list(_watched or ()) if c._first is not None]
+    if not consumers or not any(sign in msg for sign in _ERROR_SIGNS):
+        return None
+    lines = [f"batchcast: this process trains on batchcast.Consumer batches: "
+             f"{c.describe()}" + (f"; later batches are {c._changed[0]} "
+                                  f"{list(c._changed[1])} per sample"
+                                  if getattr(c, "_changed", None) else "")
+             for c in consumers]
+    lines.append(
+        "batchcast: the leader applies the transforms (image_size, crop, flip, normalize): "
+        "with normalize the images are float32 and already normalized, without it uint8 0..255; "
+        "the batch size is the Consumer's batch_size (the last batch of an epoch may be "
+        "partial). Make the script's conversion match, or give the leader the transforms the "
+        "DataLoader had (docs/python.md, 'Before and after')")
+    return "\n".join(lines)
+
+
+def _watch(consumer):
+    global _watched
+    if _watched is None:
+        import weakref
+        _watched = weakref.WeakSet()
+        _install_error_note()
+    _watched.add(consumer)
+
+
+def _install_error_note():
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        try:
+            note = _note_on_error(value)
+        except Exception:  # the note must never hide the error itself
+            note = None
+        previous(kind, value, tb)
+        if note:
+            sys.stderr.write(note + "\n")
+    sys.excepthook = hook
+
+
 def _env_rank():
-    for k in ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
-        if os.environ.get(k, "").isdigit():
-            return int(os.environ[k])
-    return -1
+    """This process's rank from its launcher (RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK,
+    SLURM_PROCID); -1 if none. Read in C++, where every front door reads the environment."""
+    return _bc._launcher_rank()
 
 
 class Consumer:
@@ -249,7 +367,12 @@ class Consumer:
 
     def __init__(self, address=None, *, batch_size=None, buffer_depth=None, epochs=None,
                  release="on_free", with_info=False, output="torch", writable=False, rank=None,
-                 name="", **options):
+                 name="", pin_memory=False, **options):
+        if address is not None and not isinstance(address, str):
+            raise InvalidArgumentError(
+                f"consumer: the first argument is the leader's address (a str), not "
+                f"{type(address).__name__}: {_DATASET_HINT}")
+        _refuse_dataloader_args(options)
         if release not in ("on_free", "next"):
             raise InvalidArgumentError(
                 f"consumer: release='{release}' is not one of 'on_free', 'next'")
@@ -265,11 +388,14 @@ class Consumer:
             self._convert = None if self._copy else _read_only_view
         else:
             self._convert = _from_numpy() if self._copy else _from_dlpack()
+        self._pin = _pin_memory_wanted(pin_memory, self._numpy)
         self._ended = False
         self._peeked = None  # the raw copy of a peeked first batch, yielded again next
+        self._first = None   # (dtype, per-sample shape, batch size) of the first batch
+        self._broken = None  # the epoch a loop broke out of, skipped by the next iter()
+        self._skipped = 0    # batches given back unread after breaks
         self.last_info = None
-        address = address or os.environ.get("BATCHCAST_ADDRESS") or os.environ.get(
-            "BATCHCAST_SOCKET")
+        address = address or _bc._leader_address()
         if not address:
             raise InvalidArgumentError(
                 "consumer: no leader address: pass address=..., set BATCHCAST_ADDRESS (the "
@@ -283,6 +409,23 @@ class Consumer:
     def __len__(self):
         """Batches per epoch for this consumer's batch size (exact, from the stream)."""
         return self._c.batches_per_epoch()
+
+    @property
+    def sampler(self):
+        """For ``loader.sampler.set_epoch(epoch)`` (the DistributedSampler idiom): the leader
+        orders every epoch (its seed and the epoch number), so set_epoch has nothing to
+        choose; it refuses an epoch this consumer has already passed (a shared stream does
+        not go back)."""
+        return _StreamSampler(self)
+
+    def describe(self):
+        """What this consumer's batches are: the first batch's images dtype and shape, and
+        the batch size; "" before the first batch."""
+        if self._first is None:
+            return ""
+        dtype, shape, n = self._first
+        return (f"images {dtype} [{n}, {', '.join(map(str, shape))}] (batch_size={n}), as the "
+                "leader's transforms made them")
 
     def __iter__(self):
         """One epoch: ends after the epoch's last batch, or at the end of the stream.
@@ -301,6 +444,7 @@ class Consumer:
     def _epoch(self):
         first = True
         epoch = None
+        self._skip_broken_epoch()
         while True:
             if self._peeked is not None:
                 # A fresh copy: the peek's own arrays stay the caller's.
@@ -321,9 +465,30 @@ class Consumer:
             except GeneratorExit:
                 if first:
                     self._peeked = raw
+                elif not last:
+                    self._broken = epoch  # a break: the next iter() starts the next epoch
                 raise
             del item  # while the next batch is fetched only the caller's variables hold this one
             first = False
+            if last:
+                return
+
+    def _skip_broken_epoch(self):
+        """After a loop broke out of epoch e (past its first batch), the rest of e is given
+        back unread, so the next iter() starts at epoch e + 1 as a DataLoader's does."""
+        epoch, self._broken = self._broken, None
+        if epoch is None or self._peeked is not None:
+            return
+        while not self._ended:
+            raw = self._fetch(copy=False)
+            if raw is None:
+                return
+            if raw[3].epoch != epoch:
+                self._peeked = self._private_copy(raw)
+                return
+            last = raw[3].last_in_epoch
+            del raw  # given back before the next fetch: a loop variable may hold one more
+            self._skipped += 1
             if last:
                 return
 
@@ -379,6 +544,11 @@ class Consumer:
             if ids is not None:
                 ids = convert(ids)
         self.last_info = info
+        if images is not None:
+            self._check_first_use(images, info)
+        if self._pin:
+            images = images.pin_memory() if images is not None else None
+            labels = labels.pin_memory()
         item = (images, labels)
         if named is not None:  # a batch of named tensors: a dict (docs/python.md)
             item = _named_batch(images, labels, named, convert)
@@ -389,6 +559,27 @@ class Consumer:
             return (*item, meta) if named is None else (item, meta), info.last_in_epoch
         return item, info.last_in_epoch
 
+    def _check_first_use(self, images, info):
+        """Remembers the first batch's images dtype and per-sample shape; a later batch that
+        differs (progressive resizing, a leader restarted with other transforms) is said once
+        as a warning, and an uncaught error of the training step names both (_note_on_error)."""
+        dtype = str(images.dtype).replace("torch.", "")
+        shape = tuple(images.shape[1:])
+        if self._first is None:
+            self._first = (dtype, shape, int(images.shape[0]))
+            _watch(self)
+            return
+        if (dtype, shape) != self._first[:2] and not getattr(self, "_told", False):
+            self._told = True
+            import warnings
+            warnings.warn(
+                f"batchcast.Consumer: the images of batch {info.index} of epoch {info.epoch} are "
+                f"{dtype} {list(shape)} per sample, the first batch's were {self._first[0]} "
+                f"{list(self._first[1])} (the leader's transforms changed: progressive resizing "
+                "or another leader); code fixed to the first batch's size or dtype fails now",
+                stacklevel=3)
+            self._changed = (dtype, shape)
+
     def state_dict(self):
         """Where this consumer is in its stream: ``{"start_epoch": e, "start_batch": b}``, the
         batch the next iteration yields (a pending peek included). Save it with a checkpoint
@@ -398,6 +589,8 @@ class Consumer:
         if self._peeked is not None:
             info = self._peeked[3]
             return {"start_epoch": int(info.epoch), "start_batch": int(info.index)}
+        if self._broken is not None:  # the next iter() skips the rest of that epoch
+            return {"start_epoch": int(self._broken) + 1, "start_batch": 0}
         epoch, batch = self._c.position()
         return {"start_epoch": int(epoch), "start_batch": int(batch)}
 
@@ -425,7 +618,12 @@ class Consumer:
         return self._ended
 
     def stats(self):
-        return self._c.stats()
+        """This consumer's counters: batches, samples, repeats, wait_ns, epochs_completed,
+        repeats_per_epoch, and skipped_after_break (batches of broken-off epochs given back
+        unread)."""
+        d = self._c.stats()
+        d["skipped_after_break"] = self._skipped
+        return d
 
     @property
     def telemetry_summary(self):

@@ -27,6 +27,7 @@
 #include "producer/slot_layout.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
+#include "telemetry/run_outputs.h"
 
 namespace batchcast::python {
 
@@ -112,7 +113,8 @@ TensorView IdsView(const int64_t* ids, int64_t n);
 
 // The telemetry of a Python front door is producer::ProcessTelemetry (the Leader's and the
 // Producer's through their producer::Producer; a Consumer's directly): its sink paths may
-// name the process with %r (rank), %p (pid) and %h (host), and Finish() writes them with the
+// name the process with %r (rank), %p (pid) and %h (host), or a run directory (dir:RUN) names
+// the file by the one rule (telemetry/run_outputs.h); Finish() writes them with the
 // end-of-run summary for this process alone (no MPI).
 using producer::ProcessTelemetry;
 

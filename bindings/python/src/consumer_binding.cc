@@ -22,6 +22,7 @@
 
 #include "batchcast/consumer.h"
 #include "bindings/python/src/bindings.h"
+#include "bindings/python/src/consumer_fetch.h"
 #include "core/log.h"
 #include "core/option_scope.h"
 #include "node/consumer_internal.h"
@@ -29,84 +30,6 @@
 
 namespace batchcast::python {
 namespace {
-
-// What the Python object and the fetch thread share. The thread owns a reference, so
-// an object dropped while a request is in flight is cleaned up when the request ends.
-struct FetchState {
-  std::shared_ptr<Consumer> consumer;  // also held by release="next" views (the mapping)
-  // Telemetry (null when off): finished after the consumer detached; batches still alive
-  // hold it too, since their release records a step time into its collector.
-  std::shared_ptr<ProcessTelemetry> telemetry;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool requested = false;   // a Next() is asked for or running
-  bool ready = false;       // its result is in `batch` / `status`
-  bool stop = false;
-  Batch batch;
-  Status status;
-  Batch leftover;           // a batch the Python side dropped while a request was in flight
-};
-
-void FetchLoop(std::shared_ptr<FetchState> s) {
-  std::unique_lock<std::mutex> lock(s->mu);
-  for (;;) {
-    s->cv.wait(lock, [&] { return s->stop || (s->requested && !s->ready); });
-    if (s->requested && !s->ready) {
-      lock.unlock();
-      Batch b;
-      Status st = s->consumer->Next(&b);
-      lock.lock();
-      s->batch = std::move(b);
-      s->status = st;
-      s->ready = true;
-      s->cv.notify_all();
-      continue;
-    }
-    if (s->stop) break;
-  }
-  // Drop whatever was fetched and nobody collected, then leave the stream.
-  Batch drop = std::move(s->batch);
-  Batch drop_leftover = std::move(s->leftover);
-  lock.unlock();
-  drop.Release();
-  drop_leftover.Release();
-  if (s->consumer) s->consumer->Detach().IgnoreError();
-  s->consumer.reset();
-  if (s->telemetry) {
-    Status st = s->telemetry->Finish();
-    if (!st.ok()) BC_LOG(Error, Telem, "consumer telemetry: {}", st.ToString());
-  }
-}
-
-// Consumer::Attach (which may wait connect_timeout for the leader to listen) on a helper
-// thread, so that Ctrl-C interrupts the wait; an interrupted attach finishes on its own and
-// the consumer it made leaves the stream at once.
-Status AttachInterruptibly(const std::string& address, const Options& o, int rank,
-                           const std::string& name, std::unique_ptr<Consumer>* out) {
-  struct Pending {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    Status status;
-    std::unique_ptr<Consumer> consumer;
-  };
-  auto p = std::make_shared<Pending>();
-  std::thread([p, address, o, rank, name] {
-    auto r = Consumer::Attach(address, o, rank, name);
-    std::lock_guard<std::mutex> lock(p->mu);
-    if (r.ok()) p->consumer = std::move(r).value();
-    else p->status = r.status();
-    p->done = true;
-    p->cv.notify_all();
-  }).detach();
-  WaitInterruptibly([&](int64_t chunk_ms) {
-    std::unique_lock<std::mutex> lock(p->mu);
-    return p->cv.wait_for(lock, std::chrono::milliseconds(chunk_ms), [&] { return p->done; });
-  });
-  std::lock_guard<std::mutex> lock(p->mu);
-  *out = std::move(p->consumer);
-  return p->status;
-}
 
 class PyConsumer {
  public:
@@ -120,6 +43,9 @@ class PyConsumer {
     // batch while it fetches the next, so that batch is not counted against buffer_depth
     // (buffer_depth=1 serves the usual loop; docs/python.md, "Holding batches").
     if (!release_on_next) o.buffer_depth += 1;
+    // Telemetry first: an output path that cannot be written is refused before attaching.
+    std::shared_ptr<ProcessTelemetry> telemetry = ValueOrThrow(ProcessTelemetry::Start(
+        o, telemetry::ProcessKind::kConsumer, rank, -1, telemetry::Role::kConsumer, ""));
     std::unique_ptr<Consumer> c;
     Status st = AttachInterruptibly(address, o, rank, name, &c);
     if (!st.ok()) {
@@ -131,15 +57,13 @@ class PyConsumer {
       throw StatusError(st.WithContext(context));
     }
     batches_per_epoch_ = c->BatchesPerEpoch();
-    std::shared_ptr<ProcessTelemetry> telemetry = ValueOrThrow(
-        ProcessTelemetry::Start(o, rank, -1, telemetry::Role::kConsumer, ""));
     if (telemetry != nullptr) internal::ConsumerAccess::SetCollector(*c, telemetry->collector());
     state_ = std::make_shared<FetchState>();
     state_->telemetry = telemetry_ = std::move(telemetry);
     state_->consumer = std::move(c);
     thread_ = std::thread(FetchLoop, state_);
   }
-  ~PyConsumer() { Close(); }
+  ~PyConsumer() { Close(/*raise=*/false); }
 
   // (images, labels, ids or None, info) as DLPack capsules (or read-only numpy views), or
   // None at the end of this consumer's stream. copy=true: writable numpy arrays owning a
@@ -235,8 +159,9 @@ class PyConsumer {
   }
 
   // Leaves the stream. Never blocks on a request still in flight (e.g. interrupted):
-  // the fetch thread finishes it and detaches on its own.
-  void Close() {
+  // the fetch thread finishes it and detaches on its own. With telemetry on, the files are
+  // written here: one that cannot be written raises (raise=false, from the destructor: logged).
+  void Close(bool raise = true) {
     if (!state_) return;
     if (getpid() != pid_) {
       // A forked copy (e.g. a DataLoader worker): the fetch thread and the membership are the
@@ -269,6 +194,15 @@ class PyConsumer {
       thread_.join();
     }
     state_.reset();
+    Status written;
+    if (telemetry_) {
+      py::gil_scoped_release nogil;
+      written = telemetry_->Finish();  // (the fetch thread may have written them already)
+    }
+    if (!written.ok()) {
+      if (raise) throw StatusError(written.WithContext("consumer close(): telemetry"));
+      BC_LOG(Error, Telem, "consumer telemetry: {}", written.ToString());
+    }
   }
 
  private:
@@ -358,7 +292,7 @@ void BindConsumer(py::module_& m) {
       .def("stats", &PyConsumer::Stats)
       .def("telemetry_summary", &PyConsumer::TelemetrySummary)
       .def("record", &PyConsumer::Record, py::arg("name"), py::arg("value"))
-      .def("close", &PyConsumer::Close);
+      .def("close", [](PyConsumer& c) { c.Close(); });
 }
 
 }  // namespace batchcast::python

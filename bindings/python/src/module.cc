@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 
 #include "bindings/python/src/bindings.h"
 #include "core/dtype.h"
+#include "core/environment.h"
 
 namespace batchcast::python {
 namespace {
@@ -160,14 +162,43 @@ TensorView IdsView(const int64_t* ids, int64_t n) {
 
 }  // namespace batchcast::python
 
+namespace {
+
+// pybind11 before 2.12 reads numpy's array descriptors with numpy 1's layout, which numpy 2
+// changed: an extension built with it (Debian's pybind11-dev 2.10) gives wrong item sizes
+// under numpy 2. Refuse to load there, saying how to build one that works with both.
+void CheckNumpyAbi() {
+#if PYBIND11_VERSION_MAJOR < 2 || (PYBIND11_VERSION_MAJOR == 2 && PYBIND11_VERSION_MINOR < 12)
+  namespace py = pybind11;
+  const std::string version =
+      py::module_::import("numpy").attr("__version__").cast<std::string>();
+  if (std::atoi(version.c_str()) >= 2)
+    throw py::import_error(
+        "batchcast: this _batchcast was built with pybind11 " PYBIND11_TOSTRING(
+            PYBIND11_VERSION_MAJOR) "." PYBIND11_TOSTRING(PYBIND11_VERSION_MINOR) ", which "
+        "supports numpy 1 only, and numpy " + version + " is installed; rebuild it with pybind11 "
+        ">= 2.12 (pip install . does: pyproject.toml asks for it; a CMake build: "
+        "-Dpybind11_DIR=$(python3 -m pybind11 --cmakedir) after pip install 'pybind11>=2.12'), "
+        "or use numpy < 2");
+#endif
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_batchcast, m) {
   using namespace batchcast::python;
   m.doc() = "Batchcast data plane (see the batchcast package for the documented API)";
+  CheckNumpyAbi();
   RegisterErrors(m);
   m.def("resolve_options", [](py::dict kwargs) {
     batchcast::Options o = OptionsFromKwargs(kwargs);
     return batchcast::OptionsToJson(o);
   }, "The resolved options registry as JSON (defaults < file < environment < arguments).");
+  // The launcher's environment, read as every other front door reads it (core/environment.h).
+  m.def("_launcher_rank", &batchcast::env::LauncherRank,
+        "This process's rank from its launcher (RANK, OMPI_COMM_WORLD_RANK, ...); -1 if none.");
+  m.def("_leader_address", &batchcast::env::LeaderAddress,
+        "BATCHCAST_ADDRESS (or BATCHCAST_SOCKET); None when unset.");
   m.attr("DLPACK_VERSION") = DLPACK_VERSION;
   BindConsumer(m);
   BindProducer(m);

@@ -93,8 +93,9 @@ class BATCHCAST_API Consumer {
   int64_t BatchesPerEpoch() const;
   // Batches this consumer gets in stream epoch `epoch` (BatchInfo::epoch); 0 past the end.
   int64_t BatchesPerEpoch(uint64_t epoch) const;
-  // Called when range-for iteration meets an error. Default: log it and fail the job
-  // (MPI_Abort inside an MPI job, exit(1) otherwise).
+  // Called when range-for iteration meets an error. Default: log it and exit(1) (a launcher
+  // such as mpirun or srun then ends the job); the MPI Runtime's consumer aborts the whole
+  // job at once (MPI_Abort).
   void SetErrorHandler(std::function<void(const Status&)> handler);
 
   class BATCHCAST_API Iterator {

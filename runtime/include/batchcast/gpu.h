@@ -79,8 +79,11 @@ struct GpuConsumerStats {
 class BATCHCAST_API GpuConsumer {
  public:
   // Maps the device slots of the leader at `address` (the same address `consumer`
-  // attached to) on visible device `device`. kUnavailable "no CUDA device visible: ..."
-  // without a GPU; kNotFound when the leader stages no device slots.
+  // attached to) on visible device `device`, and checks the device path once before the
+  // first batch (the leader's canary mapped by IPC, its events imported, its bytes compared
+  // by checksum with the host bytes; docs/gpu.md "The safe device path"): an error names
+  // the step that failed. kUnavailable "no CUDA device visible: ..." without a GPU;
+  // kNotFound when the leader stages no device slots.
   static Result<std::unique_ptr<GpuConsumer>> Attach(Consumer& consumer, const std::string& address,
                                                      int device);
   ~GpuConsumer();
@@ -121,6 +124,9 @@ BATCHCAST_API Result<int> SelectGpu(const GpuPlacement& placement);
 // with gpu=off or without BATCHCAST_ADDRESS; kUnavailable "no CUDA device visible: ..."
 // without a device; "gpu: the leader publishes no device slots ..." when the leader
 // stages none (its gpu=off, or no GPU on its side): fall back to the host Batch then.
+// The device path is checked as in GpuConsumer::Attach; with options.gpu=auto a failed
+// check logs one WARN and returns kUnavailable "gpu=auto: host path: ..." (use the host
+// Batch), with gpu=on the error says "gpu=on, but ..." (fail the trainer).
 BATCHCAST_API Result<std::unique_ptr<GpuConsumer>> AttachGpuFromEnvironment(
     Consumer& consumer, const Options& options);
 

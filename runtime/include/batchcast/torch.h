@@ -5,8 +5,9 @@
 //
 //   for (batchcast::Batch& batch : consumer) {
 //     batchcast::TorchBatch t = batchcast::ToTorch(batch).value();
-//     auto x = t.images.to(torch::kFloat32).div_(255);   // the copy is yours, the view is shared
-//     auto y = t.labels;                                  // int64 [N]
+//     torch::Tensor x = t.images.to(torch::kFloat32);     // uint8: a new tensor; float32: the view
+//     if (t.images.scalar_type() == torch::kUInt8) x = x / 255.0;   // out of place, never div_()
+//     torch::Tensor y = t.labels;                          // int64 [N]
 //   }
 //
 // The tensors point into the leader's shared-memory slot: no sample byte is copied. Each
@@ -15,8 +16,14 @@
 // gone. Tensors that are still alive count against the consumer's buffer_depth.
 //
 // The views are shared with every other consumer of the node: treat them as read-only.
-// An in-place op (t.images.div_(255)) would change the batch every trainer sees; convert
-// out of place first (to(), float(), clone()).
+// An in-place op (t.images.div_(255)) would change the batch every trainer sees (the
+// consumer's read-only mapping stops it with a message instead); use out-of-place ops
+// (x / 255, clone()). Careful with to() and float(): they return the view itself when the
+// dtype is already the one asked for (a leader that normalizes publishes float32), so an
+// in-place op after them writes into the shared batch too.
+//
+// Build: target_link_libraries(trainer PRIVATE Batchcast::torch) after find_package(Torch)
+// and find_package(Batchcast CONFIG) (docs/api.md, "A LibTorch trainer").
 //
 // Header-only on purpose: it is a few inline functions over the public Batch API, so it
 // is compiled by the trainer against the trainer's own LibTorch (Debian's, a pip wheel's,

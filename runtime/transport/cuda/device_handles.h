@@ -14,7 +14,7 @@
 namespace batchcast::cuda {
 
 constexpr uint64_t kDeviceTableMagic = 0x5442474342415442ULL;  // "BTABCGBT"
-constexpr uint32_t kDeviceTableVersion = 2;
+constexpr uint32_t kDeviceTableVersion = 3;
 constexpr uint32_t kMaxDeviceSlots = 16;  // mirrors the host ring (ring_slots <= 16 on GPU)
 constexpr uint32_t kMaxGpuLanes = 8;      // consumers per GPU that map slots by IPC
 constexpr uint32_t kIpcHandleBytes = 64;  // CUDA_IPC_HANDLE_SIZE
@@ -39,6 +39,15 @@ struct DeviceSlotTable {
   IpcBytes slot_memory[kMaxDeviceSlots];               // cudaIpcMemHandle_t per slot
   IpcBytes ready_event[kMaxDeviceSlots];               // recorded after the slot's copy
   IpcBytes release_event[kMaxDeviceSlots][kMaxGpuLanes];  // recorded by lane's consumer
+  // The canary (canary.h): an allocation of canary_bytes holding FillCanary(canary_seed),
+  // copied in from host bytes whose checksum is canary_checksum; its ready event is
+  // recorded after that copy, and each consumer records its release event after reading.
+  uint64_t canary_bytes;
+  uint64_t canary_seed;
+  uint64_t canary_checksum;
+  IpcBytes canary_memory;
+  IpcBytes canary_ready;
+  IpcBytes canary_release;
 };
 
 // The handshake reply that precedes the table on the handle socket.

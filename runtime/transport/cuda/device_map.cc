@@ -34,6 +34,9 @@ class CudaDeviceMap final : public DeviceMap {
   Result<uint8_t*> Acquire(uint32_t slot, uint64_t seq, std::span<const SlotRange> ranges,
                            void* stream) override;
   Status Release(uint32_t slot, void* stream) override;
+  Status MapCanary() override;
+  Status ImportCanaryEvents() override;
+  Status ReadCanary(uint8_t* out, uint64_t bytes) override;
   const DeviceSlotTable& table() const override { return lease_.table; }
   int lane() const override { return lease_.lane; }
   int device() const override { return device_; }
@@ -51,6 +54,9 @@ class CudaDeviceMap final : public DeviceMap {
   cudaStream_t lane_stream_ = nullptr;  // release and peer copies, in slot order
   std::vector<MappedSlot> slots_;
   DeviceMapStats stats_;
+  uint8_t* canary_ = nullptr;             // the leader's canary, opened by IPC
+  cudaEvent_t canary_ready_ = nullptr;
+  cudaEvent_t canary_release_ = nullptr;
 };
 
 Status CudaDeviceMap::Init() {
@@ -88,8 +94,44 @@ CudaDeviceMap::~CudaDeviceMap() {
     if (s.local) (void)cudaFree(s.local);
     if (s.remote) (void)cudaIpcCloseMemHandle(s.remote);
   }
+  if (canary_ready_) (void)cudaEventDestroy(canary_ready_);
+  if (canary_release_) (void)cudaEventDestroy(canary_release_);
+  if (canary_) (void)cudaIpcCloseMemHandle(canary_);
   if (lane_stream_ != nullptr) (void)cudaStreamDestroy(lane_stream_);
   CloseLease(&lease_);
+}
+
+Status CudaDeviceMap::MapCanary() {
+  BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "gpu: select the consumer's device");
+  cudaIpcMemHandle_t mh;
+  std::memcpy(&mh, lease_.table.canary_memory.bytes, sizeof mh);
+  void* p = nullptr;
+  BC_CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess),
+                          fmt::format("gpu: open the canary of leader pid {} by IPC",
+                                      lease_.table.leader_pid));
+  canary_ = static_cast<uint8_t*>(p);
+  return Status::Ok();
+}
+
+Status CudaDeviceMap::ImportCanaryEvents() {
+  BC_RETURN_IF_ERROR(OpenEvent(lease_.table.canary_ready, &canary_ready_,
+                               "gpu: open the canary's ready event by IPC"));
+  return OpenEvent(lease_.table.canary_release, &canary_release_,
+                   "gpu: open the canary's release event by IPC");
+}
+
+Status CudaDeviceMap::ReadCanary(uint8_t* out, uint64_t bytes) {
+  if (canary_ == nullptr || canary_ready_ == nullptr)
+    return InternalError("gpu: canary read before it was mapped");
+  BC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(lane_stream_, canary_ready_, 0),
+                          "gpu: wait for the canary's copy (imported event)");
+  BC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, canary_, bytes, cudaMemcpyDeviceToHost,
+                                          lane_stream_),
+                          "gpu: read the canary back");
+  BC_CUDA_RETURN_IF_ERROR(cudaEventRecord(canary_release_, lane_stream_),
+                          "gpu: record the canary's release event (imported event)");
+  BC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(lane_stream_), "gpu: wait for the canary read");
+  return Status::Ok();
 }
 
 Status CudaDeviceMap::OpenEvent(const IpcBytes& bytes, cudaEvent_t* ev, const char* what) {
@@ -231,6 +273,20 @@ class LocalDeviceMap final : public DeviceMap {
     BC_CUDA_RETURN_IF_ERROR(
         cudaEventRecord(static_cast<cudaEvent_t>(ring_.release_event(slot, lane_)), lane_stream_),
         "gpu: record the release event");
+    return Status::Ok();
+  }
+  // The ring's own canary: nothing to map or import in its own process.
+  Status MapCanary() override { return Status::Ok(); }
+  Status ImportCanaryEvents() override { return Status::Ok(); }
+  Status ReadCanary(uint8_t* out, uint64_t bytes) override {
+    BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(ring_.device()), "gpu: select the ring's device");
+    BC_CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(lane_stream_, static_cast<cudaEvent_t>(ring_.canary_ready_event()), 0),
+        "gpu: wait for the canary's copy");
+    BC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, ring_.canary(), bytes, cudaMemcpyDeviceToHost,
+                                            lane_stream_),
+                            "gpu: read the canary back");
+    BC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(lane_stream_), "gpu: wait for the canary read");
     return Status::Ok();
   }
   const DeviceSlotTable& table() const override { return ring_.table(); }

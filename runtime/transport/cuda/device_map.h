@@ -56,6 +56,14 @@ class DeviceMap {
   // Call before the host slot is released.
   virtual Status Release(uint32_t slot, void* stream) = 0;
 
+  // The canary check (gpu/gpu_check.h), one step per call so a failure names its step:
+  // map the canary allocation (IPC), import its ready and release events (IPC), then read
+  // its table().canary_bytes into `out` after the leader's copy and record the release
+  // event. Called once, before the first Acquire.
+  virtual Status MapCanary() = 0;
+  virtual Status ImportCanaryEvents() = 0;
+  virtual Status ReadCanary(uint8_t* out, uint64_t bytes) = 0;
+
   virtual const DeviceSlotTable& table() const = 0;
   virtual int lane() const = 0;
   virtual int device() const = 0;

@@ -1,8 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "transport/cuda/device_probe.h"
 
-#include <cstdlib>
-
+#include "core/environment.h"
 #include "core/errors.h"
 #include "transport/cuda/cuda_status.h"
 
@@ -10,8 +9,8 @@ namespace batchcast::cuda {
 namespace {
 
 [[maybe_unused]] std::string VisibleDevicesNote() {
-  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
-  return v ? fmt::format(" (CUDA_VISIBLE_DEVICES='{}')", v) : std::string();
+  const std::optional<std::string> v = env::Get(env::Var::kCudaVisibleDevices);
+  return v ? fmt::format(" (CUDA_VISIBLE_DEVICES='{}')", *v) : std::string();
 }
 
 }  // namespace
@@ -20,13 +19,30 @@ namespace {
 
 bool BuiltWithCuda() { return true; }
 
+std::string CudaVersions() {
+  int driver = 0, runtime = 0;
+  (void)cudaDriverGetVersion(&driver);  // 0: no driver library (libcuda.so.1) could be loaded
+  (void)cudaRuntimeGetVersion(&runtime);
+  (void)cudaGetLastError();
+  auto text = [](int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); };
+  if (driver == 0)
+    return fmt::format("no CUDA driver found (libcuda.so.1 did not load; batchcast's CUDA "
+                       "runtime is {}): install the NVIDIA driver or run on a GPU node",
+                       text(runtime));
+  if (driver < runtime)
+    return fmt::format("the CUDA driver supports CUDA {} < batchcast's CUDA runtime {}: update "
+                       "the driver to one for CUDA {} or newer, or use a batchcast built with "
+                       "an older CUDA", text(driver), text(runtime), text(runtime));
+  return fmt::format("CUDA driver {}, runtime {}", text(driver), text(runtime));
+}
+
 Result<int> VisibleDeviceCount() {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return UnavailableError("no CUDA device visible: {}{}; run on a GPU node",
-                            cudaGetErrorString(err), VisibleDevicesNote());
+    return UnavailableError("no CUDA device visible: {}{}; {}", cudaGetErrorString(err),
+                            VisibleDevicesNote(), CudaVersions());
   }
   if (n == 0)
     return UnavailableError("no CUDA device visible: cudaGetDeviceCount returned 0{}", VisibleDevicesNote());
@@ -63,6 +79,8 @@ Status DeviceMemory(int device, uint64_t* free_bytes, uint64_t* total_bytes) {
 #else  // the CPU-only build: same functions, no device
 
 bool BuiltWithCuda() { return false; }
+
+std::string CudaVersions() { return "batchcast was built without CUDA"; }
 
 Result<int> VisibleDeviceCount() {
   return UnavailableError(

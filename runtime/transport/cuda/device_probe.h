@@ -14,8 +14,13 @@ namespace batchcast::cuda {
 
 // True when this binary was compiled with the CUDA data plane.
 bool BuiltWithCuda();
+// The CUDA driver and runtime versions this process found, with what to do when the driver
+// is missing or older than the runtime ("the CUDA driver supports CUDA 12.4 < batchcast's
+// CUDA runtime 13.0: update the driver ..."). Needs no device.
+std::string CudaVersions();
 // Number of visible devices, or kUnavailable "no CUDA device visible: <cause>" when
-// cudaGetDeviceCount fails or returns 0 (CUDA_VISIBLE_DEVICES names it when set).
+// cudaGetDeviceCount fails (with CudaVersions()) or returns 0 (CUDA_VISIBLE_DEVICES named
+// when set).
 Result<int> VisibleDeviceCount();
 // PCI bus id of visible device `device` ("0000:1b:00.0"): the identity two processes
 // compare, since their CUDA_VISIBLE_DEVICES (and so their ordinals) may differ.

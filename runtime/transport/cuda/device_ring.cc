@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "transport/cuda/canary.h"
 #include "transport/cuda/cuda_status.h"
 #include "transport/cuda/device_probe.h"
 #include "transport/cuda/finish_kernel.h"
@@ -37,9 +39,12 @@ class CudaDeviceRing final : public DeviceRing {
   void* release_event(uint32_t slot, int lane) const override {
     return release_[slot * kMaxGpuLanes + uint32_t(lane)];
   }
+  const void* canary() const override { return canary_; }
+  void* canary_ready_event() const override { return canary_ready_; }
 
  private:
   Status CreateEvent(cudaEvent_t* ev, IpcBytes* handle, const char* what);
+  Status StageCanary();
 
   DeviceRingConfig config_;
   DeviceSlotTable table_{};
@@ -50,7 +55,36 @@ class CudaDeviceRing final : public DeviceRing {
   std::vector<bool> staged_;                        // ready_[slot] recorded at least once
   bool registered_ = false;
   DeviceRingStats stats_;
+  uint8_t* canary_ = nullptr;
+  cudaEvent_t canary_ready_ = nullptr;
+  cudaEvent_t canary_release_ = nullptr;
 };
+
+// The canary (canary.h): host bytes from a fresh seed, copied in on the ring's stream the
+// way slots are, its IPC handles published in the table (consumers check it once).
+Status CudaDeviceRing::StageCanary() {
+  std::random_device rd;
+  table_.canary_seed = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(getpid());
+  table_.canary_bytes = kCanaryBytes;
+  std::vector<uint8_t> host(kCanaryBytes);
+  FillCanary(table_.canary_seed, host.data(), host.size());
+  table_.canary_checksum = CanaryChecksum(host.data(), host.size());
+  void* p = nullptr;
+  BC_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, kCanaryBytes), "gpu: allocate the canary");
+  canary_ = static_cast<uint8_t*>(p);
+  cudaIpcMemHandle_t mh;
+  BC_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&mh, p), "gpu: export the canary by IPC");
+  std::memcpy(table_.canary_memory.bytes, &mh, sizeof mh);
+  BC_RETURN_IF_ERROR(CreateEvent(&canary_ready_, &table_.canary_ready, "gpu: canary ready event"));
+  BC_RETURN_IF_ERROR(
+      CreateEvent(&canary_release_, &table_.canary_release, "gpu: canary release event"));
+  BC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(canary_, host.data(), host.size(),
+                                          cudaMemcpyHostToDevice, stream_),
+                          "gpu: copy the canary to the device");
+  BC_CUDA_RETURN_IF_ERROR(cudaEventRecord(canary_ready_, stream_), "gpu: record the canary");
+  BC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "gpu: wait for the canary copy");
+  return Status::Ok();
+}
 
 Status CudaDeviceRing::CreateEvent(cudaEvent_t* ev, IpcBytes* handle, const char* what) {
   BC_CUDA_RETURN_IF_ERROR(
@@ -121,6 +155,7 @@ Status CudaDeviceRing::Init() {
       BC_RETURN_IF_ERROR(CreateEvent(&release_[i * kMaxGpuLanes + l],
                                      &table_.release_event[i][l], "gpu: release event"));
   }
+  BC_RETURN_IF_ERROR(StageCanary());
   BC_LOG(Info, Cuda, "gpu: device ring of {} slots x {} MiB on device {} ({}), host ring {}",
          c.num_slots, table_.slot_bytes >> 20, c.device, table_.pci_bus_id,
          c.host_slots == nullptr ? "none (receive-only)" : registered_ ? "pinned" : "NOT pinned");
@@ -133,6 +168,9 @@ CudaDeviceRing::~CudaDeviceRing() {
   for (cudaEvent_t e : release_) if (e) (void)cudaEventDestroy(e);
   for (cudaEvent_t e : ready_) if (e) (void)cudaEventDestroy(e);
   for (uint8_t* p : slots_) if (p) (void)cudaFree(p);
+  if (canary_ready_) (void)cudaEventDestroy(canary_ready_);
+  if (canary_release_) (void)cudaEventDestroy(canary_release_);
+  if (canary_) (void)cudaFree(canary_);
   if (registered_) (void)cudaHostUnregister(config_.host_slots);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
 }

@@ -91,6 +91,10 @@ class DeviceRing {
   // slot's ready event and lane's release event (cudaEvent_t).
   virtual void* ready_event(uint32_t slot) const = 0;
   virtual void* release_event(uint32_t slot, int lane) const = 0;
+  // The canary allocation (canary.h; table().canary_bytes) and its ready event, for the
+  // same consumers.
+  virtual const void* canary() const = 0;
+  virtual void* canary_ready_event() const = 0;
 };
 
 // Launches the finishing kernel (finish_kernel.cu); `stream` is a cudaStream_t.

@@ -8,9 +8,7 @@
 #include "transport/cuda/cuda_status.h"
 #include "transport/cuda/device_probe.h"
 
-#if BATCHCAST_HAVE_CUDA
-#include <nccl.h>
-#endif
+#include "transport/cuda/nccl_loader.h"
 
 namespace batchcast::cuda {
 
@@ -19,24 +17,26 @@ namespace {
 
 static_assert(sizeof(ncclUniqueId) == kNcclIdBytes, "NCCL unique id size changed");
 
-#define BC_NCCL_RETURN_IF_ERROR(call, what)                                 \
-  do {                                                                      \
-    ncclResult_t bc_nccl_r_ = (call);                                       \
-    if (bc_nccl_r_ != ncclSuccess)                                          \
-      return NcclError(static_cast<int>(bc_nccl_r_), ncclGetErrorString(bc_nccl_r_), (what)); \
+// `nccl` is the loaded NcclApi (nccl_loader.h) in scope.
+#define BC_NCCL_RETURN_IF_ERROR(call, what)                                              \
+  do {                                                                                   \
+    ncclResult_t bc_nccl_r_ = (call);                                                    \
+    if (bc_nccl_r_ != ncclSuccess)                                                       \
+      return NcclError(static_cast<int>(bc_nccl_r_), nccl->GetErrorString(bc_nccl_r_), (what)); \
   } while (0)
 
 class NcclBroadcastImpl final : public NcclBroadcast {
  public:
-  NcclBroadcastImpl(ncclComm_t comm, int rank, int size, int device)
-      : comm_(comm), rank_(rank), size_(size), device_(device) {}
+  NcclBroadcastImpl(const NcclApi* api, ncclComm_t comm, int rank, int size, int device)
+      : nccl_(api), comm_(comm), rank_(rank), size_(size), device_(device) {}
   ~NcclBroadcastImpl() override {
-    ncclResult_t r = ncclCommDestroy(comm_);
-    if (r != ncclSuccess) BC_LOG(Warn, Cuda, "nccl: destroy: {}", ncclGetErrorString(r));
+    ncclResult_t r = nccl_->CommDestroy(comm_);
+    if (r != ncclSuccess) BC_LOG(Warn, Cuda, "nccl: destroy: {}", nccl_->GetErrorString(r));
   }
   Status Broadcast(void* buffer, uint64_t bytes, int root, void* stream) override {
     BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "nccl: select device");
-    BC_NCCL_RETURN_IF_ERROR(ncclBroadcast(buffer, buffer, bytes, ncclUint8, root, comm_,
+    const NcclApi* nccl = nccl_;
+    BC_NCCL_RETURN_IF_ERROR(nccl->Broadcast(buffer, buffer, bytes, ncclUint8, root, comm_,
                                           static_cast<cudaStream_t>(stream)),
                             fmt::format("nccl: broadcast {} bytes from rank {}", bytes, root));
     bytes_ += bytes;
@@ -47,6 +47,7 @@ class NcclBroadcastImpl final : public NcclBroadcast {
   int size() const override { return size_; }
 
  private:
+  const NcclApi* nccl_;
   ncclComm_t comm_;
   int rank_, size_, device_;
   uint64_t bytes_ = 0;
@@ -55,8 +56,9 @@ class NcclBroadcastImpl final : public NcclBroadcast {
 }  // namespace
 
 Result<std::string> NcclBroadcast::NewUniqueId() {
+  BC_ASSIGN_OR_RETURN(const NcclApi* nccl, LoadNccl());
   ncclUniqueId id;
-  BC_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id), "nccl: create a unique id");
+  BC_NCCL_RETURN_IF_ERROR(nccl->GetUniqueId(&id), "nccl: create a unique id");
   return std::string(reinterpret_cast<const char*>(&id), sizeof id);
 }
 
@@ -66,14 +68,15 @@ Result<std::unique_ptr<NcclBroadcast>> NcclBroadcast::Create(const std::string& 
     return InvalidArgumentError("nccl: unique id has {} bytes, expected {}", unique_id.size(),
                                 kNcclIdBytes);
   BC_RETURN_IF_ERROR(VisibleDeviceCount().status());
+  BC_ASSIGN_OR_RETURN(const NcclApi* nccl, LoadNccl());
   BC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), fmt::format("nccl: select device {}", device));
   ncclUniqueId id;
   std::memcpy(&id, unique_id.data(), sizeof id);
   ncclComm_t comm = nullptr;
-  BC_NCCL_RETURN_IF_ERROR(ncclCommInitRank(&comm, nranks, id, rank),
+  BC_NCCL_RETURN_IF_ERROR(nccl->CommInitRank(&comm, nranks, id, rank),
                           fmt::format("nccl: rank {} of {} joins the node's GPU communicator",
                                       rank, nranks));
-  return std::unique_ptr<NcclBroadcast>(new NcclBroadcastImpl(comm, rank, nranks, device));
+  return std::unique_ptr<NcclBroadcast>(new NcclBroadcastImpl(nccl, comm, rank, nranks, device));
 }
 
 #else  // CPU-only build

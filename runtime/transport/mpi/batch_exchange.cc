@@ -4,7 +4,7 @@
 #include <climits>
 
 #include "core/errors.h"
-#include "transport/mpi/mpi_status.h"
+#include "core/mpi_status.h"
 
 namespace batchcast::mpi {
 

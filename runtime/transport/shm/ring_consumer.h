@@ -96,6 +96,9 @@ class RingConsumer {
                      uint64_t control_bytes);
   Status CheckAlive() const;
   Result<const SlotDesc*> AcquireAt(uint64_t seq, uint32_t* slot, int64_t* waited_ns);
+  // Maps the slots the leader has prepared (StreamHeader::prepared_slots) into this
+  // process's page tables (MADV_POPULATE_READ); called while idle, before waiting.
+  void MapPreparedSlots();
   void HeartbeatLoop();
   void MoveTo(uint64_t position);
 
@@ -109,6 +112,7 @@ class RingConsumer {
   uint64_t generation_ = 0;
   uint32_t leader_features_ = 0;
   uint64_t position_ = 0;
+  uint32_t mapped_slots_ = 0;  // data slots [0, mapped_slots_) are in our page tables
   int64_t heartbeat_ms_ = 10000;
   bool guarded_ = false;  // the stream segment is in the read-only guard's registry
   std::atomic<bool> leader_gone_{false};

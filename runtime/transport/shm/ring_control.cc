@@ -73,6 +73,12 @@ void RingLeader::ControlLoop() {
       return;
     }
     if (stop_.load()) break;
+    if (rc > 0 && (fds[0].revents & POLLIN)) {  // the leader thread asks for slots' pages
+      uint64_t requests = 0;
+      if (read(event_fd_, &requests, sizeof(requests)) < 0 && errno != EAGAIN)
+        BC_LOG(Debug, Shm, "ring: control eventfd read: {}", std::strerror(errno));
+    }
+    PrepareSlots(prepare_target_.load());
     if (rc > 0) {
       if (fds[1].revents & POLLIN) HandleAccept();
       for (size_t i = 2; i < fds.size(); ++i)
@@ -279,11 +285,13 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
 void RingLeader::Reap(uint32_t id, LossKind kind) {
   MemberInfo info;
   LossHandler handler;
+  MemberObserver observer;
   bool was_evicted = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ConsumerEntry& e = view_.control->consumers[id];
     if (e.state.load() == static_cast<uint32_t>(MemberState::kFree)) return;
+    observer = member_observer_;
     info = InfoLocked(id);
     was_evicted = info.state == MemberState::kEvicted;
     // Its process is gone (or it said it is done and holds nothing): every bit it has,
@@ -315,6 +323,7 @@ void RingLeader::Reap(uint32_t id, LossKind kind) {
   // A draining member said it was done: however its connection ends, it left normally.
   // An evicted one was reported when it was evicted.
   if (info.state == MemberState::kDraining) kind = LossKind::kDetached;
+  if (observer && !was_evicted) observer(info, &kind);
   if (handler && !was_evicted) handler(info, kind);
 }
 
@@ -358,8 +367,11 @@ uint64_t RingLeader::ReceiverMask(uint64_t seq) const {
 
 uint64_t RingLeader::AdmitJoiningMask(uint64_t start_seq, uint64_t ids) {
   uint64_t admitted = 0;
+  std::vector<MemberInfo> infos;
+  MemberObserver observer;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    observer = member_observer_;
     for (uint32_t i = 0; i < kMaxConsumers; ++i) {
       ConsumerEntry& e = view_.control->consumers[i];
       if ((ids & (1ULL << i)) == 0 ||
@@ -369,9 +381,12 @@ uint64_t RingLeader::AdmitJoiningMask(uint64_t start_seq, uint64_t ids) {
       e.position.store(start_seq);
       e.state.store(static_cast<uint32_t>(MemberState::kActive));
       admitted |= 1ULL << i;
-      BC_LOG(Info, Shm, "ring: admitted {} from position {}", InfoLocked(i).Describe(), start_seq);
+      infos.push_back(InfoLocked(i));
+      BC_LOG(Info, Shm, "ring: admitted {} from position {}", infos.back().Describe(), start_seq);
     }
   }
+  if (observer)
+    for (const MemberInfo& m : infos) observer(m, nullptr);
   if (admitted != 0) {
     view_.stream->member_futex.fetch_add(1);
     FutexWake(&view_.stream->member_futex, INT32_MAX);
@@ -466,15 +481,19 @@ void RingLeader::CheckHeartbeats() {
     // but what it holds stays intact and its entry stays its own while its process lives.
     MemberInfo info;
     LossHandler handler;
+    MemberObserver observer;
     {
       std::lock_guard<std::mutex> lock(mu_);
       info = InfoLocked(static_cast<uint32_t>(id));
       handler = loss_handler_;
+      observer = member_observer_;
     }
     Unaddress(static_cast<uint32_t>(id), MemberState::kEvicted);
     BC_LOG(Warn, Shm, "ring: {} showed no sign of life for {} ms (stopped or hung?); it is no "
            "longer addressed, and the batches it holds stay untouched until it releases them "
            "or exits", info.Describe(), config_.heartbeat_ms);
+    const LossKind silent = LossKind::kHeartbeat;
+    if (observer) observer(info, &silent);
     if (handler) handler(info, LossKind::kHeartbeat);
   }
 }

@@ -122,6 +122,7 @@ Status RingLeader::Init() {
   std::snprintf(h->job, sizeof(h->job), "%s", config_.job.c_str());
   gethostname(h->host, sizeof(h->host) - 1);
   h->published.store(0);
+  h->prepared_slots.store(0);
   h->stream_state.store(static_cast<uint32_t>(StreamState::kRunning));
   h->leader_heartbeat_ns.store(MonotonicNs());
   for (uint32_t i = 0; i < geo_.max_slots; ++i) {
@@ -134,6 +135,8 @@ Status RingLeader::Init() {
   c->magic = kControlSegmentMagic;
   c->version = kSegmentVersion;
   c->max_slots = geo_.max_slots;
+  // The ring's slots and one consumer buffer's: what the first epoch uses anyway.
+  PrepareSlots(std::min(config_.num_slots + 2, geo_.max_slots));
 
   BC_ASSIGN_OR_RETURN(listen_fd_, ListenAbstract(config_.socket_name));
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -170,6 +173,11 @@ RingLeader::~RingLeader() {
 void RingLeader::SetLossHandler(LossHandler handler) {
   std::lock_guard<std::mutex> lock(mu_);
   loss_handler_ = std::move(handler);
+}
+
+void RingLeader::SetMemberObserver(MemberObserver observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  member_observer_ = std::move(observer);
 }
 
 MemberInfo RingLeader::InfoLocked(uint32_t id) const {
@@ -382,6 +390,16 @@ Result<SlotWrite> RingLeader::AcquireSlotAt(uint64_t seq, int64_t timeout_ms) {
   }
   reserved_[slot] = seq;
   slots_used_ = std::max(slots_used_, slot + 1);
+  // The pool grows: two slots past this one get their pages (the control thread populates
+  // them) before anybody touches them; a consumer asleep since before this acquisition has
+  // mapped what was prepared then.
+  if (slot + 2 >= view_.stream->prepared_slots.load(std::memory_order_relaxed) &&
+      slot + 3 > prepare_target_.load()) {
+    prepare_target_.store(std::min(slot + 3, geo_.max_slots));
+    uint64_t one = 1;
+    if (write(event_fd_, &one, sizeof(one)) < 0)
+      BC_LOG(Debug, Shm, "ring: cannot wake the control thread: {}", std::strerror(errno));
+  }
   SlotWrite w;
   w.seq = seq;
   w.slot = slot;
@@ -433,6 +451,22 @@ uint64_t RingLeader::Publish(const SlotWrite& w, uint64_t only) {
     sched_yield();
   }
   return mask;
+}
+
+// Populating a slot costs what its first fill's page faults would (allocating and zeroing
+// every page), but once, here, instead of in the decode workers during a fill and in every
+// consumer's step right after the first hand-off of that slot (each of the K consumers woken
+// at once faulting in 16 pages at a time while the others wait for the CPU). Slots already
+// in use are never touched (a failed populate is only a missed optimisation).
+void RingLeader::PrepareSlots(uint32_t n) {
+  if (n <= prepared_slots_) return;
+  uint8_t* first = view_.data(prepared_slots_);
+  const size_t bytes = size_t(n - prepared_slots_) * geo_.slot_bytes;
+  if (!PopulatePages(first, bytes, /*write=*/true))
+    BC_LOG(Debug, Shm, "ring: populating slots {}..{}: {} (they fault on first use)",
+           prepared_slots_, n - 1, std::strerror(errno));
+  prepared_slots_ = n;
+  view_.stream->prepared_slots.store(n);
 }
 
 int RingLeader::WaitingConsumers() const {

@@ -76,6 +76,9 @@ struct MemberInfo {
 
 enum class LossKind { kDetached, kDisconnected, kHeartbeat };
 using LossHandler = std::function<void(const MemberInfo&, LossKind)>;
+// Membership for accounting (the telemetry's per-trial ledger): told of each admission
+// (`lost` null) and of each loss (as the loss handler is), beside the front door's handler.
+using MemberObserver = std::function<void(const MemberInfo&, const LossKind* lost)>;
 struct StreamStatus;  // control.h
 // Fills the stream part of a status reply (called on the control thread).
 using StatusProvider = std::function<void(StreamStatus*)>;
@@ -124,6 +127,7 @@ class RingLeader {
   // Active consumers that will receive position `seq` if it is published now.
   std::vector<MemberInfo> Receivers(uint64_t seq) const;
   void SetLossHandler(LossHandler handler);
+  void SetMemberObserver(MemberObserver observer);
   // Installs what a status query reports about the stream (`batchcast status`).
   void SetStatusProvider(StatusProvider provider);
   // Bit mask of the active consumers admitted at or before `seq` (who a publish reaches).
@@ -197,6 +201,10 @@ class RingLeader {
   uint32_t PoolDemandLocked() const;  // slots the members' buffers may hold
   // Why `seq` cannot be given a slot now (empty: it can); *slot gets the free slot.
   bool SlotReadyLocked(uint64_t seq, uint32_t* slot, std::string* why) const;
+  // Gives data slots [prepared, n) their pages now (MADV_POPULATE_WRITE), off the fills and
+  // the hand-offs, and tells consumers (StreamHeader::prepared_slots). Init, then the control
+  // thread, which the leader thread asks through prepare_target_ (it never waits for it).
+  void PrepareSlots(uint32_t n);
 
   RingConfig config_;
   SegmentGeometry geo_;              // private copy: never read back from shared memory
@@ -208,6 +216,8 @@ class RingLeader {
   uint64_t next_seq_ = 0;
   std::vector<uint64_t> reserved_;   // slot -> position acquired but not yet published
   uint32_t slots_used_ = 0;
+  uint32_t prepared_slots_ = 0;      // Init, then the control thread
+  std::atomic<uint32_t> prepare_target_{0};  // slots the leader thread wants prepared
   std::atomic<uint32_t> pool_limit_{0};  // slots of the pool in use (<= geo_.max_slots)
   int64_t accept_paused_until_ = 0;  // fd exhaustion: accept() backs off until then (ns)
   std::atomic<int64_t (*)()> accept_clock_{nullptr};  // nullptr: MonotonicNs
@@ -220,6 +230,7 @@ class RingLeader {
   std::condition_variable joined_cv_;
   std::map<int, int> conn_member_;   // control connection fd -> member id (-1: handshake)
   LossHandler loss_handler_;
+  MemberObserver member_observer_;
   StatusProvider status_provider_;
   std::map<int, int64_t> handshake_since_;  // control connection fd -> accept time (ns)
   int64_t join_ns_[64] = {};                // member id -> join time (status: attached for)

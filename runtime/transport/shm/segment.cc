@@ -1,6 +1,10 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "transport/shm/segment.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+
 #include "core/errors.h"
 
 namespace batchcast::shm {
@@ -37,6 +41,16 @@ Status CheckStreamLayout(const StreamHeader* h, uint64_t stream_bytes) {
     return CorruptDataError("the stream segment has {} bytes, less than its {} byte header",
                             stream_bytes, sizeof(StreamHeader));
   return Status::Ok();
+}
+
+bool PopulatePages(void* p, size_t bytes, bool write) {
+  constexpr size_t kPiece = 256 << 10;
+  auto* first = static_cast<uint8_t*>(p);
+  for (size_t done = 0; done < bytes; done += kPiece)
+    if (madvise(first + done, std::min(kPiece, bytes - done),
+                write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0)
+      return false;
+  return true;
 }
 
 SegmentGeometry ComputeGeometry(uint32_t max_slots, uint64_t slot_bytes) {

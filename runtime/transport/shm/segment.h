@@ -161,6 +161,11 @@ struct StreamHeader {
   // CLOCK_MONOTONIC of the leader's last sign of life (its control thread, every
   // heartbeat_ms / 4): a stopped or hung leader is noticed by waiting consumers.
   alignas(64) std::atomic<int64_t> leader_heartbeat_ns;
+  // Data slots [0, prepared_slots) have their pages (the leader populated them before first
+  // use): a consumer maps them into its page tables while it waits, so that touching a
+  // batch after a hand-off never faults (docs/data-plane.md, "Pages"). In the padding of the
+  // line above: 0 from a leader that predates it (the consumer then faults as before).
+  std::atomic<uint32_t> prepared_slots;
 };
 
 // --- the control segment (consumers write) ---
@@ -220,6 +225,13 @@ struct SegmentGeometry {
   uint64_t pending_offset = 0, control_bytes = 0;
 };
 SegmentGeometry ComputeGeometry(uint32_t max_slots, uint64_t slot_bytes);
+
+// Populates the page tables of [p, p + bytes) (docs/data-plane.md, "Pages"): `write`,
+// allocating missing pages (the leader); else mapping them readable (a consumer). In pieces
+// of 256 KiB, so that the address-space lock it holds never stalls the process's other
+// threads (an mmap, a munmap, and every page fault queued behind them) for longer than one
+// piece. False (errno set) when the kernel refuses (before 5.14: no MADV_POPULATE_*).
+bool PopulatePages(void* p, size_t bytes, bool write);
 
 // Typed views of the two segments, from base pointers and a geometry the caller trusts
 // (the leader's private copy, or one a consumer validated against the segment sizes).

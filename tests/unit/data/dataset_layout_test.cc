@@ -200,8 +200,12 @@ TEST(DatasetLayoutTest, MissingOrWrongSchemaVersionIsRefused) {
   TempDir dir;
   WriteLayoutFile(dir / "noschema.h5", LayoutSpec{.schema_attr = false});
   ExpectContains(OpenError(dir / "noschema.h5"), "no 'batchcast_schema_version' attribute");
+  WriteLayoutFile(dir / "v3.h5", LayoutSpec{.schema_version = 3});
+  ExpectContains(OpenError(dir / "v3.h5"), "has schema version 3, this build reads versions 1 to 2");
+  // Version 2 stores encoded samples as bytes + index: a vlen `images` there is refused.
   WriteLayoutFile(dir / "v2.h5", LayoutSpec{.schema_version = 2});
-  ExpectContains(OpenError(dir / "v2.h5"), "has schema version 2, this build reads version 1");
+  ExpectContains(OpenError(dir / "v2.h5"), "is vlen uint8 (layout version 1) but the file says "
+                                           "layout version 2");
 }
 
 TEST(DatasetLayoutTest, FileWithoutCompletenessMarkerIsIncomplete) {

@@ -27,7 +27,9 @@
 #include "tests/unit/gpu/gpu_child.h"
 #include "tests/unit/gpu/require_device.h"
 #include "tests/unit/node/synthetic_source.h"
+#include "transport/cuda/device_map.h"
 #include "transport/cuda/device_probe.h"
+#include "transport/cuda/handle_server.h"
 #include "transport/shm/segment.h"
 
 #if BATCHCAST_HAVE_CUDA
@@ -206,7 +208,7 @@ void ExpectExactlyOnce(const GpuJobResult& r, int epochs, int64_t samples) {
 
 TEST(GpuDataPlaneTest, ExactlyOnceAndChecksumsOnDevice) {
   BC_REQUIRE_DEVICE();
-  for (int k : {1, 2, 4}) {
+  for (int k : {1, 3, 4}) {  // 3: the leader and three trainer processes of docs/gpu.md
     SCOPED_TRACE("consumers " + std::to_string(k));
     GpuJobResult r = RunGpuJob({k, 2, 96, 4, "check"});
     ExpectExactlyOnce(r, 2, 96);
@@ -244,12 +246,85 @@ TEST(GpuDataPlaneTest, NoDeviceMemoryGrowthOverManyEpochs) {
   }
 }
 
+// Stream memory operations on an IPC-mapped address (docs/gpu.md, what a relay's consumer
+// does): a receive-only ring with sequence words in this process, a child that maps slot 0
+// by IPC and queues, on its stream, a wait for the slot's sequence word and then a read.
+// The child reports that its stream is blocked before this process stages the slot; then
+// the read must see the staged bytes.
+#if BATCHCAST_HAVE_CUDA
+TEST(GpuDataPlaneTest, StreamWaitsOnAnIpcMappedSequenceWord) {
+  BC_REQUIRE_DEVICE();
+  cuda::DeviceRingConfig rc;
+  rc.num_slots = 1;
+  rc.host_slot_bytes = 4096;
+  rc.seq_words = true;  // host_slots null: receive-only, like an NCCL relay's ring
+  auto ring = cuda::DeviceRing::Create(rc);
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  const std::string socket = UniqueSocket("seqword");
+  auto server = cuda::HandleServer::Create(socket, (*ring)->table());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  gputest::ChildJob cj;
+  cj.address = socket;
+  cj.out = ::testing::TempDir() + socket + ".txt";
+  cj.mode = "seqword";
+  const std::string waiting = cj.out + ".waiting";
+  std::remove(waiting.c_str());
+  pid_t pid = gputest::SpawnChild(cj);
+  ASSERT_GT(pid, 0);
+  // The child says when its stream waits (or that it failed); 120 s bounds a broken child.
+  bool ready = false;
+  for (int i = 0; i < 12000 && !ready; ++i) {
+    ready = std::ifstream(waiting).good() || std::ifstream(cj.out).good();
+    if (!ready) usleep(10000);
+  }
+  ASSERT_TRUE(ready) << "the consumer process never reported";
+  Status st = (*ring)->Stage(0, 0, {}, nullptr, [](uint8_t* memory, void* stream) -> Status {
+    if (cudaMemsetAsync(memory, 0x5C, 64, static_cast<cudaStream_t>(stream)) != cudaSuccess)
+      return InternalError("memset");
+    return Status::Ok();
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(gputest::WaitChild(pid), 0);
+  auto kv = gputest::ReadResult(cj.out);
+  std::remove(cj.out.c_str());
+  std::remove(waiting.c_str());
+  ASSERT_EQ(kv.count("error"), 0u) << kv["error"];
+  EXPECT_EQ(kv["blocked"], "1");  // the wait held the read back until the word was written
+  EXPECT_EQ(kv["value"], std::to_string(0x5C));
+}
+#else
+TEST(GpuDataPlaneTest, StreamWaitsOnAnIpcMappedSequenceWord) { BC_REQUIRE_DEVICE(); }
+#endif
+
 // --- the consumer process (run by RunGpuJob through gpu_child.h) ----------------------
 
 #if BATCHCAST_HAVE_CUDA
+// StreamWaitsOnAnIpcMappedSequenceWord's consumer: maps slot 0 by IPC, its stream waits for
+// the sequence word of position 0, then reads; reports whether the stream was blocked.
+std::string RunSeqwordChild(const std::string& socket, const std::string& out) {
+  auto map = cuda::DeviceMap::Open(socket, 0, 60000);
+  if (!map.ok()) return "error=open:" + map.status().message();
+  cudaStream_t stream;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return "error=stream";
+  auto memory = (*map)->Acquire(0, 0, {}, stream);  // IPC open + StreamWaitValue(word >= 1)
+  if (!memory.ok()) return "error=acquire:" + memory.status().message();
+  uint8_t value = 0;
+  if (cudaMemcpyAsync(&value, *memory, 1, cudaMemcpyDeviceToHost, stream) != cudaSuccess)
+    return "error=read";
+  const bool blocked = cudaStreamQuery(stream) == cudaErrorNotReady;
+  std::ofstream(out + ".waiting") << "1\n";
+  if (cudaStreamSynchronize(stream) != cudaSuccess) return "error=sync";
+  Status st = (*map)->Release(0, stream);
+  if (!st.ok()) return "error=release:" + st.message();
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  return "blocked=" + std::to_string(int(blocked)) + " value=" + std::to_string(int(value));
+}
+
 // Consumes the stream on GPU 0 and checks every device byte against the source.
 std::string RunChild(const std::string& mode, int epochs) {
   const std::string address = std::getenv("BC_GPU_CHILD_ADDRESS");
+  if (mode == "seqword") return RunSeqwordChild(address, std::getenv("BC_GPU_CHILD_OUT"));
   Options o;
   o.batch_size = std::atoi(std::getenv("BC_GPU_CHILD_BATCH"));
   o.epochs = epochs;

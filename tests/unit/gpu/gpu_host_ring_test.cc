@@ -23,13 +23,15 @@
 #include "batchcast/consumer.h"
 #include "batchcast/gpu.h"
 #include "core/errors.h"
-#include "node/consumer_internal.h"
+#include "gpu/gpu_check.h"
 #include "gpu/gpu_runtime.h"
+#include "node/consumer_internal.h"
 #include "node/gpu_consumer.h"
 #include "gpu/gpu_stager.h"
 #include "producer/producer.h"
 #include "telemetry/collector.h"
 #include "tests/unit/node/synthetic_source.h"
+#include "transport/cuda/canary.h"
 
 namespace batchcast::gpu {
 namespace {
@@ -49,6 +51,12 @@ class HostRing final : public cuda::DeviceRing {
     table_.slot_bytes = c.host_slot_bytes;
     slots_.assign(c.num_slots, std::vector<uint8_t>(c.host_slot_bytes, 0xEE));
     held_.assign(c.num_slots, 0);
+    // The canary, as CudaDeviceRing stages it: bytes from the seed, their checksum.
+    table_.canary_seed = 0x5EEDULL ^ uint64_t(getpid());
+    table_.canary_bytes = cuda::kCanaryBytes;
+    canary_.resize(cuda::kCanaryBytes);
+    cuda::FillCanary(table_.canary_seed, canary_.data(), canary_.size());
+    table_.canary_checksum = cuda::CanaryChecksum(canary_.data(), canary_.size());
   }
   Status WaitHostSlotFree(uint32_t) override { return Status::Ok(); }
   Status Stage(uint32_t slot, uint64_t seq, std::span<const cuda::SlotRange> ranges,
@@ -80,6 +88,8 @@ class HostRing final : public cuda::DeviceRing {
   void* stream() const override { return nullptr; }
   void* ready_event(uint32_t) const override { return nullptr; }
   void* release_event(uint32_t, int) const override { return nullptr; }
+  const void* canary() const override { return canary_.data(); }
+  void* canary_ready_event() const override { return nullptr; }
 
   void Hold(uint32_t slot, int delta) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -101,17 +111,49 @@ class HostRing final : public cuda::DeviceRing {
   int restaged_while_held_ = 0;
   int finishes_ = 0;
   cuda::DeviceRingStats stats_;
+  std::vector<uint8_t> canary_;
 };
+
+// Where a device path can break, injected into the stand-in map (docs/gpu.md "The safe
+// device path"): the handle socket (open), cudaIpcOpenMemHandle (map), cudaIpcOpenEventHandle
+// (event import), or a mapping that reads other bytes than the leader copied (checksum).
+// A faulty map is faulty for the batches too: its Acquire fails (map, event import) or
+// returns wrong bytes (checksum), so a consumer that skipped the check would read garbage.
+enum class Fault { kNone, kOpen, kMap, kEventImport, kChecksum };
 
 // A consumer's map of the HostRing: Acquire/Release bracket a "device" read.
 class HostMap final : public cuda::DeviceMap {
  public:
-  explicit HostMap(HostRing& ring) : ring_(ring) {}
+  explicit HostMap(HostRing& ring, Fault fault = Fault::kNone) : ring_(ring), fault_(fault) {}
   Result<uint8_t*> Acquire(uint32_t slot, uint64_t, std::span<const cuda::SlotRange> ranges,
                            void*) override {
+    if (fault_ == Fault::kMap || fault_ == Fault::kEventImport)
+      return UnavailableError("injected: the slot's IPC handle does not open");
     ring_.Hold(slot, +1);
     for (const cuda::SlotRange& r : ranges) stats_.ipc_bytes += r.bytes;
-    return static_cast<uint8_t*>(ring_.device_slot(slot));
+    auto* memory = static_cast<uint8_t*>(ring_.device_slot(slot));
+    if (fault_ != Fault::kChecksum) return memory;
+    // A mapping of the wrong bytes: a scrambled copy of the slot.
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<uint8_t>& wrong = wrong_[slot];
+    const size_t n = ring_.table().host_slot_bytes;
+    wrong.assign(memory, memory + n);
+    for (uint8_t& b : wrong) b ^= 0x5A;
+    return wrong.data();
+  }
+  Status MapCanary() override {
+    if (fault_ == Fault::kMap) return UnavailableError("injected: cudaIpcOpenMemHandle failed");
+    return Status::Ok();
+  }
+  Status ImportCanaryEvents() override {
+    if (fault_ == Fault::kEventImport)
+      return UnavailableError("injected: cudaIpcOpenEventHandle failed");
+    return Status::Ok();
+  }
+  Status ReadCanary(uint8_t* out, uint64_t bytes) override {
+    std::memcpy(out, ring_.canary(), bytes);
+    if (fault_ == Fault::kChecksum) out[bytes / 2] ^= 1;  // one bit differs
+    return Status::Ok();
   }
   Status Release(uint32_t slot, void*) override {
     ring_.Hold(slot, -1);
@@ -126,9 +168,21 @@ class HostMap final : public cuda::DeviceMap {
 
  private:
   HostRing& ring_;
+  Fault fault_;
   cuda::DeviceMapStats stats_;
   std::atomic<int> releases_{0};
+  std::mutex mu_;
+  std::map<uint32_t, std::vector<uint8_t>> wrong_;
 };
+
+// How every front door opens a trainer's map: the check, then the map or the host path.
+DeviceMapOpener OpenerFor(HostRing& ring, Fault fault) {
+  return [&ring, fault]() -> Result<std::unique_ptr<cuda::DeviceMap>> {
+    if (fault == Fault::kOpen)
+      return UnavailableError("injected: connect to the leader's handle socket failed");
+    return std::unique_ptr<cuda::DeviceMap>(std::make_unique<HostMap>(ring, fault));
+  };
+}
 
 std::unique_ptr<telemetry::Collector> MakeCollector() {
   telemetry::Tags tags;
@@ -164,7 +218,13 @@ void Consume(const std::string& address, int batch_size, int epochs, int depth, 
     return;
   }
   internal::ConsumerAccess::SetCollector(**c, collector);
-  auto gpu = internal::GpuConsumerFactory::Make(**c, std::make_unique<HostMap>(ring));
+  Status fallback;
+  auto map = OpenCheckedMap(GpuMode::kOn, OpenerFor(ring, Fault::kNone), "", &fallback);
+  if (!map.ok()) {
+    out->status = map.status();
+    return;
+  }
+  auto gpu = internal::GpuConsumerFactory::Make(**c, std::move(map).value());
   if (!gpu.ok()) {
     out->status = gpu.status();
     return;
@@ -378,6 +438,156 @@ TEST(GpuHostRingTest, ServiceStagesEveryFilledSlot) {
     EXPECT_EQ(std::set<int64_t>(ids.begin(), ids.end()).size(), 64u) << "epoch " << epoch;
   EXPECT_EQ(int64_t(host_ring->stats().h2d_copies), (*service)->stats().producer_batches);
   EXPECT_EQ(host_ring->restaged_while_held(), 0);
+}
+
+// The safe device path (docs/gpu.md): a fault at each step of the check keeps the trainer on
+// the host path under gpu=auto with one WARN naming the step, fails it under gpu=on, and
+// the trainer still gets every sample exactly once, byte-exact, from its host batches.
+struct FallbackCase {
+  Fault fault;
+  const char* step;
+};
+
+class GpuCheckFallbackTest : public ::testing::TestWithParam<FallbackCase> {};
+
+TEST_P(GpuCheckFallbackTest, AutoTakesTheHostPathOnFailsNamingTheStep) {
+  const FallbackCase& fc = GetParam();
+  Options o;
+  o.batch_size = 8;
+  o.producer_batch = 16;
+  o.epochs = 2;
+  o.ring_slots = 3;
+  o.shuffle = true;
+  o.seed = 3;
+  producer::ProducerConfig cfg;
+  cfg.options = o;
+  cfg.expected_consumers = 1;
+  cfg.max_consumer_batch = 8;
+  cfg.socket_name = "batchcast-test-" + std::to_string(getpid()) + "-gpucheck-" +
+                    std::to_string(int(fc.fault));
+  cfg.job = "test";
+  cfg.join_timeout_ms = 30000;
+  auto leader = producer::Producer::Create(cfg, std::make_unique<SyntheticSource>(64, 8));
+  ASSERT_TRUE(leader.ok()) << leader.status().ToString();
+  GpuStagerConfig sc;
+  auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor((*leader)->ring(), sc).value());
+  HostRing* host_ring = ring.get();
+  auto stager = GpuStager::CreateWithRing((*leader)->staging_target(), sc, std::move(ring));
+  ASSERT_TRUE(stager.ok()) << stager.status().ToString();
+  const std::string step = std::string("step '") + fc.step + "'";
+
+  // gpu=on: the failure is the error, naming the step.
+  Status fallback;
+  auto on = OpenCheckedMap(GpuMode::kOn, OpenerFor(*host_ring, fc.fault), "", &fallback);
+  ASSERT_FALSE(on.ok()) << "gpu=on accepted a device path broken at " << step;
+  EXPECT_NE(on.status().message().find("gpu=on, but"), std::string::npos) << on.status().message();
+  EXPECT_NE(on.status().message().find(step), std::string::npos) << on.status().message();
+  EXPECT_NE(on.status().message().find(fc.fault == Fault::kChecksum ? "differs from the host bytes"
+                                                                     : "injected"),
+            std::string::npos) << on.status().message();
+
+  // gpu=auto: no map (the host path), the cause kept, exactly one WARN saying how to report it.
+  testing::internal::CaptureStderr();
+  auto automatic = OpenCheckedMap(GpuMode::kAuto, OpenerFor(*host_ring, fc.fault), "gpu: trainer",
+                                  &fallback);
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(automatic.ok()) << automatic.status().ToString();
+  EXPECT_EQ(automatic.value(), nullptr) << "gpu=auto kept a device path broken at " << step;
+  EXPECT_NE(fallback.message().find(step), std::string::npos) << fallback.message();
+  size_t warns = 0;
+  for (size_t at = err.find("gpu=auto: host path"); at != std::string::npos;
+       at = err.find("gpu=auto: host path", at + 1))
+    ++warns;
+  EXPECT_EQ(warns, 1u) << err;
+  EXPECT_NE(err.find(step), std::string::npos) << err;
+  EXPECT_NE(err.find("Please report"), std::string::npos) << err;
+
+  // The trainer goes on with what the check left it: device views when a map came back
+  // (never, here), else its host batches. Every sample once per epoch, byte-exact.
+  ConsumerResult r;
+  std::thread t([&] {
+    Options co = o;
+    auto c = Consumer::Attach((*leader)->address(), co, 0);
+    if (!c.ok()) {
+      r.status = c.status();
+      return;
+    }
+    std::unique_ptr<GpuConsumer> gpu;
+    if (automatic.value() != nullptr) {
+      auto g = internal::GpuConsumerFactory::Make(**c, std::move(automatic).value());
+      if (!g.ok()) {
+        r.status = g.status();
+        return;
+      }
+      gpu = std::move(g).value();
+    }
+    for (;;) {
+      Batch hb;
+      DeviceBatch db;
+      Status st = gpu ? gpu->Next(nullptr, &db) : (*c)->Next(&hb);
+      if (st.code() == StatusCode::kEndOfStream) break;
+      if (!st.ok()) {
+        r.status = st;
+        return;
+      }
+      const Batch& b = gpu ? db.host() : hb;
+      const auto* pixels = static_cast<const uint8_t*>(gpu ? db.images().data : hb.images().data);
+      const int64_t n = b.size();
+      const size_t sb = b.images().nbytes / size_t(n);
+      for (int64_t i = 0; i < n; ++i) {
+        for (size_t k = 0; k < sb; ++k)
+          r.bad_pixels += pixels[size_t(i) * sb + k] != SyntheticPixel(b.sample_ids()[i], k);
+        r.seen[b.info().epoch].insert(b.sample_ids()[i]);
+      }
+    }
+  });
+  Status run = (*leader)->Run();
+  ASSERT_TRUE((*stager)->Finish().ok());
+  t.join();
+  ASSERT_TRUE(run.ok()) << run.ToString();
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.bad_pixels, 0);
+  ASSERT_EQ(r.seen.size(), 2u);
+  for (const auto& [epoch, ids] : r.seen) {
+    EXPECT_EQ(ids.size(), 64u) << "epoch " << epoch;
+    EXPECT_EQ(std::set<int64_t>(ids.begin(), ids.end()).size(), 64u) << "epoch " << epoch;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EachStep, GpuCheckFallbackTest,
+                         ::testing::Values(FallbackCase{Fault::kOpen, "open"},
+                                           FallbackCase{Fault::kMap, "map"},
+                                           FallbackCase{Fault::kEventImport, "event import"},
+                                           FallbackCase{Fault::kChecksum, "checksum"}),
+                         [](const auto& info) {
+                           std::string n = info.param.step;
+                           std::replace(n.begin(), n.end(), ' ', '_');
+                           return n;
+                         });
+
+// A sound device path passes the check in both modes, without a WARN.
+TEST(GpuCheckTest, SoundPathPassesWithoutWarning) {
+  HostRing ring(cuda::DeviceRingConfig{});
+  for (GpuMode mode : {GpuMode::kAuto, GpuMode::kOn}) {
+    Status fallback;
+    testing::internal::CaptureStderr();
+    auto map = OpenCheckedMap(mode, OpenerFor(ring, Fault::kNone), "gpu: trainer", &fallback);
+    const std::string err = testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(map.ok()) << map.status().ToString();
+    EXPECT_NE(map.value(), nullptr);
+    EXPECT_TRUE(fallback.ok()) << fallback.ToString();
+    EXPECT_EQ(err.find("host path"), std::string::npos) << err;
+  }
+}
+
+// A table from a leader that staged no canary (another version's) fails the check.
+TEST(GpuCheckTest, TableWithoutCanaryFails) {
+  HostRing ring(cuda::DeviceRingConfig{});
+  HostMap map(ring);
+  const_cast<cuda::DeviceSlotTable&>(ring.table()).canary_bytes = 0;
+  Status st = VerifyDeviceMap(map);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("canary of 0 bytes"), std::string::npos) << st.message();
 }
 
 }  // namespace

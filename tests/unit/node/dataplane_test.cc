@@ -18,8 +18,9 @@
 #include <thread>
 
 #include "batchcast/consumer.h"
-#include "core/random.h"
 #include "core/option_scope.h"
+#include "core/random.h"
+#include "node/task_telemetry.h"
 #include "producer/feed.h"
 #include "producer/producer.h"
 #include "producer/stream_plan.h"
@@ -690,20 +691,49 @@ TEST(ExactBatchesTest, DropLastIsRefusedWithPerProducerBatchCarving) {
   h->leader->Abort("test over");
 }
 
-// The one telemetry file-naming rule (producer/process_telemetry.h): a pattern expands, a
-// plain path gets the process's tag.
+// The one telemetry file-naming rule (telemetry/run_outputs.h), through which every front
+// door's ProcessTelemetry names its files: a plain path gets the process's tag.
 TEST(TaskTelemetryTest, EveryProcessWritesItsOwnTaggedFiles) {
-  EXPECT_EQ(producer::TelemetryPath("run.h5", 3, "rank3"), "run.rank3.h5");
-  EXPECT_EQ(producer::TelemetryPath("out/run.trace.json", 0, "node0-leader"),
+  EXPECT_EQ(telemetry::TaggedPath("run.h5", "rank3"), "run.rank3.h5");
+  EXPECT_EQ(telemetry::TaggedPath("out/run.trace.json", "node0-leader"),
             "out/run.node0-leader.trace.json");
-  EXPECT_EQ(producer::TelemetryPath("out.d/run", 1, "rank1"), "out.d/run.rank1");
-  EXPECT_EQ(producer::TelemetryPath("", 1, "rank1"), "");
-  EXPECT_EQ(producer::TelemetryPath("run.%r.h5", 3, "rank3"), "run.3.h5");
-  EXPECT_EQ(producer::TelemetryPath("run.json", 3, ""), "run.json");
+  EXPECT_EQ(telemetry::TaggedPath("out.d/run", "rank1"), "out.d/run.rank1");
+  EXPECT_EQ(telemetry::TaggedPath("", "rank1"), "");
+  EXPECT_EQ(telemetry::TaggedPath("run.json", ""), "run.json");
   Options off;  // telemetry off: no collector, nothing to finish
-  auto t = producer::ProcessTelemetry::Start(off, 0, 0, telemetry::Role::kLeader, "x");
+  auto t = producer::ProcessTelemetry::Start(off, telemetry::ProcessKind::kLeader, 0, 0,
+                                             telemetry::Role::kLeader, "x");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t.value(), nullptr);
+}
+
+// A C++ trainer's telemetry (AttachFromEnvironment) is written at Detach(), which returns a
+// failure to write it: the caller sees it, not only a log line (issue 32).
+TEST(TaskTelemetryTest, DetachReturnsAFailureToWriteTheFiles) {
+  Options o = BaseOptions(1, 16);
+  o.batch_size = 8;
+  const std::string dir = ::testing::TempDir() + "/bc_task_telemetry_" + std::to_string(getpid());
+  ASSERT_EQ(std::system(("rm -rf " + dir).c_str()), 0);
+  Options mine = o;
+  mine.telemetry = "hdf5=" + dir + "/t.h5";
+  auto t = producer::ProcessTelemetry::Start(mine, telemetry::ProcessKind::kTrainer, 0, 0,
+                                             telemetry::Role::kConsumer, "rank0");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_NE(t.value(), nullptr);
+  auto h = MakeLeader(o, 1, 8, 16);
+  h->Start();
+  auto c = Consumer::Attach(h->leader->address(), o, 0);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  OwnTelemetry(**c, std::move(t).value());
+  Batch b;
+  while ((*c)->Next(&b).ok()) b.Release();
+  // The directory checked at the start is gone, and a file stands in its place.
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && touch " + dir).c_str()), 0);
+  Status st = (*c)->Detach();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(dir + "/t.rank0.h5"), std::string::npos) << st.ToString();
+  EXPECT_TRUE((*c)->Detach().ok()) << "written (or failed) once";
+  std::remove(dir.c_str());
 }
 
 TEST(ConnectTimeoutTest, NoLeaderFailsAfterTheTimeoutNamingWhatItWaitedFor) {

@@ -16,6 +16,7 @@
 
 #include "core/random.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/views.h"
 #include "tests/unit/pipeline/memory_reader.h"
 #include "tests/unit/pipeline/jpeg_rewrite.h"
 #include "tests/unit/pipeline/test_images.h"
@@ -151,6 +152,65 @@ TEST(CropDecodeTest, BoxPixelsEqualTheFullDecodeForEveryKindSizeAndScale) {
     }
   }
   EXPECT_GE(compared, 7 * 4 * 4 * 2 * 14);
+}
+
+// Views (docs/pipeline.md, "Views"): groups whose boxes need one DCT scale share a crop decode
+// of the union of their boxes. Inside each box that decode must give the pixels of the box's
+// own crop decode (what a one-group pipeline decodes), whatever the union adds around it: box
+// pairs and triples of every kind (restart-marker files too, which are entered at another
+// interval for the union than for a lower box), odd sizes, every scale, with edges on and next
+// to iMCU boundaries.
+TEST(CropDecodeTest, AUnionOfBoxesGivesEachBoxTheBytesOfItsOwnCropDecode) {
+  auto decoder = ImageDecoder::Create();
+  auto own = JpegCropDecoder::Create(), shared = JpegCropDecoder::Create();
+  ASSERT_TRUE(decoder.ok() && own.ok() && shared.ok());
+  int compared = 0;
+  for (const Kind& kind : kKinds) {
+    for (const auto& size : {std::pair{173, 131}, {257, 95}, {500, 375}}) {
+      for (bool restarts : {false, true}) {
+        if (restarts && kind.progressive) continue;
+        const auto jpeg = restarts ? EncodeWithRestarts(kind, size.first, size.second)
+                                   : Encode(kind, size.first, size.second);
+        auto header = decoder->ReadHeader(jpeg, 1 << 30);
+        ASSERT_TRUE(header.ok()) << kind.name;
+        for (int scale : kScaleNums) {
+          const int w = ScaledDim(size.first, scale), h = ScaledDim(size.second, scale);
+          const std::vector<CropBox> boxes = Boxes(w, h, uint64_t(scale * 131 + size.first));
+          for (size_t i = 0; i < boxes.size(); ++i) {
+            // Box i with the next one or two (the union then reaches above, below and beside).
+            const CropBox& a = boxes[i];
+            const CropBox& b = boxes[(i + 1) % boxes.size()];
+            const CropBox& c = boxes[(i + 5) % boxes.size()];
+            for (const CropBox& region : {UnionBox(a, b), UnionBox(UnionBox(a, b), c)}) {
+              DecodedImage whole;
+              CropBox region_in;
+              ASSERT_TRUE(
+                  shared->Decode(jpeg, *header, scale, 3, region, &whole, &region_in).ok());
+              for (const CropBox& box : {a, b}) {
+                const std::string what = fmt::format(
+                    "{}{} {}x{} scale {}/8, box {},{} {}x{} in region {},{} {}x{}", kind.name,
+                    restarts ? " with restart markers" : "", size.first, size.second, scale,
+                    box.x, box.y, box.width, box.height, region.x, region.y, region.width,
+                    region.height);
+                DecodedImage part;
+                CropBox in;
+                ASSERT_TRUE(own->Decode(jpeg, *header, scale, 3, box, &part, &in).ok()) << what;
+                // The box's place in the region's pixels.
+                const int rx = region_in.x + box.x - region.x, ry = region_in.y + box.y - region.y;
+                for (int y = 0; y < box.height; ++y) {
+                  const uint8_t* p = part.data() + (size_t(in.y + y) * part.width + in.x) * 3;
+                  const uint8_t* q = whole.data() + (size_t(ry + y) * whole.width + rx) * 3;
+                  ASSERT_TRUE(std::equal(p, p + size_t(box.width) * 3, q)) << what << ", row " << y;
+                }
+                ++compared;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(compared, 7 * 3 * 4 * 14 * 2 * 2);
 }
 
 TEST(CropDecodeTest, NarrowBoxesOfNoisyChromaEqualTheFullDecode) {

@@ -2,7 +2,7 @@
 //
 // An in-memory DatasetReader for pipeline tests and benchmarks: encoded samples (JPEG/PNG
 // bytes, or anything else to provoke errors) or raw H x W x C pixels, with an optional
-// injected read failure.
+// injected read failure and optional offline resize buckets.
 #pragma once
 
 #include <fmt/format.h>
@@ -46,6 +46,21 @@ class MemoryReader : public data::DatasetReader {
     info_.num_samples = static_cast<int64_t>(samples_.size());
   }
 
+  // Offline buckets (docs/progressive-resizing.md): bucket_samples[b][i] is sample i stored at
+  // sizes[b] (encoded).
+  void SetBuckets(std::vector<int> sizes, std::vector<std::vector<std::vector<uint8_t>>> samples) {
+    info_.bucket_sizes = std::move(sizes);
+    buckets_ = std::move(samples);
+  }
+  Status ReadBucketSample(int size, int64_t index, std::vector<uint8_t>* out) const override {
+    for (size_t b = 0; b < info_.bucket_sizes.size(); ++b) {
+      if (info_.bucket_sizes[b] != size) continue;
+      out->assign(buckets_[b][size_t(index)].begin(), buckets_[b][size_t(index)].end());
+      return Status::Ok();
+    }
+    return Status(StatusCode::kNotFound, fmt::format("memory reader: no bucket {}", size));
+  }
+
   // ReadSample(index) fails from now on (an I/O error the pipeline must report).
   void FailRead(int64_t index) { fail_index_ = index; }
   // Stores a checksum per sample, as converted files do (VerifySample then checks it).
@@ -76,6 +91,7 @@ class MemoryReader : public data::DatasetReader {
 
  private:
   std::vector<std::vector<uint8_t>> samples_;
+  std::vector<std::vector<std::vector<uint8_t>>> buckets_;
   std::vector<uint64_t> checksums_;
   data::DatasetInfo info_;
   int64_t fail_index_ = -1;

@@ -239,7 +239,15 @@ TEST(BadInputTest, BadRequestsAndOptions) {
   o.normalize = true;
   o.mean = "0.5,0.5";
   Batch mean = RunPipeline(o, reader, {0});
-  EXPECT_EQ(mean.status.message(), "pipeline: option 'mean' has 2 values but the output has 3 channels");
+  EXPECT_EQ(mean.status.message(),
+            "pipeline: option 'mean' = '0.5,0.5': 'mean' has 2 values; give 1 (every channel) or "
+            "3 (R,G,B)");
+  o.mean = "0.4,0.5,0.6";
+  o.channels = 1;
+  EXPECT_EQ(RunPipeline(o, reader, {0}).status.message(),
+            "pipeline: option: mean has 3 values but the output has 1 channel; give 1 value "
+            "(every channel)");
+  o.channels = 0;
   o.mean = "0.5";
   o.std = "0,1,1";
   EXPECT_NE(RunPipeline(o, reader, {0}).status.message().find("has a zero"), std::string::npos);

@@ -225,6 +225,42 @@ TEST(DecodedCacheTest, ConcurrentOffersOfOneKeyKeepOneEntryAndCountItsBytesOnce)
   EXPECT_FALSE(cache.Find(-1, &got));
 }
 
+TEST(DecodedCacheTest, AKeyKeepsOneDecodePerScaleOfferedConcurrently) {
+  // Views of different sizes can need a sample at two scales (docs/pipeline.md, "Views"):
+  // each (key, scale) is kept once, whatever the order and concurrency of the offers.
+  DecodedCache cache(1 << 20, 4, "mem://x");
+  std::vector<std::vector<uint8_t>> pixels;
+  for (int scale : {8, 4, 2}) pixels.emplace_back(size_t(4 * scale) * 3 * scale * 3, uint8_t(scale));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t)
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < 4; ++k)
+        for (int i = 0; i < 3; ++i) {
+          const int j = (i + t) % 3, scale = 8 >> j;
+          pipeline::DecodedSample s{32, 24, scale, 4 * scale, 3 * scale, 3,
+                                    pixels[size_t(j)].data(), size_t(4 * scale) * 3};
+          cache.Offer(k, s);
+        }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(cache.entries(), 12);
+  int64_t bytes = 0;
+  for (const auto& p : pixels) bytes += 4 * DecodedCache::EntryBytes(p.size());
+  EXPECT_EQ(cache.bytes(), bytes);
+  for (int k = 0; k < 4; ++k) {
+    for (int scale : {8, 4, 2}) {
+      pipeline::DecodedSample got;
+      ASSERT_TRUE(cache.Find(k, scale, &got));
+      EXPECT_EQ(got.scale_num, scale);
+      EXPECT_EQ(got.width, 4 * scale);
+      EXPECT_EQ(got.pixels[0], scale);
+    }
+    pipeline::DecodedSample got;
+    EXPECT_FALSE(cache.Find(k, 1, &got));
+    EXPECT_TRUE(cache.Find(k, 0, &got));  // any scale
+  }
+}
+
 // MakePipelineSource: the one place every front door (leader, service, multi-node, Python,
 // batchcast-run, C API) gets its source, so the cache and its checks are the same in all.
 class CacheSourceTest : public ::testing::Test {

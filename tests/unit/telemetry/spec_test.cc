@@ -54,6 +54,41 @@ TEST(TelemetrySpecTest, ErrorsPointAtThePosition) {
   EXPECT_FALSE(ParseTelemetrySpec("hdf5=").ok());
 }
 
+TEST(TelemetrySpecTest, RunDirectoryForms) {
+  auto a = ParseTelemetrySpec("dir:/runs/sweep1");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(a->enabled);
+  EXPECT_EQ(a->dir, "/runs/sweep1");
+  EXPECT_TRUE(a->sinks.hdf5.empty());
+  auto b = ParseTelemetrySpec("telemetry(dir=r,trace=on,json=1,csv=off,interval=250ms,energy=off)");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->dir, "r");
+  EXPECT_EQ(b->sinks.trace, "on");
+  EXPECT_EQ(b->sinks.json, "on");
+  EXPECT_TRUE(b->sinks.csv.empty());
+  EXPECT_FALSE(b->collector.energy);
+  EXPECT_EQ(b->collector.interval_ms, 250);
+  auto c = ParseTelemetrySpec("telemetry(hdf5=x.h5,json=off)");  // off without dir: disabled
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->sinks.json.empty());
+}
+
+TEST(TelemetrySpecTest, RunDirectoryMisuseIsRefusedWithTheFix) {
+  auto both = ParseTelemetrySpec("telemetry(dir=r,hdf5=x.h5)");
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("drop hdf5="), std::string::npos);
+  auto path = ParseTelemetrySpec("telemetry(dir=r,json=x.json)");
+  ASSERT_FALSE(path.ok());
+  EXPECT_NE(path.status().message().find("write json=on"), std::string::npos);
+  auto on = ParseTelemetrySpec("trace=on");
+  ASSERT_FALSE(on.ok());
+  EXPECT_NE(on.status().message().find("needs a run directory (dir=RUN)"), std::string::npos)
+      << on.status().message();
+  auto empty = ParseTelemetrySpec("dir:");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("empty run directory"), std::string::npos);
+}
+
 TEST(TelemetrySpecTest, OptionsCarryTheSpecAndTags) {
   ScopedEnv env({{"BATCHCAST_TELEMETRY", "telemetry(csv=x.csv,gpu=off,interval=5s)"},
                  {"BATCHCAST_EXPERIMENT", "sweep"}});
@@ -61,7 +96,8 @@ TEST(TelemetrySpecTest, OptionsCarryTheSpecAndTags) {
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_EQ(o->telemetry, "telemetry(csv=x.csv,gpu=off,interval=5s)");
   Sinks sinks;
-  auto c = CreateCollector(*o, 3, 1, Role::kConsumer, &sinks);
+  auto c = CreateCollector(*o, OutputIdentity{ProcessKind::kConsumer, 3, false, ""}, 1,
+                           Role::kConsumer, &sinks);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_NE(c->get(), nullptr);
   EXPECT_EQ(sinks.csv, "x.csv");
@@ -74,11 +110,12 @@ TEST(TelemetrySpecTest, OptionsCarryTheSpecAndTags) {
 
 TEST(TelemetrySpecTest, OffGivesANullCollectorAndBadSpecAnError) {
   Options o;
-  auto none = CreateCollector(o, 0, 0, Role::kLeader, nullptr);
+  const OutputIdentity who{ProcessKind::kLeader, 0, false, ""};
+  auto none = CreateCollector(o, who, 0, Role::kLeader, nullptr);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->get(), nullptr);
   o.telemetry = "telemetry(bogus=1)";
-  auto bad = CreateCollector(o, 0, 0, Role::kLeader, nullptr);
+  auto bad = CreateCollector(o, who, 0, Role::kLeader, nullptr);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("option 'telemetry'"), std::string::npos);
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -203,6 +204,71 @@ TEST(RingTest, PublishWakesAllSleepersOnceAndNobodyWhenNoneSleeps) {
   EXPECT_EQ(read_two.load(), 3);
   EXPECT_EQ(l->publish_wakes(), 1u) << "one wake for all sleepers";
   EXPECT_EQ(l->WaitingConsumers(), 0);
+  l->End();
+}
+
+int64_t ThreadMinorFaults() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_minflt;
+}
+
+// Reads one byte of every page of [p, p + bytes) (a trainer's step on a batch).
+int TouchPages(const uint8_t* p, size_t bytes) {
+  int sum = 0;
+  for (size_t i = 0; i < bytes; i += 4096) sum += static_cast<const volatile uint8_t*>(p)[i];
+  return sum;
+}
+
+// Pages (docs/data-plane.md): the leader gives the ring's slots their pages before the first
+// fill, and a growing pool's next slots before their first use; a consumer maps the prepared
+// slots while it waits. So neither the leader's fill nor a consumer's first step on a batch
+// faults (one minor fault per 16 pages before, in every woken consumer while the others
+// waited for the CPU).
+TEST(RingTest, PreparedSlotsAreFilledAndReadWithoutPageFaults) {
+  RingConfig rc = SmallRing("pages");
+  rc.slot_bytes = 64 * 4096;
+  std::unique_ptr<RingLeader> l;
+  std::vector<std::unique_ptr<RingConsumer>> c;
+  ASSERT_NO_FATAL_FAILURE(StartAdmitted(rc, 1, &l, &c));
+  EXPECT_EQ(l->header()->prepared_slots.load(), rc.num_slots + 2);
+  // The consumer keeps every batch, so the pool grows past the prepared slots.
+  std::vector<AcquiredBatch> kept;
+  for (uint8_t p = 0; p < 7; ++p) {
+    // The control thread prepares asked-for slots in the background: wait for it (a
+    // condition with a deadline), then the reader goes to sleep with them mapped.
+    const auto ready = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (l->header()->prepared_slots.load() < l->SlotsUsed() + 2 &&
+           std::chrono::steady_clock::now() < ready)
+      std::this_thread::yield();
+    ASSERT_GE(l->header()->prepared_slots.load(), l->SlotsUsed() + 2) << "never prepared";
+    std::atomic<int64_t> faults{-1};
+    std::atomic<int> sum{0};
+    std::thread reader([&] {
+      auto got = c[0]->Acquire(nullptr);  // waits: maps the prepared slots first
+      if (!got.ok()) return;
+      const int64_t before = ThreadMinorFaults();
+      sum = TouchPages(got->data, rc.slot_bytes);
+      faults = ThreadMinorFaults() - before;
+      kept.push_back(*got);
+    });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (l->WaitingConsumers() < 1 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    ASSERT_EQ(l->WaitingConsumers(), 1) << "the reader never went to sleep";
+    auto w = l->AcquireSlot(5000);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    EXPECT_LT(w->slot, l->header()->prepared_slots.load()) << "slot " << w->slot;
+    const int64_t before = ThreadMinorFaults();
+    std::memset(w->data, p + 1, rc.slot_bytes);
+    EXPECT_EQ(ThreadMinorFaults() - before, 0) << "the leader's fill of slot " << w->slot;
+    l->Publish(*w);
+    reader.join();
+    EXPECT_EQ(sum.load(), 64 * (p + 1));
+    EXPECT_EQ(faults.load(), 0) << "the consumer's step on slot " << w->slot;
+  }
+  EXPECT_GE(l->SlotsUsed(), 7u);
+  for (const auto& b : kept) c[0]->Release(b);
   l->End();
 }
 

@@ -1,7 +1,8 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-#include "transport/mpi/mpi_status.h"
+#include "core/mpi_status.h"
 
 #include <climits>
+#include <cstdio>
 #include <vector>
 
 #include "core/errors.h"
