@@ -693,7 +693,7 @@ TEST(ExactBatchesTest, DropLastIsRefusedWithPerProducerBatchCarving) {
 
 // The one telemetry file-naming rule (telemetry/run_outputs.h), through which every front
 // door's ProcessTelemetry names its files: a plain path gets the process's tag.
-TEST(TaskTelemetryTest, EveryProcessWritesItsOwnTaggedFiles) {
+TEST(ProcessTelemetryTest, EveryProcessWritesItsOwnTaggedFiles) {
   EXPECT_EQ(telemetry::TaggedPath("run.h5", "rank3"), "run.rank3.h5");
   EXPECT_EQ(telemetry::TaggedPath("out/run.trace.json", "node0-leader"),
             "out/run.node0-leader.trace.json");
@@ -709,7 +709,7 @@ TEST(TaskTelemetryTest, EveryProcessWritesItsOwnTaggedFiles) {
 
 // A C++ trainer's telemetry (AttachFromEnvironment) is written at Detach(), which returns a
 // failure to write it: the caller sees it, not only a log line (issue 32).
-TEST(TaskTelemetryTest, DetachReturnsAFailureToWriteTheFiles) {
+TEST(ProcessTelemetryTest, DetachReturnsAFailureToWriteTheFiles) {
   Options o = BaseOptions(1, 16);
   o.batch_size = 8;
   const std::string dir = ::testing::TempDir() + "/bc_task_telemetry_" + std::to_string(getpid());
