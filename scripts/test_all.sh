@@ -38,7 +38,7 @@ mkfifo "$stages"
       asan) JOBS=$jobs nice -n 19 bash "$src/scripts/sanitize.sh" address "$asan" --build-only ;;
       fuzz) JOBS=$jobs nice -n 19 bash "$src/scripts/fuzz.sh" build "$fuzz" ;;
     esac >>"$log" 2>&1
-    echo "$step $?"
+    echo "$step $? $SECONDS"
   done
 ) &
 chain=$!
@@ -50,14 +50,16 @@ rm -f "$stages"
 status=0
 torch2_pid=
 bash "$src/scripts/test.sh" "$build" || status=1
+echo "test_all: the normal suite ended at ${SECONDS} s"
 
 for expected in $steps; do
-  if ! read -r -u 4 step rc; then
+  if ! read -r -u 4 step rc built_at; then
     echo "test_all: the background builds stopped before '$expected' was built; log:" >&2
     cat "$log"
     status=1
     break
   fi
+  echo "test_all: '$step' built at ${built_at} s, its tests start at ${SECONDS} s"
   if [ "$rc" != 0 ]; then
     echo "test_all: building '$step' failed (exit $rc); log:" >&2
     cat "$log"
@@ -76,6 +78,7 @@ for expected in $steps; do
   esac
 done
 exec 4<&-
+echo "test_all: sanitizer and fuzzing steps ended at ${SECONDS} s"
 wait "$chain" || true
 if [ -n "${torch2_pid:-}" ]; then
   wait "$torch2_pid" || status=1

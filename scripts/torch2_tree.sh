@@ -15,7 +15,10 @@ build=${2:?usage: torch2_tree.sh build|test BUILD_DIR}
 shift 2
 venv=$(bash "$here/scripts/torch2_venv.sh" --path)
 py=$venv/bin/python
-if [ ! -f "$venv/.complete" ]; then
+if [ "$cmd" = build ]; then
+  # Creates the venv, or waits for the creation `make test` started in the background.
+  bash "$here/scripts/torch2_venv.sh" || exit 1
+elif [ ! -f "$venv/.complete" ]; then
   echo "torch2_tree: no torch 2 venv at $venv; run make deps (scripts/torch2_venv.sh)" >&2
   exit 1
 fi
@@ -30,12 +33,6 @@ case $cmd in
       torch_prefix=$("$py" -c 'import os, torch
 print(torch.utils.cmake_prefix_path + ";" + os.path.dirname(torch.__file__))')
       pybind11_dir=$("$py" -m pybind11 --cmakedir)
-      # The wheel's LibTorch needs the NCCL of its own wheel (2.30; /usr/local/cuda's 2.28 lacks
-      # symbols it uses): the CUDA plane links that one in this tree.
-      nccl=$("$py" -c 'import os, nvidia.nccl as n
-print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
-      nccl_flag=()
-      if [ -n "$nccl" ] && [ -f "$nccl" ]; then nccl_flag=(-DNCCL_LIBRARY="$nccl"); fi
       launcher=()
       if command -v ccache >/dev/null; then
         launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
@@ -45,7 +42,7 @@ print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || 
         -DCMAKE_UNITY_BUILD="${UNITY:-ON}" -DBATCHCAST_TORCH=ON -DBATCHCAST_PYTHON=ON -DBATCHCAST_WERROR=ON \
         -DBATCHCAST_BUILD_BENCHMARKS=OFF -DPython_EXECUTABLE="$py" \
         -DCMAKE_PREFIX_PATH="$torch_prefix" -Dpybind11_DIR="$pybind11_dir" \
-        "${nccl_flag[@]}" "${launcher[@]}" ${TORCH2_CMAKE_FLAGS:-} >"$build/configure.log" 2>&1 ||
+        "${launcher[@]}" ${TORCH2_CMAKE_FLAGS:-} >"$build/configure.log" 2>&1 ||
         { cat "$build/configure.log"; echo "torch2_tree: configure of $build failed" >&2; exit 1; }
     fi
     cmake --build "$build" -j "${JOBS:-2}" --target torch_tests

@@ -30,13 +30,18 @@ if [ "${1:-}" = --path ]; then
   echo "$venv"
   exit 0
 fi
+mkdir -p "$root"
+# One creator at a time: `make test` starts this in the background while the main tree builds,
+# and the torch 2 tree's build calls it again; the second waits here for the first and then
+# finds the venv complete.
+exec 9>"$venv.lock"
+flock 9
 if [ -x "$venv/bin/python" ] && [ -f "$venv/.complete" ]; then
   echo "torch2 venv: $venv (present)"
   exit 0
 fi
 echo "torch2 venv: creating $venv (${PINS[*]}; about 3.5 GB from PyPI)"
 rm -rf "$venv"
-mkdir -p "$root"
 "$python" -m venv "$venv"
 start=$SECONDS
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "${PINS[@]}" ||
