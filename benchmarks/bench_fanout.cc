@@ -61,7 +61,7 @@
 #include "harness.h"
 #include "photo_chain.h"
 #include "node/consumer_internal.h"
-#include "node/leader.h"
+#include "producer/producer.h"
 #include "telemetry/spec.h"
 #include "transport/shm/futex.h"
 #include "producer/stream_plan.h"
@@ -264,14 +264,14 @@ void LeaderChild(const Options& o, int k, const std::string& socket, int ready_f
   auto collector = MaybeCollector(telem, 0, telemetry::Role::kLeader, r);
   auto source = producer::MakePipelineSource(o);
   if (!source.ok()) ChildFail(r, source.status().ToString());
-  node::LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = k;
   cfg.max_consumer_batch = static_cast<uint32_t>(o.batch_size);
   cfg.socket_name = socket;
   cfg.job = "bench";
   cfg.collector = collector.get();
-  auto leader = node::Leader::Create(
+  auto leader = producer::Producer::Create(
       cfg, std::make_unique<TimedSource>(std::move(source).value(), &r->leader));
   if (!leader.ok()) ChildFail(r, leader.status().ToString());
   char byte = 1;
@@ -280,7 +280,7 @@ void LeaderChild(const Options& o, int k, const std::string& socket, int ready_f
   Status st = (*leader)->Run();
   if (st.ok()) st = (*leader)->WaitUntilEmpty(600000);
   if (!st.ok()) ChildFail(r, "leader: " + st.ToString());
-  const node::LeaderStats ls = (*leader)->stats();
+  const producer::ProducerStats ls = (*leader)->stats();
   r->stream_ns = ls.stream_ns;
   r->source_idle_ns = ls.source_idle_ns;
   r->starved_wait_ns = ls.starved_wait_ns;

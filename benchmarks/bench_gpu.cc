@@ -20,7 +20,7 @@
 #include "batchcast/gpu.h"
 #include "harness.h"
 #include "gpu/gpu_stager.h"
-#include "node/leader.h"
+#include "producer/producer.h"
 #include "transport/cuda/device_probe.h"
 
 #if BATCHCAST_HAVE_CUDA
@@ -118,12 +118,12 @@ KResult RunK(int k, const char* self, double pinned_bw) {
   o.batch_size = kBatch;
   o.producer_batch = 2 * kBatch;
   o.epochs = kEpochs;
-  node::LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = k;
   cfg.socket_name = "batchcast-bench-gpu-" + std::to_string(getpid()) + "-" + std::to_string(k);
   cfg.job = "bench_gpu";
-  auto leader = node::Leader::Create(cfg, std::make_unique<FlatSource>(kSamples, kImage)).value();
+  auto leader = producer::Producer::Create(cfg, std::make_unique<FlatSource>(kSamples, kImage)).value();
   auto stager = gpu::GpuStager::Create(leader->staging_target(), {}).value();
   std::vector<pid_t> pids;
   std::vector<std::string> outs;

@@ -4,13 +4,13 @@
 // Run without MPI it is the driver: it builds the photo set once, then for N = 2 and 3 runs
 // `mpirun -n 2N` of itself (--worker): N virtual nodes, each one leader rank + one consumer
 // rank. Each worker job measures, side by side:
-//   1. replicate: MultinodeLeader (each node decodes ~1/N; the shares travel between the
+//   1. replicate: the multi-node leader (each node decodes ~1/N; the shares travel between the
 //      slots, several producer batches in flight); decode_share = samples decoded per node
 //      leader / samples published per node;
-//   2. full: every node's own node::Leader decodes every sample (no exchange);
+//   2. full: every node's own Producer decodes every sample (no exchange);
 //      replicate_speedup = consumer samples/s in 1 over 2 (3 alternating rounds of 1 and 2,
 //      median round per consumer, mean over consumers);
-//   3. exchange: MultinodeLeader with a source that only writes labels (decode excluded),
+//   3. exchange: the multi-node leader with a source that only writes labels (decode excluded),
 //      so the run is exchange + ring + publish + consumers. Its steady bandwidth (bytes
 //      received per node over epochs 1-2; epoch 0 is the warm-up that first touches the
 //      slots) over a plain in-place MPI_Allgatherv loop of the same counts on the same
@@ -34,9 +34,9 @@
 
 #include "batchcast/consumer.h"
 #include "harness.h"
-#include "node/leader.h"
-#include "node/multinode_leader.h"
-#include "node/multinode_plan.h"
+#include "producer/producer.h"
+#include "node/multinode.h"
+#include "producer/exchange_feed.h"
 #include "tests/mpi/photo_set.h"
 
 namespace {
@@ -85,7 +85,7 @@ void SleepyBarrier(MPI_Comm comm) {
 struct Phase {
   double consumer_rate = 0;   // samples/s seen by this node's consumer
   double seconds = 0;         // leader Run() wall time
-  node::MultinodeStats stats;
+  producer::ProducerStats stats;
 };
 
 // One phase: leaders build their leader, share the address, run; the consumer drains.
@@ -95,10 +95,10 @@ Phase RunPhase(const std::string& kind, const Options& o, MPI_Comm node_comm, MP
   MPI_Comm_rank(node_comm, &local);
   Phase ph;
   char address[108] = {0};
-  std::unique_ptr<node::MultinodeLeader> multi;
-  std::unique_ptr<node::Leader> single;
+  std::unique_ptr<producer::Producer> multi;
+  std::unique_ptr<producer::Producer> single;
   if (local == 0) {
-    node::LeaderConfig cfg;
+    producer::ProducerConfig cfg;
     cfg.options = o;
     cfg.expected_consumers = 1;
     cfg.job = "benchmn";
@@ -113,7 +113,7 @@ Phase RunPhase(const std::string& kind, const Options& o, MPI_Comm node_comm, MP
       src = std::move(s).value();
     }
     if (kind == "full") {
-      auto l = node::Leader::Create(cfg, std::move(src));
+      auto l = producer::Producer::Create(cfg, std::move(src));
       if (!l.ok()) { std::fprintf(stderr, "bench: %s\n", l.status().message().c_str()); MPI_Abort(MPI_COMM_WORLD, 1); }
       single = std::move(l).value();
     } else {
@@ -124,7 +124,7 @@ Phase RunPhase(const std::string& kind, const Options& o, MPI_Comm node_comm, MP
       m.num_nodes = nodes;
       if (const char* d = std::getenv("BENCH_MULTINODE_DEPTH")) m.exchange_depth = std::atoi(d);
       if (const char* c = std::getenv("BENCH_MULTINODE_SLICES")) m.decode_slices = std::atoi(c);
-      auto l = node::MultinodeLeader::Create(cfg, std::move(src), m);
+      auto l = node::CreateMultinodeProducer(cfg, std::move(src), m);
       if (!l.ok()) { std::fprintf(stderr, "bench: %s\n", l.status().message().c_str()); MPI_Abort(MPI_COMM_WORLD, 1); }
       multi = std::move(l).value();
     }
@@ -174,7 +174,7 @@ double PlainAllgathervSeconds(const Options& o, MPI_Comm leaders, int nodes, int
   const auto n_nodes = static_cast<size_t>(nodes);
   std::vector<int> counts(n_nodes), displs(n_nodes);
   for (int j = 0; j < nodes; ++j) {
-    auto r = node::ReplicateShare(p, nodes, j);
+    auto r = producer::ReplicateShare(p, nodes, j);
     counts[size_t(j)] = static_cast<int>(uint64_t(r.count) * sb);
     displs[size_t(j)] = static_cast<int>(uint64_t(r.begin) * sb);
   }

@@ -4,7 +4,7 @@
 // is serial (cannot run on more than one thread at a time), and the rate that implies on a
 // node with many more cores than this one (docs/benchmarks.md, "Serial fractions").
 //
-// One process: a node::Leader (the real producer core: pipeline, slot writer, ring) with T
+// One process: a producer::Producer (the real producer core: pipeline, slot writer, ring) with T
 // decode threads and its telemetry collector, and one Consumer on another thread taking
 // every batch with the trivial step (one byte per page). Per sample, from the leader's
 // telemetry timers: read, lock_wait, decode, transform (decode workers, in parallel) and
@@ -30,7 +30,7 @@
 #include "core/hdf5_lock.h"
 #include "harness.h"
 #include "photo_chain.h"
-#include "node/leader.h"
+#include "producer/producer.h"
 #include "pipeline/worker_pool.h"
 #include "producer/batch_source.h"
 #include "telemetry/collector.h"
@@ -76,14 +76,14 @@ Stages RunLeader(const Args& a, const std::string& dataset, int threads, int run
   if (!collector.ok() || !*collector) Die("telemetry: " + collector.status().ToString());
   auto source = producer::MakePipelineSource(o);
   if (!source.ok()) Die(source.status().ToString());
-  node::LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = 1;
   cfg.max_consumer_batch = static_cast<uint32_t>(o.batch_size);
   cfg.socket_name = fmt::format("batchcast-bench-scaling-{}-{}", getpid(), run);
   cfg.job = fmt::format("scaling{}", run);
   cfg.collector = collector->get();
-  auto leader = node::Leader::Create(cfg, std::move(source).value());
+  auto leader = producer::Producer::Create(cfg, std::move(source).value());
   if (!leader.ok()) Die(leader.status().ToString());
   const Hdf5LockTimes lock0 = ProcessHdf5LockTimes();
   const double t0 = NowSeconds();

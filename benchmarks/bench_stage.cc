@@ -26,7 +26,7 @@
 #include "batchcast/consumer.h"
 #include "batchcast/torch.h"
 #include "harness.h"
-#include "node/leader.h"
+#include "producer/producer.h"
 #include "tests/unit/node/synthetic_source.h"
 
 namespace batchcast::bench {
@@ -79,7 +79,7 @@ struct Run {
 
 // One stream to K consumers; `in_leader`: the leader runs the encoder, else every consumer.
 Run RunOnce(const std::string& encoder, int k, bool in_leader, int rep) {
-  node::LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options.epochs = kEpochs;
   cfg.options.batch_size = 32;
   cfg.options.producer_batch = 64;
@@ -89,7 +89,7 @@ Run RunOnce(const std::string& encoder, int k, bool in_leader, int rep) {
   cfg.expected_consumers = k;
   cfg.max_consumer_batch = 32;
   cfg.socket_name = fmt::format("batchcast-bench-stage-{}-{}-{}-{}", getpid(), k, in_leader, rep);
-  auto l = node::Leader::Create(cfg, std::make_unique<node::SyntheticSource>(kSamples, kSide, 3));
+  auto l = producer::Producer::Create(cfg, std::make_unique<node::SyntheticSource>(kSamples, kSide, 3));
   if (!l.ok()) {
     std::fprintf(stderr, "bench_stage: %s\n", l.status().ToString().c_str());
     std::exit(1);
@@ -129,7 +129,7 @@ Run RunOnce(const std::string& encoder, int k, bool in_leader, int rep) {
     std::fprintf(stderr, "bench_stage: %s\n", run.ToString().c_str());
     std::exit(1);
   }
-  const node::LeaderStats s = (*l)->stats();
+  const producer::ProducerStats s = (*l)->stats();
   return {cpu / double(k * kSamples * kEpochs), double(kSamples * kEpochs) / wall,
           double(s.stage_ns) * 1e-6 / double(kSamples * kEpochs),
           double(s.stage_copied_bytes) / double(kSamples * kEpochs)};

@@ -18,29 +18,51 @@ BEGIN = "<!-- generated: error messages (scripts/gen_docs.py) -->"
 
 def configuration(binary):
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHCAST_")}
-    out = subprocess.run([binary, "info", "-c"], check=True, capture_output=True, text=True,
-                         env=env).stdout
-    rows = json.loads(out)
+    run = lambda *args: json.loads(subprocess.run([binary, "info", *args], check=True,
+                                                  capture_output=True, text=True,
+                                                  env=env).stdout)
+    rows = run("-c")
+    doors = run("--front-doors")
     lines = [
         "# Configuration reference",
         "",
         "Generated from the options registry (`runtime/core/options.cc`) by",
-        "`scripts/gen_docs.py`; `batchcast info -c` prints the same with current values.",
+        "`scripts/gen_docs.py`; `batchcast info -c` prints the same with current values, and",
+        "`batchcast info --front-doors` the front doors.",
         "",
         "Each option can be set, later wins: built-in default < config file (`--config FILE`",
         "or `BATCHCAST_CONFIG`, lines of `key = value`, `#` comments) < environment variable",
-        "`BATCHCAST_<KEY>` < command-line flag `--key=value` (dashes or underscores) < a field",
-        "assigned in code after `ResolveOptions()`. Sizes accept k/m/g suffixes, durations",
+        "`BATCHCAST_<KEY>` < command-line flag `--key=value`, `--key value` or a bare `--key`",
+        "for a boolean (dashes or underscores; every command line parses them alike:",
+        "`batchcast-run`, `batchcast serve`, `batchcast info`, a trainer's `ResolveOptions`) < a",
+        "field assigned in code after `ResolveOptions()`. Sizes accept k/m/g suffixes, durations",
         "ms/s/m. Logging is configured separately: `BATCHCAST_DEBUG`, `BATCHCAST_DEBUG_SUBSYS`,",
         "`BATCHCAST_DEBUG_FILE` (docs/architecture.md).",
         "",
-        "*Read by* is the option's scope in the registry (`runtime/core/option_scope.h`).",
-        "Front doors that configure one program's leader and consumers with one options string",
-        "(the MPI Runtime, `batchcast-run`, the C API) accept every option. A consumer's own",
-        "front door (the Python `Consumer`) refuses `leader` options set in code, the Python",
-        "`Leader` refuses `consumers` options set in code, and a `batchcast.Producer`, which",
-        "runs no decode pipeline, refuses the `leader` options it does not read from any",
-        "source (docs/python.md).",
+        "## Front doors",
+        "",
+        "Every front door builds one `producer::Producer` (docs/architecture.md) and checks its",
+        "options against the table below (`runtime/core/option_scope.h`): an option it does not",
+        "read is refused with a message naming the option, where it was set, the front door and",
+        "the front doors that read it, never accepted and ignored. A value set explicitly (in",
+        "code, a keyword argument, a command-line flag) is refused wherever it is not read; a",
+        "value from a `BATCHCAST_*` variable or a config file is job-wide: a leader's front door",
+        "refuses it only when no consumer of its job reads it either (the MPI Runtime and",
+        "`batchcast-run` configure their own trainers, so for them that is everything they do",
+        "not read), and a consumer's front door leaves a leader's option to the leader. A C++ or",
+        "C consumer (`Consumer::Attach`, `bc_consumer_attach`) takes its program's one options",
+        "string and reads its part.",
+        "",
+        "| key | front door | what it is |",
+        "|---|---|---|",
+    ]
+    for d in doors:
+        lines.append(f"| `{d['key']}` | {d['name']} | {d['what']} |")
+    lines += [
+        "",
+        "## Options",
+        "",
+        "*Read by* lists the front doors (keys above) that read the option.",
         "",
         "| option | environment | read by | type | default | description |",
         "|---|---|---|---|---|---|",
@@ -49,8 +71,8 @@ def configuration(binary):
         default = r["default"] if r["default"] != "" else "(empty)"
         help_text = r["help"].replace("|", "\\|")
         type_text = r["type"].replace("|", " \\| ")
-        scope = {"all": "leader, consumers", "leader": "leader", "consumer": "consumers"}[r["scope"]]
-        lines.append(f"| `{r['key']}` | `{r['env']}` | {scope} | {type_text} | `{default}` "
+        read_by = ", ".join(r["doors"])
+        lines.append(f"| `{r['key']}` | `{r['env']}` | {read_by} | {type_text} | `{default}` "
                      f"| {help_text} |")
     return "\n".join(lines) + "\n"
 

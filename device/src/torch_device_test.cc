@@ -30,7 +30,7 @@
 #include "batchcast/gpu.h"
 #include "batchcast/torch.h"
 #include "gpu/gpu_stager.h"
-#include "node/leader.h"
+#include "producer/producer.h"
 #include "tests/unit/node/synthetic_source.h"
 
 extern char** environ;
@@ -106,14 +106,14 @@ TEST(TorchDevice, ToTorchAliasesTheSlot) {
   o.batch_size = 8;
   o.producer_batch = 16;
   o.epochs = 2;
-  node::LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = 1;
   cfg.max_consumer_batch = 8;
   cfg.socket_name = Socket("view");
   cfg.job = "torchdevice";
   cfg.join_timeout_ms = 60000;
-  auto leader = node::Leader::Create(cfg, std::make_unique<node::SyntheticSource>(96, 16));
+  auto leader = producer::Producer::Create(cfg, std::make_unique<node::SyntheticSource>(96, 16));
   ASSERT_TRUE(leader.ok()) << leader.status().ToString();
   auto stager = gpu::GpuStager::Create((*leader)->staging_target(), {});
   ASSERT_TRUE(stager.ok()) << stager.status().ToString();
@@ -157,7 +157,7 @@ TEST(TorchDevice, ModelStageOnCudaOncePerProducerBatch) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: torch sees none";
   const char* enc = std::getenv("BC_STAGE_ENCODER");
   ASSERT_NE(enc, nullptr) << "set BC_STAGE_ENCODER (device/python/make_models.py's enc.pt)";
-  node::LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options.epochs = 1;
   cfg.options.batch_size = 8;
   cfg.options.producer_batch = 16;
@@ -168,9 +168,9 @@ TEST(TorchDevice, ModelStageOnCudaOncePerProducerBatch) {
   cfg.job = "torchdevice";
   cfg.join_timeout_ms = 60000;
   const int64_t n = 48;  // 3 producer batches
-  auto l = node::Leader::Create(cfg, std::make_unique<node::SyntheticSource>(n, 8, 3));
+  auto l = producer::Producer::Create(cfg, std::make_unique<node::SyntheticSource>(n, 8, 3));
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  node::Leader& leader = **l;
+  producer::Producer& leader = **l;
   Status run;
   std::thread t([&] { run = leader.Run(); });
   std::vector<int64_t> seen(2, 0), bad(2, 0);

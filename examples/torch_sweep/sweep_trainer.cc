@@ -44,7 +44,7 @@
 #include "data/dataset_reader.h"
 #include "producer/batch_source.h"
 #include "node/consumer_internal.h"
-#include "node/leader.h"
+#include "producer/producer.h"
 #include "schedule/resize_spec.h"
 #include "telemetry/collector.h"
 
@@ -348,20 +348,18 @@ class SoloStream {
  public:
   static Result<std::unique_ptr<SoloStream>> Create(const Options& options) {
     std::unique_ptr<SoloStream> s(new SoloStream());
-    batchcast::node::LeaderConfig cfg;
+    batchcast::producer::ProducerConfig cfg;
     cfg.options = options;
     cfg.expected_consumers = 1;
     cfg.max_consumer_batch = static_cast<uint32_t>(options.batch_size);
     cfg.job = "demo-solo";
     cfg.socket_name = "batchcast-" + std::to_string(getuid()) + "-demo-solo-" + std::to_string(getpid());
     BC_ASSIGN_OR_RETURN(auto source, batchcast::producer::MakePipelineSource(options));
-    BC_ASSIGN_OR_RETURN(s->leader_, batchcast::node::Leader::Create(cfg, std::move(source)));
-    batchcast::node::Leader* l = s->leader_.get();
-    SoloStream* self = s.get();
-    s->thread_ = std::thread([self, l] { self->status_ = l->Run(); });
+    BC_ASSIGN_OR_RETURN(s->leader_, batchcast::producer::Producer::Create(cfg, std::move(source)));
+    s->leader_->Start();
     auto c = batchcast::Consumer::Attach(cfg.socket_name, options, 0, "solo");
     if (!c.ok()) {
-      l->Abort("the in-process consumer could not attach: " + c.status().message());
+      s->leader_->Abort("the in-process consumer could not attach: " + c.status().message());
       return c.status();
     }
     s->consumer_ = std::move(c).value();
@@ -369,15 +367,13 @@ class SoloStream {
   }
   ~SoloStream() {
     if (consumer_) consumer_->Detach().IgnoreError();
-    if (thread_.joinable()) thread_.join();
+    if (leader_) leader_->Wait().IgnoreError();
   }
   batchcast::Consumer& consumer() { return *consumer_; }
 
  private:
   SoloStream() = default;
-  std::unique_ptr<batchcast::node::Leader> leader_;
-  std::thread thread_;
-  Status status_;
+  std::unique_ptr<batchcast::producer::Producer> leader_;
   std::unique_ptr<batchcast::Consumer> consumer_;
 };
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "node/service.h"
+#include "node/front_door.h"
 #include "transport/shm/control.h"
 #include "transport/shm/segment.h"
 

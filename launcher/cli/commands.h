@@ -21,8 +21,9 @@ void RegisterProfile(CLI::App& app, int* exit_code);
 // "a,b,,c" -> {"a", "b", "", "c"}.
 std::vector<std::string> SplitCommas(const std::string& text);
 
-// Adds every registry option (batchcast/options.h) as `--key` to `cmd`, collecting the
-// words into *flags for ResolveOptions(), so `--help` lists them.
+// Lets `cmd` take the registry's options (batchcast/options.h): the words it does not parse
+// itself are collected, in order, into *flags for ResolveOptions(), the one parser of every
+// command line; `--help` lists them.
 void AddRegistryOptions(CLI::App* cmd, std::vector<std::string>* flags);
 
 }  // namespace batchcast::cli

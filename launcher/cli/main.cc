@@ -4,6 +4,7 @@
 // (docs/troubleshooting.md "Exit codes"): 0 ok, 1 runtime error, 2 usage error.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,21 +16,57 @@
 
 namespace batchcast::cli {
 
-void AddRegistryOptions(CLI::App* cmd, std::vector<std::string>* flags) {
+// The registry's options are not CLI11 options: the words CLI11 does not take are handed, in
+// order, to ResolveOptions, the one parser of every command line (batchcast-run, a trainer's
+// ResolveOptions, `batchcast serve`, `batchcast info`): a bare boolean flag (`--flip`) is true,
+// `--key value` and `--key=value` both work, and a mistyped option gets a "did you mean".
+namespace {
+
+// "--batch-size", ... and "--config": the registry's flags.
+std::vector<std::string> RegistryFlags() {
+  std::vector<std::string> names = {"--config"};
   for (const auto& o : ListOptions()) {
     std::string name = "--" + o.key;
     for (auto& c : name)
       if (c == '_') c = '-';
-    std::string key = o.key;
-    cmd->add_option_function<std::string>(
-           name, [flags, key](const std::string& v) { flags->push_back("--" + key + "=" + v); },
-           o.help + " [" + o.type + ", default " + o.default_value + "]")
-        ->group("Batchcast options (also BATCHCAST_<KEY> or a --config file)");
+    names.push_back(name);
   }
-  cmd->add_option_function<std::string>(
-         "--config", [flags](const std::string& v) { flags->push_back("--config=" + v); },
-         "config file of 'key = value' lines (below environment and flags in precedence)")
-      ->group("Batchcast options (also BATCHCAST_<KEY> or a --config file)");
+  return names;
+}
+
+// A `--word` that is neither the command's own flag nor a registry option.
+class UnknownFlag : public CLI::ParseError {
+ public:
+  explicit UnknownFlag(const std::string& word)
+      : CLI::ParseError("UnknownFlag", word, CLI::ExitCodes::ExtrasError) {}
+};
+
+}  // namespace
+
+void AddRegistryOptions(CLI::App* cmd, std::vector<std::string>* flags) {
+  cmd->allow_extras();
+  cmd->parse_complete_callback([cmd, flags] {
+    *flags = cmd->remaining();
+    const std::vector<std::string> known = RegistryFlags();
+    for (const std::string& w : *flags) {
+      if (w == "--" || w.rfind("--", 0) != 0) continue;
+      std::string name = w.substr(0, w.find('='));
+      for (auto& c : name)
+        if (c == '_') c = '-';
+      if (std::find(known.begin(), known.end(), name) == known.end()) throw UnknownFlag(w);
+    }
+  });
+  std::string help =
+      "Batchcast options (also BATCHCAST_<KEY> or a --config file of 'key = value' lines; "
+      "batchcast info -c prints them with their values): --KEY VALUE, --KEY=VALUE, or a bare "
+      "--KEY for a boolean:\n";
+  for (const auto& o : ListOptions()) {
+    std::string name = "--" + o.key;
+    for (auto& c : name)
+      if (c == '_') c = '-';
+    help += "  " + name + " [" + o.type + ", default " + o.default_value + "]\n";
+  }
+  cmd->footer(help);
 }
 
 namespace {
@@ -47,6 +84,8 @@ std::string Hint(CLI::App* cmd, const std::string& word) {
   if (flag) {
     for (const CLI::Option* o : cmd->get_options())
       for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+    if (cmd->get_allow_extras())  // it takes the registry's options (AddRegistryOptions)
+      for (const std::string& n : RegistryFlags()) names.push_back(n);
   } else {
     for (const CLI::App* sub : cmd->get_subcommands([](CLI::App*) { return true; }))
       names.push_back(sub->get_name());
@@ -60,8 +99,12 @@ std::string Hint(CLI::App* cmd, const std::string& word) {
 int UsageError(CLI::App& app, const CLI::ParseError& e) {
   CLI::App* cmd = Selected(&app);
   std::string where = cmd == &app ? "batchcast" : "batchcast " + cmd->get_name();
-  // Words nobody took (CLI11 may report them as extras or as a missing subcommand).
+  // Words nobody took (CLI11 may report them as extras or as a missing subcommand); a command
+  // that takes the registry's options hands its other words to ResolveOptions, which says
+  // what is wrong with them, except a flag that is nobody's (UnknownFlag).
   std::vector<std::string> words = cmd->remaining();
+  if (dynamic_cast<const UnknownFlag*>(&e) != nullptr) words = {e.what()};
+  else if (cmd->get_allow_extras()) words.clear();
   if (!words.empty()) {
     const std::string& w = words.front();
     const char* what = w.rfind("-", 0) == 0 ? "unknown flag" : "unknown subcommand or argument";

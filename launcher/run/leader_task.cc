@@ -16,11 +16,8 @@
 #include <thread>
 
 #include "core/log.h"
-#include "producer/batch_source.h"
-#include "gpu/gpu_runtime.h"
-#include "gpu/gpu_stager.h"
-#include "node/leader.h"
-#include "node/task_telemetry.h"
+#include "core/option_scope.h"
+#include "node/front_door.h"
 #include "run/mps.h"
 
 namespace batchcast::run {
@@ -36,26 +33,29 @@ std::string TaskName(const TaskContext& t) {
                      t.env.hostname, t.plan.node_id);
 }
 
-// What ended the stream early, set by the loss handler or a signal.
+// What ended the stream early (a signal, the leader's own trainer), before or after the
+// Producer exists.
 struct LeaderState {
   std::mutex mu;
   std::string failure;
-  node::Leader* leader = nullptr;
+  producer::Producer* producer = nullptr;
   void Fail(const std::string& why) {
     std::lock_guard<std::mutex> lock(mu);
     if (failure.empty()) failure = why;
-    if (leader != nullptr) leader->Abort(why);
+    if (producer != nullptr) producer->Abort(why);
   }
-  std::string Failure() {
+  void Set(producer::Producer* p) {
     std::lock_guard<std::mutex> lock(mu);
-    return failure;
+    producer = p;
+    if (!failure.empty()) p->Abort(failure);  // a signal came while starting
   }
 };
 
-Result<std::unique_ptr<node::Leader>> CreateLeader(const TaskContext& t,
-                                                   telemetry::Collector* collector) {
-  node::LeaderConfig cfg;
-  cfg.collector = collector;
+// The node's Producer: the trainers are its consumers; one that dies or stops heart-beating
+// fails the node (it cannot be replaced here), and the task ends once every trainer left.
+Result<std::unique_ptr<producer::Producer>> CreateLeader(const TaskContext& t, std::string* staged) {
+  producer::ProducerConfig cfg;
+  cfg.front_door = FrontDoor::kLauncher;
   cfg.options = t.options;
   // mode=shard: the trainers cut their shards from this node's stream (docs/data-plane.md);
   // the trainers' world size places a resumed stream's first producer batch exactly.
@@ -66,10 +66,16 @@ Result<std::unique_ptr<node::Leader>> CreateLeader(const TaskContext& t,
   cfg.socket_name = t.plan.socket_name;
   cfg.job = t.plan.job_id;
   cfg.rank = t.env.rank;
+  cfg.local_rank = t.env.local_rank;
   cfg.join_timeout_ms = t.join_timeout_ms;
-  cfg.end_when_empty = true;
-  BC_ASSIGN_OR_RETURN(auto source, producer::MakePipelineSource(t.options));
-  return node::Leader::Create(cfg, std::move(source));
+  cfg.loss = producer::LossPolicy::kFailStream;
+  cfg.wait_until_empty = true;
+  // The `telemetry` option: this leader task's own files (run.node<N>-leader.h5, ...); each
+  // trainer writes its own (AttachFromEnvironment: run.rank<R>.h5).
+  cfg.telemetry_tag = fmt::format("node{}-leader", t.plan.node_id);
+  // The GPU data plane (option gpu, docs/gpu.md): only with trainers placed on GPUs.
+  if (t.plan.node_gpus.empty() && cfg.options.gpu != "on") cfg.options.gpu = "off";
+  return node::CreateNodeProducer(cfg, staged);
 }
 
 // Runs the trainer child of a leader that also trains; returns its exit code.
@@ -152,74 +158,31 @@ int RunLeaderTask(const TaskContext& t) {
       return 1;
     }
   }
-  // The `telemetry` option: this leader task's own files (run.node<N>-leader.h5, ...);
-  // each trainer writes its own (AttachFromEnvironment: run.rank<R>.h5).
-  auto telemetry = node::TaskTelemetry::Start(
-      t.options, telemetry::ProcessKind::kLeader, t.env.rank, t.env.local_rank,
-      telemetry::Role::kLeader,
-      fmt::format("node{}-leader", t.plan.node_id));
-  if (!telemetry.ok()) {
-    std::fprintf(stderr, "batchcast-run: leader %s: %s\n", TaskName(t).c_str(),
-                 telemetry.status().message().c_str());
-    return 1;
-  }
-  auto leader = CreateLeader(t, telemetry.value() ? telemetry.value()->collector() : nullptr);
+  std::string staged;
+  auto leader = CreateLeader(t, &staged);
   if (!leader.ok()) {
     std::fprintf(stderr, "batchcast-run: leader %s could not start: %s\n", TaskName(t).c_str(),
                  leader.status().message().c_str());
-    return 1;
+    return leader.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  node::Leader* l = leader.value().get();
-  {
-    std::lock_guard<std::mutex> lock(state->mu);
-    state->leader = l;
-    if (!state->failure.empty()) l->Abort(state->failure);  // a signal came while starting
-  }
-  // A trainer that dies or stops heart-beating fails the node: it cannot be replaced here.
-  l->ring().SetLossHandler([state](const shm::MemberInfo& m, shm::LossKind kind) {
-    if (kind == shm::LossKind::kDetached) return;
-    state->Fail(fmt::format("trainer {} {}; failing the job", m.Describe(),
-                            kind == shm::LossKind::kHeartbeat ? "stopped heart-beating"
-                                                              : "died (its connection closed)"));
-  });
-  // The GPU data plane (option gpu, docs/gpu.md): with trainers placed on GPUs, stage the
-  // batches on this task's GPU 0; trainers map them with AttachGpuFromEnvironment.
-  std::unique_ptr<gpu::GpuStager> stager;
-  if (!t.plan.node_gpus.empty()) {
-    std::string note;
-    auto s = gpu::StageOnGpu(l->staging_target(), t.options, nullptr, &note);
-    if (!s.ok()) {
-      std::fprintf(stderr, "batchcast-run: leader %s: %s\n", TaskName(t).c_str(),
-                   s.status().message().c_str());
-      return 1;
-    }
-    stager = std::move(s).value();
-    BC_LOG(Info, Cuda, "batchcast-run: leader of node {}: {}", t.plan.node_id, note);
-  }
+  producer::Producer& l = **leader;
+  state->Set(&l);
+  if (!staged.empty())
+    BC_LOG(Info, Cuda, "batchcast-run: leader of node {}: {}", t.plan.node_id, staged);
   BC_LOG(Info, Init, "batchcast-run: leader of node {} on @{}: waiting for {} trainer(s)",
          t.plan.node_id, t.plan.socket_name, t.plan.trainers_on_node);
-  Status run_status;
-  std::thread producer([&] { run_status = l->Run(); });
+  l.Start();
   int own = t.plan.trains() ? RunOwnTrainer(t, state.get()) : 0;
-  producer.join();
-  if (stager) {
-    Status st = stager->Finish();
-    if (run_status.ok()) run_status = st;
-  }
-  if (run_status.ok() && state->Failure().empty())
-    run_status = l->WaitUntilEmpty(24LL * 3600 * 1000);
-  node::LeaderStats stats = l->stats();
-  std::string failure = state->Failure();
-  Status telemetry_written;
-  if (telemetry.value()) {  // a file that cannot be written fails the task (exit status 1)
-    telemetry_written = telemetry.value()->Finish();
-    if (!telemetry_written.ok())
-      std::fprintf(stderr, "batchcast-run: leader %s: telemetry: %s\n", TaskName(t).c_str(),
-                   telemetry_written.message().c_str());
-  }
+  Status run_status = l.Wait();
+  const producer::ProducerStats stats = l.stats();
   if (mps) {
     Status st = mps->Stop();
     if (!st.ok()) std::fprintf(stderr, "batchcast-run: %s\n", st.message().c_str());
+  }
+  std::string failure;
+  {
+    std::lock_guard<std::mutex> lock(state->mu);
+    failure = state->failure;
   }
   if (!failure.empty() || !run_status.ok()) {
     std::fprintf(stderr, "batchcast-run: leader of node %d (%s) failed: %s\n", t.plan.node_id,
@@ -233,7 +196,7 @@ int RunLeaderTask(const TaskContext& t) {
       t.plan.node_id, TaskName(t).c_str(), static_cast<long long>(stats.producer_batches),
       static_cast<long long>(stats.samples_produced), t.plan.trainers_on_node);
   std::fflush(stdout);
-  return own != 0 ? own : (telemetry_written.ok() ? 0 : 1);
+  return own;
 }
 
 int RunTrainerTask(const TaskContext& t) {

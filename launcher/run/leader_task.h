@@ -1,6 +1,6 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// The two kinds of task batchcast-run becomes: the node's leader (a node::Leader fed by the
+// The two kinds of task batchcast-run becomes: the node's leader (a producer::Producer fed by the
 // native pipeline, optionally also starting a trainer child) and a trainer (waits for the
 // leader's socket, runs the trainer command with the exported variables, passes on its exit).
 #pragma once

@@ -17,6 +17,7 @@
 #include "batchcast/version.h"
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/option_scope.h"
 #include "core/suggest.h"
 #include "run/gpu.h"
 #include "run/launch_env.h"
@@ -168,11 +169,9 @@ Result<TaskContext> Prepare(int argc, char** argv, bool* dry_run) {
                                 rest[0], best.empty() ? "" : " (did you mean '" + best + "'?)");
   }
   BC_RETURN_IF_ERROR(ValidateOptions(options));
-  if (options.rank >= 0 || options.world_size > 0)
-    return InvalidArgumentError(
-        "batchcast-run: options 'rank'/'world_size' would give every trainer the same shard; "
-        "batchcast-run sets each trainer's RANK and WORLD_SIZE (the trainers-only world), which "
-        "mode=shard uses. Unset them");
+  // Every task checks (a trainer task must not wait for a leader that refuses them): 'rank'
+  // and 'world_size' would give every trainer the same shard, for one.
+  BC_RETURN_IF_ERROR(CheckFrontDoorOptions(options, FrontDoor::kLauncher));
   EnvMap env = CurrentEnvironment();
   BC_ASSIGN_OR_RETURN(LaunchEnv launch, DetectLaunchEnv(env));
   TaskContext t;

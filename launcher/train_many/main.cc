@@ -26,7 +26,7 @@
 #include "multimodel/progress.h"
 #include "multimodel/trainer.h"
 #include "node/runtime_internal.h"
-#include "node/service.h"
+#include "node/front_door.h"
 #include "node/task_telemetry.h"
 #include "core/mpi_status.h"
 
@@ -207,9 +207,9 @@ int main(int argc, char** argv) {
         "\"Mid-epoch resume\")",
         config->checkpoint_every, a.config));
   auto telemetry =
-      batchcast::node::TaskTelemetry::Start(*options, batchcast::telemetry::ProcessKind::kTrainMany,
-                                            -1, -1, batchcast::telemetry::Role::kConsumer,
-                                            "train-many-" + std::to_string(getpid()));
+      batchcast::producer::ProcessTelemetry::Start(
+          *options, batchcast::telemetry::ProcessKind::kTrainMany, -1, -1,
+          batchcast::telemetry::Role::kConsumer, "train-many-" + std::to_string(getpid()));
   if (!telemetry.ok()) return Fail(telemetry.status());
   batchcast::multimodel::TrainManyOptions to;
   to.stream = *options;

@@ -1,20 +1,15 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// The C API (batchcast/batchcast_c.h) over the C++ consumer and the node leader. Every entry
+// The C API (batchcast/batchcast_c.h) over the C++ consumer and a producer::Producer (the C
+// API's leader: node::CreateNodeProducer, as every native front door). Every entry
 // point runs its body inside Guard(): a Status becomes a bc_status_t plus the thread's last
 // error, and an exception (std::bad_alloc, a bug) becomes BC_ERR_INTERNAL: none crosses the
 // C boundary.
-#include <unistd.h>
-
-#include <atomic>
-#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "batchcast/batchcast_c.h"
@@ -25,19 +20,12 @@
 #include "capi/handles.h"
 #include "capi/struct_io.h"
 #include "core/errors.h"
-#include "node/leader.h"
+#include "core/option_scope.h"
+#include "node/front_door.h"
 #include "node/task_telemetry.h"
-#include "producer/batch_source.h"
 
 struct bc_leader_s {
-  // The `telemetry` option's files (declared first: it outlives the leader recording into it).
-  std::unique_ptr<batchcast::node::TaskTelemetry> telemetry;
-  std::unique_ptr<batchcast::node::Leader> leader;
-  std::thread thread;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  batchcast::Status status;
+  std::unique_ptr<batchcast::producer::Producer> producer;
 };
 
 namespace batchcast::capi {
@@ -103,8 +91,6 @@ bc_batch_info_t InfoOf(const Batch& b) {
   return i;
 }
 
-std::atomic<uint64_t> g_leader_counter{0};
-
 }  // namespace
 }  // namespace batchcast::capi
 
@@ -148,8 +134,9 @@ bc_status_t bc_consumer_attach(const bc_consumer_config_t* config, bc_consumer_t
       // The `telemetry` option: checked before attaching, written at bc_consumer_detach
       // (which returns a failure to write).
       BC_ASSIGN_OR_RETURN(auto telemetry,
-                          node::TaskTelemetry::Start(o, telemetry::ProcessKind::kConsumer, c.rank,
-                                                     -1, telemetry::Role::kConsumer, ""));
+                          producer::ProcessTelemetry::Start(o, telemetry::ProcessKind::kConsumer,
+                                                          c.rank, -1, telemetry::Role::kConsumer,
+                                                          ""));
       BC_ASSIGN_OR_RETURN(consumer, Consumer::Attach(c.address, o, c.rank));
       node::OwnTelemetry(*consumer, std::move(telemetry));
     }
@@ -237,36 +224,19 @@ bc_status_t bc_leader_start(const bc_leader_config_t* config, bc_leader_t* out) 
       return InvalidArgumentError(
           "bc_leader_start: expected_consumers and max_consumer_batch must be >= 0");
     }
-    node::LeaderConfig cfg;
+    producer::ProducerConfig cfg;
+    cfg.front_door = FrontDoor::kCApiLeader;
     BC_ASSIGN_OR_RETURN(cfg.options, ResolveOptions(SplitWords(c.options)));
     cfg.expected_consumers = c.expected_consumers;
     cfg.max_consumer_batch = static_cast<uint32_t>(c.max_consumer_batch);
     cfg.socket_name = c.address != nullptr ? std::string(c.address)
-                                           : "batchcast-c-" + std::to_string(getpid()) + "-" +
-                                                 std::to_string(g_leader_counter.fetch_add(1));
+                                           : producer::NewSocketName(FrontDoorOf(*cfg.front_door).key);
     cfg.job = "c-api";
     cfg.join_timeout_ms = c.join_timeout_ms;
+    cfg.wait_until_empty = true;  // bc_leader_wait: every epoch produced, every consumer gone
     auto handle = std::make_unique<bc_leader_s>();
-    // The `telemetry` option: every output path checked now, the files written when the
-    // stream ends (bc_leader_wait and bc_leader_destroy return a failure to write them).
-    BC_ASSIGN_OR_RETURN(handle->telemetry,
-                        node::TaskTelemetry::Start(cfg.options, telemetry::ProcessKind::kLeader,
-                                                   0, 0, telemetry::Role::kLeader, ""));
-    if (handle->telemetry) cfg.collector = handle->telemetry->collector();
-    BC_ASSIGN_OR_RETURN(auto source, producer::MakePipelineSource(cfg.options));
-    BC_ASSIGN_OR_RETURN(handle->leader, node::Leader::Create(cfg, std::move(source)));
-    bc_leader_s* h = handle.get();
-    h->thread = std::thread([h] {
-      Status s = h->leader->Run();
-      if (h->telemetry) {
-        Status written = h->telemetry->Finish();
-        if (s.ok()) s = written;
-      }
-      std::lock_guard<std::mutex> lock(h->mu);
-      h->status = s;
-      h->done = true;
-      h->cv.notify_all();
-    });
+    BC_ASSIGN_OR_RETURN(handle->producer, node::CreateNodeProducer(cfg));
+    handle->producer->Start();
     *out = handle.release();
     return Status::Ok();
   });
@@ -274,21 +244,13 @@ bc_status_t bc_leader_start(const bc_leader_config_t* config, bc_leader_t* out) 
 
 const char* bc_leader_address(bc_leader_t leader) {
   if (leader == nullptr) return "";
-  return leader->leader->address().c_str();
+  return leader->producer->address().c_str();
 }
 
 bc_status_t bc_leader_wait(bc_leader_t leader, int64_t timeout_ms) {
   return Guard("bc_leader_wait", [&]() -> Status {
     if (leader == nullptr) return InvalidArgumentError("bc_leader_wait: leader is NULL");
-    std::unique_lock<std::mutex> lock(leader->mu);
-    if (timeout_ms < 0) {
-      leader->cv.wait(lock, [&] { return leader->done; });
-    } else if (!leader->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                                    [&] { return leader->done; })) {
-      return DeadlineExceededError("bc_leader_wait: the stream at {} is not complete after {} ms",
-                                   leader->leader->address(), timeout_ms);
-    }
-    return leader->status;
+    return leader->producer->Wait(timeout_ms);
   });
 }
 
@@ -296,14 +258,9 @@ bc_status_t bc_leader_destroy(bc_leader_t leader) {
   return Guard("bc_leader_destroy", [&]() -> Status {
     if (leader == nullptr) return InvalidArgumentError("bc_leader_destroy: leader is NULL");
     std::unique_ptr<bc_leader_s> owned(leader);
-    bool done;
-    {
-      std::lock_guard<std::mutex> lock(owned->mu);
-      done = owned->done;
-    }
-    if (!done) owned->leader->Abort("leader: destroyed by bc_leader_destroy before the end");
-    owned->thread.join();
-    Status s = owned->status;
+    const bool done = owned->producer->done();
+    if (!done) owned->producer->Abort("leader: destroyed by bc_leader_destroy before the end");
+    Status s = owned->producer->Wait();
     if (!done && s.code() == StatusCode::kCancelled) return Status::Ok();
     return s;
   });

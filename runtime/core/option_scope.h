@@ -1,62 +1,75 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// Which front doors read which options. Every registry entry (options.cc) has a scope:
-// leader-only (dataset, decode, transforms, the ring, placement, GPU staging), consumer-only
-// (drop_last, pad_last, carving, connect_timeout, allowed_leader_uid) or both (batch sizes,
-// epochs, seed, mode/rank, telemetry, the resume point).
-//
-// - A front door that configures one program's leader and its consumers with one options
-//   string (the MPI Runtime, batchcast-run, the C API) accepts every option.
-// - A leader front door with options of its own (the Python Leader) refuses consumer-only
-//   options set in code, like a consumer refuses leader-only ones.
-// - A consumer front door whose options are the consumer's alone (the Python Consumer)
-//   refuses leader-only options the caller set explicitly, instead of accepting and ignoring
-//   them. Values from the environment or a config file are not refused there: a job-wide
-//   BATCHCAST_* setting is meant for the leader that shares the job.
-// - A leader that publishes batches made elsewhere (the Python Producer) is the job's
-//   leader but runs no decode pipeline: it refuses every leader-only option it does not read,
-//   from any source, BATCHCAST_* variables and config files included, since no other process
-//   of the job would read it either.
+// Which front doors read which options: one table (the registry in options.cc names, for
+// every option, the front doors that read it), one check. Every front door runs
+// CheckFrontDoorOptions on its resolved options; an option it does not read is refused with
+// a message naming the option, where it was set, the front door, and who reads it instead,
+// never accepted and ignored. Which sources are refused follows from who else could read
+// the value:
+//   - a value set explicitly (in code or on the command line) is meant for this front door:
+//     refused when it does not read it;
+//   - a value from the environment or a config file is job-wide: a leader's front door
+//     refuses it only when no consumer reads it either (nobody in the job would), and a
+//     consumer's front door leaves a leader option to the job's leader.
+// docs/configuration.md is generated from the table (scripts/gen_docs.py, `batchcast info
+// -c`); `batchcast info` lists the front doors; tests/conformance checks every front door's
+// refusals against it.
 #pragma once
 
-#include <initializer_list>
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "batchcast/options.h"
 #include "batchcast/status.h"
 
 namespace batchcast {
 
-// Whether a consumer reads option `key` (a registry key).
+// The front doors. A new one is added here, to kFrontDoors (options.cc) and to every
+// registry entry that it reads; the conformance test refuses a front door it does not run.
+enum class FrontDoor : uint32_t {
+  kMpiRuntime = 0,  // batchcast::Runtime on one node (its leader rank and its trainers)
+  kMultinode,       // the MPI Runtime across nodes or with mode=shard (the multi-node leader)
+  kServe,           // `batchcast serve`
+  kPythonLeader,    // batchcast.Leader
+  kPythonProducer,  // batchcast.Producer (batches from a Python iterable)
+  kLauncher,        // batchcast-run (its leader task, and what it exports to its trainers)
+  kCApiLeader,      // bc_leader_start
+  kConsumer,        // batchcast.Consumer: a Python consumer's own options
+  kCount
+};
+
+struct FrontDoorInfo {
+  FrontDoor door;
+  const char* key;      // "serve": for `batchcast info`, docs and tests
+  const char* name;     // "batchcast serve": in messages
+  bool leader;          // it runs a producer (else it is a consumer's front door)
+  const char* what;     // one line: what it is
+  const char* instead;  // what to do with an option it refuses
+  const char* consumers;  // where its consumers' own options go ("" : it makes them itself)
+};
+
+// Every front door, in FrontDoor order.
+const std::vector<FrontDoorInfo>& FrontDoors();
+const FrontDoorInfo& FrontDoorOf(FrontDoor door);
+// The front door whose key is `key` (nullptr: none).
+const FrontDoorInfo* FindFrontDoor(std::string_view key);
+
+// Whether `door` reads registry option `key` (false for an unknown key).
+bool FrontDoorReads(FrontDoor door, std::string_view key);
+// The keys of the front doors that read `key`, comma separated ("mpi, serve, ...").
+std::string FrontDoorsReading(std::string_view key);
+// Whether a consumer reads option `key` (FrontDoor::kConsumer); whether any leader does.
 bool ConsumerReadsOption(std::string_view key);
-// Whether a leader reads option `key`.
 bool LeaderReadsOption(std::string_view key);
 
-// The first consumer-only option set explicitly ("code" or "flag"), as an error naming it,
-// the front door `leader` and `consumer` (where it belongs). Ok when there is none.
-Status CheckLeaderOptions(const Options& options, std::string_view leader,
-                          std::string_view consumer);
+// Where option `key` of `options` was set: "default", "file", "env", "flag" or "code".
+std::string OptionSource(const Options& options, std::string_view key);
 
-// A one-node leader that publishes one shared stream (`batchcast serve`, batchcast.Leader):
-// drop_last, pad_last, mode, rank and world_size carve that stream per consumer and are each
-// consumer's own; set on the leader they would be ignored, so they are refused with a
-// message naming `front_door` and `consumer` (where they belong).
-Status CheckSharedStreamOptions(const Options& options, std::string_view front_door,
-                                std::string_view consumer);
-
-// The first option set explicitly ("code" or "flag" source) that only the leader reads, as
-// an error naming it, `leader` (where it belongs, e.g. "batchcast.Leader(...)") and the
-// options a consumer accepts; `consumer` names the front door. Ok when there is none.
-Status CheckConsumerOptions(const Options& options, std::string_view consumer,
-                            std::string_view leader);
-
-// The first leader-only option set from any source (not left at its default) that is not
-// in `reads`, as an error naming the option, where it was set (the BATCHCAST_* variable, the
-// config file, the code), why `front_door` does not read it, and `instead` (what to do).
-// Ok when there is none.
-Status CheckPublisherOptions(const Options& options, std::string_view front_door,
-                             std::initializer_list<std::string_view> reads,
-                             std::string_view instead);
+// The first option `door` does not read, set where the rule above refuses it, as an error
+// naming the option, where it was set, `door`, and the front doors that read it. Ok when
+// there is none. `as` names the front door in the message instead of its table name.
+Status CheckFrontDoorOptions(const Options& options, FrontDoor door, std::string_view as = {});
 
 }  // namespace batchcast

@@ -24,18 +24,22 @@ namespace {
 
 enum class Kind { kInt, kInt64, kUint64, kDouble, kBool, kString, kEnum, kSize, kDuration };
 
-// Who reads an option (option_scope.h). Every entry states it, so a new option cannot be
-// added without deciding whether a consumer's front door accepts it.
-enum class Scope {
-  kLeader,    // only a leader reads it (dataset, decode, transforms, ring, placement, GPU staging)
-  kConsumer,  // only a consumer reads it (how it carves, waits for, and checks its leader)
-  kAll,       // both (batch sizes, epochs, seed, mode/rank, telemetry, the resume point)
-};
+// The front doors that read an option (option_scope.h): one bit per FrontDoor. Every entry
+// states them, so an option cannot be added without deciding which front doors read it.
+constexpr uint32_t Bit(FrontDoor d) { return 1u << static_cast<uint32_t>(d); }
+constexpr uint32_t M = Bit(FrontDoor::kMpiRuntime), N = Bit(FrontDoor::kMultinode),
+                   S = Bit(FrontDoor::kServe), L = Bit(FrontDoor::kPythonLeader),
+                   P = Bit(FrontDoor::kPythonProducer), R = Bit(FrontDoor::kLauncher),
+                   C = Bit(FrontDoor::kCApiLeader), K = Bit(FrontDoor::kConsumer);
+constexpr uint32_t kNative = M | N | S | L | R | C;  // leaders that run the native pipeline
+constexpr uint32_t kLeaders = kNative | P;           // every producer
+constexpr uint32_t kTrainers = K | M | N | R;        // consumers, and doors that configure theirs
+constexpr uint32_t kEvery = kLeaders | K;
 
 struct Entry {
   const char* key;
   Kind kind;
-  Scope scope;
+  uint32_t doors;  // FrontDoor bits: the front doors that read it
   const char* help;
   const char* choices;  // for kEnum: "a|b|c"
   std::function<void*(Options&)> field;
@@ -46,64 +50,66 @@ std::function<void*(Options&)> Field(T Options::*member) {
   return [member](Options& o) -> void* { return &(o.*member); };
 }
 
-#define BC_OPT(name, kind, scope, help) \
-  Entry{#name, Kind::kind, Scope::scope, help, nullptr, Field(&Options::name)}
-#define BC_ENUM(name, scope, choices, help) \
-  Entry{#name, Kind::kEnum, Scope::scope, help, choices, Field(&Options::name)}
+#define BC_OPT(name, kind, doors, help) \
+  Entry{#name, Kind::kind, doors, help, nullptr, Field(&Options::name)}
+#define BC_ENUM(name, doors, choices, help) \
+  Entry{#name, Kind::kEnum, doors, help, choices, Field(&Options::name)}
 
 const std::vector<Entry>& Registry() {
   static const std::vector<Entry> kRegistry = {
-      BC_OPT(dataset, kString, kLeader, "HDF5 dataset file in the Batchcast layout"),
-      BC_OPT(seed, kUint64, kAll, "seed of the stream: batches are a pure function of (seed, epoch, position)"),
-      BC_OPT(epochs, kInt, kAll, "epochs the leader produces"),
-      BC_OPT(limit_samples, kInt64, kLeader, "use only the first N samples of the dataset (0 = all)"),
-      BC_OPT(shuffle, kBool, kLeader, "permute the samples every epoch"),
-      BC_OPT(threads, kInt, kLeader, "decode worker threads on the leader (0 = available cores)"),
-      BC_OPT(image_size, kInt, kLeader, "output height = width in pixels (0 = stored size)"),
-      BC_ENUM(crop, kLeader, "none|center|random", "crop before resizing: none, center, or random (RandomResizedCrop)"),
-      BC_OPT(crop_scale_min, kDouble, kLeader, "RandomResizedCrop: smallest fraction of the image area"),
-      BC_OPT(crop_scale_max, kDouble, kLeader, "RandomResizedCrop: largest fraction of the image area"),
-      BC_OPT(flip, kBool, kLeader, "random horizontal flip with probability 0.5"),
-      BC_OPT(normalize, kBool, kLeader, "normalise (x/255 - mean)/std; implies dtype=float32"),
-      BC_OPT(mean, kString, kLeader, "per-channel mean for normalize, comma separated"),
-      BC_OPT(std, kString, kLeader, "per-channel standard deviation for normalize, comma separated"),
-      BC_ENUM(dtype, kLeader, "uint8|float32", "element type of the image tensor"),
-      BC_ENUM(layout, kLeader, "chw|hwc", "memory layout of each image"),
-      BC_OPT(channels, kInt, kLeader, "output channels: 0 = as stored, 1 = gray, 3 = RGB"),
-      BC_OPT(max_pixels, kSize, kLeader, "refuse images with more pixels than this (decompression bombs); accepts k/m/g suffixes"),
-      BC_OPT(dct_scaling, kBool, kLeader, "decode JPEGs at 1/2, 1/4 or 1/8 size (DCT-domain scaling) when the output needs no more pixels"),
-      BC_OPT(crop_decode, kBool, kLeader, "with crop=center|random, decode only the JPEG rows and columns the crop keeps (same pixels as a full decode)"),
-      BC_ENUM(on_bad_sample, kLeader, "error|skip", "what a corrupt or oversized sample does: stop with an error, or skip it (counted and reported)"),
-      BC_ENUM(verify, kLeader, "off|sample|full", "per-sample checksums of the dataset file: off; sample = check each sample when it is read (xxh3, under 1% of decode time); full = also read and check every sample once when the leader starts. A sample that fails is a bad sample (on_bad_sample); files without checksums are read unchecked, which the leader logs once"),
-      BC_OPT(batch_size, kInt, kAll, "samples per batch for this consumer"),
-      BC_OPT(buffer_depth, kInt, kAll, "batches a consumer may hold unreleased"),
-      BC_OPT(producer_batch, kInt, kLeader, "samples per producer batch (0 = 2 x the largest consumer batch)"),
-      BC_OPT(ring_slots, kInt, kLeader, "producer batches in the shared-memory ring (0 = buffer_depth + 2)"),
-      BC_OPT(carve_offset, kBool, kConsumer, "seeded per-consumer offset when carving producer batches"),
-      BC_OPT(carve_shuffle, kBool, kConsumer, "seeded per-consumer order of the carved batches"),
-      BC_OPT(leader_trains, kBool, kLeader, "the leader rank also trains instead of being an extra rank"),
-      BC_OPT(ranks_per_node, kInt, kLeader, "form virtual nodes of this many consecutive ranks (0 = real nodes)"),
-      BC_ENUM(mode, kAll, "replicate|shard", "across nodes: replicate (every trainer sees the whole stream; node leaders split the decode and exchange it over MPI) or shard (data-parallel: each trainer gets a disjoint part of every global batch)"),
-      BC_OPT(job_id, kString, kLeader, "job identity used in segment and socket names (default: Slurm/Open MPI job id or leader pid)"),
-      BC_OPT(heartbeat_ms, kDuration, kAll, "a consumer that shows no sign of life for this long is detached; accepts ms/s/m suffixes"),
-      BC_OPT(allowed_leader_uid, kInt, kConsumer, "consumers attach only to a leader of their own uid, or of this one (-1 = own uid only): an abstract socket can be taken by any local user"),
-      BC_ENUM(gpu, kLeader, "auto|off|on", "GPU data plane (docs/gpu.md): auto = trainers that see a CUDA device get device batches (one H2D copy per GPU, CUDA IPC, NCCL to other GPUs), else the host path with one log line; on = the same but no device is an error; off = host path only"),
-      BC_OPT(trainers_per_gpu, kInt, kLeader, "trainers sharing one GPU: trainer with local index r uses GPU r / k (0 = spread the node's trainers evenly over the visible GPUs)"),
-      BC_OPT(gpu_finish, kBool, kLeader, "with the GPU data plane: turn uint8 images into normalised float32 CHW (mean/std options) once per GPU by a CUDA kernel instead of per trainer"),
-      BC_OPT(resize, kString, kLeader, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
-      BC_OPT(stage, kString, kLeader, "model stages the leader runs on each producer batch after the pipeline, e.g. model(path=encoder.pt,input=images,output=embedding); ';' chains several (docs/model-stage.md; needs a build with LibTorch)"),
-      BC_OPT(telemetry, kString, kAll, "telemetry sinks: dir:RUN = a run directory, one file per process named <kind>-<host>-<pid>.h5 (docs/telemetry.md); or telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled. Every path is checked when the run starts"),
-      BC_OPT(experiment, kString, kAll, "telemetry tag: experiment name (e.g. the sweep)"),
-      BC_OPT(workload, kString, kAll, "telemetry tag: workload name (a set of collocated runs)"),
-      BC_OPT(run_name, kString, kAll, "telemetry tag: name of this run / trial"),
-      BC_OPT(drop_last, kBool, kConsumer, "this consumer drops the epoch's partial last batch (N mod batch_size samples), like DataLoader(drop_last=True); default: an exact partial last batch"),
-      BC_OPT(connect_timeout, kDuration, kConsumer, "a consumer (C++, Python, a trainer under batchcast-run) waits this long for its leader or service to listen before it fails, naming the address; 0 = try once; accepts ms/s/m suffixes"),
-      BC_OPT(rank, kInt, kAll, "mode=shard: this consumer's data-parallel rank (-1 = RANK from the environment); the MPI Runtime derives it and refuses it"),
-      BC_OPT(world_size, kInt, kAll, "mode=shard: the number of data-parallel ranks sharing the stream (0 = WORLD_SIZE from the environment); the MPI Runtime derives it and refuses it"),
-      BC_OPT(start_epoch, kInt, kAll, "resume: the epoch to start at (Consumer::Position().epoch of the interrupted run); the leader produces epochs start_epoch..epochs-1 and a consumer runs them"),
-      BC_OPT(start_batch, kInt64, kAll, "resume: the batch within start_epoch to start at, in the consumer's batch_size (Consumer::Position().batch); the leader starts at the producer batch holding it"),
-      BC_OPT(pad_last, kBool, kConsumer, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
-      BC_OPT(cache, kSize, kLeader, "decoded-sample cache of the leader, e.g. 8g (0 = off): the first epoch keeps each sample as decoded before any random step (crop, flip), later epochs reuse it; admits samples until the budget is full, never evicts (docs/pipeline.md); accepts k/m/g suffixes"),
+      BC_OPT(dataset, kString, kNative, "HDF5 dataset file in the Batchcast layout"),
+      BC_OPT(seed, kUint64, kNative | K, "seed of the stream: batches are a pure function of (seed, epoch, position)"),
+      BC_OPT(epochs, kInt, kEvery, "epochs the leader produces"),
+      BC_OPT(limit_samples, kInt64, kNative, "use only the first N samples of the dataset (0 = all)"),
+      BC_OPT(shuffle, kBool, kNative, "permute the samples every epoch"),
+      BC_OPT(threads, kInt, kNative, "decode worker threads on the leader (0 = available cores)"),
+      BC_OPT(image_size, kInt, kNative, "output height = width in pixels (0 = stored size)"),
+      BC_ENUM(crop, kNative, "none|center|random", "crop before resizing: none, center, or random (RandomResizedCrop)"),
+      BC_OPT(crop_scale_min, kDouble, kNative, "RandomResizedCrop: smallest fraction of the image area"),
+      BC_OPT(crop_scale_max, kDouble, kNative, "RandomResizedCrop: largest fraction of the image area"),
+      BC_OPT(flip, kBool, kNative, "random horizontal flip with probability 0.5"),
+      BC_OPT(normalize, kBool, kNative, "normalise (x/255 - mean)/std; implies dtype=float32"),
+      BC_OPT(mean, kString, kNative, "per-channel mean for normalize, comma separated"),
+      BC_OPT(std, kString, kNative, "per-channel standard deviation for normalize, comma separated"),
+      BC_ENUM(dtype, kNative, "uint8|float32", "element type of the image tensor"),
+      BC_ENUM(layout, kNative, "chw|hwc", "memory layout of each image"),
+      BC_OPT(channels, kInt, kNative, "output channels: 0 = as stored, 1 = gray, 3 = RGB"),
+      BC_OPT(max_pixels, kSize, kNative, "refuse images with more pixels than this (decompression bombs); accepts k/m/g suffixes"),
+      BC_OPT(dct_scaling, kBool, kNative, "decode JPEGs at 1/2, 1/4 or 1/8 size (DCT-domain scaling) when the output needs no more pixels"),
+      BC_OPT(crop_decode, kBool, kNative, "with crop=center|random, decode only the JPEG rows and columns the crop keeps (same pixels as a full decode)"),
+      BC_ENUM(on_bad_sample, kNative, "error|skip", "what a corrupt or oversized sample does: stop with an error, or skip it (counted and reported)"),
+      BC_ENUM(verify, kNative, "off|sample|full", "per-sample checksums of the dataset file: off; sample = check each sample when it is read (xxh3, under 1% of decode time); full = also read and check every sample once when the leader starts. A sample that fails is a bad sample (on_bad_sample); files without checksums are read unchecked, which the leader logs once"),
+      BC_OPT(batch_size, kInt, kEvery, "samples per batch for this consumer"),
+      BC_OPT(buffer_depth, kInt, kEvery, "batches a consumer may hold unreleased"),
+      BC_OPT(producer_batch, kInt, kNative, "samples per producer batch (0 = 2 x the largest consumer batch)"),
+      BC_OPT(ring_slots, kInt, kLeaders, "producer batches in the shared-memory ring (0 = buffer_depth + 2)"),
+      BC_OPT(carve_offset, kBool, kTrainers, "seeded per-consumer offset when carving producer batches"),
+      BC_OPT(carve_shuffle, kBool, kTrainers, "seeded per-consumer order of the carved batches"),
+      BC_OPT(leader_trains, kBool, M | N | R, "the leader rank also trains instead of being an extra rank"),
+      BC_OPT(ranks_per_node, kInt, M | N, "form virtual nodes of this many consecutive ranks (0 = real nodes)"),
+      BC_ENUM(mode, K | M | N | R, "replicate|shard", "across nodes: replicate (every trainer sees the whole stream; node leaders split the decode and exchange it over MPI) or shard (data-parallel: each trainer gets a disjoint part of every global batch)"),
+      BC_OPT(job_id, kString, M | N | R, "job identity used in segment and socket names (default: Slurm/Open MPI job id or leader pid)"),
+      BC_OPT(heartbeat_ms, kDuration, kEvery, "a consumer that shows no sign of life for this long is detached; accepts ms/s/m suffixes"),
+      BC_OPT(allowed_leader_uid, kInt, kTrainers, "consumers attach only to a leader of their own uid, or of this one (-1 = own uid only): an abstract socket can be taken by any local user"),
+      BC_ENUM(gpu, kNative, "auto|off|on", "GPU data plane (docs/gpu.md): auto = trainers that see a CUDA device get device batches (one H2D copy per GPU, CUDA IPC, NCCL to other GPUs), else the host path with one log line; on = the same but no device is an error; off = host path only"),
+      BC_OPT(trainers_per_gpu, kInt, M | N | R, "trainers sharing one GPU: trainer with local index r uses GPU r / k (0 = spread the node's trainers evenly over the visible GPUs)"),
+      BC_OPT(gpu_finish, kBool, kNative, "with the GPU data plane: turn uint8 images into normalised float32 CHW (mean/std options) once per GPU by a CUDA kernel instead of per trainer"),
+      BC_OPT(resize, kString, M | L | R | C, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
+      BC_OPT(stage, kString, kNative, "model stages the leader runs on each producer batch after the pipeline, e.g. model(path=encoder.pt,input=images,output=embedding); ';' chains several (docs/model-stage.md; needs a build with LibTorch)"),
+      BC_OPT(telemetry, kString, kEvery, "telemetry sinks: dir:RUN = a run directory, one file per process named <kind>-<host>-<pid>.h5 (docs/telemetry.md); or telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled. Every path is checked when the run starts"),
+      BC_OPT(experiment, kString, kEvery, "telemetry tag: experiment name (e.g. the sweep)"),
+      BC_OPT(workload, kString, kEvery, "telemetry tag: workload name (a set of collocated runs)"),
+      BC_OPT(run_name, kString, kEvery, "telemetry tag: name of this run / trial"),
+      BC_OPT(drop_last, kBool, kTrainers, "this consumer drops the epoch's partial last batch (N mod batch_size samples), like DataLoader(drop_last=True); default: an exact partial last batch"),
+      BC_OPT(connect_timeout, kDuration, kTrainers, "a consumer (C++, Python, a trainer under batchcast-run) waits this long for its leader or service to listen before it fails, naming the address; 0 = try once; accepts ms/s/m suffixes"),
+      BC_OPT(rank, kInt, K, "mode=shard: this consumer's data-parallel rank (-1 = RANK from the environment); the MPI Runtime derives it and refuses it"),
+      BC_OPT(world_size, kInt, K, "mode=shard: the number of data-parallel ranks sharing the stream (0 = WORLD_SIZE from the environment); the MPI Runtime derives it and refuses it"),
+      BC_OPT(start_epoch, kInt, kEvery, "resume: the epoch to start at (Consumer::Position().epoch of the interrupted run); the leader produces epochs start_epoch..epochs-1 and a consumer runs them"),
+      BC_OPT(start_batch, kInt64, kEvery, "resume: the batch within start_epoch to start at, in the consumer's batch_size (Consumer::Position().batch); the leader starts at the producer batch holding it"),
+      BC_OPT(pad_last, kBool, kTrainers, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
+      BC_OPT(late_join_window, kDouble, M | S | L | P | R | C, "late join: a consumer joining within this fraction of an epoch (at least the ring depth in producer batches, never 0) gets the epoch's start replayed to it alone, byte for byte; later joiners start at the next epoch (or at once with join_mid_epoch). A native leader decodes the replay again; a batchcast.Producer keeps copies of the epoch's first batches for it"),
+      BC_OPT(join_mid_epoch, kBool, M | S | L | P | R | C, "late join: a consumer joining after the late-join window starts at once, mid-epoch, instead of at the next epoch"),
+      BC_OPT(cache, kSize, kNative, "decoded-sample cache of the leader, e.g. 8g (0 = off): the first epoch keeps each sample as decoded before any random step (crop, flip), later epochs reuse it; admits samples until the budget is full, never evicts (docs/pipeline.md); accepts k/m/g suffixes"),
   };
   return kRegistry;
 }
@@ -466,6 +472,9 @@ Status ValidateOptions(const Options& o) {
   if (o.trainers_per_gpu < 0)
     return InvalidArgumentError("option 'trainers_per_gpu' must be >= 0 (0 = spread), got {}",
                                 o.trainers_per_gpu);
+  if (!(o.late_join_window >= 0.0 && o.late_join_window <= 1.0))
+    return InvalidArgumentError("option 'late_join_window' must be a fraction of an epoch in "
+                                "[0, 1], got {}", o.late_join_window);
   if (o.heartbeat_ms < 100)
     return InvalidArgumentError("option 'heartbeat_ms' must be at least 100ms, got {}ms",
                                 o.heartbeat_ms);
@@ -481,6 +490,136 @@ std::vector<OptionInfo> ListOptions() {
   return out;
 }
 
+namespace {
+
+// The front doors (option_scope.h), in FrontDoor order.
+const std::vector<FrontDoorInfo> kFrontDoors = {
+    {FrontDoor::kMpiRuntime, "mpi", "MPI Runtime", true,
+     "batchcast::Runtime::Create on one node: the leader rank and its trainer ranks, one "
+     "options string for both",
+     "Unset it: the MPI Runtime derives the rank and world size of its trainers from the "
+     "communicator",
+     ""},
+    {FrontDoor::kMultinode, "multinode", "multi-node leader", true,
+     "the MPI Runtime across nodes (mode=replicate) or with mode=shard: node leaders that agree "
+     "over MPI (docs/multinode.md)",
+     "Unset it, or run on one node with mode=replicate", ""},
+    {FrontDoor::kServe, "serve", "batchcast serve", true,
+     "the always-on per-node service (docs/service.md); trials attach and leave at any time",
+     "Unset it, or run the stream under batchcast-run or the MPI Runtime",
+     "each trial's consumer: batchcast.Consumer(address, ...), Consumer::Attach"},
+    {FrontDoor::kPythonLeader, "python-leader", "batchcast.Leader", true,
+     "the native pipeline leader in a Python process; consumers attach to its address",
+     "Unset it", "batchcast.Consumer(address, ...)"},
+    {FrontDoor::kPythonProducer, "python-producer", "batchcast.Producer", true,
+     "a leader that publishes the batches of a Python iterable (a DataLoader); it runs no "
+     "decode pipeline",
+     "Unset it, or use batchcast.Leader(dataset=...) for the native decode pipeline; the "
+     "Producer's own settings are its keyword arguments (docs/python.md)",
+     "batchcast.Consumer(address, ...)"},
+    {FrontDoor::kLauncher, "launcher", "batchcast-run", true,
+     "the launcher: a leader task per node and trainer tasks that get its options "
+     "(docs/launch.md)",
+     "Unset it: batchcast-run sets each trainer's RANK and WORLD_SIZE (the trainers-only "
+     "world), which mode=shard uses",
+     ""},
+    {FrontDoor::kCApiLeader, "c-leader", "bc_leader_start", true,
+     "the C API's leader (batchcast_c.h) on a thread of the caller's process",
+     "Unset it", "bc_consumer_attach"},
+    {FrontDoor::kConsumer, "consumer", "batchcast.Consumer", false,
+     "a Python consumer's own options (a C++ or C consumer, Consumer::Attach or "
+     "bc_consumer_attach, takes its program's one options string and reads its part)",
+     "Give it to the leader (batchcast.Leader(...), batchcast serve, batchcast-run)", ""},
+};
+
+const Entry* FindEntry(std::string_view key) {
+  for (const auto& e : Registry())
+    if (key == e.key) return &e;
+  return nullptr;
+}
+
+// Front doors that also configure their own trainers' consumers (M, N, R): nobody else in
+// their job reads an option they do not.
+bool OwnsConsumers(FrontDoor door) { return (Bit(door) & kTrainers & ~K) != 0; }
+
+std::string Where(const std::string& source, std::string_view key) {
+  if (source == "env") return "by " + EnvName(key);
+  if (source == "file") return "in the config file";
+  if (source == "flag") return "on the command line";
+  return "in code";
+}
+
+}  // namespace
+
+const std::vector<FrontDoorInfo>& FrontDoors() { return kFrontDoors; }
+
+const FrontDoorInfo& FrontDoorOf(FrontDoor door) {
+  return kFrontDoors[static_cast<size_t>(door)];
+}
+
+const FrontDoorInfo* FindFrontDoor(std::string_view key) {
+  for (const auto& d : kFrontDoors)
+    if (key == d.key) return &d;
+  return nullptr;
+}
+
+bool FrontDoorReads(FrontDoor door, std::string_view key) {
+  const Entry* e = FindEntry(key);
+  return e != nullptr && (e->doors & Bit(door)) != 0;
+}
+
+std::string FrontDoorsReading(std::string_view key) {
+  std::string out;
+  for (const auto& d : kFrontDoors)
+    if (FrontDoorReads(d.door, key)) out += (out.empty() ? "" : ", ") + std::string(d.key);
+  return out;
+}
+
+bool ConsumerReadsOption(std::string_view key) { return FrontDoorReads(FrontDoor::kConsumer, key); }
+
+bool LeaderReadsOption(std::string_view key) {
+  const Entry* e = FindEntry(key);
+  return e != nullptr && (e->doors & kLeaders) != 0;
+}
+
+std::string OptionSource(const Options& options, std::string_view key) {
+  for (const auto& [k, source] : options.sources)
+    if (k == key) return source;
+  return "default";
+}
+
+Status CheckFrontDoorOptions(const Options& options, FrontDoor door, std::string_view as) {
+  const FrontDoorInfo& d = FrontDoorOf(door);
+  const std::string name = as.empty() ? std::string(d.name) : std::string(as);
+  for (const auto& [key, source] : options.sources) {
+    if (source == "default" || FrontDoorReads(door, key)) continue;
+    const bool explicit_value = source == "code" || source == "flag";
+    const bool consumers_read = ConsumerReadsOption(key);
+    // A job-wide value (environment, config file) another process of the job reads.
+    if (!explicit_value && (d.leader ? consumers_read && !OwnsConsumers(door) : true)) continue;
+    if (!d.leader) {
+      std::string accepted;
+      for (const auto& e : Registry())
+        if (ConsumerReadsOption(e.key)) accepted += (accepted.empty() ? "" : ", ") + std::string(e.key);
+      return InvalidArgumentError(
+          "{}: option '{}' configures the leader, not a consumer (set {}): the leader decodes "
+          "and publishes for every consumer, and a consumer never reads it. {}; a consumer "
+          "accepts {}", name, key, Where(source, key), d.instead, accepted);
+    }
+    const Entry* e = FindEntry(key);
+    // A consumer's own option at a leader whose consumers are made elsewhere.
+    if (consumers_read && (e->doors & (S | L | P | C)) == 0 && *d.consumers != '\0')
+      return InvalidArgumentError(
+          "{}: option '{}' is each consumer's own (set {}): how it carves its batches, waits "
+          "for and checks its leader; {} never reads it. Give it to the consumers ({}). Read "
+          "by: {}", name, key, Where(source, key), name, d.consumers, FrontDoorsReading(key));
+    return InvalidArgumentError("{}: option '{}' (set {}) is not read by {} ({}). {}. Read by: {} "
+                                "(docs/configuration.md)", name, key, Where(source, key), name,
+                                d.what, d.instead, FrontDoorsReading(key));
+  }
+  return Status::Ok();
+}
+
 std::string OptionsToJson(const Options& options) {
   nlohmann::json arr = nlohmann::json::array();
   Options defaults;
@@ -494,80 +633,12 @@ std::string OptionsToJson(const Options& options) {
                    {"value", Render(e, const_cast<Options&>(options))},
                    {"source", source},
                    {"env", EnvName(e.key)},
-                   {"scope", e.scope == Scope::kAll        ? "all"
-                             : e.scope == Scope::kLeader ? "leader"
-                                                         : "consumer"},
+                   {"doors", nlohmann::json::array()},
                    {"help", e.help}});
+    for (const auto& d : kFrontDoors)
+      if ((e.doors & Bit(d.door)) != 0) arr.back()["doors"].push_back(d.key);
   }
   return arr.dump(2);
-}
-
-bool ConsumerReadsOption(std::string_view key) {
-  for (const auto& e : Registry())
-    if (key == e.key) return e.scope != Scope::kLeader;
-  return false;
-}
-
-bool LeaderReadsOption(std::string_view key) {
-  for (const auto& e : Registry())
-    if (key == e.key) return e.scope != Scope::kConsumer;
-  return false;
-}
-
-Status CheckLeaderOptions(const Options& options, std::string_view leader,
-                          std::string_view consumer) {
-  for (const auto& [key, source] : options.sources) {
-    if (LeaderReadsOption(key) || (source != "code" && source != "flag")) continue;
-    return InvalidArgumentError(
-        "{}: option '{}' is each consumer's own (how it carves its batches, waits for and "
-        "checks its leader); a leader never reads it. Give it to the consumers ({})",
-        leader, key, consumer);
-  }
-  return Status::Ok();
-}
-
-Status CheckSharedStreamOptions(const Options& options, std::string_view front_door,
-                                std::string_view consumer) {
-  if (options.drop_last || options.pad_last || options.rank >= 0 || options.world_size > 0 ||
-      options.mode != "replicate")
-    return InvalidArgumentError(
-        "{}: options drop_last, pad_last, mode, rank and world_size are each consumer's own "
-        "(a sharded DDP job and a sweep share one stream); set them on the consumers ({}), "
-        "not on the leader", front_door, consumer);
-  return Status::Ok();
-}
-
-Status CheckConsumerOptions(const Options& options, std::string_view consumer,
-                            std::string_view leader) {
-  for (const auto& [key, source] : options.sources) {
-    if (ConsumerReadsOption(key) || (source != "code" && source != "flag")) continue;
-    std::string accepted;
-    for (const auto& e : Registry())
-      if (ConsumerReadsOption(e.key)) accepted += (accepted.empty() ? "" : ", ") + std::string(e.key);
-    return InvalidArgumentError(
-        "{}: option '{}' configures the leader, not a consumer: the leader decodes and "
-        "publishes for every consumer, and a consumer never reads it. Give it to the leader "
-        "({}); a consumer accepts {}", consumer, key, leader, accepted);
-  }
-  return Status::Ok();
-}
-
-Status CheckPublisherOptions(const Options& options, std::string_view front_door,
-                             std::initializer_list<std::string_view> reads,
-                             std::string_view instead) {
-  for (const auto& [key, source] : options.sources) {
-    if (ConsumerReadsOption(key) || std::find(reads.begin(), reads.end(), key) != reads.end())
-      continue;
-    std::string where = source == "env"    ? "by " + EnvName(key)
-                        : source == "file" ? std::string("in the config file")
-                        : source == "flag" ? std::string("on the command line")
-                                           : std::string("in code");
-    return InvalidArgumentError(
-        "{}: option '{}' (set {}) configures a native leader's decode pipeline or ring; {} "
-        "publishes the batches your code makes and never reads it. {}",
-        front_door, key, where, front_door, instead);
-  }
-  return Status::Ok();
 }
 
 // ---- The environment view's registry half (core/environment.h): one option from its

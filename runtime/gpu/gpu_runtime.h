@@ -50,7 +50,7 @@ struct GpuRuntimeInput {
   MPI_Comm world = MPI_COMM_NULL;  // for MPI_Abort when a relay fails
   int local_rank = 0, node_size = 0, node_id = 0;
   bool trainer = false;
-  bool multinode_leader = false;   // the node runs a MultinodeLeader (no slot hook yet)
+  bool multinode_leader = false;   // the node runs the multi-node leader (no slot hook yet)
   producer::StagingTarget leader;  // local rank 0 only: the node leader's ring and hook
   std::string address;             // the leader's socket name
   telemetry::Collector* collector = nullptr;

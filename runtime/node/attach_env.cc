@@ -30,7 +30,7 @@ Result<std::unique_ptr<Consumer>> AttachFromEnvironment(const Options& options) 
   if (!local.ok()) return local.status().WithContext("attach");
   // The `telemetry` option (batchcast-run exports it): this trainer's own per-rank files,
   // checked before it attaches.
-  auto telemetry = node::TaskTelemetry::Start(
+  auto telemetry = producer::ProcessTelemetry::Start(
       options, telemetry::ProcessKind::kTrainer, rank, local->value_or(-1),
       telemetry::Role::kConsumer,
       rank >= 0 ? "rank" + std::to_string(rank) : "pid" + std::to_string(getpid()));

@@ -70,6 +70,18 @@ Status ExactPieces(ConsumerCore& c, const shm::AcquiredBatch& a, uint32_t b,
   c.epoch_pos += d->num_samples;
   const shm::ExactCarve x = shm::PlanExact(carried, d->num_samples - o, b, last,
                                            c.options.drop_last, c.options.pad_last);
+  // The slot's last d->repeats samples repeat another consumer's (a shard tail the leader cut,
+  // producer/distribution.h): the in-place batches over them report them.
+  const size_t first_piece = out->size();
+  auto report = [&] {
+    const uint32_t from = d->num_samples - std::min(d->repeats, d->num_samples);
+    for (size_t i = first_piece; i < out->size(); ++i) {
+      Piece& p = (*out)[i];
+      if (p.owned != nullptr) continue;
+      const uint32_t lo = std::max(p.start, from), hi = std::min(p.start + p.size, d->num_samples);
+      if (hi > lo) p.repeats += hi - lo;
+    }
+  };
   auto append = [&](uint32_t begin, uint32_t k) -> Status {
     if (k == 0) return Status::Ok();
     if (!c.carry) c.carry = std::make_shared<OwnedSamples>();
@@ -81,8 +93,10 @@ Status ExactPieces(ConsumerCore& c, const shm::AcquiredBatch& a, uint32_t b,
   for (uint32_t i = 0; i < x.count; ++i) out->push_back({o + x.first + i * b, b, 0, nullptr});
   if (x.final_in_place) {
     out->push_back({o + x.rest_begin, x.final_size, 0, nullptr});
+    report();
     return Status::Ok();
   }
+  report();
   BC_RETURN_IF_ERROR(append(x.rest_begin, x.rest));
   if (x.final_size > 0) {
     if (x.final_repeats > 0) c.carry->Pad(b);

@@ -119,7 +119,7 @@ struct Piece {
 };
 
 struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
-  // Declared first, destroyed last: a telemetry the consumer owns (node::TaskTelemetry)
+  // Declared first, destroyed last: a telemetry the consumer owns (producer::ProcessTelemetry)
   // finishes after everything that records into it.
   std::shared_ptr<void> owned_telemetry;
   std::function<Status()> finish_telemetry;  // writes its files at Detach (OwnTelemetry)

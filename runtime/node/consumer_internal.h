@@ -20,7 +20,7 @@ struct ConsumerAccess {
   // Records this consumer's events into `collector` (not owned; must outlive the batches).
   static void SetCollector(Consumer& consumer, telemetry::Collector* collector);
   static telemetry::Collector* GetCollector(const Consumer& consumer);
-  // Keeps `owned` (a node::TaskTelemetry) alive as long as the consumer's state: it is
+  // Keeps `owned` (a producer::ProcessTelemetry) alive as long as the consumer's state: it is
   // destroyed (and its files written) once the consumer and its last batch are gone.
   // `finish` (optional) writes them at Detach(), which returns its error.
   static void OwnTelemetry(Consumer& consumer, std::shared_ptr<void> owned,

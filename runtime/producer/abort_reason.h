@@ -1,6 +1,6 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// Why a producer was told to stop (node::Leader::Abort, MultinodeLeader::Abort: a trainer
+// Why a producer was told to stop (producer::Producer::Abort: a trainer
 // died, the job failed to start, the front door closed it). The producer's loop polls the
 // flag; the status it returns names the first reason, so the front door that reports the
 // failure reports its cause (it said only "leader: aborted", and the cause was printed by the

@@ -12,6 +12,7 @@
 namespace batchcast::producer {
 
 int64_t LateJoinWindow(double fraction, int64_t batches_per_epoch, uint32_t ring_slots) {
+  if (batches_per_epoch < 0) return std::max<int64_t>(1, ring_slots);
   const double f = std::clamp(fraction, 0.0, 1.0);
   const auto by_fraction = static_cast<int64_t>(std::ceil(f * double(batches_per_epoch)));
   const int64_t w = std::max<int64_t>({by_fraction, int64_t(ring_slots), 1});
@@ -112,15 +113,15 @@ Settled Admission::Settle(int64_t k, int64_t bpe) {
     return {Step::kSkip, 0};
   }
   if (joining != 0 && k > 0) {
-    if (k <= LateJoinWindow(policy_.late_join_window, bpe, policy_.ring_slots)) {
+    if (policy_.replay && k <= Window(bpe)) {
       const uint64_t got = ring_->AdmitJoiningMask(seq, joining);
       if (got != 0) {
         late_joins_ += __builtin_popcountll(got);
         return {Step::kReplay, got};
       }
-    } else {
+    } else if (bpe >= 0 || policy_.join_mid_epoch) {
       AdmitJoiners(seq, k, bpe, joining);
-    }
+    }  // else: the epoch's end is not known yet; admitted at the next epoch's start
   }
   return {Step::kProduce, 0};
 }

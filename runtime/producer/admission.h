@@ -26,17 +26,19 @@ namespace batchcast::producer {
 
 // The late-join window in producer batches: `fraction` of an epoch of batches_per_epoch,
 // rounded up, and at least the ring's depth (ring_slots) and 1: a trainer that attaches a
-// moment after the first is always caught up. At most the epoch.
+// moment after the first is always caught up. At most the epoch. An epoch of unknown length
+// (batches_per_epoch < 0: an external iterable) has the ring's depth.
 int64_t LateJoinWindow(double fraction, int64_t batches_per_epoch, uint32_t ring_slots);
 
 struct AdmissionPolicy {
   double late_join_window = 0.02;  // fraction of an epoch; LateJoinWindow() makes it batches
   uint32_t ring_slots = 0;         // the ring's depth: the smallest window
+  bool replay = true;              // late joiners within the window get a replay (else: next epoch)
   bool join_mid_epoch = false;     // joiners after the window start at once, mid-epoch
   // Joiners that resume (their join names a position, shm::MemberInfo::resumes) are settled
   // by SettleResumers: a position the stream has passed is replayed to them alone. Needs a
-  // producer that can produce any position of any epoch again (node::Service), and its
-  // producer batch (a resume sample -> its producer batch).
+  // feed that can produce any position of any epoch again (Replay::kAny), and its producer
+  // batch (a resume sample -> its producer batch).
   bool replay_resume = false;
   int64_t producer_batch = 0;
 };
@@ -56,6 +58,7 @@ enum class Step {
   kSkip,     // nobody receives it (only members waiting for a later epoch): publish it empty
   kIdle,     // nobody is attached or joining
   kReplay,   // replay positions [0, k) of the epoch to `replay_to` alone, then settle again
+  kEnd,      // the stream ends here (the distribution decided: no consumer on any node)
 };
 
 struct Settled {
@@ -70,7 +73,8 @@ class Admission {
   // Settles membership before position k of an epoch of bpe producer batches, which will be
   // published at ring position next_seq(): admits every joiner (at once; where it starts
   // follows the policy: replay within LateJoinWindow(), else the next epoch) and says what
-  // to do.
+  // to do. With bpe < 0 (unknown) a joiner after the window waits, joining, for the next
+  // epoch start.
   Settled Settle(int64_t k, int64_t bpe);
   // With policy.replay_resume, before Settle: admits the joiners that resume at once (one
   // ahead of the stream skips to its position) and settles those behind it (the stream is
@@ -104,6 +108,14 @@ class Admission {
   // Blocks until a consumer is attached or joining, `stop` is set or the ring fails.
   void WaitForMembers(const std::atomic<bool>& stop);
 
+  // The epoch's length as its producer declares it, for the late-join window of an epoch whose
+  // end it does not know (an iterable with a known number of samples); < 0: unknown.
+  void SetDeclaredPositions(int64_t positions) { declared_ = positions; }
+  // The late-join window (LateJoinWindow) of an epoch of bpe positions (< 0: the declared).
+  int64_t Window(int64_t bpe) const {
+    return LateJoinWindow(policy_.late_join_window, bpe >= 0 ? bpe : declared_, policy_.ring_slots);
+  }
+
   const AdmissionPolicy& policy() const { return policy_; }
   int64_t late_joins() const { return late_joins_; }  // consumers caught up by a replay
   int64_t resume_replays() const { return resume_replays_; }  // resumers replayed to
@@ -117,6 +129,7 @@ class Admission {
   int64_t late_joins_ = 0;
   int64_t resume_replays_ = 0;
   uint64_t excluded_ = 0;  // replayed resumers waiting for the stream's next epoch
+  int64_t declared_ = -1;
   std::vector<ResumeReplay> queued_;  // interleaved replays: first = the next batch
 };
 

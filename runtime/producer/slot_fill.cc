@@ -67,6 +67,7 @@ Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& 
   d->num_samples = n;
   d->tail = tail;
   d->skipped = c.skipped;
+  d->repeats = std::min(c.repeats, n);
   const bool last = c.last_in_epoch.value_or(c.batch == c.batches_in_epoch - 1);
   d->flags = last ? uint32_t(shm::kLastInEpoch) : 0u;
   d->dtype = static_cast<uint32_t>(c.layout.dtype);

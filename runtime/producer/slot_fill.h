@@ -26,6 +26,7 @@ struct SlotContents {
   uint64_t samples_in_epoch = 0;
   uint32_t num_samples = 0;        // n distinct samples already written at [0, n)
   uint32_t skipped = 0;
+  uint32_t repeats = 0;            // the last `repeats` of [0, n) repeat others' samples
   pipeline::SampleLayout layout;   // of this batch's images
   uint64_t labels_offset = 0, ids_offset = 0;
   uint64_t capacity_samples = 0;   // label/id entries a slot holds

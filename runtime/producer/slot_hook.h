@@ -19,11 +19,13 @@ class SlotHook {
   virtual ~SlotHook() = default;
   virtual Status BeforeFill(const shm::SlotWrite& slot) = 0;
   virtual Status BeforePublish(const shm::SlotWrite& slot) = 0;
+  // Once, when the stream has ended (a hook a Producer owns: AdoptSlotHook): stops what it
+  // runs beside the stream (GPU staging's relays) and waits for its work in flight.
+  virtual Status Finish() { return Status::Ok(); }
 };
 
 // What a hook attaches to: a producer's host ring, the address its consumers attached to,
-// and how to install (or, with null, remove) the hook. Every front door offers one
-// (Leader::staging_target(), Service::staging_target(), ...).
+// and how to install (or, with null, remove) the hook (Producer::staging_target()).
 struct StagingTarget {
   shm::RingLeader* ring = nullptr;
   std::string address;  // socket name

@@ -42,7 +42,10 @@ struct BatchSizes {
 Result<BatchSizes> ResolveBatchSizes(const Options& options, uint32_t max_consumer_batch,
                                      std::string_view who);
 
-// Ring slots: options.ring_slots, or buffer_depth + 2.
+// The one slot-count rule: the ring's prefetch window in positions, options.ring_slots or
+// buffer_depth + 2 (a consumer's buffer_depth batches held, one being carved, one being
+// filled). Every producer uses it; one that publishes each position as one slot per local
+// trainer (shard) multiplies it by their number (Distribution::PartsPerPosition).
 uint32_t RingSlots(const Options& options);
 
 // One bucket of a progressive-resizing schedule: its producer batch, its largest (scaled)

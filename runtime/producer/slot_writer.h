@@ -7,8 +7,8 @@
 //             result.kept), count skipped samples per epoch and cause (SkipAccount);
 //   Publish   the fill-repeat tail and descriptor (slot_fill.h), the hook's BeforePublish,
 //             the (optionally targeted) publish, and the batch's telemetry record.
-// Producers (node::Leader, node::Service, node::MultinodeLeader, node::ExternalProducer)
-// only decide what goes into a slot and who receives it.
+// Every producer::Producer's feeds and distributions (feed.h, distribution.h) only decide
+// what goes into a slot and who receives it.
 #pragma once
 
 #include <cstdint>

@@ -203,7 +203,9 @@ static void Finish(bc_consumer_t c, bc_leader_t leader) {
 static void TestStream(const char* dataset, int samples) {
   bc_leader_t leader = StartLeader(dataset, "");
   if (leader == NULL) return;
-  EXPECT(strncmp(bc_leader_address(leader), "batchcast-c-", 12) == 0);
+  /* The one naming rule of a leader's unique address: batchcast-<uid>-<pid>-<front door>-<n>. */
+  EXPECT(strncmp(bc_leader_address(leader), "batchcast-", 10) == 0 &&
+         strstr(bc_leader_address(leader), "-c-leader-") != NULL);
   bc_consumer_t c = AttachTo(leader, 3, 0);
   if (c == NULL) return;
   int64_t per_epoch = 0;

@@ -30,6 +30,11 @@ case $case in
     expect 2 'A subcommand is required|subcommand' 
     expect 2 "batchcast info: .*batch_size" info -c --batch-size zero
     expect 0 '"key": "batch_size"' info -c --batch-size 32
+    # Every command line parses the registry alike (ResolveOptions): a bare boolean flag
+    # before another flag, as batchcast-run and a trainer's ResolveOptions take it.
+    expect 0 '"source": "flag"' info -c --flip --epochs 1
+    expect 0 'serve +batchcast serve +the always-on' info
+    expect 2 "batchcast serve: .*option 'resize' \(set on the command line\) is not read by batchcast serve" serve --socket bc-cli-usage-$$ --flip --epochs 1 --resize 'resize(min=8,max=16,step=8)'
     expect 1 'batchcast inspect: .*/nonexistent/x.h5' inspect /nonexistent/x.h5
     ;;
   run)

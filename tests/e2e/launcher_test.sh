@@ -100,7 +100,7 @@ case_shard() {
     fail "the two ranks' parts do not cover every sample of both epochs"
   [ "$(cat shard-ids.0.txt shard-ids.1.txt | wc -l)" -eq $((2 * SAMPLES)) ] ||
     fail "the two ranks' parts overlap"
-  expect_fail "options 'rank'/'world_size' would give every trainer the same shard" \
+  expect_fail "option 'world_size' (set on the command line) is not read by batchcast-run" \
     "$run" "${DATA_OPTS[@]}" --mode shard --world-size 2 -- "$trainer" --samples $SAMPLES
 }
 

@@ -1,8 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-// The protocol test's ONLY contact with the producers (node::Leader, node::Service,
-// node::ExternalProducer, node::MultinodeLeader) and with the leader's status query.
-// The producers are being moved into runtime/producer/ (issue 14): when their API changes,
-// this file and producers.cc are all that needs updating.
+// The protocol test's ONLY contact with the producers (producer::Producer as each front door
+// configures it) and with the leader's status query: when their API changes, this file and
+// producers.cc are all that needs updating.
 #pragma once
 
 #include <sys/types.h>
@@ -32,12 +31,12 @@ struct ProducerSpec {
   int epochs = 2;                  // epochs of the stream
   int expect = 1;                  // joins to wait for before the first batch
   uint64_t seed = 7;
-  double late_join_window = 0.02;  // service only
+  double late_join_window = 0.02;
   bool end_when_empty = true;      // leader / external: end once every consumer has left
 };
 
-// One running producer, as its front door runs it (the MPI runtime and the Python Leader
-// use node::Leader; `batchcast serve` node::Service; the Python Producer ExternalProducer).
+// One running producer, as its front door runs it (a leader: the MPI runtime, the Python
+// Leader; a service: `batchcast serve`; external: the Python Producer; the multi-node leader).
 class Producer {
  public:
   virtual ~Producer() = default;

@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "node/service.h"
+#include "producer/producer.h"
 #include "tests/unit/node/synthetic_source.h"
 
 using namespace batchcast;
@@ -29,26 +29,32 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  node::ServiceConfig cfg;
+  // `batchcast serve`'s configuration (launcher/cli/cmd_serve.cc) over a synthetic source.
+  producer::ProducerConfig cfg;
+  cfg.who = "service";
+  cfg.job = "service";
   cfg.socket_name = argv[1];
+  cfg.end_when_empty = false;
   cfg.options.producer_batch = std::atoll(argv[3]);
   cfg.options.batch_size = std::atoi(argv[4]);
   cfg.options.heartbeat_ms = std::atoll(argv[5]);
-  cfg.late_join_window = std::atof(argv[6]);
-  cfg.epochs = std::atoll(argv[7]);
+  cfg.options.late_join_window = std::atof(argv[6]);
+  const int64_t epochs = std::atoll(argv[7]);
+  cfg.until_stopped = epochs == 0;
+  if (epochs > 0) cfg.options.epochs = static_cast<int>(epochs);
   cfg.options.ring_slots = argc > 8 ? std::atoi(argv[8]) : 6;
   cfg.options.seed = 7;
   cfg.options.shuffle = true;
   if (argc > 9) cfg.handshake_timeout_ms = std::atoll(argv[9]);
-  cfg.join_mid_epoch = argc > 10 && std::string(argv[10]) == "mid";
-  auto svc = node::Service::Create(
+  cfg.options.join_mid_epoch = argc > 10 && std::string(argv[10]) == "mid";
+  auto svc = producer::Producer::Create(
       cfg, std::make_unique<node::SyntheticSource>(std::atoll(argv[2]), 8, 3));
   if (!svc.ok()) {
     std::fprintf(stderr, "service_server: %s\n", svc.status().ToString().c_str());
     return 1;
   }
-  node::Service& s = **svc;
-  std::printf("ready %s\n", s.address().c_str());
+  producer::Producer& s = **svc;
+  std::printf("ready %s\n", s.display_address().c_str());
   std::fflush(stdout);
   std::thread waiter([&s, set] {
     int sig = 0;
@@ -58,14 +64,14 @@ int main(int argc, char** argv) {
   Status st = s.Run();
   pthread_kill(waiter.native_handle(), SIGUSR1);
   waiter.join();
-  node::ServiceStats x = s.stats();
+  const producer::ProducerStats x = s.stats();
   std::printf("stats {\"epochs\":%lld,\"produced\":%lld,\"replayed\":%lld,\"late_joins\":%lld,"
               "\"skipped\":%lld,\"idle_waits\":%lld,\"max_slot_wait_ms\":%lld,"
               "\"detached\":%lld,\"lost\":%lld,\"resume_replays\":%lld,"
               "\"resume_replayed\":%lld}\n",
               (long long)x.epochs_started, (long long)x.producer_batches,
               (long long)x.replayed_batches, (long long)x.late_joins,
-              (long long)x.skipped_positions, (long long)x.idle_waits,
+              (long long)x.empty_positions, (long long)x.idle_waits,
               (long long)(x.max_slot_wait_ns / 1000000), (long long)x.consumers_detached,
               (long long)x.consumers_lost, (long long)x.resume_replays,
               (long long)x.resume_replayed_batches);

@@ -107,6 +107,37 @@ def _epoch_samples(iterable, batch_size):
     return 0
 
 
+class _Feed:
+    """The iterator side of a Producer, called by the C++ producer (its batch maker): one pass
+    over the iterable per epoch, each batch split and checked against the first batch's
+    tensors. Holds no reference to the Producer (the C++ side holds this object)."""
+
+    def __init__(self, iterable, first, specs):
+        self._iterable = iterable
+        self._first = first  # (iterator, first item) peeked to learn the layout
+        self._specs = specs
+        self._it = None
+        self._peeked = _END
+
+    def _begin(self, epoch):
+        if self._first is not None:
+            self._it, self._peeked = self._first
+            self._first = None
+        else:
+            self._it = iter(self._iterable)
+            self._peeked = _END
+
+    def _fetch(self):
+        if self._peeked is not _END:
+            item, self._peeked = self._peeked, _END
+        else:
+            item = next(self._it, _END)
+        if item is _END:
+            return None
+        images, labels, ids, named = _split(item)
+        return (images, labels, ids, _named_arrays(named, self._specs))
+
+
 class Producer:
     """Publishes every batch of ``iterable`` once to all attached consumers.
 
@@ -120,7 +151,15 @@ class Producer:
     index of the sample within its epoch. Each batch is copied once into shared memory;
     consumers carve their own batch sizes (<= max_batch_size) from it.
 
-    consumers: joins to wait for before the first batch; later joiners start at an epoch.
+    The stream is run by the same C++ producer as every front door's (docs/architecture.md):
+    a consumer that joins within the late-join window of an epoch (``late_join_window``, at
+    least the ring's depth in batches) gets the epoch's first batches replayed to it alone
+    (the producer keeps copies of them); later joiners start at the next epoch. With
+    ``start_epoch``/``start_batch`` the stream resumes there: the iterable's batches before
+    that position are read and not published (a deterministic iterable gives the same
+    stream again).
+
+    consumers: joins to wait for before the first batch.
     batch_size: samples per published batch (default: the iterable's batch_size or the
       first batch's size); every batch holds at most this many.
     samples_per_epoch: for the consumers' len() (default: len(iterable.dataset)).
@@ -129,30 +168,28 @@ class Producer:
     telemetry: a telemetry spec (``"json=producer.json"``, ``"hdf5=run.%r.h5,interval=1s"``,
       ``"on"``), written with the summary when the stream ends or fails (docs/python.md).
     rank, run_name: this process's rank and the run's name in telemetry.
-    ring_slots, heartbeat_ms: the ring's slots (default buffer_depth + 3) and the consumers'
-      heartbeat; unset, BATCHCAST_RING_SLOTS / BATCHCAST_HEARTBEAT_MS or the config file
-      apply. Any other leader option set there (BATCHCAST_THREADS, BATCHCAST_CACHE, ...)
-      configures the native decode pipeline, which a Producer does not run: it is refused.
+    ring_slots, heartbeat_ms, buffer_depth: the ring's slots (default buffer_depth + 2) and
+      the consumers' heartbeat; unset, BATCHCAST_* variables or the config file apply.
+    **options: further Batchcast options a Producer reads (start_epoch, start_batch,
+      late_join_window, join_mid_epoch, ...; docs/configuration.md). An option that
+      configures the native decode pipeline (threads, cache, ...), set here or by a
+      BATCHCAST_* variable, is refused: a Producer runs no decode pipeline.
     """
 
     def __init__(self, iterable, *, epochs=1, consumers=1, batch_size=None, max_batch_size=None,
-                 samples_per_epoch=None, sample_shape=None, dtype=None, buffer_depth=2,
+                 samples_per_epoch=None, sample_shape=None, dtype=None, buffer_depth=None,
                  ring_slots=None, address=None, heartbeat_ms=None, end_when_empty=True,
-                 join_timeout=None, telemetry=None, rank=None, run_name=None):
-        self._iterable = iterable
-        self._epochs = int(epochs)
-        self._consumers = int(consumers)
-        self._end_when_empty = end_when_empty
-        self._join_timeout = -1.0 if join_timeout is None else float(join_timeout)
-        self._first = None  # (iterator, first item) peeked to learn the layout
+                 join_timeout=None, telemetry=None, rank=None, run_name=None, **options):
+        first = None
+        specs = []
         if sample_shape is None or dtype is None:
             it = iter(iterable)
-            first = next(it, _END)
-            if first is _END:
+            item = next(it, _END)
+            if item is _END:
                 raise InvalidArgumentError("producer: the iterable yielded no batch")
-            self._first = (it, first)
-            images, labels, _, named = _split(first)
-            self._specs = _tensor_specs(named)
+            first = (it, item)
+            images, labels, _, named = _split(item)
+            specs = _tensor_specs(named)
             if images is None:  # named tensors only
                 sample_shape, dtype = (), "uint8"
             else:
@@ -160,8 +197,6 @@ class Producer:
                 sample_shape = sample_shape or shape
                 dtype = dtype or dt
             batch_size = batch_size or getattr(iterable, "batch_size", None) or len(labels)
-        else:
-            self._specs = []
         sample_shape = tuple(int(d) for d in sample_shape)
         if sample_shape:
             sample_shape = (1,) * (3 - len(sample_shape)) + sample_shape
@@ -171,63 +206,35 @@ class Producer:
             raise InvalidArgumentError("producer: batch_size is unknown; pass batch_size=...")
         if samples_per_epoch is None:
             samples_per_epoch = _epoch_samples(iterable, batch_size)
-        slots = buffer_depth + 3  # +1: a slot is held while the next batch loads
-        self._p = _bc._Producer(list(sample_shape), dtype, int(batch_size),
+        self._feed = _Feed(iterable, first, specs)
+        opts = dict(options, epochs=int(epochs), telemetry=telemetry, run_name=run_name,
+                    ring_slots=ring_slots, heartbeat_ms=heartbeat_ms, buffer_depth=buffer_depth)
+        self._p = _bc._Producer(self._feed, list(sample_shape), dtype, int(batch_size),
                                 int(samples_per_epoch), int(max_batch_size or batch_size),
-                                int(slots), address or "",
-                                epochs=int(self._epochs),
-                                options={"telemetry": telemetry, "run_name": run_name,
-                                         "ring_slots": ring_slots,
-                                         "heartbeat_ms": heartbeat_ms},
+                                address or "", options=opts,
                                 rank=_env_rank() if rank is None else int(rank),
-                                tensors=self._specs)
+                                tensors=specs, consumers=int(consumers),
+                                end_when_empty=bool(end_when_empty),
+                                join_timeout_ms=-1 if join_timeout is None
+                                else int(float(join_timeout) * 1000))
         self.address = self._p.address
         self.batch_size = int(batch_size)
         self._thread = None
         self._error = None
+        self._stats = None
 
     def run(self):
-        """Publishes every epoch, then ends the stream. Returns the statistics."""
-        p = self._p
-        try:
-            p.wait_for_consumers(self._consumers, self._join_timeout)
-            for epoch in range(self._epochs):
-                if not self._publish_epoch(epoch):
-                    break
-        except BaseException as e:  # KeyboardInterrupt too: consumers must not hang
-            p.fail(f"producer: stopped by {type(e).__name__}: {e}")
-            raise
-        p.end()
-        return p.stats()
-
-    def _publish_epoch(self, epoch):
-        p = self._p
-        if self._first is not None:
-            it, item = self._first
-            self._first = None
-        else:
-            it = iter(self._iterable)
-            item = next(it, _END)
-        if epoch > 0:
-            p.admit_joining()  # joiners start at an epoch boundary
-        k = 0
-        while item is not _END:
-            if p.active_consumers == 0:
-                if self._end_when_empty:
-                    return False
-                p.wait_for_consumers(1, -1.0)
-            images, labels, ids, named = _split(item)
-            p.stage(images, labels, ids, _named_arrays(named, self._specs))
-            item = next(it, _END)  # the DataLoader's workers keep decoding meanwhile
-            p.commit(epoch, k, item is _END)
-            k += 1
-        return True
+        """Publishes every epoch, then ends the stream. Returns the statistics. An error of
+        the iterable (KeyboardInterrupt too) fails the stream for its consumers and is raised
+        here."""
+        self._stats = self._p.run()
+        return self._stats
 
     def start(self):
         """Runs run() on a background thread; join() waits for it and raises its error."""
         def body():
             try:
-                self._stats = self.run()
+                self.run()
             except BaseException as e:  # noqa: BLE001 (re-raised by join)
                 self._error = e
         self._thread = threading.Thread(target=body, name="batchcast-producer", daemon=True)

@@ -22,6 +22,8 @@
 #include "batchcast/batch.h"
 #include "batchcast/options.h"
 #include "batchcast/status.h"
+#include "producer/process_telemetry.h"
+#include "producer/producer.h"
 #include "producer/slot_layout.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
@@ -66,9 +68,6 @@ void AbandonInForkedChild(T& owned) {
 // keyword arguments (key = registry key; None values are skipped), then validated.
 Options OptionsFromKwargs(const py::dict& kwargs);
 
-// A unique abstract socket name for a leader or producer in this process.
-std::string NewAddress(const char* kind);
-
 // Calls `step(timeout_ms)` with the GIL released until it returns true, checking for
 // Python signals (KeyboardInterrupt) between bounded chunks of `chunk_ms`. Throws
 // py::error_already_set when a signal handler raised.
@@ -112,31 +111,12 @@ py::array MakeNumpyArray(const TensorView& view);
 // A 1-d int64 view of `n` sample ids at `ids`.
 TensorView IdsView(const int64_t* ids, int64_t n);
 
-// The telemetry of one Python front door (Leader, Producer, Consumer) in this process: the
-// collector `options.telemetry` asks for (null when off) with this process's rank and
-// role, and its sinks, whose paths may name the process with %r (rank), %p (pid) and %h
-// (host), or a run directory (dir:RUN) where the file is named by the one rule
-// (telemetry/run_outputs.h); the paths are checked when it is made. Finish() stops it and
-// writes the sinks and the end-of-run summary for this process alone (no MPI): once, later
-// calls return the first call's status.
-class ProcessTelemetry {
- public:
-  ProcessTelemetry(const Options& options, int rank, telemetry::Role role,
-                   telemetry::ProcessKind kind);  // throws
-  ~ProcessTelemetry();
-  telemetry::Collector* collector() const { return collector_.get(); }
-  Status Finish();
-  // The summary table and diagnosis Finish() printed ("" before, or with telemetry off).
-  std::string summary() const;
-
- private:
-  std::unique_ptr<telemetry::Collector> collector_;
-  telemetry::Sinks sinks_;
-  mutable std::mutex mu_;
-  bool finished_ = false;
-  Status status_;
-  std::string summary_;
-};
+// The telemetry of a Python front door is producer::ProcessTelemetry (the Leader's and the
+// Producer's through their producer::Producer; a Consumer's directly): its sink paths may
+// name the process with %r (rank), %p (pid) and %h (host), or a run directory (dir:RUN) names
+// the file by the one rule (telemetry/run_outputs.h); Finish() writes them with the
+// end-of-run summary for this process alone (no MPI).
+using producer::ProcessTelemetry;
 
 // Named tensors (tensor_binding.cc). A Producer's tensor specs: [(name, dtype name, per-sample
 // shape)]; its batch's arrays (in spec order) copied into the slot's tensors for n samples.
@@ -147,6 +127,10 @@ void CopyNamedTensors(const py::list& arrays, const std::vector<producer::Tensor
 // new numpy arrays, with the (destination, view) copies still to do (without the GIL).
 py::object NamedTensors(const Batch& b, const std::function<py::object(const TensorView&)>& make);
 py::object NamedTensorCopies(const Batch& b, std::vector<std::pair<void*, TensorView>>* copies);
+
+// Everything a Producer knows, as a dict: the slot writer's counters, late joins and replays,
+// every consumer entry in use, the telemetry summary once written (producer_binding.cc).
+py::dict ProducerStatsDict(producer::Producer& p);
 
 void BindConsumer(py::module_& m);
 void BindProducer(py::module_& m);

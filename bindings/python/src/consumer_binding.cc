@@ -22,6 +22,7 @@
 
 #include "batchcast/consumer.h"
 #include "bindings/python/src/bindings.h"
+#include "bindings/python/src/consumer_fetch.h"
 #include "core/log.h"
 #include "core/option_scope.h"
 #include "node/consumer_internal.h"
@@ -30,84 +31,6 @@
 namespace batchcast::python {
 namespace {
 
-// What the Python object and the fetch thread share. The thread owns a reference, so
-// an object dropped while a request is in flight is cleaned up when the request ends.
-struct FetchState {
-  std::shared_ptr<Consumer> consumer;  // also held by release="next" views (the mapping)
-  // Telemetry (null when off): finished after the consumer detached; batches still alive
-  // hold it too, since their release records a step time into its collector.
-  std::shared_ptr<ProcessTelemetry> telemetry;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool requested = false;   // a Next() is asked for or running
-  bool ready = false;       // its result is in `batch` / `status`
-  bool stop = false;
-  Batch batch;
-  Status status;
-  Batch leftover;           // a batch the Python side dropped while a request was in flight
-};
-
-void FetchLoop(std::shared_ptr<FetchState> s) {
-  std::unique_lock<std::mutex> lock(s->mu);
-  for (;;) {
-    s->cv.wait(lock, [&] { return s->stop || (s->requested && !s->ready); });
-    if (s->requested && !s->ready) {
-      lock.unlock();
-      Batch b;
-      Status st = s->consumer->Next(&b);
-      lock.lock();
-      s->batch = std::move(b);
-      s->status = st;
-      s->ready = true;
-      s->cv.notify_all();
-      continue;
-    }
-    if (s->stop) break;
-  }
-  // Drop whatever was fetched and nobody collected, then leave the stream.
-  Batch drop = std::move(s->batch);
-  Batch drop_leftover = std::move(s->leftover);
-  lock.unlock();
-  drop.Release();
-  drop_leftover.Release();
-  if (s->consumer) s->consumer->Detach().IgnoreError();
-  s->consumer.reset();
-  if (s->telemetry) {
-    Status st = s->telemetry->Finish();
-    if (!st.ok()) BC_LOG(Error, Telem, "consumer telemetry: {}", st.ToString());
-  }
-}
-
-// Consumer::Attach (which may wait connect_timeout for the leader to listen) on a helper
-// thread, so that Ctrl-C interrupts the wait; an interrupted attach finishes on its own and
-// the consumer it made leaves the stream at once.
-Status AttachInterruptibly(const std::string& address, const Options& o, int rank,
-                           const std::string& name, std::unique_ptr<Consumer>* out) {
-  struct Pending {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    Status status;
-    std::unique_ptr<Consumer> consumer;
-  };
-  auto p = std::make_shared<Pending>();
-  std::thread([p, address, o, rank, name] {
-    auto r = Consumer::Attach(address, o, rank, name);
-    std::lock_guard<std::mutex> lock(p->mu);
-    if (r.ok()) p->consumer = std::move(r).value();
-    else p->status = r.status();
-    p->done = true;
-    p->cv.notify_all();
-  }).detach();
-  WaitInterruptibly([&](int64_t chunk_ms) {
-    std::unique_lock<std::mutex> lock(p->mu);
-    return p->cv.wait_for(lock, std::chrono::milliseconds(chunk_ms), [&] { return p->done; });
-  });
-  std::lock_guard<std::mutex> lock(p->mu);
-  *out = std::move(p->consumer);
-  return p->status;
-}
-
 class PyConsumer {
  public:
   PyConsumer(const std::string& address, py::dict kwargs, int rank, const std::string& name,
@@ -115,16 +38,14 @@ class PyConsumer {
       : release_on_next_(release_on_next), pid_(getpid()) {
     Options o = OptionsFromKwargs(kwargs);
     // The kwargs are this consumer's alone: a leader option given here would be ignored.
-    ThrowIfError(CheckConsumerOptions(o, "batchcast.Consumer",
-                                      "batchcast.Leader(...), batchcast.Producer(...), "
-                                      "batchcast-run or batchcast serve"));
+    ThrowIfError(CheckFrontDoorOptions(o, FrontDoor::kConsumer));
     // release="on_free": a `for images, labels in loader` loop still holds the previous
     // batch while it fetches the next, so that batch is not counted against buffer_depth
     // (buffer_depth=1 serves the usual loop; docs/python.md, "Holding batches").
     if (!release_on_next) o.buffer_depth += 1;
     // Telemetry first: an output path that cannot be written is refused before attaching.
-    auto telemetry = std::make_shared<ProcessTelemetry>(o, rank, telemetry::Role::kConsumer,
-                                                        telemetry::ProcessKind::kConsumer);
+    std::shared_ptr<ProcessTelemetry> telemetry = ValueOrThrow(ProcessTelemetry::Start(
+        o, telemetry::ProcessKind::kConsumer, rank, -1, telemetry::Role::kConsumer, ""));
     std::unique_ptr<Consumer> c;
     Status st = AttachInterruptibly(address, o, rank, name, &c);
     if (!st.ok()) {
@@ -136,10 +57,9 @@ class PyConsumer {
       throw StatusError(st.WithContext(context));
     }
     batches_per_epoch_ = c->BatchesPerEpoch();
-    if (telemetry->collector() != nullptr)
-      internal::ConsumerAccess::SetCollector(*c, telemetry->collector());
+    if (telemetry != nullptr) internal::ConsumerAccess::SetCollector(*c, telemetry->collector());
     state_ = std::make_shared<FetchState>();
-    if (telemetry->collector() != nullptr) state_->telemetry = telemetry_ = std::move(telemetry);
+    state_->telemetry = telemetry_ = std::move(telemetry);
     state_->consumer = std::move(c);
     thread_ = std::thread(FetchLoop, state_);
   }

@@ -90,12 +90,6 @@ Options OptionsFromKwargs(const py::dict& kwargs) {
   return o;
 }
 
-std::string NewAddress(const char* kind) {
-  static std::atomic<int> counter{0};
-  return "batchcast-py-" + std::string(kind) + "-" + std::to_string(getpid()) + "-" +
-         std::to_string(counter++);
-}
-
 py::capsule MakeDLPackCapsule(const TensorView& view, std::shared_ptr<void> keep) {
   auto* m = new ManagedTensor();
   m->keep = std::move(keep);

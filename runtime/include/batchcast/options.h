@@ -1,6 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// One options struct for every front door (MPI runtime, CLI, service, Python).
+// One options struct for every front door (MPI runtime, CLI, service, Python). Which front
+// doors read which option is one table (docs/configuration.md, `batchcast info -c`).
 //
 // Each knob is declared once in a registry (runtime/core/options.cc) with its type,
 // default and help text. Values are resolved in this order, later wins:
@@ -99,6 +100,11 @@ struct BATCHCAST_API Options {
   // Decoded-sample cache of the leader, in bytes (0 = off): samples as the deterministic part
   // of the pipeline leaves them, kept from the first epoch for the later ones (docs/pipeline.md).
   int64_t cache = 0;
+  // Late join (docs/data-plane.md "Joining"): a consumer joining within this fraction of an
+  // epoch (at least the ring depth in producer batches) gets the epoch's start replayed to it
+  // alone; later joiners start at the next epoch, or at once with join_mid_epoch.
+  double late_join_window = 0.02;
+  bool join_mid_epoch = false;
 };
 
 // Resolves defaults < config file < BATCHCAST_* environment < flags. `flags` are

@@ -14,7 +14,7 @@
 #define BATCHCAST_VERSION_H_
 
 #define BATCHCAST_VERSION_MAJOR 0
-#define BATCHCAST_VERSION_MINOR 3
+#define BATCHCAST_VERSION_MINOR 4
 #define BATCHCAST_VERSION_PATCH 0
 
 #define BATCHCAST_VERSION_NUMBER(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))

@@ -112,7 +112,7 @@ struct MemberStatus {
   char name[32];
 };
 
-// What the leader's owner (e.g. node::Service) adds to a status reply.
+// What the leader's owner (producer::Producer) adds to a status reply.
 struct StreamStatus {
   uint64_t epoch;             // epoch being produced
   uint64_t batch_in_epoch;    // next producer batch of that epoch

@@ -52,7 +52,7 @@ struct RingConfig {
   // closed (it cannot hold a membership entry or the control thread).
   int64_t handshake_timeout_ms = 5000;
   // The producer replays the rest of an epoch to a joiner resuming behind the stream
-  // (node::Service): told to consumers in the join reply (kLeaderReplaysResume).
+  // (a producer::Producer whose feed can make any position again): told to consumers in the join reply (kLeaderReplaysResume).
   bool replays_resume = false;
 };
 

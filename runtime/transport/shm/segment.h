@@ -114,7 +114,8 @@ struct SlotDesc {
   uint32_t scale_cap;          // max_batch of the resize spec (0 = no cap)
   uint32_t lr_rule;
   uint32_t num_tensors;        // entries of `tensors` in use (<= kMaxTensors)
-  uint32_t reserved;
+  uint32_t repeats;            // the last `repeats` of [0, n) repeat samples another consumer
+                               // received (a shard tail cut by the leader): reported repeats
   TensorDesc tensors[kMaxTensors];
 };
 

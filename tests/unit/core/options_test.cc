@@ -116,92 +116,125 @@ TEST(StatusTest, ContextAndCodes) {
   EXPECT_FALSE(r.ok());  // a Result is never built from OK without a value
 }
 
-// A consumer's own front door (the Python Consumer) refuses options only the leader reads
-// when they were set explicitly, naming the option, where it belongs and what a consumer
-// accepts; the same option from the environment (a job-wide setting) is left to the leader.
-TEST(OptionsTest, ConsumerRefusesLeaderOnlyOptionsSetExplicitly) {
-  for (const auto& info : ListOptions()) {
-    Options o;
-    ASSERT_TRUE(SetOption(&o, info.key, info.default_value).ok()) << info.key;
-    Status st = CheckConsumerOptions(o, "batchcast.Consumer", "batchcast.Leader(...)");
-    EXPECT_EQ(st.ok(), ConsumerReadsOption(info.key)) << info.key << ": " << st.ToString();
+// The front-door table (core/option_scope.h): every option is read by at least one front door,
+// every front door reads something, and the check refuses exactly what the table says.
+TEST(OptionsTest, EveryOptionHasItsFrontDoors) {
+  ASSERT_EQ(FrontDoors().size(), static_cast<size_t>(FrontDoor::kCount));
+  for (size_t i = 0; i < FrontDoors().size(); ++i) {
+    EXPECT_EQ(static_cast<size_t>(FrontDoors()[i].door), i);
+    EXPECT_EQ(FindFrontDoor(FrontDoors()[i].key), &FrontDoors()[i]);
   }
-  Options o;
-  ASSERT_TRUE(SetOption(&o, "batch_size", "32").ok());
-  ASSERT_TRUE(SetOption(&o, "threads", "4").ok());
-  Status st = CheckConsumerOptions(o, "batchcast.Consumer", "batchcast.Leader(...)");
-  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument);
-  for (const char* part : {"batchcast.Consumer: option 'threads' configures the leader",
-                           "batchcast.Leader(...)", "a consumer accepts ", "batch_size",
-                           "drop_last", "start_batch"})
-    EXPECT_NE(st.message().find(part), std::string::npos) << part << " in " << st.message();
-  EXPECT_EQ(st.message().find("image_size,"), std::string::npos) << st.message();
+  for (const auto& info : ListOptions()) {
+    EXPECT_FALSE(FrontDoorsReading(info.key).empty()) << info.key;
+    for (const auto& door : FrontDoors()) {
+      Options o;
+      ASSERT_TRUE(SetOption(&o, info.key, info.default_value).ok()) << info.key;
+      Status st = CheckFrontDoorOptions(o, door.door);  // set in code: explicit
+      EXPECT_EQ(st.ok(), FrontDoorReads(door.door, info.key))
+          << door.key << " / " << info.key << ": " << st.ToString();
+      if (!st.ok()) {
+        EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(st.message().find("option '" + info.key + "'"), std::string::npos) << st.message();
+        EXPECT_EQ(st.message().rfind(door.name, 0), 0u) << st.message();
+      }
+    }
+  }
   for (const char* leader_only :
        {"dataset", "threads", "resize", "on_bad_sample", "flip", "cache", "stage"})
     EXPECT_FALSE(ConsumerReadsOption(leader_only)) << leader_only;
   for (const char* own : {"batch_size", "epochs", "seed", "mode", "telemetry", "start_epoch"})
     EXPECT_TRUE(ConsumerReadsOption(own)) << own;
+  for (const char* own : {"drop_last", "pad_last", "connect_timeout", "carve_offset", "rank"})
+    EXPECT_FALSE(FrontDoorReads(FrontDoor::kPythonLeader, own)) << own;
+}
+
+// A consumer's own front door refuses options only the leader reads when they were set
+// explicitly, naming the option, where it belongs and what a consumer accepts; the same option
+// from the environment (a job-wide setting) is left to the leader.
+TEST(OptionsTest, ConsumerRefusesLeaderOnlyOptionsSetExplicitly) {
+  Options o;
+  ASSERT_TRUE(SetOption(&o, "batch_size", "32").ok());
+  ASSERT_TRUE(SetOption(&o, "threads", "4").ok());
+  Status st = CheckFrontDoorOptions(o, FrontDoor::kConsumer, "batchcast.Consumer");
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument);
+  for (const char* part : {"batchcast.Consumer: option 'threads' configures the leader",
+                           "(set in code)", "a consumer accepts ", "batch_size", "drop_last",
+                           "start_batch"})
+    EXPECT_NE(st.message().find(part), std::string::npos) << part << " in " << st.message();
+  EXPECT_EQ(st.message().find("image_size,"), std::string::npos) << st.message();
   ScopedEnv env({{"BATCHCAST_THREADS", std::string("4")}});
   auto from_env = ResolveOptions({});
   ASSERT_TRUE(from_env.ok());
-  EXPECT_TRUE(CheckConsumerOptions(*from_env, "c", "l").ok());
+  EXPECT_TRUE(CheckFrontDoorOptions(*from_env, FrontDoor::kConsumer).ok());
 }
 
-// A leader front door with its own options (the Python Leader, `batchcast serve`) refuses
-// the options only a consumer reads when they were set explicitly; every key has a scope.
+// A leader front door with its own options refuses the options only a consumer reads when they
+// were set explicitly; from the environment they are the consumers' (job-wide).
 TEST(OptionsTest, LeaderRefusesConsumerOnlyOptionsSetExplicitly) {
-  for (const auto& info : ListOptions()) {
-    EXPECT_TRUE(ConsumerReadsOption(info.key) || LeaderReadsOption(info.key)) << info.key;
-    Options o;
-    ASSERT_TRUE(SetOption(&o, info.key, info.default_value).ok()) << info.key;
-    Status st = CheckLeaderOptions(o, "batchcast.Leader", "batchcast.Consumer(...)");
-    EXPECT_EQ(st.ok(), LeaderReadsOption(info.key)) << info.key << ": " << st.ToString();
-  }
-  for (const char* own : {"drop_last", "pad_last", "connect_timeout", "carve_offset"})
-    EXPECT_FALSE(LeaderReadsOption(own)) << own;
-  for (const char* shared : {"batch_size", "epochs", "seed", "mode", "start_batch", "telemetry"})
-    EXPECT_TRUE(LeaderReadsOption(shared) && ConsumerReadsOption(shared)) << shared;
   Options o;
   ASSERT_TRUE(SetOption(&o, "drop_last", "true").ok());
-  EXPECT_EQ(CheckLeaderOptions(o, "batchcast.Leader", "batchcast.Consumer(...)").message(),
-            "batchcast.Leader: option 'drop_last' is each consumer's own (how it carves its "
-            "batches, waits for and checks its leader); a leader never reads it. Give it to the "
-            "consumers (batchcast.Consumer(...))");
+  EXPECT_EQ(CheckFrontDoorOptions(o, FrontDoor::kPythonLeader).message(),
+            "batchcast.Leader: option 'drop_last' is each consumer's own (set in code): how it "
+            "carves its batches, waits for and checks its leader; batchcast.Leader never reads "
+            "it. Give it to the consumers (batchcast.Consumer(address, ...)). Read by: mpi, "
+            "multinode, launcher, consumer");
   ScopedEnv env({{"BATCHCAST_DROP_LAST", std::string("1")}});  // job-wide: the consumers'
   auto from_env = ResolveOptions({});
   ASSERT_TRUE(from_env.ok());
-  EXPECT_TRUE(CheckLeaderOptions(*from_env, "l", "c").ok());
+  EXPECT_TRUE(CheckFrontDoorOptions(*from_env, FrontDoor::kPythonLeader).ok());
+  EXPECT_TRUE(CheckFrontDoorOptions(*from_env, FrontDoor::kServe).ok());
 }
 
-// A leader that runs no decode pipeline (the Python Producer) refuses every leader-only
-// option it does not read, wherever it was set: a BATCHCAST_* variable too, since no other
-// process of its job reads it.
-TEST(OptionsTest, PublisherRefusesLeaderOptionsItDoesNotReadFromAnySource) {
-  for (const auto& info : ListOptions()) {
-    Options o;
-    ASSERT_TRUE(SetOption(&o, info.key, info.default_value).ok()) << info.key;
-    Status st = CheckPublisherOptions(o, "P", {"ring_slots"}, "do this");
-    EXPECT_EQ(st.ok(), ConsumerReadsOption(info.key) || info.key == "ring_slots")
-        << info.key << ": " << st.ToString();
-  }
+// A leader that reads no decode pipeline option (the Python Producer) refuses them wherever
+// they were set: a BATCHCAST_* variable too, since no other process of its job reads it. So do
+// the front doors that configure their own trainers (the MPI Runtime, batchcast-run) for what
+// neither they nor their trainers read.
+TEST(OptionsTest, OptionsNobodyInTheJobReadsAreRefusedFromAnySource) {
   {
     ScopedEnv env({{"BATCHCAST_CACHE", std::string("1g")},
                    {"BATCHCAST_RING_SLOTS", std::string("6")},
                    {"BATCHCAST_BATCH_SIZE", std::string("8")}});
     auto from_env = ResolveOptions({});
     ASSERT_TRUE(from_env.ok());
-    Status st = CheckPublisherOptions(*from_env, "P", {"ring_slots"}, "Unset it.");
+    Status st = CheckFrontDoorOptions(*from_env, FrontDoor::kPythonProducer);
     ASSERT_EQ(st.code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(st.message(),
-              "P: option 'cache' (set by BATCHCAST_CACHE) configures a native leader's decode "
-              "pipeline or ring; P publishes the batches your code makes and never reads it. "
-              "Unset it.");
+    EXPECT_NE(st.message().find("batchcast.Producer: option 'cache' (set by BATCHCAST_CACHE) is "
+                                "not read by batchcast.Producer"),
+              std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("Read by: mpi, multinode, serve, python-leader, launcher, "
+                                "c-leader"),
+              std::string::npos) << st.message();
   }
-  ScopedEnv env({{"BATCHCAST_RING_SLOTS", std::string("6")},
-                 {"BATCHCAST_BATCH_SIZE", std::string("8")}});
+  {
+    ScopedEnv env({{"BATCHCAST_RING_SLOTS", std::string("6")},
+                   {"BATCHCAST_BATCH_SIZE", std::string("8")}});
+    auto from_env = ResolveOptions({});
+    ASSERT_TRUE(from_env.ok());
+    EXPECT_TRUE(CheckFrontDoorOptions(*from_env, FrontDoor::kPythonProducer).ok());
+  }
+  ScopedEnv env({{"BATCHCAST_RANK", std::string("1")}, {"BATCHCAST_WORLD_SIZE", std::string("2")}});
   auto from_env = ResolveOptions({});
   ASSERT_TRUE(from_env.ok());
-  EXPECT_TRUE(CheckPublisherOptions(*from_env, "P", {"ring_slots"}, "x").ok());
+  EXPECT_TRUE(CheckFrontDoorOptions(*from_env, FrontDoor::kPythonLeader).ok());  // its consumers'
+  for (FrontDoor d : {FrontDoor::kMpiRuntime, FrontDoor::kLauncher}) {
+    Status st = CheckFrontDoorOptions(*from_env, d);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << FrontDoorOf(d).key;
+    EXPECT_NE(st.message().find("(set by BATCHCAST_RANK)"), std::string::npos) << st.message();
+  }
+}
+
+// Every command line parses the registry the same way (ResolveOptions): a bare boolean flag
+// before another flag, and the README's `--flip --normalize`.
+TEST(OptionsTest, BareBooleanFlagsParseAlike) {
+  auto o = ResolveOptions({"--flip", "--epochs", "1", "--normalize"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->flip);
+  EXPECT_TRUE(o->normalize);
+  EXPECT_EQ(o->epochs, 1);
+  auto off = ResolveOptions({"--flip", "false", "--shuffle=false"});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->flip);
+  EXPECT_FALSE(off->shuffle);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@
 #include "node/consumer_internal.h"
 #include "gpu/gpu_dlpack.h"
 #include "gpu/gpu_stager.h"
-#include "node/leader.h"
+#include "producer/producer.h"
 #include "tests/unit/gpu/gpu_child.h"
 #include "tests/unit/gpu/require_device.h"
 #include "tests/unit/node/synthetic_source.h"
@@ -135,14 +135,14 @@ GpuJobResult RunGpuJob(const GpuJob& job) {
   o.producer_batch = 16;
   o.epochs = job.epochs;
   o.ring_slots = job.ring_slots;
-  node::LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = job.consumers;
   cfg.max_consumer_batch = 8;
   cfg.socket_name = UniqueSocket("gpu");
   cfg.job = "gputest";
   cfg.join_timeout_ms = 60000;
-  auto leader = node::Leader::Create(cfg, std::make_unique<node::SyntheticSource>(job.samples, 16));
+  auto leader = producer::Producer::Create(cfg, std::make_unique<node::SyntheticSource>(job.samples, 16));
   if (!leader.ok()) {
     r.leader = leader.status();
     return r;

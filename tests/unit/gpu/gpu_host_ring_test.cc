@@ -28,8 +28,7 @@
 #include "node/consumer_internal.h"
 #include "node/gpu_consumer.h"
 #include "gpu/gpu_stager.h"
-#include "node/leader.h"
-#include "node/service.h"
+#include "producer/producer.h"
 #include "telemetry/collector.h"
 #include "tests/unit/node/synthetic_source.h"
 #include "transport/cuda/canary.h"
@@ -37,10 +36,7 @@
 namespace batchcast::gpu {
 namespace {
 
-using node::Leader;
-using node::LeaderConfig;
-using node::Service;
-using node::ServiceConfig;
+using producer::ProducerConfig;
 using node::SyntheticPixel;
 using node::SyntheticSource;
 
@@ -276,7 +272,7 @@ void RunAndCheck(const HostRingJob& job) {
   o.ring_slots = job.ring_slots;
   o.shuffle = true;
   o.seed = 11;
-  LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = static_cast<int>(job.batch_sizes.size());
   cfg.max_consumer_batch = 8;
@@ -284,7 +280,7 @@ void RunAndCheck(const HostRingJob& job) {
                     std::to_string(job.batch_sizes.size()) + "-" + std::to_string(job.ring_slots);
   cfg.job = "test";
   cfg.join_timeout_ms = 30000;
-  auto leader = Leader::Create(cfg, std::make_unique<SyntheticSource>(job.samples, 8));
+  auto leader = producer::Producer::Create(cfg, std::make_unique<SyntheticSource>(job.samples, 8));
   ASSERT_TRUE(leader.ok()) << leader.status().ToString();
   auto leader_telemetry = MakeCollector();
   GpuStagerConfig sc;
@@ -354,14 +350,14 @@ TEST(GpuHostRingTest, BatchesThatWouldBeJoinedAreRefusedAtAttach) {
   o.batch_size = 8;
   o.producer_batch = 16;
   o.epochs = 1;
-  LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = 1;
   cfg.max_consumer_batch = 8;
   cfg.socket_name = "bc-gpu-host-refuse-" + std::to_string(getpid());
   cfg.job = "test";
   cfg.join_timeout_ms = 30000;
-  auto leader = Leader::Create(cfg, std::make_unique<SyntheticSource>(32, 8));
+  auto leader = producer::Producer::Create(cfg, std::make_unique<SyntheticSource>(32, 8));
   ASSERT_TRUE(leader.ok()) << leader.status().ToString();
   HostRing ring(cuda::DeviceRingConfig{});
   Options co = o;
@@ -384,14 +380,14 @@ TEST(GpuHostRingTest, FinishSpecOnlyForUint8WithFinishOn) {
   Options o;
   o.batch_size = 8;
   o.producer_batch = 16;
-  LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = 1;
   cfg.max_consumer_batch = 8;
   cfg.socket_name = "batchcast-test-" + std::to_string(getpid()) + "-gpuhost-finish";
   cfg.job = "test";
   cfg.join_timeout_ms = 30000;
-  auto leader = Leader::Create(cfg, std::make_unique<SyntheticSource>(32, 8));
+  auto leader = producer::Producer::Create(cfg, std::make_unique<SyntheticSource>(32, 8));
   ASSERT_TRUE(leader.ok()) << leader.status().ToString();
   GpuStagerConfig sc;
   sc.finish = true;
@@ -413,14 +409,16 @@ TEST(GpuHostRingTest, FinishSpecOnlyForUint8WithFinishOn) {
 // `batchcast serve` stages through the same hook (dynamic membership: trials on other
 // GPUs take the peer-copy path, which needs a second GPU and is not exercised here).
 TEST(GpuHostRingTest, ServiceStagesEveryFilledSlot) {
-  ServiceConfig cfg;
+  producer::ProducerConfig cfg;  // `batchcast serve`'s configuration
+  cfg.who = "service";
+  cfg.end_when_empty = false;
   cfg.socket_name = "batchcast-test-" + std::to_string(getpid()) + "-gpuhost-service";
   cfg.options.producer_batch = 16;
   cfg.options.batch_size = 8;
   cfg.options.ring_slots = 3;
   cfg.options.seed = 5;
-  cfg.epochs = 2;
-  auto service = Service::Create(cfg, std::make_unique<SyntheticSource>(64, 8));
+  cfg.options.epochs = 2;
+  auto service = producer::Producer::Create(cfg, std::make_unique<SyntheticSource>(64, 8));
   ASSERT_TRUE(service.ok()) << service.status().ToString();
   GpuStagerConfig sc;
   auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor((*service)->ring(), sc).value());
@@ -461,7 +459,7 @@ TEST_P(GpuCheckFallbackTest, AutoTakesTheHostPathOnFailsNamingTheStep) {
   o.ring_slots = 3;
   o.shuffle = true;
   o.seed = 3;
-  LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = 1;
   cfg.max_consumer_batch = 8;
@@ -469,7 +467,7 @@ TEST_P(GpuCheckFallbackTest, AutoTakesTheHostPathOnFailsNamingTheStep) {
                     std::to_string(int(fc.fault));
   cfg.job = "test";
   cfg.join_timeout_ms = 30000;
-  auto leader = Leader::Create(cfg, std::make_unique<SyntheticSource>(64, 8));
+  auto leader = producer::Producer::Create(cfg, std::make_unique<SyntheticSource>(64, 8));
   ASSERT_TRUE(leader.ok()) << leader.status().ToString();
   GpuStagerConfig sc;
   auto ring = std::make_unique<HostRing>(GpuStager::RingConfigFor((*leader)->ring(), sc).value());

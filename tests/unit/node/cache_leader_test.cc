@@ -15,7 +15,7 @@
 
 #include "batchcast/consumer.h"
 #include "core/random.h"
-#include "node/leader.h"
+#include "producer/producer.h"
 #include "producer/batch_source.h"
 #include "tests/unit/producer/photo_dataset.h"
 
@@ -47,7 +47,7 @@ void Digest1(Consumer* c, Digest* d, Status* status) {
 std::vector<Digest> RunLeader(const Options& o, int consumers,
                               telemetry::Collector* collector = nullptr) {
   static std::atomic<int> n{0};
-  LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = consumers;
   cfg.max_consumer_batch = 16;
@@ -58,7 +58,7 @@ std::vector<Digest> RunLeader(const Options& o, int consumers,
   auto source = producer::MakePipelineSource(o);
   EXPECT_TRUE(source.ok()) << source.status().ToString();
   if (!source.ok()) return {};
-  auto leader = Leader::Create(cfg, std::move(source).value());
+  auto leader = producer::Producer::Create(cfg, std::move(source).value());
   EXPECT_TRUE(leader.ok()) << leader.status().ToString();
   if (!leader.ok()) return {};
   Status leader_status;

@@ -18,10 +18,11 @@
 #include <thread>
 
 #include "batchcast/consumer.h"
+#include "core/option_scope.h"
 #include "core/random.h"
-#include "node/leader.h"
-#include "node/service.h"
 #include "node/task_telemetry.h"
+#include "producer/feed.h"
+#include "producer/producer.h"
 #include "producer/stream_plan.h"
 #include "tests/unit/node/synthetic_source.h"
 
@@ -34,7 +35,7 @@ std::string UniqueSocket(const char* tag) {
 }
 
 struct LeaderHarness {
-  std::unique_ptr<Leader> leader;
+  std::unique_ptr<producer::Producer> leader;
   std::thread thread;
   Status status;
   ~LeaderHarness() {
@@ -49,7 +50,7 @@ std::unique_ptr<LeaderHarness> MakeLeader(const Options& o, int expected, uint32
                                           int64_t n, bool end_when_empty = true,
                                           std::unique_ptr<producer::BatchSource> source = {},
                                           const std::string& socket = "") {
-  LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = expected;
   cfg.max_consumer_batch = max_b;
@@ -59,7 +60,7 @@ std::unique_ptr<LeaderHarness> MakeLeader(const Options& o, int expected, uint32
   cfg.end_when_empty = end_when_empty;
   auto h = std::make_unique<LeaderHarness>();
   if (!source) source = std::make_unique<SyntheticSource>(n);
-  auto l = Leader::Create(cfg, std::move(source));
+  auto l = producer::Producer::Create(cfg, std::move(source));
   EXPECT_TRUE(l.ok()) << l.status().ToString();
   h->leader = std::move(l).value();
   return h;
@@ -376,11 +377,14 @@ TEST(ShardTest, RanksTakeDisjointEqualPartsOfEveryEpoch) {
 }
 
 TEST(ShardTest, TheServiceRefusesEachTrialsOwnOptions) {
-  ServiceConfig cfg;
+  producer::ProducerConfig cfg;
+  cfg.front_door = FrontDoor::kServe;
+  cfg.who = "service";
   cfg.options = BaseOptions(1, 16);
-  cfg.options.mode = "shard";
+  cfg.options.batch_size = 8;
+  ASSERT_TRUE(SetOption(&cfg.options, "mode", "shard").ok());
   cfg.socket_name = UniqueSocket("svc-opts");
-  auto s = Service::Create(cfg, std::make_unique<SyntheticSource>(64));
+  auto s = producer::Producer::Create(cfg, std::make_unique<SyntheticSource>(64));
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("each consumer's own"), std::string::npos)
       << s.status().message();
@@ -455,18 +459,20 @@ std::vector<std::vector<std::string>> RunResumeJob(const ResumeJob& job,
     lo.world_size = job.world;
   }
   std::unique_ptr<LeaderHarness> leader;
-  std::unique_ptr<Service> service;
+  std::unique_ptr<producer::Producer> service;
   std::thread service_thread;
   std::string address;
-  if (job.service) {
-    ServiceConfig cfg;
+  if (job.service) {  // `batchcast serve`'s configuration
+    producer::ProducerConfig cfg;
+    cfg.who = "service";
     cfg.options = lo;
+    cfg.options.epochs = job.epochs;
+    cfg.end_when_empty = false;
     cfg.socket_name = UniqueSocket("resume");
-    cfg.epochs = job.epochs;
-    auto created = Service::Create(cfg, std::make_unique<SyntheticSource>(job.n));
+    auto created = producer::Producer::Create(cfg, std::make_unique<SyntheticSource>(job.n));
     EXPECT_TRUE(created.ok()) << created.status().ToString();
     service = std::move(created).value();
-    address = service->socket_name();
+    address = service->address();
   } else {
     leader = MakeLeader(lo, attached, uint32_t(job.b), job.n);
     address = leader->leader->address();
@@ -591,24 +597,75 @@ TEST(ResumeTest, KilledJobResumesByteForByteFromAService) {
   KillAndResume({1, false, true, 181, 16, 12, 3, 79}, 0x16a4);
 }
 
-TEST(ResumeTest, AStreamPastThePositionIsRefusedNamingTheFix) {
+// A native stream that stays up for its consumers (end_when_empty false, as a service)
+// replays a resume point it has passed (Replay::kAny): the rest of the consumer's epoch,
+// spread between the stream's positions, then the stream's next epoch (epochs are counted,
+// not numbered: Admission::SettleResumers), each sample once.
+TEST(ResumeTest, AStreamPastThePositionReplaysItToTheResumer) {
   Options o = BaseOptions(4, 16);
   o.batch_size = 8;
   o.start_epoch = 2;
-  auto h = MakeLeader(o, 1, 8, 64);
+  auto h = MakeLeader(o, 1, 8, 64, /*end_when_empty=*/false);
   Options co = o;
   co.start_epoch = 1;
   co.start_batch = 3;
+  co.epochs = 3;  // epochs 1 and 2 of its run
   auto c = Consumer::Attach(h->leader->address(), co, 0);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   h->Start();
+  Seen seen;
+  Consume(c->get(), &seen, 0, 1);
+  h->thread.join();
+  ASSERT_TRUE(seen.status.ok()) << seen.status.ToString();
+  EXPECT_EQ(seen.bad_pixels + seen.bad_labels, 0);
+  ASSERT_EQ(seen.counts.size(), 2u);  // epoch 1 from batch 3, then the stream's next: 3
+  producer::StreamPlan plan(64, 16, o.seed, true);
+  const std::vector<int64_t> order1 = plan.EpochOrder(1);
+  EXPECT_EQ(seen.counts[1].size(), 64u - 24u);
+  for (size_t i = 24; i < order1.size(); ++i) EXPECT_EQ(seen.counts[1][order1[i]], 1) << i;
+  EXPECT_EQ(seen.counts[3].size(), 64u);
+  EXPECT_EQ(h->leader->stats().resume_replays, 1);
+}
+
+// A producer that cannot make a passed position again (batches from an iterable) refuses a
+// resume point behind its stream, naming the fix.
+TEST(ResumeTest, AStreamThatCannotReplayRefusesAPassedPosition) {
+  producer::ExternalFeedConfig feed;
+  feed.layout.channels = 3;
+  feed.layout.height = feed.layout.width = 8;
+  feed.producer_batch = 16;
+  feed.epoch_samples = 64;
+  feed.max_consumer_batch = 8;
+  producer::ProducerConfig cfg;
+  cfg.who = "producer";
+  cfg.options = BaseOptions(4, 16);
+  cfg.options.start_epoch = 2;
+  cfg.expected_consumers = 1;
+  cfg.socket_name = UniqueSocket("resume-ext");
+  producer::StreamPlan plan(64, 16, 1, true);
+  auto batches = [&plan](uint64_t e) {
+    std::vector<std::vector<int64_t>> out;
+    for (int64_t k = 0; k < 4; ++k) out.emplace_back(plan.Batch(e, k).begin(), plan.Batch(e, k).end());
+    return out;
+  };
+  auto p = producer::Producer::Create(
+      cfg, producer::MakeExternalFeed(feed, std::make_unique<ListMaker>(batches, SyntheticWrite(192))),
+      producer::MakeLocalDistribution());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Options co = cfg.options;
+  co.batch_size = 8;
+  co.start_epoch = 1;
+  co.start_batch = 3;
+  auto c = Consumer::Attach((*p)->address(), co, 0);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::thread t([&] { (*p)->Run().IgnoreError(); });
   Batch batch;
   Status st = (*c)->Next(&batch);
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find("resumes at epoch 1 batch 3"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("start_epoch / start_batch"), std::string::npos) << st.message();
   c->reset();
-  h->thread.join();
+  t.join();
 }
 
 TEST(ExactBatchesTest, DropLastAndPadLastExcludeEachOther) {
@@ -634,29 +691,33 @@ TEST(ExactBatchesTest, DropLastIsRefusedWithPerProducerBatchCarving) {
   h->leader->Abort("test over");
 }
 
-TEST(TaskTelemetryTest, EveryProcessWritesItsOwnTaggedFiles) {
-  EXPECT_EQ(TaggedPath("run.h5", "rank3"), "run.rank3.h5");
-  EXPECT_EQ(TaggedPath("out/run.trace.json", "node0-leader"), "out/run.node0-leader.trace.json");
-  EXPECT_EQ(TaggedPath("out.d/run", "rank1"), "out.d/run.rank1");
-  EXPECT_EQ(TaggedPath("", "rank1"), "");
+// The one telemetry file-naming rule (telemetry/run_outputs.h), through which every front
+// door's ProcessTelemetry names its files: a plain path gets the process's tag.
+TEST(ProcessTelemetryTest, EveryProcessWritesItsOwnTaggedFiles) {
+  EXPECT_EQ(telemetry::TaggedPath("run.h5", "rank3"), "run.rank3.h5");
+  EXPECT_EQ(telemetry::TaggedPath("out/run.trace.json", "node0-leader"),
+            "out/run.node0-leader.trace.json");
+  EXPECT_EQ(telemetry::TaggedPath("out.d/run", "rank1"), "out.d/run.rank1");
+  EXPECT_EQ(telemetry::TaggedPath("", "rank1"), "");
+  EXPECT_EQ(telemetry::TaggedPath("run.json", ""), "run.json");
   Options off;  // telemetry off: no collector, nothing to finish
-  auto t = TaskTelemetry::Start(off, telemetry::ProcessKind::kLeader, 0, 0,
-                                telemetry::Role::kLeader, "x");
+  auto t = producer::ProcessTelemetry::Start(off, telemetry::ProcessKind::kLeader, 0, 0,
+                                             telemetry::Role::kLeader, "x");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t.value(), nullptr);
 }
 
 // A C++ trainer's telemetry (AttachFromEnvironment) is written at Detach(), which returns a
 // failure to write it: the caller sees it, not only a log line (issue 32).
-TEST(TaskTelemetryTest, DetachReturnsAFailureToWriteTheFiles) {
+TEST(ProcessTelemetryTest, DetachReturnsAFailureToWriteTheFiles) {
   Options o = BaseOptions(1, 16);
   o.batch_size = 8;
   const std::string dir = ::testing::TempDir() + "/bc_task_telemetry_" + std::to_string(getpid());
   ASSERT_EQ(std::system(("rm -rf " + dir).c_str()), 0);
   Options mine = o;
   mine.telemetry = "hdf5=" + dir + "/t.h5";
-  auto t = TaskTelemetry::Start(mine, telemetry::ProcessKind::kTrainer, 0, 0,
-                                telemetry::Role::kConsumer, "rank0");
+  auto t = producer::ProcessTelemetry::Start(mine, telemetry::ProcessKind::kTrainer, 0, 0,
+                                             telemetry::Role::kConsumer, "rank0");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_NE(t.value(), nullptr);
   auto h = MakeLeader(o, 1, 8, 16);
@@ -1053,12 +1114,12 @@ TEST(DataPlaneTest, KilledLeaderFailsConsumersPromptly) {
     close(pipefd[0]);
     Options o = BaseOptions(1000, 8);
     o.batch_size = 8;
-    LeaderConfig cfg;
+    producer::ProducerConfig cfg;
     cfg.options = o;
     cfg.expected_consumers = 1;
     cfg.socket_name = name;
     cfg.job = "test";
-    auto l = Leader::Create(cfg, std::make_unique<SyntheticSource>(10000));
+    auto l = producer::Producer::Create(cfg, std::make_unique<SyntheticSource>(10000));
     if (!l.ok()) _exit(3);
     char ok = 1;
     if (write(pipefd[1], &ok, 1) != 1) _exit(4);
@@ -1087,7 +1148,7 @@ TEST(DataPlaneTest, KilledLeaderFailsConsumersPromptly) {
 }
 
 
-// Late join through node::Leader (producer/admission.h), driven deterministically: the
+// Late join through producer::Producer (producer/admission.h), driven deterministically: the
 // source attaches the joiner while the leader fills position `join_at`, so the joiner is
 // settled before position join_at + 1 (no sleeps, no timing).
 class JoinDuringFill : public SyntheticSource {
@@ -1107,15 +1168,18 @@ class JoinDuringFill : public SyntheticSource {
 
 struct LateJoinRun {
   Seen a, b;
-  LeaderStats stats;
+  producer::ProducerStats stats;
 };
 
 // A (batch 16) attaches first; B (batch 8, `b_epochs` epochs) attaches during position
 // join_at. Epochs of n samples in producer batches of 16, 4 ring slots.
-void RunLateJoin(int64_t n, int epochs, int join_at, int b_epochs, LateJoinRun* out) {
+// external: the producer's batches come from an iterable (the Python Producer's feed), and B
+// attaches while position join_at is written.
+void RunLateJoin(int64_t n, int epochs, int join_at, int b_epochs, LateJoinRun* out,
+                 bool external = false) {
   Options o = BaseOptions(epochs, 16);
   o.batch_size = 16;
-  LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = 1;
   cfg.max_consumer_batch = 16;
@@ -1127,13 +1191,39 @@ void RunLateJoin(int64_t n, int epochs, int join_at, int b_epochs, LateJoinRun* 
   Options ob = o;
   ob.batch_size = 8;
   ob.epochs = b_epochs;
-  auto source = std::make_unique<JoinDuringFill>(n, join_at, [&] {
+  auto join = [&] {
     auto c = Consumer::Attach(cfg.socket_name, ob, 2);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     b = std::move(c).value();
     b_attached.set_value();
-  });
-  auto leader = Leader::Create(cfg, std::move(source));
+  };
+  Result<std::unique_ptr<producer::Producer>> leader = InternalError("unset");
+  producer::StreamPlan plan(n, 16, o.seed, true);
+  int written = 0;
+  if (external) {
+    producer::ExternalFeedConfig feed;
+    feed.layout.channels = 3;
+    feed.layout.height = feed.layout.width = 8;
+    feed.producer_batch = 16;
+    feed.epoch_samples = n;
+    feed.max_consumer_batch = 16;
+    auto batches = [&plan](uint64_t e) {
+      std::vector<std::vector<int64_t>> out;
+      for (int64_t k = 0; k < plan.BatchesPerEpoch(); ++k)
+        out.emplace_back(plan.Batch(e, k).begin(), plan.Batch(e, k).end());
+      return out;
+    };
+    auto write = [&, pixels = SyntheticWrite(192)](const producer::ExternalSlot& slot, int64_t pos,
+                                                   int64_t id) {
+      if (pos == 0 && written++ == join_at) join();
+      pixels(slot, pos, id);
+    };
+    leader = producer::Producer::Create(
+        cfg, producer::MakeExternalFeed(feed, std::make_unique<ListMaker>(batches, write)),
+        producer::MakeLocalDistribution());
+  } else {
+    leader = producer::Producer::Create(cfg, std::make_unique<JoinDuringFill>(n, join_at, join));
+  }
   ASSERT_TRUE(leader.ok()) << leader.status().ToString();
   Status run;
   std::thread t([&] { run = (*leader)->Run(); });
@@ -1157,9 +1247,9 @@ struct LateJoinCase {
   int64_t replayed;        // batches replayed to B
 };
 
-void ExpectLateJoin(const LateJoinCase& c) {
+void ExpectLateJoin(const LateJoinCase& c, bool external = false) {
   LateJoinRun r;
-  RunLateJoin(c.n, 2, c.join_at, c.b_epochs, &r);
+  RunLateJoin(c.n, 2, c.join_at, c.b_epochs, &r, external);
   ExpectExactlyOnce(r.a, c.n, 2, 16);
   ExpectExactlyOnce(r.b, c.n, c.b_epochs, 8);
   ASSERT_FALSE(r.b.counts.empty());
@@ -1179,6 +1269,17 @@ TEST(DataPlaneTest, LateJoinerWithinWindowGetsTheEpochStartReplayed) {
 // admitted at once and starts at epoch 1's first position; nothing is replayed.
 TEST(DataPlaneTest, JoinerAfterTheWindowStartsAtTheNextEpoch) {
   ExpectLateJoin({320, 9, 1, 1, 0});
+}
+
+// The same through the Python Producer's feed (batches from an iterable, which cannot be made
+// again): the Producer keeps copies of the epoch's first ring-depth batches and replays them.
+TEST(DataPlaneTest, IterableLateJoinerWithinWindowGetsTheEpochStartReplayed) {
+  ExpectLateJoin({160, 2, 2, 0, 3}, /*external=*/true);
+}
+
+// Past the window an iterable's joiner waits for the next epoch (its length is not known).
+TEST(DataPlaneTest, IterableJoinerAfterTheWindowStartsAtTheNextEpoch) {
+  ExpectLateJoin({320, 9, 1, 1, 0}, /*external=*/true);
 }
 
 }  // namespace

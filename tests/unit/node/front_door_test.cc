@@ -1,16 +1,16 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// What every front door over the producer core (runtime/producer/) must do at creation:
-// refuse combinations it cannot support with a message naming the fix, and tell consumers
-// how many epochs the stream has (RingConfig::stream_epochs) when it knows.
+// What every front door's producer::Producer must do at creation: refuse what its front door
+// does not read (the front-door table) with a message naming the option and the front door,
+// and tell consumers how many epochs the stream has (RingConfig::stream_epochs) when it knows.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
 
-#include "node/external_producer.h"
-#include "node/leader.h"
-#include "node/service.h"
+#include "core/option_scope.h"
+#include "producer/feed.h"
+#include "producer/producer.h"
 #include "tests/unit/node/synthetic_source.h"
 
 namespace batchcast::node {
@@ -21,69 +21,97 @@ std::string Socket(const char* tag) {
   return "batchcast-test-" + std::to_string(getpid()) + "-fd-" + tag + "-" + std::to_string(n++);
 }
 
-ServiceConfig ServiceWith(int64_t epochs) {
-  ServiceConfig c;
+producer::ProducerConfig ServiceWith(int64_t epochs) {
+  producer::ProducerConfig c;  // `batchcast serve`'s configuration
+  c.front_door = FrontDoor::kServe;
+  c.who = "service";
   c.socket_name = Socket("svc");
-  c.epochs = epochs;
+  c.until_stopped = epochs == 0;
+  c.end_when_empty = false;
   c.options.batch_size = 8;
   c.options.producer_batch = 16;
+  if (epochs > 0) c.options.epochs = static_cast<int>(epochs);
   return c;
 }
 
 TEST(FrontDoorTest, ServiceRefusesProgressiveResizing) {
-  ServiceConfig c = ServiceWith(2);
-  c.options.resize = "resize(min=96,max=224,step=32)";
-  auto s = Service::Create(c, std::make_unique<SyntheticSource>(64));
+  producer::ProducerConfig c = ServiceWith(2);
+  ASSERT_TRUE(SetOption(&c.options, "resize", "resize(min=96,max=224,step=32)").ok());
+  auto s = producer::Producer::Create(c, std::make_unique<SyntheticSource>(64));
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.status().message().find("progressive resizing (option 'resize') is not supported"),
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("batchcast serve: option 'resize' (set in code) is not "
+                                      "read by batchcast serve"),
             std::string::npos) << s.status().message();
 }
 
 TEST(FrontDoorTest, LateJoinWindowOutsideZeroToOneIsRefused) {
-  ServiceConfig c = ServiceWith(1);
-  c.late_join_window = 1.5;
-  auto s = Service::Create(c, std::make_unique<SyntheticSource>(64));
+  producer::ProducerConfig c = ServiceWith(1);
+  c.options.late_join_window = 1.5;
+  auto s = producer::Producer::Create(c, std::make_unique<SyntheticSource>(64));
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("late_join_window 1.5 is outside [0, 1]"),
+  EXPECT_NE(s.status().message().find("option 'late_join_window' must be a fraction of an "
+                                      "epoch in [0, 1], got 1.5"),
             std::string::npos) << s.status().message();
-  LeaderConfig l;
-  l.options.batch_size = 8;
-  l.socket_name = Socket("leader");
-  l.late_join_window = -0.1;
-  auto leader = Leader::Create(l, std::make_unique<SyntheticSource>(64));
-  ASSERT_FALSE(leader.ok());
-  EXPECT_NE(leader.status().message().find("leader: late_join_window"), std::string::npos)
-      << leader.status().message();
+  EXPECT_FALSE(ResolveOptions({"--late-join-window=-0.1"}).ok());
 }
 
 TEST(FrontDoorTest, EveryProducerTellsConsumersItsEpochs) {
-  auto bounded = Service::Create(ServiceWith(3), std::make_unique<SyntheticSource>(64));
+  auto bounded = producer::Producer::Create(ServiceWith(3), std::make_unique<SyntheticSource>(64));
   ASSERT_TRUE(bounded.ok()) << bounded.status().ToString();
   EXPECT_EQ((*bounded)->ring().config().stream_epochs, 3u);
-  auto unbounded = Service::Create(ServiceWith(0), std::make_unique<SyntheticSource>(64));
+  auto unbounded = producer::Producer::Create(ServiceWith(0), std::make_unique<SyntheticSource>(64));
   ASSERT_TRUE(unbounded.ok()) << unbounded.status().ToString();
   EXPECT_EQ((*unbounded)->ring().config().stream_epochs, 0u);  // runs until stopped
 
-  LeaderConfig l;
+  producer::ProducerConfig l;
   l.options.batch_size = 8;
   l.options.epochs = 4;
   l.socket_name = Socket("leader");
-  auto leader = Leader::Create(l, std::make_unique<SyntheticSource>(64));
+  auto leader = producer::Producer::Create(l, std::make_unique<SyntheticSource>(64));
   ASSERT_TRUE(leader.ok()) << leader.status().ToString();
   EXPECT_EQ((*leader)->ring().config().stream_epochs, 4u);
 
-  ExternalProducerConfig e;
+  producer::ExternalFeedConfig e;
   e.layout.channels = 3;
   e.layout.height = e.layout.width = 4;
   e.producer_batch = 16;
   e.max_consumer_batch = 8;
-  e.epochs = 5;
-  e.socket_name = Socket("ext");
-  auto p = ExternalProducer::Create(e);
+  producer::ProducerConfig ec;
+  ec.front_door = FrontDoor::kPythonProducer;
+  ec.who = "producer";
+  ec.options.epochs = 5;
+  ec.socket_name = Socket("ext");
+  auto p = producer::Producer::Create(
+      ec, producer::MakeExternalFeed(e, std::make_unique<ListMaker>(nullptr, nullptr)),
+      producer::MakeLocalDistribution());
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ((*p)->ring().config().stream_epochs, 5u);
-  (*p)->End();
+}
+
+// One slot-count rule (producer::RingSlots): every producer's ring holds ring_slots, or
+// buffer_depth + 2, positions ahead of its slowest consumer.
+TEST(FrontDoorTest, EveryProducerHasTheSameSlotCountRule) {
+  for (int depth : {1, 2, 5}) {
+    producer::ProducerConfig l;
+    l.options.batch_size = 8;
+    l.options.buffer_depth = depth;
+    l.socket_name = Socket("slots");
+    auto leader = producer::Producer::Create(l, std::make_unique<SyntheticSource>(64));
+    ASSERT_TRUE(leader.ok()) << leader.status().ToString();
+    EXPECT_EQ((*leader)->ring().config().num_slots, uint32_t(depth + 2));
+    producer::ExternalFeedConfig e;
+    e.layout.channels = e.layout.height = e.layout.width = 2;
+    e.producer_batch = 16;
+    e.max_consumer_batch = 8;
+    producer::ProducerConfig ec = l;
+    ec.socket_name = Socket("slots-ext");
+    auto p = producer::Producer::Create(
+        ec, producer::MakeExternalFeed(e, std::make_unique<ListMaker>(nullptr, nullptr)),
+        producer::MakeLocalDistribution());
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ((*p)->ring().config().num_slots, uint32_t(depth + 2));
+  }
 }
 
 }  // namespace

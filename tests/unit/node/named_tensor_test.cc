@@ -16,7 +16,9 @@
 
 #include "batchcast/consumer.h"
 #include "core/random.h"
-#include "node/external_producer.h"
+#include "producer/feed.h"
+#include "producer/producer.h"
+#include "tests/unit/node/synthetic_source.h"
 
 namespace batchcast::node {
 namespace {
@@ -40,7 +42,7 @@ std::vector<producer::TensorSpec> Specs() {
 }
 
 // Writes sample `id` at slot position i.
-void WriteSample(const ExternalSlot& s, bool images, int64_t i, int64_t id) {
+void WriteSample(const producer::ExternalSlot& s, bool images, int64_t i, int64_t id) {
   auto* emb = reinterpret_cast<float*>(s.tensors[0]) + i * 3;
   auto* tok = reinterpret_cast<int32_t*>(s.tensors[1]) + i * 4;
   for (int k = 0; k < 3; ++k) emb[k] = Emb(id, k);
@@ -113,17 +115,37 @@ TEST(NamedTensorTest, EveryCarveKeepsTheTensorsOfASampleTogether) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " round " << round << ": n " << n
                                     << " producer batch " << p << " max_b " << max_b
                                     << " images " << images);
-    ExternalProducerConfig cfg;
-    if (images) cfg.layout.channels = 1, cfg.layout.height = 2, cfg.layout.width = 3;
-    cfg.tensors = Specs();
-    cfg.producer_batch = p;
-    cfg.epoch_samples = n;
-    cfg.epochs = epochs;
-    cfg.max_consumer_batch = max_b;
+    // The iterable: every epoch a random order of ids, in batches of p (the last partial).
+    std::vector<std::vector<std::vector<int64_t>>> epoch_batches(epochs);
+    for (int e = 0; e < epochs; ++e) {
+      std::vector<int64_t> order(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) order[i] = 1000 * e + i;
+      for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng.Below(uint64_t(i) + 1)]);
+      for (int64_t at = 0; at < n; at += p)
+        epoch_batches[e].emplace_back(order.begin() + at, order.begin() + std::min(n, at + p));
+    }
+    producer::ExternalFeedConfig feed;
+    if (images) feed.layout.channels = 1, feed.layout.height = 2, feed.layout.width = 3;
+    feed.tensors = Specs();
+    feed.producer_batch = p;
+    feed.epoch_samples = n;
+    feed.max_consumer_batch = max_b;
+    producer::ProducerConfig cfg;
+    cfg.who = "producer";
+    cfg.options.epochs = epochs;
+    cfg.expected_consumers = consumers;
     cfg.socket_name = NamedSocket();
-    auto prod = ExternalProducer::Create(cfg);
+    auto prod = producer::Producer::Create(
+        cfg,
+        producer::MakeExternalFeed(
+            feed, std::make_unique<ListMaker>(
+                      [&](uint64_t e) { return epoch_batches[e]; },
+                      [images](const producer::ExternalSlot& slot, int64_t pos, int64_t id) {
+                        WriteSample(slot, images, pos, id);
+                      })),
+        producer::MakeLocalDistribution());
     ASSERT_TRUE(prod.ok()) << prod.status().ToString();
-    ExternalProducer& pr = **prod;
+    producer::Producer& pr = **prod;
     std::vector<std::unique_ptr<Consumer>> cs;
     std::vector<Options> cos;
     for (int i = 0; i < consumers; ++i) {
@@ -142,25 +164,11 @@ TEST(NamedTensorTest, EveryCarveKeepsTheTensorsOfASampleTogether) {
       cs.push_back(std::move(c).value());
       cos.push_back(co);
     }
-    ASSERT_TRUE(pr.WaitForConsumers(consumers, -1).ok());
     std::vector<NamedSeen> seen(static_cast<size_t>(consumers));
     std::vector<std::thread> threads;
     for (int i = 0; i < consumers; ++i)
       threads.emplace_back(ConsumeNamed, cs[i].get(), images, &seen[i]);
-    for (int e = 0; e < epochs; ++e) {
-      std::vector<int64_t> order(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) order[i] = 1000 * e + i;
-      for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng.Below(uint64_t(i) + 1)]);
-      for (int64_t at = 0, k = 0; at < n; at += p, ++k) {
-        auto slot = pr.Begin(-1);
-        ASSERT_TRUE(slot.ok()) << slot.status().ToString();
-        const int64_t count = std::min(p, n - at);
-        for (int64_t i = 0; i < count; ++i) WriteSample(*slot, images, i, order[at + i]);
-        ASSERT_TRUE(pr.Commit(*slot, {uint64_t(e), uint64_t(k), count, at + count == n}, true)
-                        .ok());
-      }
-    }
-    pr.End();
+    EXPECT_TRUE(pr.Run().ok());
     for (auto& t : threads) t.join();
     for (int i = 0; i < consumers; ++i) {
       const Options& co = cos[i];
@@ -182,13 +190,17 @@ TEST(NamedTensorTest, EveryCarveKeepsTheTensorsOfASampleTogether) {
 
 TEST(NamedTensorTest, BadTensorSpecsAreRefusedNamingTheTensor) {
   auto refused = [](std::vector<producer::TensorSpec> specs, const std::string& want) {
-    ExternalProducerConfig cfg;
-    cfg.layout.channels = cfg.layout.height = cfg.layout.width = 1;
-    cfg.tensors = std::move(specs);
-    cfg.producer_batch = 4;
-    cfg.max_consumer_batch = 2;
+    producer::ExternalFeedConfig feed;
+    feed.layout.channels = feed.layout.height = feed.layout.width = 1;
+    feed.tensors = std::move(specs);
+    feed.producer_batch = 4;
+    feed.max_consumer_batch = 2;
+    producer::ProducerConfig cfg;
+    cfg.who = "producer";
     cfg.socket_name = NamedSocket();
-    auto p = ExternalProducer::Create(cfg);
+    auto p = producer::Producer::Create(
+        cfg, producer::MakeExternalFeed(feed, std::make_unique<ListMaker>(nullptr, nullptr)),
+        producer::MakeLocalDistribution());
     ASSERT_FALSE(p.ok()) << want;
     EXPECT_NE(p.status().message().find(want), std::string::npos) << p.status().message();
   };

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "batchcast/consumer.h"
-#include "node/leader.h"
+#include "producer/producer.h"
 #include "schedule/resize_schedule.h"
 #include "schedule/resize_spec.h"
 #include "tests/unit/node/synthetic_source.h"
@@ -28,7 +28,7 @@ std::string UniqueSocket() {
 }
 
 struct RunningLeader {
-  std::unique_ptr<Leader> leader;
+  std::unique_ptr<producer::Producer> leader;
   std::thread thread;
   Status status;
   ~RunningLeader() {
@@ -50,7 +50,7 @@ Options ResizeOptions(const std::string& spec, int epochs, int producer_batch) {
 
 std::unique_ptr<RunningLeader> StartLeader(const Options& o, int consumers, uint32_t max_b,
                                            int64_t n, int full) {
-  LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = consumers;
   cfg.max_consumer_batch = max_b;
@@ -59,7 +59,7 @@ std::unique_ptr<RunningLeader> StartLeader(const Options& o, int consumers, uint
   cfg.join_timeout_ms = 30000;
   cfg.print_plan = false;
   auto r = std::make_unique<RunningLeader>();
-  auto l = Leader::Create(cfg, std::make_unique<SizedSource>(n, full, 3));
+  auto l = producer::Producer::Create(cfg, std::make_unique<SizedSource>(n, full, 3));
   EXPECT_TRUE(l.ok()) << l.status().ToString();
   if (!l.ok()) return nullptr;
   r->leader = std::move(l).value();
@@ -349,11 +349,11 @@ TEST(ResizeLeaderTest, LateJoinerGetsExactBatchesPerStreamEpoch) {
 TEST(ResizeLeaderTest, BadSpecFailsLeaderCreationNamingTheOption) {
   Options o = ResizeOptions("resize(min=8,max=16,upgarde=0.3)", 2, 16);
   o.batch_size = 4;
-  LeaderConfig cfg;
+  producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.socket_name = UniqueSocket();
   cfg.print_plan = false;
-  auto l = Leader::Create(cfg, std::make_unique<SizedSource>(10, 16, 3));
+  auto l = producer::Producer::Create(cfg, std::make_unique<SizedSource>(10, 16, 3));
   ASSERT_FALSE(l.ok());
   EXPECT_NE(l.status().message().find("resize"), std::string::npos) << l.status().message();
   EXPECT_NE(l.status().message().find("upgarde"), std::string::npos) << l.status().message();

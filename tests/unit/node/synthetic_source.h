@@ -16,6 +16,7 @@
 #include "core/errors.h"
 #include "core/random.h"
 #include "producer/batch_source.h"
+#include "producer/feed.h"
 
 namespace batchcast::node {
 
@@ -139,5 +140,57 @@ class SkippingSource : public SyntheticSource {
   std::map<uint64_t, int64_t> fills_in_epoch_;
   std::map<uint64_t, std::set<int64_t>> skipped_;
 };
+
+// An external feed's batch maker over batches a test lists per epoch (as a Python iterable
+// would yield them): `batches(epoch)` gives the epoch's batches of sample ids, `write` puts
+// sample `id` at slot position `pos` (images, labels, named tensors); the ids are written.
+class ListMaker : public producer::BatchMaker {
+ public:
+  using Batches = std::function<std::vector<std::vector<int64_t>>(uint64_t epoch)>;
+  using Write = std::function<void(const producer::ExternalSlot&, int64_t pos, int64_t id)>;
+  ListMaker(Batches batches, Write write) : batches_(std::move(batches)), write_(std::move(write)) {}
+  Status BeginEpoch(uint64_t epoch) override {
+    epoch_ = batches_(epoch);
+    next_ = 0;
+    held_.clear();
+    return Status::Ok();
+  }
+  Status Fetch(bool* got) override {
+    *got = next_ < epoch_.size();
+    if (*got) held_.push_back(next_++);
+    return Status::Ok();
+  }
+  Status Next(const producer::ExternalSlot& slot, producer::ExternalBatch* batch) override {
+    const std::vector<int64_t>& ids = epoch_[held_.front()];
+    held_.pop_front();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      write_(slot, int64_t(i), ids[i]);
+      slot.ids[i] = ids[i];
+    }
+    batch->num_samples = static_cast<int64_t>(ids.size());
+    batch->ids_written = true;
+    return Status::Ok();
+  }
+  int64_t Drop() override {
+    const int64_t n = static_cast<int64_t>(epoch_[held_.front()].size());
+    held_.pop_front();
+    return n;
+  }
+
+ private:
+  Batches batches_;
+  Write write_;
+  std::vector<std::vector<int64_t>> epoch_;
+  size_t next_ = 0;
+  std::deque<size_t> held_;
+};
+
+// Synthetic pixels and labels (as SyntheticSource writes them) for a ListMaker.
+inline ListMaker::Write SyntheticWrite(size_t sample_bytes) {
+  return [sample_bytes](const producer::ExternalSlot& s, int64_t pos, int64_t id) {
+    for (size_t b = 0; b < sample_bytes; ++b) s.images[size_t(pos) * sample_bytes + b] = SyntheticPixel(id, b);
+    s.labels[pos] = id % 10;
+  };
+}
 
 }  // namespace batchcast::node

@@ -22,7 +22,7 @@
 
 #include "batchcast/consumer.h"
 #include "batchcast/torch.h"
-#include "node/leader.h"
+#include "producer/producer.h"
 #include "tests/unit/node/synthetic_source.h"
 
 namespace batchcast::node {
@@ -83,8 +83,8 @@ class ModelStageTest : public ::testing::Test {
     if (ec) std::filesystem::remove_all(mine);  // another process was first
   }
 
-  static LeaderConfig Config(const std::string& stage, int consumers) {
-    LeaderConfig cfg;
+  static producer::ProducerConfig Config(const std::string& stage, int consumers) {
+    producer::ProducerConfig cfg;
     cfg.options.epochs = 1;
     cfg.options.batch_size = 8;
     cfg.options.producer_batch = 16;
@@ -114,7 +114,7 @@ class ModelStageTest : public ::testing::Test {
     while ((*c)->Next(&batch).ok()) on_batch(module, batch);
   }
   static std::string Refusal(const std::string& stage) {
-    auto l = Leader::Create(Config(stage, 1), std::make_unique<SyntheticSource>(40, 8, 1));
+    auto l = producer::Producer::Create(Config(stage, 1), std::make_unique<SyntheticSource>(40, 8, 1));
     return l.ok() ? "(accepted)" : l.status().message();
   }
 
@@ -128,11 +128,11 @@ std::filesystem::path ModelStageTest::dir_;
 TEST_F(ModelStageTest, TheSlotHoldsWhatTheConsumerComputesOncePerProducerBatch) {
   const int consumers = 3;
   const int64_t n = 40;  // producer batches of 16, 16, 8
-  auto l = Leader::Create(
+  auto l = producer::Producer::Create(
       Config("model(path=" + Module("enc.pt") + ",input=images,output=embedding)", consumers),
       std::make_unique<SyntheticSource>(n, 8, 1));
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  Leader& leader = **l;
+  producer::Producer& leader = **l;
   Status run;
   std::thread t([&] { run = leader.Run(); });
   std::vector<int64_t> seen(consumers, 0), bad(consumers, 0);
@@ -195,7 +195,7 @@ TEST_F(ModelStageTest, BadStagesAreRefusedAtStartNamingTheStageAndTheCause) {
 
 TEST_F(ModelStageTest, AnExceptionInForwardFailsTheStreamNamingTheStage) {
   // boom.pt passes the start probe (batches of 1 and 2) and raises on a producer batch of 16.
-  auto l = Leader::Create(Config("model(path=" + Module("boom.pt") + ",output=x)", 1),
+  auto l = producer::Producer::Create(Config("model(path=" + Module("boom.pt") + ",output=x)", 1),
                           std::make_unique<SyntheticSource>(40, 8, 1));
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   Status run;
@@ -238,12 +238,12 @@ TEST_F(ModelStageTest, KeepInputFalsePublishesTheOutputOnlyInASmallerSlot) {
   const int64_t n = 40;
   // float16: converted from forward's float32 output, so copied once into the slot.
   const std::string stage = "model(path=" + Module("enc.pt") + ",keep_input=false,dtype=float16)";
-  auto kept = Leader::Create(Config("model(path=" + Module("enc.pt") + ")", 1),
+  auto kept = producer::Producer::Create(Config("model(path=" + Module("enc.pt") + ")", 1),
                              std::make_unique<SyntheticSource>(n, 8, 1));
   ASSERT_TRUE(kept.ok()) << kept.status().ToString();
-  auto l = Leader::Create(Config(stage, 2), std::make_unique<SyntheticSource>(n, 8, 1));
+  auto l = producer::Producer::Create(Config(stage, 2), std::make_unique<SyntheticSource>(n, 8, 1));
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  Leader& leader = **l;
+  producer::Producer& leader = **l;
   // P 16, b 16: 47 positions; images 64 bytes each: 16 x 64 instead of 47 x 64.
   EXPECT_EQ((*kept)->ring().config().slot_bytes, 8192u);
   EXPECT_EQ(leader.ring().config().slot_bytes, 4096u);
@@ -283,23 +283,23 @@ TEST_F(ModelStageTest, KeepInputFalsePublishesTheOutputOnlyInASmallerSlot) {
 // layer: each batch's embedding is the module run on that batch's images at its size; a
 // module whose output depends on the image size is refused at start naming both sizes.
 TEST_F(ModelStageTest, WithProgressiveResizingEverySizeIsProbedAndRun) {
-  LeaderConfig cfg = Config("model(path=" + Module("enc.pt") + ",keep_input=false)", 1);
+  producer::ProducerConfig cfg = Config("model(path=" + Module("enc.pt") + ",keep_input=false)", 1);
   cfg.options.epochs = 2;
   cfg.options.producer_batch = 8;
   cfg.options.resize = "resize(sizes=4:8,upgrade=1,final_epochs=1)";
   cfg.max_consumer_batch = 4;
   cfg.print_plan = false;
-  LeaderConfig spatial = cfg;
+  producer::ProducerConfig spatial = cfg;
   spatial.options.stage = "model(path=" + Module("spatial.pt") + ")";
   spatial.socket_name = Socket();
-  auto refused = Leader::Create(spatial, std::make_unique<SizedSource>(30, 8, 1));
+  auto refused = producer::Producer::Create(spatial, std::make_unique<SizedSource>(30, 8, 1));
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find(
                 "the output shape depends on the image size: 16 per sample for input 1x4x4, 64 "
                 "for input 1x8x8; with progressive resizing"), std::string::npos)
       << refused.status().message();
   const int64_t n = 30;
-  auto l = Leader::Create(cfg, std::make_unique<SizedSource>(n, 8, 1));
+  auto l = producer::Producer::Create(cfg, std::make_unique<SizedSource>(n, 8, 1));
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   Status run;
   std::thread t([&] { run = (*l)->Run(); });

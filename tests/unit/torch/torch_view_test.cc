@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "batchcast/consumer.h"
-#include "node/leader.h"
+#include "producer/producer.h"
 #include "tests/unit/node/synthetic_source.h"
 
 namespace batchcast::node {
@@ -60,7 +60,7 @@ class TorchViewTest : public ::testing::Test {
  protected:
   void StartLeader(const Options& o, int64_t n, std::unique_ptr<producer::BatchSource> source = nullptr) {
     options_ = o;
-    LeaderConfig cfg;
+    producer::ProducerConfig cfg;
     cfg.options = o;
     cfg.expected_consumers = 1;
     cfg.max_consumer_batch = static_cast<uint32_t>(o.batch_size);
@@ -68,7 +68,7 @@ class TorchViewTest : public ::testing::Test {
     cfg.job = "test";
     cfg.join_timeout_ms = 30000;
     if (!source) source = std::make_unique<SyntheticSource>(n, 28, 1);
-    auto l = Leader::Create(cfg, std::move(source));
+    auto l = producer::Producer::Create(cfg, std::move(source));
     ASSERT_TRUE(l.ok()) << l.status().ToString();
     leader_ = std::move(l).value();
     thread_ = std::thread([this] { leader_status_ = leader_->Run(); });
@@ -104,7 +104,7 @@ class TorchViewTest : public ::testing::Test {
   }
 
   Options options_;
-  std::unique_ptr<Leader> leader_;
+  std::unique_ptr<producer::Producer> leader_;
   std::thread thread_;
   Status leader_status_;
   std::unique_ptr<Consumer> consumer_;
