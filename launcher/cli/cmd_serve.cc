@@ -93,7 +93,7 @@ int Serve(const ServeArgs& a) {
   }
   if (*stager) std::printf("batchcast serve: gpu: %s\n", gpu_note.c_str());
   else BC_LOG(Info, Cuda, "serve: {}", gpu_note);
-  std::printf("batchcast serve: listening on %s (%lld batches/epoch, %s); attach with "
+  std::printf("batchcast serve: listening on %s (%lld producer batches/epoch, %s); attach with "
               "Consumer::Attach(\"%s\", options)\n",
               svc.address().c_str(), static_cast<long long>(svc.batches_per_epoch()),
               cfg.epochs == 0 ? "until stopped" : (std::to_string(cfg.epochs) + " epochs").c_str(),
