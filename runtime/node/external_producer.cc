@@ -34,6 +34,7 @@ Result<std::unique_ptr<ExternalProducer>> ExternalProducer::Create(
       slot, c.ring_slots, c.max_consumer_batch, static_cast<uint64_t>(c.producer_batch),
       static_cast<uint64_t>(std::max<int64_t>(0, c.epoch_samples)), c.epochs);
   rc.socket_name = c.socket_name;
+  rc.batch_limit_advice = c.batch_limit_advice;
   rc.job = c.job;
   rc.rank = c.rank;
   rc.heartbeat_ms = c.heartbeat_ms;

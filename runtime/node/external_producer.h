@@ -49,6 +49,7 @@ struct ExternalProducerConfig {
   int64_t epoch_samples = 0;         // samples per epoch (0: unknown; consumers' len() is 0)
   int64_t epochs = 0;                // epochs the caller will publish (0: unknown)
   uint32_t max_consumer_batch = 0;   // largest consumer batch admitted (<= producer_batch)
+  std::string batch_limit_advice;    // how its user admits a larger one ("" = generic)
   uint32_t ring_slots = 4;           // slots in flight (consumers' buffer depth + 2 or more)
   int64_t heartbeat_ms = 10000;
   std::string socket_name;           // abstract socket name, unique per node

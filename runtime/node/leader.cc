@@ -66,6 +66,7 @@ Result<std::unique_ptr<Leader>> Leader::Create(const LeaderConfig& config,
                                                o.epochs);
   if (l.schedule_ != nullptr) rc.resize_spec = schedule::ResizeSpecToString(l.schedule_->spec());
   rc.socket_name = config.socket_name;
+  rc.batch_limit_advice = config.batch_limit_advice;
   rc.job = config.job;
   rc.rank = config.rank;
   rc.heartbeat_ms = o.heartbeat_ms;

@@ -39,6 +39,9 @@ struct LeaderConfig {
   Options options;               // seed, epochs, shuffle, producer_batch, ring_slots, heartbeat
   int expected_consumers = 0;    // wait for this many joins before the first batch
   uint32_t max_consumer_batch = 0;  // 0: options.batch_size
+  // How the user of this front door admits a larger consumer batch (the advice of a join's
+  // refusal, e.g. "start batchcast-run with a larger --max-batch-size"); "" = generic.
+  std::string batch_limit_advice;
   std::string socket_name;       // abstract socket name, unique per node
   std::string job;
   int rank = -1;

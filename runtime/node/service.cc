@@ -66,6 +66,9 @@ Result<std::unique_ptr<Service>> Service::Create(const ServiceConfig& config,
                                                static_cast<uint64_t>(s->plan_.num_samples()),
                                                c.epochs);
   rc.socket_name = c.socket_name;
+  rc.batch_limit_advice =
+      "start batchcast serve with a larger --max-batch (default: its batch_size), or ask for a "
+      "smaller batch_size";
   rc.job = "service";
   rc.heartbeat_ms = o.heartbeat_ms;
   rc.handshake_timeout_ms = c.handshake_timeout_ms;
