@@ -82,7 +82,8 @@ void FetchLoop(std::shared_ptr<FetchState> s) {
 // thread, so that Ctrl-C interrupts the wait; an interrupted attach finishes on its own and
 // the consumer it made leaves the stream at once.
 Status AttachInterruptibly(const std::string& address, const Options& o, int rank,
-                           const std::string& name, std::unique_ptr<Consumer>* out) {
+                           const std::string& name, bool loop_holds_batch,
+                           std::unique_ptr<Consumer>* out) {
   struct Pending {
     std::mutex mu;
     std::condition_variable cv;
@@ -91,8 +92,8 @@ Status AttachInterruptibly(const std::string& address, const Options& o, int ran
     std::unique_ptr<Consumer> consumer;
   };
   auto p = std::make_shared<Pending>();
-  std::thread([p, address, o, rank, name] {
-    auto r = Consumer::Attach(address, o, rank, name);
+  std::thread([p, address, o, rank, name, loop_holds_batch] {
+    auto r = internal::ConsumerAccess::Attach(address, o, rank, name, loop_holds_batch);
     std::lock_guard<std::mutex> lock(p->mu);
     if (r.ok()) p->consumer = std::move(r).value();
     else p->status = r.status();
@@ -112,29 +113,22 @@ class PyConsumer {
  public:
   PyConsumer(const std::string& address, py::dict kwargs, int rank, const std::string& name,
              bool release_on_next)
-      : release_on_next_(release_on_next), pid_(getpid()) {
+      : release_on_next_(release_on_next), pid_(getpid()), address_(address) {
     Options o = OptionsFromKwargs(kwargs);
     // The kwargs are this consumer's alone: a leader option given here would be ignored.
     ThrowIfError(CheckConsumerOptions(o, "batchcast.Consumer",
                                       "batchcast.Leader(...), batchcast.Producer(...), "
                                       "batchcast-run or batchcast serve"));
-    // release="on_free": a `for images, labels in loader` loop still holds the previous
-    // batch while it fetches the next, so that batch is not counted against buffer_depth
-    // (buffer_depth=1 serves the usual loop; docs/python.md, "Holding batches").
-    if (!release_on_next) o.buffer_depth += 1;
     // Telemetry first: an output path that cannot be written is refused before attaching.
     auto telemetry = std::make_shared<ProcessTelemetry>(o, rank, telemetry::Role::kConsumer,
                                                         telemetry::ProcessKind::kConsumer);
+    // release="on_free": a `for images, labels in loader` loop still holds the previous
+    // batch while it fetches the next, so that batch is not counted against buffer_depth
+    // (buffer_depth=1 serves the usual loop; docs/python.md, "Holding batches"). The leader
+    // reserves it too and checks buffer_depth as given (kLoopHoldsBatch).
     std::unique_ptr<Consumer> c;
-    Status st = AttachInterruptibly(address, o, rank, name, &c);
-    if (!st.ok()) {
-      std::string context = "consumer: attach to '" + address + "'";
-      if (!release_on_next && st.message().find("buffer depth") != std::string::npos)
-        context += " (with release='on_free' the Python consumer asks for buffer_depth + 1 = " +
-                   std::to_string(o.buffer_depth) +
-                   ": the batch a for loop holds while fetching the next is not counted)";
-      throw StatusError(st.WithContext(context));
-    }
+    Status st = AttachInterruptibly(address, o, rank, name, !release_on_next, &c);
+    if (!st.ok()) throw StatusError(st.WithContext("consumer: attach to '" + address + "'"));
     batches_per_epoch_ = c->BatchesPerEpoch();
     if (telemetry->collector() != nullptr)
       internal::ConsumerAccess::SetCollector(*c, telemetry->collector());
@@ -150,8 +144,8 @@ class PyConsumer {
   // private copy of the batch, whose slot is given back before this returns.
   py::object Next(bool want_ids, bool numpy, bool copy) {
     if (getpid() != pid_) throw StatusError(ForkedError());
-    if (!state_) throw StatusError(Status(StatusCode::kFailedPrecondition,
-                                          "consumer: closed; create a new Consumer"));
+    if (!state_)
+      throw StatusError(ClosedError("a batch asked for after close()", "create a new Consumer"));
     auto s = state_;
     bool in_flight;
     {
@@ -187,11 +181,16 @@ class PyConsumer {
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
 
+  // Whether the consumer has handed out its last batch (ConsumerAccess::Finished).
+  bool Finished() const {
+    return !state_ || !state_->consumer || internal::ConsumerAccess::Finished(*state_->consumer);
+  }
+
   // (epoch, batch) of the batch the next call returns (Consumer::Position()).
   std::pair<uint64_t, uint64_t> Position() const {
     if (!state_ || !state_->consumer)
-      throw StatusError(Status(StatusCode::kFailedPrecondition,
-                               "consumer: closed; save its state_dict() before close()"));
+      throw StatusError(ClosedError("state_dict() after close()",
+                                    "save its state_dict() before close()"));
     StreamPosition p = state_->consumer->Position();
     return {p.epoch, p.batch};
   }
@@ -199,9 +198,18 @@ class PyConsumer {
   // load_state_dict(): moves a consumer that has not asked for a batch yet.
   void StartAt(uint64_t epoch, uint64_t batch) {
     if (!state_ || !state_->consumer)
-      throw StatusError(Status(StatusCode::kFailedPrecondition,
-                               "consumer: closed; create a new Consumer with the state"));
+      throw StatusError(ClosedError("load_state_dict() after close()",
+                                    "create a new Consumer with the state (Consumer(..., "
+                                    "**state))"));
     ThrowIfError(internal::ConsumerAccess::StartAt(*state_->consumer, {epoch, batch}));
+  }
+
+  // A use of a closed consumer: names it, what was tried and what to do.
+  Status ClosedError(const std::string& what, const std::string& todo) const {
+    return Status(StatusCode::kFailedPrecondition,
+                  "batchcast.Consumer of '" + address_ + "': " + what +
+                      ": it was closed (close(), del or the end of its `with` block) and has "
+                      "left the stream; " + todo);
   }
 
   static Status ForkedError() {
@@ -337,6 +345,7 @@ class PyConsumer {
 
   bool release_on_next_;
   pid_t pid_;
+  std::string address_;
   int64_t batches_per_epoch_ = 0;
   std::shared_ptr<FetchState> state_;
   std::shared_ptr<ProcessTelemetry> telemetry_;  // null when telemetry is off
@@ -367,6 +376,7 @@ void BindConsumer(py::module_& m) {
       .def("next", &PyConsumer::Next, py::arg("want_ids") = false, py::arg("numpy") = false,
            py::arg("copy") = false)
       .def("batches_per_epoch", &PyConsumer::batches_per_epoch)
+      .def("finished", &PyConsumer::Finished)
       .def("position", &PyConsumer::Position)
       .def("start_at", &PyConsumer::StartAt, py::arg("epoch"), py::arg("batch"))
       .def("stats", &PyConsumer::Stats)

@@ -94,6 +94,10 @@ class PyProducer {
     c.epoch_samples = epoch_samples;
     c.epochs = epochs;
     c.max_consumer_batch = static_cast<uint32_t>(max_consumer_batch);
+    c.batch_limit_advice =
+        "create the batchcast.Producer with max_batch_size= the largest consumer batch_size "
+        "(at most its batch_size, the samples of one published batch), or ask for a smaller "
+        "batch_size";
     c.ring_slots = static_cast<uint32_t>(o.ring_slots > 0 ? o.ring_slots : ring_slots);
     c.heartbeat_ms = o.heartbeat_ms;
     c.socket_name = address.empty() ? NewAddress("producer") : address;
@@ -224,6 +228,9 @@ class PyLeader {
     cfg.collector = telemetry_->collector();
     cfg.expected_consumers = expected_consumers;
     cfg.max_consumer_batch = static_cast<uint32_t>(max_consumer_batch);
+    cfg.batch_limit_advice =
+        "create the batchcast.Leader with max_batch_size= the largest consumer batch_size "
+        "(default: its batch_size), or ask for a smaller batch_size";
     cfg.socket_name = address.empty() ? NewAddress("leader") : address;
     cfg.job = "python";
     cfg.end_when_empty = end_when_empty;
@@ -231,6 +238,15 @@ class PyLeader {
     std::unique_ptr<producer::BatchSource> source =
         ValueOrThrow(producer::MakePipelineSource(cfg.options));
     leader_ = ValueOrThrow(node::Leader::Create(cfg, std::move(source)));
+    // A consumer that dies or stops heart-beating is detached (the stream goes on for the
+    // others) and reported by wait() once the stream is complete.
+    leader_->ring().SetLossHandler([this](const shm::MemberInfo& m, shm::LossKind kind) {
+      if (kind == shm::LossKind::kDetached) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      lost_.push_back(m.Describe() + (kind == shm::LossKind::kHeartbeat
+                                          ? " stopped heart-beating"
+                                          : " died (its connection closed)"));
+    });
     thread_ = std::thread([this] {
       Status st = leader_->Run();
       Status written = telemetry_->Finish();  // the stream is over: files and summary
@@ -257,6 +273,16 @@ class PyLeader {
     });
     std::lock_guard<std::mutex> lock(mu_);
     if (done_ && !status_.ok() && status_.code() != StatusCode::kCancelled) ThrowIfError(status_);
+    if (done_ && !lost_.empty()) {
+      std::string who;
+      for (const auto& l : lost_) who += (who.empty() ? "" : "; ") + l;
+      ThrowIfError(Status(
+          StatusCode::kUnavailable,
+          "leader at " + leader_->address() + ": the stream is complete, but " +
+              std::to_string(lost_.size()) + " consumer(s) were lost before their end: " + who +
+              ". They did not receive every batch (the others did); see their own output. "
+              "stats()['lost_consumers'] lists them"));
+    }
     return done_;
   }
 
@@ -301,6 +327,7 @@ class PyLeader {
       std::lock_guard<std::mutex> lock(mu_);
       d["done"] = done_;
       d["status"] = done_ ? status_.ToString() : std::string();
+      d["lost_consumers"] = lost_;
     }
     d["telemetry_summary"] = telemetry_->summary();
     return d;
@@ -315,6 +342,7 @@ class PyLeader {
   std::condition_variable cv_;
   bool done_ = false;
   Status status_;
+  std::vector<std::string> lost_;  // consumers that died or stopped heart-beating
 };
 
 }  // namespace
