@@ -36,10 +36,12 @@ std::string TaskName(const TaskContext& t) {
                      t.env.hostname, t.plan.node_id);
 }
 
-// What ended the stream early, set by the loss handler or a signal.
+// What ended the stream early, set by the loss handler or a signal; and, with
+// --on-trainer-loss continue, the trainers lost on the way.
 struct LeaderState {
   std::mutex mu;
   std::string failure;
+  std::vector<std::string> lost;
   node::Leader* leader = nullptr;
   void Fail(const std::string& why) {
     std::lock_guard<std::mutex> lock(mu);
@@ -49,6 +51,23 @@ struct LeaderState {
   std::string Failure() {
     std::lock_guard<std::mutex> lock(mu);
     return failure;
+  }
+  // A trainer lost: fails the node, or (continue) is reported and counted.
+  void Lose(const TaskContext& t, const std::string& who_and_how) {
+    if (!t.continue_on_trainer_loss) {
+      Fail(who_and_how + "; failing the job (--on-trainer-loss fail)");
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    lost.push_back(who_and_how);
+    std::fprintf(stderr,
+                 "batchcast-run: leader of node %d: %s; detached, the other trainers go on "
+                 "(--on-trainer-loss continue)\n",
+                 t.plan.node_id, who_and_how.c_str());
+  }
+  std::vector<std::string> Lost() {
+    std::lock_guard<std::mutex> lock(mu);
+    return lost;
   }
 };
 
@@ -64,6 +83,9 @@ Result<std::unique_ptr<node::Leader>> CreateLeader(const TaskContext& t,
   cfg.max_consumer_batch =
       static_cast<uint32_t>(t.max_batch_size > 0 ? t.max_batch_size : t.options.batch_size);
   cfg.socket_name = t.plan.socket_name;
+  cfg.batch_limit_advice =
+      "start batchcast-run with --max-batch-size set to the largest trainer batch_size "
+      "(default: --batch-size), or ask for a smaller batch_size";
   cfg.job = t.plan.job_id;
   cfg.rank = t.env.rank;
   cfg.join_timeout_ms = t.join_timeout_ms;
@@ -86,8 +108,10 @@ int RunOwnTrainer(const TaskContext& t, LeaderState* state) {
   if (code != 0) {
     std::fprintf(stderr, "batchcast-run: trainer rank %d (%s) %s: %s\n", t.plan.trainer_rank,
                  TaskName(t).c_str(), how.c_str(), JoinCommand(t.command).c_str());
-    // It may have died before attaching: do not wait for it until the join timeout.
-    state->Fail(fmt::format("the leader's own trainer (rank {}) {}", t.plan.trainer_rank, how));
+    // It may have died before attaching: do not wait for it until the join timeout (with
+    // continue, the leader waits for it as for any trainer that never attached).
+    state->Lose(t, fmt::format("the leader's own trainer (rank {}) {}", t.plan.trainer_rank, how));
+    if (t.continue_on_trainer_loss) return 0;
   }
   return code;
 }
@@ -175,12 +199,13 @@ int RunLeaderTask(const TaskContext& t) {
     state->leader = l;
     if (!state->failure.empty()) l->Abort(state->failure);  // a signal came while starting
   }
-  // A trainer that dies or stops heart-beating fails the node: it cannot be replaced here.
-  l->ring().SetLossHandler([state](const shm::MemberInfo& m, shm::LossKind kind) {
+  // A trainer that dies or stops heart-beating cannot be replaced here: it fails the node,
+  // or, with --on-trainer-loss continue, is detached (the ring reaps it), reported, counted.
+  l->ring().SetLossHandler([state, &t](const shm::MemberInfo& m, shm::LossKind kind) {
     if (kind == shm::LossKind::kDetached) return;
-    state->Fail(fmt::format("trainer {} {}; failing the job", m.Describe(),
-                            kind == shm::LossKind::kHeartbeat ? "stopped heart-beating"
-                                                              : "died (its connection closed)"));
+    state->Lose(t, fmt::format("trainer {} {}", m.Describe(),
+                               kind == shm::LossKind::kHeartbeat ? "stopped heart-beating"
+                                                                 : "died (its connection closed)"));
   });
   // The GPU data plane (option gpu, docs/gpu.md): with trainers placed on GPUs, stage the
   // batches on this task's GPU 0; trainers map them with AttachGpuFromEnvironment.
@@ -227,11 +252,16 @@ int RunLeaderTask(const TaskContext& t) {
                  failure.empty() ? run_status.message().c_str() : failure.c_str());
     return own != 0 ? own : 1;
   }
+  const std::vector<std::string> lost = state->Lost();
+  std::string lost_text;
+  for (const auto& l : lost) lost_text += (lost_text.empty() ? ": " : "; ") + l;
   std::printf(
       "batchcast-run: leader of node %d (%s) done: %lld producer batches, %lld samples "
-      "to %d trainer(s)\n",
+      "to %d trainer(s)%s\n",
       t.plan.node_id, TaskName(t).c_str(), static_cast<long long>(stats.producer_batches),
-      static_cast<long long>(stats.samples_produced), t.plan.trainers_on_node);
+      static_cast<long long>(stats.samples_produced), t.plan.trainers_on_node,
+      lost.empty() ? ""
+                   : fmt::format(", {} of them lost{}", lost.size(), lost_text).c_str());
   std::fflush(stdout);
   return own != 0 ? own : (telemetry_written.ok() ? 0 : 1);
 }
@@ -262,9 +292,13 @@ int RunTrainerTask(const TaskContext& t) {
   std::string how;
   int code = WaitChild(pid.value(), &how);
   if (code != 0)
-    std::fprintf(stderr, "batchcast-run: trainer rank %d (%s) %s: %s\n", t.plan.trainer_rank,
-                 TaskName(t).c_str(), how.c_str(), JoinCommand(t.command).c_str());
-  return code;
+    std::fprintf(stderr, "batchcast-run: trainer rank %d (%s) %s: %s%s\n", t.plan.trainer_rank,
+                 TaskName(t).c_str(), how.c_str(), JoinCommand(t.command).c_str(),
+                 t.continue_on_trainer_loss
+                     ? "; a lost trial, reported by the node's leader: this task exits 0 so that "
+                       "the launcher lets the other trials finish (--on-trainer-loss continue)"
+                     : "");
+  return t.continue_on_trainer_loss ? 0 : code;
 }
 
 }  // namespace batchcast::run
