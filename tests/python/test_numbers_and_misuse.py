@@ -93,6 +93,26 @@ def test_a_closed_consumer_raises_naming_it(fmnist):
     ldr.close()
 
 
+def test_a_too_large_batch_is_refused_with_advice_for_that_front_door(fmnist):
+    """The refusal names the knob of the front door the user started: a Producer has no
+    producer_batch option (the advice said "start the leader with a larger producer_batch")."""
+    import numpy as np
+    batches = [(np.zeros((16, 1, 4, 4), np.uint8), np.zeros(16, np.int64))] * 2
+    producer = batchcast.Producer(batches, batch_size=16, samples_per_epoch=32)
+    with pytest.raises(batchcast.InvalidArgumentError) as e:
+        batchcast.Consumer(producer.address, batch_size=32, connect_timeout=0)
+    msg = str(e.value)
+    assert "batch size 32 is outside 1..16" in msg, msg
+    assert "create the batchcast.Producer with max_batch_size=" in msg, msg
+    assert "producer_batch" not in msg, msg
+    del producer
+    ldr = leader(fmnist, epochs=1)
+    with pytest.raises(batchcast.InvalidArgumentError) as e:
+        batchcast.Consumer(ldr.address, batch_size=32)
+    assert "create the batchcast.Leader with max_batch_size=" in str(e.value), str(e.value)
+    ldr.close()
+
+
 CRASHING_CONSUMER = textwrap.dedent("""
     import os, signal, sys
     import batchcast
