@@ -89,10 +89,10 @@ class NextCall {
           stream_text, c_.epoch_budget);
     return FailedPreconditionError(
         "consumer: a batch was asked for after the end of this consumer's stream: it has "
-        "completed {} epoch{} and the leader's stream at {} has {}, so epoch {} has no batches "
-        "(a loop over more epochs than the stream has would train on nothing). Loop over at "
-        "most {} epochs, or start the leader with more epochs",
-        done, done == 1 ? "" : "s", where, stream > 0 ? stream_text : "ended", done + 1, done);
+        "completed {} epoch{} and the leader's stream at {} {}: there is no further epoch (a "
+        "loop over more epochs than the stream has would train on nothing). Loop over at most "
+        "{} epochs, or start the leader with more epochs",
+        done, done == 1 ? "" : "s", where, stream > 0 ? "has " + stream_text : "has ended", done);
   }
 
   // The first call waits to be admitted. No deadline: a late joiner may wait for the next

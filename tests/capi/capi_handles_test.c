@@ -154,7 +154,7 @@ static void TestPastTheEnd(const char* dataset, int samples) {
   EXPECT(b == NULL);
   EXPECT_ERROR_HAS("after the end of this consumer's stream");
   EXPECT_ERROR_HAS("completed 1 epoch and the leader's stream at");
-  EXPECT_ERROR_HAS("has 1 epoch, so epoch 2 has no batches");
+  EXPECT_ERROR_HAS("has 1 epoch: there is no further epoch");
   EXPECT_STATUS(bc_consumer_detach(c), BC_SUCCESS);
   EXPECT_STATUS(bc_leader_wait(leader, -1), BC_SUCCESS);
   EXPECT_STATUS(bc_leader_destroy(leader), BC_SUCCESS);

@@ -60,7 +60,7 @@ def test_a_loop_broken_early_starts_the_next_epoch_like_a_dataloader(fmnist):
     for k, _ in enumerate(loader):
         if k == 5:
             break
-    with pytest.raises(batchcast.FailedPreconditionError, match="has 3 epochs, so epoch 4"):
+    with pytest.raises(batchcast.FailedPreconditionError, match="completed 3 epochs and the leader's stream at .* has 3 epochs: there is no further"):
         list(loader)
     assert loader.ended
     ldr.wait()

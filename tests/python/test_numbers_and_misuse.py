@@ -63,7 +63,7 @@ def test_a_loop_over_more_epochs_than_the_stream_raises(fmnist):
     assert seen == [BATCHES]
     msg = str(e.value)
     assert "completed 1 epoch and the leader's stream at" in msg, msg
-    assert "has 1 epoch, so epoch 2 has no batches" in msg, msg
+    assert "has 1 epoch: there is no further epoch" in msg, msg
     ldr.wait()
     # An explicit epochs= below the stream's: the loop past it raises too, naming both.
     ldr = leader(fmnist, epochs=2)

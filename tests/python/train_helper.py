@@ -63,7 +63,7 @@ def main():
         next(iter(loader))
         result["ended"] = False
     except batchcast.FailedPreconditionError as e:
-        result["ended"] = result["ended"] and "so epoch" in str(e)
+        result["ended"] = result["ended"] and "there is no further epoch" in str(e)
     print(json.dumps(result), flush=True)
 
 
