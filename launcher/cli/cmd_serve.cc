@@ -71,7 +71,7 @@ int Serve(const ServeArgs& a) {
   }
   producer::Producer& svc = **service;
   if (!gpu_note.empty()) std::printf("batchcast serve: gpu: %s\n", gpu_note.c_str());
-  std::printf("batchcast serve: listening on %s (%lld batches/epoch, %s); attach with "
+  std::printf("batchcast serve: listening on %s (%lld producer batches/epoch, %s); attach with "
               "Consumer::Attach(\"%s\", options)\n",
               svc.display_address().c_str(), static_cast<long long>(svc.batches_per_epoch()),
               cfg.until_stopped ? "until stopped" : (std::to_string(opts->epochs) + " epochs").c_str(),

@@ -51,7 +51,8 @@ nlohmann::json ToJson(const std::string& socket, const shm::StatusReply& r) {
     c["name"] = std::string(m.name, strnlen(m.name, sizeof(m.name)));
     c["pid"] = m.pid;
     c["rank"] = m.rank;
-    c["state"] = shm::MemberStateName(static_cast<shm::MemberState>(m.state));
+    c["state"] = shm::MemberDisplayState(static_cast<shm::MemberState>(m.state), m.start_seq,
+                                         r.published);
     c["batch_size"] = m.batch_size;
     c["buffer_depth"] = m.buffer_depth;
     c["start_position"] = m.start_seq == shm::kNoSeq ? nlohmann::json() : nlohmann::json(m.start_seq);

@@ -33,8 +33,8 @@ std::string TaskName(const TaskContext& t) {
                      t.env.hostname, t.plan.node_id);
 }
 
-// What ended the stream early (a signal, the leader's own trainer), before or after the
-// Producer exists.
+// What ended the stream early (a signal, a lost trainer, the leader's own trainer), before
+// or after the Producer exists.
 struct LeaderState {
   std::mutex mu;
   std::string failure;
@@ -44,6 +44,18 @@ struct LeaderState {
     if (failure.empty()) failure = why;
     if (producer != nullptr) producer->Abort(why);
   }
+  // A trainer lost (`who_and_how`): fails the node (--on-trainer-loss fail), or is reported
+  // here and counted by the Producer, which detached it (continue).
+  void Lose(const TaskContext& t, const std::string& who_and_how) {
+    if (!t.continue_on_trainer_loss) {
+      Fail(who_and_how + "; failing the job (--on-trainer-loss fail)");
+      return;
+    }
+    std::fprintf(stderr,
+                 "batchcast-run: leader of node %d: %s; detached, the other trainers go on "
+                 "(--on-trainer-loss continue)\n",
+                 t.plan.node_id, who_and_how.c_str());
+  }
   void Set(producer::Producer* p) {
     std::lock_guard<std::mutex> lock(mu);
     producer = p;
@@ -52,8 +64,11 @@ struct LeaderState {
 };
 
 // The node's Producer: the trainers are its consumers; one that dies or stops heart-beating
-// fails the node (it cannot be replaced here), and the task ends once every trainer left.
-Result<std::unique_ptr<producer::Producer>> CreateLeader(const TaskContext& t, std::string* staged) {
+// cannot be replaced here: it fails the node, or, with --on-trainer-loss continue, is
+// detached, reported and counted. The task ends once every trainer left.
+Result<std::unique_ptr<producer::Producer>> CreateLeader(const TaskContext& t,
+                                                         std::shared_ptr<LeaderState> state,
+                                                         std::string* staged) {
   producer::ProducerConfig cfg;
   cfg.front_door = FrontDoor::kLauncher;
   cfg.options = t.options;
@@ -68,7 +83,8 @@ Result<std::unique_ptr<producer::Producer>> CreateLeader(const TaskContext& t, s
   cfg.rank = t.env.rank;
   cfg.local_rank = t.env.local_rank;
   cfg.join_timeout_ms = t.join_timeout_ms;
-  cfg.loss = producer::LossPolicy::kFailStream;
+  cfg.loss = producer::LossPolicy::kCount;  // the policy is the task's: LeaderState::Lose
+  cfg.on_loss = [state, &t](const std::string& what) { state->Lose(t, "trainer " + what); };
   cfg.wait_until_empty = true;
   // The `telemetry` option: this leader task's own files (run.node<N>-leader.h5, ...); each
   // trainer writes its own (AttachFromEnvironment: run.rank<R>.h5).
@@ -92,8 +108,10 @@ int RunOwnTrainer(const TaskContext& t, LeaderState* state) {
   if (code != 0) {
     std::fprintf(stderr, "batchcast-run: trainer rank %d (%s) %s: %s\n", t.plan.trainer_rank,
                  TaskName(t).c_str(), how.c_str(), JoinCommand(t.command).c_str());
-    // It may have died before attaching: do not wait for it until the join timeout.
-    state->Fail(fmt::format("the leader's own trainer (rank {}) {}", t.plan.trainer_rank, how));
+    // It may have died before attaching: do not wait for it until the join timeout (with
+    // continue, the leader waits for it as for any trainer that never attached).
+    state->Lose(t, fmt::format("the leader's own trainer (rank {}) {}", t.plan.trainer_rank, how));
+    if (t.continue_on_trainer_loss) return 0;
   }
   return code;
 }
@@ -159,7 +177,7 @@ int RunLeaderTask(const TaskContext& t) {
     }
   }
   std::string staged;
-  auto leader = CreateLeader(t, &staged);
+  auto leader = CreateLeader(t, state, &staged);
   if (!leader.ok()) {
     std::fprintf(stderr, "batchcast-run: leader %s could not start: %s\n", TaskName(t).c_str(),
                  leader.status().message().c_str());
@@ -190,11 +208,16 @@ int RunLeaderTask(const TaskContext& t) {
                  failure.empty() ? run_status.message().c_str() : failure.c_str());
     return own != 0 ? own : 1;
   }
+  const std::vector<std::string> lost = l.lost_consumers();
+  std::string lost_text;
+  for (const auto& who : lost) lost_text += (lost_text.empty() ? ": trainer " : "; trainer ") + who;
   std::printf(
       "batchcast-run: leader of node %d (%s) done: %lld producer batches, %lld samples "
-      "to %d trainer(s)\n",
+      "to %d trainer(s)%s\n",
       t.plan.node_id, TaskName(t).c_str(), static_cast<long long>(stats.producer_batches),
-      static_cast<long long>(stats.samples_produced), t.plan.trainers_on_node);
+      static_cast<long long>(stats.samples_produced), t.plan.trainers_on_node,
+      lost.empty() ? ""
+                   : fmt::format(", {} of them lost{}", lost.size(), lost_text).c_str());
   std::fflush(stdout);
   return own;
 }
@@ -225,9 +248,13 @@ int RunTrainerTask(const TaskContext& t) {
   std::string how;
   int code = WaitChild(pid.value(), &how);
   if (code != 0)
-    std::fprintf(stderr, "batchcast-run: trainer rank %d (%s) %s: %s\n", t.plan.trainer_rank,
-                 TaskName(t).c_str(), how.c_str(), JoinCommand(t.command).c_str());
-  return code;
+    std::fprintf(stderr, "batchcast-run: trainer rank %d (%s) %s: %s%s\n", t.plan.trainer_rank,
+                 TaskName(t).c_str(), how.c_str(), JoinCommand(t.command).c_str(),
+                 t.continue_on_trainer_loss
+                     ? "; a lost trial, reported by the node's leader: this task exits 0 so that "
+                       "the launcher lets the other trials finish (--on-trainer-loss continue)"
+                     : "");
+  return t.continue_on_trainer_loss ? 0 : code;
 }
 
 }  // namespace batchcast::run

@@ -24,6 +24,12 @@ struct TaskContext {
   int64_t join_timeout_ms = 300000;
   int max_batch_size = 0;   // 0 = options.batch_size
   std::string mps_control;  // nvidia-cuda-mps-control path ("" = PATH)
+  // --on-trainer-loss: what a trainer that dies or stops heart-beating does to the job.
+  // fail (default, data-parallel jobs): the node's leader fails and the launcher ends the
+  // job. continue (sweeps: independent trials): the leader detaches it, reports and counts
+  // it, and the others finish; its trainer task reports it and exits 0, so that no launcher
+  // (mpirun, srun --kill-on-bad-exit) ends the others.
+  bool continue_on_trainer_loss = false;
 };
 
 // The variables a trainer gets: torchrun's, Batchcast's address and options, GPU pinning.

@@ -45,6 +45,10 @@ Run options:
   --master-addr HOST       MASTER_ADDR for the trainers (default: the host of node 0)
   --master-port PORT       MASTER_PORT (default: 29500 + hash(job id) mod 3000)
   --join-timeout SECONDS   how long the leader waits for its trainers (default 300)
+  --on-trainer-loss fail|continue
+                           a trainer that dies or stops heart-beating: fail the job (default;
+                           data-parallel jobs), or detach it, report and count it and let the
+                           others finish (sweeps of independent trials; its task exits 0)
   --max-batch-size N       largest batch a trainer on the node asks for (default --batch-size)
   --nvidia-smi PATH        nvidia-smi to list GPUs with (default: from PATH)
   --mps-control PATH       nvidia-cuda-mps-control to use (default: from PATH)
@@ -60,6 +64,7 @@ struct Args {
   RunConfig config;
   int64_t join_timeout_s = 300;
   int max_batch_size = 0;
+  bool continue_on_trainer_loss = false;
   std::string nvidia_smi, mps_control;
   bool dry_run = false;
   std::vector<std::string> batchcast_flags;
@@ -122,6 +127,14 @@ Result<Args> ParseArgs(int argc, char** argv) {
     } else if (flag == "--max-batch-size") {
       BC_ASSIGN_OR_RETURN(std::string v, value(flag, &inline_value));
       BC_ASSIGN_OR_RETURN(a.max_batch_size, ParseInt(flag, v, 1, 1 << 20));
+    } else if (flag == "--on-trainer-loss") {
+      BC_ASSIGN_OR_RETURN(std::string v, value(flag, &inline_value));
+      if (v != "fail" && v != "continue")
+        return InvalidArgumentError(
+            "batchcast-run: --on-trainer-loss '{}' is neither 'fail' (a lost trainer fails the "
+            "job: data-parallel training) nor 'continue' (it is reported and the others "
+            "finish: a sweep of independent trials)", v);
+      a.continue_on_trainer_loss = v == "continue";
     } else if (flag == "--nvidia-smi") {
       BC_ASSIGN_OR_RETURN(a.nvidia_smi, value(flag, &inline_value));
     } else if (flag == "--mps-control") {
@@ -162,7 +175,8 @@ Result<TaskContext> Prepare(int argc, char** argv, bool* dry_run) {
   if (!rest.empty()) {
     static const std::vector<std::string> kRunFlags = {
         "--trainers-per-gpu", "--gpus", "--mps", "--master-addr",
-        "--master-port", "--join-timeout", "--max-batch-size", "--nvidia-smi", "--mps-control",
+        "--master-port", "--join-timeout", "--max-batch-size", "--on-trainer-loss",
+        "--nvidia-smi", "--mps-control",
         "--dry-run", "--help", "--version"};
     std::string best = ClosestMatch(rest[0].substr(0, rest[0].find('=')), kRunFlags);
     return InvalidArgumentError("batchcast-run: unexpected word '{}' before '--'{} (see --help)",
@@ -191,6 +205,7 @@ Result<TaskContext> Prepare(int argc, char** argv, bool* dry_run) {
   t.command = a.command;
   t.join_timeout_ms = a.join_timeout_s * 1000;
   t.max_batch_size = a.max_batch_size;
+  t.continue_on_trainer_loss = a.continue_on_trainer_loss;
   t.mps_control = a.mps_control;
   return t;
 }

@@ -140,9 +140,11 @@ bc_status_t bc_consumer_attach(const bc_consumer_config_t* config, bc_consumer_t
       BC_ASSIGN_OR_RETURN(consumer, Consumer::Attach(c.address, o, c.rank));
       node::OwnTelemetry(*consumer, std::move(telemetry));
     }
-    auto handle = std::make_unique<bc_consumer_s>();
+    auto handle = std::make_shared<bc_consumer_s>();
     handle->consumer = std::move(consumer);
-    *out = handle.release();
+    BC_ASSIGN_OR_RETURN(const uint64_t word,
+                        Consumers().Insert(std::move(handle), "bc_consumer_attach"));
+    *out = HandleOfWord<bc_consumer_t>(word);
     return Status::Ok();
   });
 }
@@ -154,13 +156,15 @@ bc_status_t bc_consumer_next(bc_consumer_t consumer, bc_batch_t* batch, bc_batch
     }
     *batch = nullptr;
     if (info != nullptr) BC_RETURN_IF_ERROR(CheckStructSize("bc_batch_info_t", info));
-    auto b = std::make_unique<bc_batch_s>();
-    BC_RETURN_IF_ERROR(consumer->consumer->Next(&b->batch));
+    BC_ASSIGN_OR_RETURN(auto c, Consumers().Get(WordOfHandle(consumer), "bc_consumer_next"));
+    auto b = std::make_shared<bc_batch_s>();
+    BC_RETURN_IF_ERROR(c->consumer->Next(&b->batch));
     if (info != nullptr) {
       bc_batch_info_t full = InfoOf(b->batch);
       StructOut(full, info);
     }
-    *batch = b.release();
+    BC_ASSIGN_OR_RETURN(const uint64_t word, Batches().Insert(std::move(b), "bc_consumer_next"));
+    *batch = HandleOfWord<bc_batch_t>(word);
     return Status::Ok();
   });
 }
@@ -170,7 +174,8 @@ bc_status_t bc_batch_info(bc_batch_t batch, bc_batch_info_t* info) {
     if (batch == nullptr || info == nullptr)
       return InvalidArgumentError("bc_batch_info: batch or info is NULL");
     BC_RETURN_IF_ERROR(CheckStructSize("bc_batch_info_t", info));
-    bc_batch_info_t full = InfoOf(batch->batch);
+    BC_ASSIGN_OR_RETURN(auto b, LookUpBatch(batch, "bc_batch_info"));
+    bc_batch_info_t full = InfoOf(b->batch);
     StructOut(full, info);
     return Status::Ok();
   });
@@ -178,7 +183,9 @@ bc_status_t bc_batch_info(bc_batch_t batch, bc_batch_info_t* info) {
 
 bc_status_t bc_batch_release(bc_batch_t batch) {
   return Guard("bc_batch_release", [&]() -> Status {
-    delete batch;  // the Batch's destructor gives the slot back
+    if (batch == nullptr) return Status::Ok();
+    BC_ASSIGN_OR_RETURN(auto b, Batches().Remove(WordOfHandle(batch), "bc_batch_release"));
+    b->batch.Release();  // gives the slot back (DLPack exports keep it until their deleter)
     return Status::Ok();
   });
 }
@@ -188,7 +195,8 @@ bc_status_t bc_consumer_position(bc_consumer_t consumer, uint64_t* epoch, uint64
     if (consumer == nullptr || epoch == nullptr || batch == nullptr) {
       return InvalidArgumentError("bc_consumer_position: consumer, epoch or batch is NULL");
     }
-    StreamPosition p = consumer->consumer->Position();
+    BC_ASSIGN_OR_RETURN(auto c, Consumers().Get(WordOfHandle(consumer), "bc_consumer_position"));
+    StreamPosition p = c->consumer->Position();
     *epoch = p.epoch;
     *batch = p.batch;
     return Status::Ok();
@@ -200,7 +208,9 @@ bc_status_t bc_consumer_batches_per_epoch(bc_consumer_t consumer, uint64_t epoch
     if (consumer == nullptr || out == nullptr) {
       return InvalidArgumentError("bc_consumer_batches_per_epoch: consumer or out is NULL");
     }
-    *out = consumer->consumer->BatchesPerEpoch(epoch);
+    BC_ASSIGN_OR_RETURN(auto c,
+                        Consumers().Get(WordOfHandle(consumer), "bc_consumer_batches_per_epoch"));
+    *out = c->consumer->BatchesPerEpoch(epoch);
     return Status::Ok();
   });
 }
@@ -208,8 +218,10 @@ bc_status_t bc_consumer_batches_per_epoch(bc_consumer_t consumer, uint64_t epoch
 bc_status_t bc_consumer_detach(bc_consumer_t consumer) {
   return Guard("bc_consumer_detach", [&]() -> Status {
     if (consumer == nullptr) return InvalidArgumentError("bc_consumer_detach: consumer is NULL");
-    std::unique_ptr<bc_consumer_s> owned(consumer);
-    return owned->consumer->Detach();
+    BC_ASSIGN_OR_RETURN(auto c, Consumers().Remove(WordOfHandle(consumer), "bc_consumer_detach"));
+    // A Next() still running in another thread holds its own reference: it ends ("this
+    // consumer was detached") and the consumer is freed after it.
+    return c->consumer->Detach();
   });
 }
 
@@ -234,30 +246,38 @@ bc_status_t bc_leader_start(const bc_leader_config_t* config, bc_leader_t* out) 
     cfg.job = "c-api";
     cfg.join_timeout_ms = c.join_timeout_ms;
     cfg.wait_until_empty = true;  // bc_leader_wait: every epoch produced, every consumer gone
-    auto handle = std::make_unique<bc_leader_s>();
+    auto handle = std::make_shared<bc_leader_s>();
     BC_ASSIGN_OR_RETURN(handle->producer, node::CreateNodeProducer(cfg));
     handle->producer->Start();
-    *out = handle.release();
+    BC_ASSIGN_OR_RETURN(const uint64_t word, Leaders().Insert(handle, "bc_leader_start"));
+    *out = HandleOfWord<bc_leader_t>(word);
     return Status::Ok();
   });
 }
 
 const char* bc_leader_address(bc_leader_t leader) {
-  if (leader == nullptr) return "";
-  return leader->producer->address().c_str();
+  const char* address = "";
+  Guard("bc_leader_address", [&]() -> Status {
+    if (leader == nullptr) return InvalidArgumentError("bc_leader_address: leader is NULL");
+    BC_ASSIGN_OR_RETURN(auto l, Leaders().Get(WordOfHandle(leader), "bc_leader_address"));
+    address = l->producer->address().c_str();  // lives as long as the leader
+    return Status::Ok();
+  });
+  return address;
 }
 
 bc_status_t bc_leader_wait(bc_leader_t leader, int64_t timeout_ms) {
   return Guard("bc_leader_wait", [&]() -> Status {
     if (leader == nullptr) return InvalidArgumentError("bc_leader_wait: leader is NULL");
-    return leader->producer->Wait(timeout_ms);
+    BC_ASSIGN_OR_RETURN(auto l, Leaders().Get(WordOfHandle(leader), "bc_leader_wait"));
+    return l->producer->Wait(timeout_ms);
   });
 }
 
 bc_status_t bc_leader_destroy(bc_leader_t leader) {
   return Guard("bc_leader_destroy", [&]() -> Status {
     if (leader == nullptr) return InvalidArgumentError("bc_leader_destroy: leader is NULL");
-    std::unique_ptr<bc_leader_s> owned(leader);
+    BC_ASSIGN_OR_RETURN(auto owned, Leaders().Remove(WordOfHandle(leader), "bc_leader_destroy"));
     const bool done = owned->producer->done();
     if (!done) owned->producer->Abort("leader: destroyed by bc_leader_destroy before the end");
     Status s = owned->producer->Wait();

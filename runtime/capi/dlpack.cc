@@ -23,10 +23,8 @@ struct ExportContext {
 };
 
 // The view of the batch's tensor `name` ("images", "labels", "sample_ids" or a named one).
-Result<TensorView> NamedView(bc_batch_t batch, const char* name) {
-  if (batch == nullptr) return Status(StatusCode::kInvalidArgument, "dlpack: batch is NULL");
+Result<TensorView> NamedView(const Batch& b, const char* name) {
   if (name == nullptr) return Status(StatusCode::kInvalidArgument, "dlpack: name is NULL");
-  const Batch& b = batch->batch;
   if (!b.valid()) return Status(StatusCode::kFailedPrecondition, "dlpack: the batch was released");
   TensorView v = b.tensor(name);
   if (v.data == nullptr && v.nbytes == 0 && v.ndim == 0) {
@@ -46,8 +44,10 @@ Result<TensorView> NamedView(bc_batch_t batch, const char* name) {
 }
 
 Status DescribeTensor(bc_batch_t batch, const char* name, ExportContext* ctx, DLTensor* t) {
-  BC_ASSIGN_OR_RETURN(const TensorView v, NamedView(batch, name));
-  ctx->keep_alive = batch->batch.KeepAlive();
+  if (batch == nullptr) return Status(StatusCode::kInvalidArgument, "dlpack: batch is NULL");
+  BC_ASSIGN_OR_RETURN(const auto b, LookUpBatch(batch, "dlpack"));
+  BC_ASSIGN_OR_RETURN(const TensorView v, NamedView(b->batch, name));
+  ctx->keep_alive = b->batch.KeepAlive();
   for (int i = 0; i < v.ndim && i < 4; ++i) ctx->shape[i] = v.shape[i];
   t->data = v.data;
   t->device = DLDevice{kDLCPU, 0};
@@ -98,6 +98,7 @@ using batchcast::capi::ExportContext;
 using batchcast::capi::ExportNamed;
 using batchcast::capi::Guard;
 using batchcast::capi::KindName;
+using batchcast::capi::LookUpBatch;
 
 extern "C" {
 
@@ -120,7 +121,8 @@ bc_status_t bc_batch_num_tensors(bc_batch_t batch, int* out) {
   return Guard("bc_batch_num_tensors", [&]() -> Status {
     if (batch == nullptr || out == nullptr)
       return Status(StatusCode::kInvalidArgument, "bc_batch_num_tensors: batch or out is NULL");
-    *out = batch->batch.num_tensors();
+    BC_ASSIGN_OR_RETURN(const auto b, LookUpBatch(batch, "bc_batch_num_tensors"));
+    *out = b->batch.num_tensors();
     return Status::Ok();
   });
 }
@@ -129,11 +131,12 @@ bc_status_t bc_batch_tensor_name(bc_batch_t batch, int i, const char** out) {
   return Guard("bc_batch_tensor_name", [&]() -> Status {
     if (batch == nullptr || out == nullptr)
       return Status(StatusCode::kInvalidArgument, "bc_batch_tensor_name: batch or out is NULL");
-    *out = batch->batch.tensor_name(i);
+    BC_ASSIGN_OR_RETURN(const auto b, LookUpBatch(batch, "bc_batch_tensor_name"));
+    *out = b->batch.tensor_name(i);
     if (*out == nullptr)
       return Status(StatusCode::kOutOfRange,
                     "bc_batch_tensor_name: index " + std::to_string(i) + " is not below " +
-                        std::to_string(batch->batch.num_tensors()) + " (bc_batch_num_tensors)");
+                        std::to_string(b->batch.num_tensors()) + " (bc_batch_num_tensors)");
     return Status::Ok();
   });
 }

@@ -48,6 +48,9 @@ struct FrontDoorInfo {
   const char* what;     // one line: what it is
   const char* instead;  // what to do with an option it refuses
   const char* consumers;  // where its consumers' own options go ("" : it makes them itself)
+  // How its user admits a larger consumer batch than it allows (the end of that refusal;
+  // "": the ring's generic advice).
+  const char* larger_batch;
 };
 
 // Every front door, in FrontDoor order.

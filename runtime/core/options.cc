@@ -499,37 +499,48 @@ const std::vector<FrontDoorInfo> kFrontDoors = {
      "options string for both",
      "Unset it: the MPI Runtime derives the rank and world size of its trainers from the "
      "communicator",
-     ""},
+     "", ""},
     {FrontDoor::kMultinode, "multinode", "multi-node leader", true,
      "the MPI Runtime across nodes (mode=replicate) or with mode=shard: node leaders that agree "
      "over MPI (docs/multinode.md)",
-     "Unset it, or run on one node with mode=replicate", ""},
+     "Unset it, or run on one node with mode=replicate", "", ""},
     {FrontDoor::kServe, "serve", "batchcast serve", true,
      "the always-on per-node service (docs/service.md); trials attach and leave at any time",
      "Unset it, or run the stream under batchcast-run or the MPI Runtime",
-     "each trial's consumer: batchcast.Consumer(address, ...), Consumer::Attach"},
+     "each trial's consumer: batchcast.Consumer(address, ...), Consumer::Attach",
+     "start batchcast serve with a larger --max-batch (default: its batch_size), or ask for a "
+     "smaller batch_size"},
     {FrontDoor::kPythonLeader, "python-leader", "batchcast.Leader", true,
      "the native pipeline leader in a Python process; consumers attach to its address",
-     "Unset it", "batchcast.Consumer(address, ...)"},
+     "Unset it", "batchcast.Consumer(address, ...)",
+     "create the batchcast.Leader with max_batch_size= the largest consumer batch_size "
+     "(default: its batch_size), or ask for a smaller batch_size"},
     {FrontDoor::kPythonProducer, "python-producer", "batchcast.Producer", true,
      "a leader that publishes the batches of a Python iterable (a DataLoader); it runs no "
      "decode pipeline",
      "Unset it, or use batchcast.Leader(dataset=...) for the native decode pipeline; the "
      "Producer's own settings are its keyword arguments (docs/python.md)",
-     "batchcast.Consumer(address, ...)"},
+     "batchcast.Consumer(address, ...)",
+     "create the batchcast.Producer with max_batch_size= the largest consumer batch_size (at "
+     "most its batch_size, the samples of one published batch), or ask for a smaller "
+     "batch_size"},
     {FrontDoor::kLauncher, "launcher", "batchcast-run", true,
      "the launcher: a leader task per node and trainer tasks that get its options "
      "(docs/launch.md)",
      "Unset it: batchcast-run sets each trainer's RANK and WORLD_SIZE (the trainers-only "
      "world), which mode=shard uses",
-     ""},
+     "",
+     "start batchcast-run with --max-batch-size set to the largest trainer batch_size "
+     "(default: --batch-size), or ask for a smaller batch_size"},
     {FrontDoor::kCApiLeader, "c-leader", "bc_leader_start", true,
      "the C API's leader (batchcast_c.h) on a thread of the caller's process",
-     "Unset it", "bc_consumer_attach"},
+     "Unset it", "bc_consumer_attach",
+     "start the leader with bc_leader_config_t.max_consumer_batch (default: its batch_size) "
+     "set to the largest consumer batch_size, or ask for a smaller batch_size"},
     {FrontDoor::kConsumer, "consumer", "batchcast.Consumer", false,
      "a Python consumer's own options (a C++ or C consumer, Consumer::Attach or "
      "bc_consumer_attach, takes its program's one options string and reads its part)",
-     "Give it to the leader (batchcast.Leader(...), batchcast serve, batchcast-run)", ""},
+     "Give it to the leader (batchcast.Leader(...), batchcast serve, batchcast-run)", "", ""},
 };
 
 const Entry* FindEntry(std::string_view key) {

@@ -138,12 +138,22 @@ void SetJoinResume(const Options& o, uint32_t shard_world, shm::ConsumerConfig* 
 Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
                                                    const Options& options, int rank,
                                                    const std::string& name) {
+  return internal::ConsumerAccess::Attach(address, options, rank, name, false);
+}
+
+namespace internal {
+
+Result<std::unique_ptr<Consumer>> ConsumerAccess::Attach(const std::string& address,
+                                                         const Options& options, int rank,
+                                                         const std::string& name,
+                                                         bool loop_holds_batch) {
   BC_RETURN_IF_ERROR(ValidateOptions(options));
   shm::ConsumerConfig cfg;
   cfg.batch_size = static_cast<uint32_t>(options.batch_size);
   cfg.buffer_depth = static_cast<uint32_t>(options.buffer_depth);
   cfg.flags = (options.carve_offset ? uint32_t(shm::kCarveOffset) : 0u) |
-              (options.carve_shuffle ? uint32_t(shm::kCarveShuffle) : 0u);
+              (options.carve_shuffle ? uint32_t(shm::kCarveShuffle) : 0u) |
+              (loop_holds_batch ? uint32_t(shm::kLoopHoldsBatch) : 0u);
   cfg.order_seed = HashCombine(options.seed, static_cast<uint64_t>(rank + 1), 0xc0ffee);
   cfg.rank = rank;
   cfg.name = name;
@@ -177,15 +187,14 @@ Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
   c->core_->address = address;
   c->core_->shard_world = shard_world;
   c->core_->shard_rank = shard_rank;
-  BC_RETURN_IF_ERROR(StartAt(options, h, c->core_.get()));
+  BC_RETURN_IF_ERROR(batchcast::StartAt(options, h, c->core_.get()));
   c->core_->ring = std::move(ring).value();
   c->core_->options = options;
   c->core_->rank = rank;
+  c->core_->loop_holds_batch = loop_holds_batch;
   c->core_->error_handler = DefaultErrorHandler;
   return c;
 }
-
-namespace internal {
 
 Status ConsumerAccess::StartAt(Consumer& consumer, StreamPosition position) {
   internal::ConsumerCore& c = *consumer.core_;
@@ -233,6 +242,11 @@ Status ConsumerAccess::StartAt(Consumer& consumer, StreamPosition position) {
   return Status::Ok();
 }
 
+bool ConsumerAccess::Finished(const Consumer& consumer) {
+  std::lock_guard<std::mutex> lock(consumer.core_->mu);
+  return consumer.core_->finished;
+}
+
 }  // namespace internal
 
 Consumer::~Consumer() {
@@ -247,6 +261,7 @@ Status Consumer::Detach() {
   std::function<Status()> finish;
   {
     std::lock_guard<std::mutex> lock(core_->mu);
+    core_->closed = true;  // a later Next() is an error naming Detach(); Detach() again: no-op
     core_->FinishLocked();
     finish = std::move(core_->finish_telemetry);  // once: the files are written now
     core_->finish_telemetry = nullptr;

@@ -156,6 +156,9 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   bool finished = false;               // no more batches for this consumer
   bool drained = false;                // the leader was told (it no longer addresses us)
   bool detached = false;               // left the stream: nothing may be released any more
+  bool closed = false;                 // Consumer::Detach() was called: Next() is an error
+  bool end_returned = false;           // Next() returned kEndOfStream: another is an error
+  bool loop_holds_batch = false;       // one batch more than buffer_depth (kLoopHoldsBatch)
   uint64_t first_epoch = ~0ULL;
   uint64_t completed_epoch = ~0ULL;    // the last epoch counted complete
   int64_t epoch_budget = 0;            // epochs this consumer runs (options.epochs - start_epoch)
@@ -324,7 +327,12 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
     }
     // Done: drain now, so that a batch kept after the loop (a loop variable) never holds
     // the other consumers back; the slot stays ours until that batch is released.
-    if (stats.epochs_completed < epoch_budget) return false;
+    // Its last epoch: the budget's, or the stream's last (a stream of known epochs numbers
+    // them 0..stream_epochs-1, a resumed or replayed epoch included), so that a caller
+    // knows it is over (Python's `ended`) without asking past the end.
+    const uint64_t stream_epochs = ring->header()->stream_epochs;
+    if (stats.epochs_completed < epoch_budget && (stream_epochs == 0 || e + 1 < stream_epochs))
+      return false;
     FinishLocked();
     return true;
   }

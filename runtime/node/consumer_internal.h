@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "batchcast/consumer.h"
 
@@ -17,6 +18,15 @@ struct SegmentView;
 namespace batchcast::internal {
 
 struct ConsumerAccess {
+  // Consumer::Attach; with `loop_holds_batch` the consumer may hold one batch beyond
+  // options.buffer_depth while it asks for the next (the Python consumer's
+  // release="on_free": a `for` loop's variables keep the previous batch until the next is
+  // fetched). The leader reserves that slot too (shm::kLoopHoldsBatch) and checks
+  // buffer_depth itself against its range, so the number means what the user set.
+  static Result<std::unique_ptr<Consumer>> Attach(const std::string& address,
+                                                  const Options& options, int rank,
+                                                  const std::string& name,
+                                                  bool loop_holds_batch);
   // Records this consumer's events into `collector` (not owned; must outlive the batches).
   static void SetCollector(Consumer& consumer, telemetry::Collector* collector);
   static telemetry::Collector* GetCollector(const Consumer& consumer);
@@ -37,6 +47,9 @@ struct ConsumerAccess {
   // (FailedPrecondition, naming both positions and what to do) once a Next() has begun: a
   // shared stream does not rewind or jump for one consumer.
   static Status StartAt(Consumer& consumer, StreamPosition position);
+  // True once the consumer has handed out its last batch: its epochs are complete, the
+  // stream's last epoch is, or it was detached (a further Next() ends or fails).
+  static bool Finished(const Consumer& consumer);
 };
 
 }  // namespace batchcast::internal

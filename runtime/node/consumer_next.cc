@@ -15,6 +15,7 @@
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 #include "transport/shm/carving.h"
+#include "transport/shm/control.h"
 #include "transport/shm/futex.h"
 #include "transport/shm/ring_consumer.h"
 
@@ -48,18 +49,50 @@ class NextCall {
     if (c_.in_next)
       return FailedPreconditionError("consumer: Next() is already running in another thread; "
                                      "call it from one thread at a time");
+    if (c_.closed)
+      return FailedPreconditionError(
+          "consumer of {}: Next() after Detach(): this consumer left the stream and hands out "
+          "no more batches (batches still held stay valid). Attach a new Consumer (with "
+          "start_epoch / start_batch from Position() to go on where it left)",
+          shm::DisplayAddress(c_.address));
     if (!c_.status.ok()) return c_.status;
     if (c_.finished) {
       c_.MaybeDetachLocked();
-      return EpochsComplete();
+      return c_.end_returned ? PastTheEnd() : EpochsComplete();
     }
-    if (c_.outstanding >= c_.options.buffer_depth)
+    if (c_.outstanding >= c_.options.buffer_depth + (c_.loop_holds_batch ? 1 : 0))
       return FailedPreconditionError(
-          "consumer holds {} unreleased batches (buffer_depth={}): {}. Release one (destroy the "
-          "Batch or its tensors; keep a copy, e.g. tensor.clone(), of what you need longer) "
+          "consumer holds {} unreleased batches (buffer_depth={}{}): {}. Release one (destroy "
+          "the Batch or its tensors; keep a copy, e.g. tensor.clone(), of what you need longer) "
           "before asking for the next, or attach with a larger buffer_depth",
-          c_.outstanding, c_.options.buffer_depth, c_.HeldList());
+          c_.outstanding, c_.options.buffer_depth,
+          c_.loop_holds_batch ? " + the loop's batch" : "",
+          c_.HeldList());
     return Status::Ok();
+  }
+
+  // A batch asked for after Next() has returned kEndOfStream: a loop over more epochs than
+  // this consumer's stream has (`for epoch in range(E)` around a per-epoch loop) would
+  // otherwise train on nothing, silently. Names both epoch counts.
+  Status PastTheEnd() const {
+    const uint64_t stream = c_.ring->header()->stream_epochs;
+    const int64_t done = c_.stats.epochs_completed;
+    const std::string where = shm::DisplayAddress(c_.address);
+    const std::string stream_text =
+        stream > 0 ? fmt::format("{} epoch{}", stream, stream == 1 ? "" : "s") : "an open end";
+    if (c_.options.epochs < kEpochsUntilStreamEnds && done >= c_.epoch_budget)
+      return FailedPreconditionError(
+          "consumer: a batch was asked for after the end of this consumer's stream: it has "
+          "completed the {} epoch{} it asked for (option epochs; the leader's stream at {} has "
+          "{}). A loop over more epochs would train on nothing: loop over at most {} epochs, "
+          "or attach with more", c_.epoch_budget, c_.epoch_budget == 1 ? "" : "s", where,
+          stream_text, c_.epoch_budget);
+    return FailedPreconditionError(
+        "consumer: a batch was asked for after the end of this consumer's stream: it has "
+        "completed {} epoch{} and the leader's stream at {} {}: there is no further epoch (a "
+        "loop over more epochs than the stream has would train on nothing). Loop over at most "
+        "{} epochs, or start the leader with more epochs",
+        done, done == 1 ? "" : "s", where, stream > 0 ? "has " + stream_text : "has ended", done);
   }
 
   // The first call waits to be admitted. No deadline: a late joiner may wait for the next
@@ -266,9 +299,14 @@ Status Consumer::Next(Batch* out) {
   out->Release();  // before locking: releasing takes the lock itself
   std::unique_lock<std::mutex> lock(core_->mu);
   NextCall call(*core_, lock);
-  BC_RETURN_IF_ERROR(call.CheckCanAsk());
-  BC_RETURN_IF_ERROR(call.WaitAdmitted());
-  BC_RETURN_IF_ERROR(call.CarveNextProducerBatch(&out->info_));
+  // The end of the stream is handed out once; asking again is an error (PastTheEnd).
+  auto step = [&](Status st) {
+    if (st.code() == StatusCode::kEndOfStream) core_->end_returned = true;
+    return st;
+  };
+  BC_RETURN_IF_ERROR(step(call.CheckCanAsk()));
+  BC_RETURN_IF_ERROR(step(call.WaitAdmitted()));
+  BC_RETURN_IF_ERROR(step(call.CarveNextProducerBatch(&out->info_)));
   Handout h = call.HandOutPiece(core_, &out->info_);
   out->images_ = h.views.images;
   out->labels_ = h.views.labels;

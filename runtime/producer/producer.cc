@@ -96,6 +96,8 @@ Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distributi
       config_.until_stopped ? 0 : o.epochs);
   rc.resize_spec = plan_.resize_spec;
   rc.socket_name = config_.socket_name;
+  // A refused consumer batch size ends with what this front door's user does about it.
+  if (config_.front_door) rc.batch_limit_advice = FrontDoorOf(*config_.front_door).larger_batch;
   rc.job = config_.job;
   rc.rank = config_.rank;
   rc.heartbeat_ms = o.heartbeat_ms;
@@ -158,6 +160,14 @@ void Producer::InstallHandlers() {
     }
     lost_.fetch_add(1);
     if (collector_ != nullptr) collector_->Add(telemetry::Counter::kConsumersDetached, 1);
+    const std::string what =
+        m.Describe() + (kind == shm::LossKind::kHeartbeat ? " stopped heart-beating"
+                                                          : " died (its connection closed)");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lost_names_.push_back(what);
+    }
+    if (config_.on_loss) config_.on_loss(what);
     if (config_.loss == LossPolicy::kFailStream)
       Abort(fmt::format("{} died or stopped responding ({}); failing the job", m.Describe(),
                         kind == shm::LossKind::kHeartbeat ? "no heartbeat"
@@ -195,6 +205,11 @@ void Producer::AdoptSlotHook(std::unique_ptr<SlotHook> hook) {
 
 StagingTarget Producer::staging_target() {
   return {ring_.get(), config_.socket_name, [this](SlotHook* h) { writer_->SetHook(h); }};
+}
+
+std::vector<std::string> Producer::lost_consumers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lost_names_;
 }
 
 ProducerStats Producer::stats() const {

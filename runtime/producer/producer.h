@@ -66,6 +66,10 @@ struct ProducerConfig {
   bool end_when_empty = true;       // end once every consumer has left; else wait for one
   bool wait_until_empty = false;    // Run() returns once every consumer has detached too
   LossPolicy loss = LossPolicy::kCount;
+  // Called on the ring's control thread for each consumer lost without detaching, with
+  // "<consumer> died (its connection closed)" or "... stopped heart-beating", before the
+  // loss policy acts (a front door reporting losses as they happen: batchcast-run's sweep).
+  std::function<void(const std::string& what)> on_loss;
   int64_t handshake_timeout_ms = 5000;
   bool print_plan = true;           // print a resize schedule's plan to stdout
   // The front door's own collector (the MPI Runtime's, gathered over its ranks); else the
@@ -143,6 +147,8 @@ class Producer {
   // error becomes Run()'s when the stream was ok. Call before Run()/Start().
   void OnStreamEnd(std::function<Status()> step) { stream_end_.push_back(std::move(step)); }
 
+  // The consumers lost without detaching so far, as given to on_loss.
+  std::vector<std::string> lost_consumers() const;
   const std::string& address() const { return config_.socket_name; }  // the socket name
   std::string display_address() const;                                // "@name"
   const ProducerConfig& config() const { return config_; }
@@ -187,6 +193,7 @@ class Producer {
   std::atomic<uint64_t> resume_replays_{0}, resume_replayed_{0};
   std::atomic<uint32_t> idle_{0};
   std::atomic<int64_t> detached_{0}, lost_{0};  // written by the ring's control thread
+  std::vector<std::string> lost_names_;          // under mu_
   int64_t epochs_started_ = 0, idle_waits_ = 0;
   // Start() / Wait().
   std::thread thread_;

@@ -15,27 +15,7 @@
 
 #include <batchcast/batchcast_c.h>
 
-static int failures = 0;
-
-#define EXPECT(cond)                                                                 \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "capi_test:%d: expected %s (last error: %s)\n", __LINE__, #cond, \
-              bc_last_error());                                                      \
-      ++failures;                                                                    \
-    }                                                                                \
-  } while (0)
-#define EXPECT_STATUS(call, want)                                                    \
-  do {                                                                               \
-    bc_status_t got_ = (call);                                                       \
-    if (got_ != (want)) {                                                            \
-      fprintf(stderr, "capi_test:%d: %s returned %s, expected %s (last error: %s)\n", \
-              __LINE__, #call, bc_status_string(got_), bc_status_string(want),       \
-              bc_last_error());                                                      \
-      ++failures;                                                                    \
-    }                                                                                \
-  } while (0)
-#define EXPECT_ERROR_HAS(text) EXPECT(strstr(bc_last_error(), (text)) != NULL)
+#include "capi_test_util.h"
 
 static void TestVersionAndStrings(void) {
   const char* text = NULL;
@@ -165,21 +145,6 @@ static void TestDlpack(bc_batch_t batch, const bc_batch_info_t* info) {
   labels->deleter(labels);
 }
 
-/* A leader over `dataset` (one epoch, batches of 8 images of 16 x 16) with `extra` options;
- * NULL on a failure. */
-static bc_leader_t StartLeader(const char* dataset, const char* extra) {
-  static char options[512];
-  snprintf(options, sizeof(options),
-           "--dataset %s --epochs 1 --batch-size 8 --image-size 16 --threads 1 %s", dataset,
-           extra);
-  bc_leader_config_t lc;
-  bc_leader_config_init(&lc);
-  lc.options = options;
-  bc_leader_t leader = NULL;
-  EXPECT_STATUS(bc_leader_start(&lc, &leader), BC_SUCCESS);
-  return leader;
-}
-
 /* One consumer of it, labelled `rank`, starting at batch `start_batch`; NULL on a failure. */
 static bc_consumer_t AttachTo(bc_leader_t leader, int rank, int64_t start_batch) {
   bc_consumer_config_t cfg;
@@ -242,15 +207,7 @@ static void TestStream(const char* dataset, int samples) {
   EXPECT(info.index == 1);
   EXPECT_STATUS(bc_batch_release(held[1]), BC_SUCCESS);
 
-  int64_t got = 16;
-  bc_batch_t b;
-  bc_status_t st;
-  while ((st = bc_consumer_next(c, &b, &info)) == BC_SUCCESS) {
-    got += info.size - info.repeats;
-    EXPECT_STATUS(bc_batch_release(b), BC_SUCCESS);
-  }
-  EXPECT(st == BC_END_OF_STREAM);
-  EXPECT(got == samples);
+  EXPECT(16 + ReadToTheEnd(c) == samples);
   Finish(c, leader);
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Drivers of the C API tests (tests/capi/CMakeLists.txt).
-#   run_capi.sh c_api MAKE_PHOTO_DATASET DATA_DIR CAPI_TEST
+#   run_capi.sh c_api MAKE_PHOTO_DATASET DATA_DIR CAPI_TEST   (capi_test, capi_handles_test)
 #   run_capi.sh c_trainer MAKE_PHOTO_DATASET DATA_DIR C_TRAINER MPIEXEC
 #   run_capi.sh abi LIB ABI_LAYOUT BASELINE ABI_CHECK_PY
 set -euo pipefail

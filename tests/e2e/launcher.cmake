@@ -20,7 +20,8 @@ if(TARGET _batchcast)  # the Python module: a Python trainer under the launcher
   list(APPEND launcher_env LAUNCHER_PYTHONPATH=${BATCHCAST_PYTHON_DIR})
   set(launcher_python_case python_trainer)
 endif()
-foreach(case mpirun_three ${launcher_python_case} mpirun_leader_trains mpirun_trainer_fails shard torchrun_style torch_ddp signals layouts
+foreach(case mpirun_three ${launcher_python_case} mpirun_leader_trains mpirun_trainer_fails
+             mpirun_sweep_trial_killed shard torchrun_style torch_ddp signals layouts
              gpu_placement mps_fake telemetry_dir)
   add_test(NAME e2e_launcher_${case}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/launcher_test.sh ${case}

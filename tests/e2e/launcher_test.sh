@@ -85,6 +85,29 @@ case_mpirun_trainer_fails() {
     || fail "no message naming trainer rank 1 and its status"
 }
 
+# A sweep (--on-trainer-loss continue): trial 1 of three is killed (SIGKILL) mid-epoch; the
+# leader detaches it, reports and counts it, and trials 0 and 2 get both epochs exactly once;
+# the job ends 0 (mpirun would end the other trials at a task's non-zero exit). Without the
+# policy (fail, for data-parallel jobs) the same kill fails the job.
+case_mpirun_sweep_trial_killed() {
+  make_dataset
+  mpirun3 4 "$run" --on-trainer-loss continue "${DATA_OPTS[@]}" -- "$trainer" --samples $SAMPLES \
+    --kill-rank 1 >out.txt 2>&1 || fail "the sweep failed although only trial 1 was lost"
+  expect_lines "^trainer-result RANK=[02] exactly_once=ok epochs=2" 2
+  expect_lines "^trainer-result RANK=1 " 0
+  expect_lines "batchcast-run: leader of node 0: trainer .*rank 1.* died \(its connection closed\); detached, the other trainers go on" 1
+  expect_lines "batchcast-run: trainer rank 1 .* was killed by signal 9.*a lost trial" 1
+  expect_lines "^batchcast-run: leader of node 0 .* done: .* to 3 trainer\(s\), 1 of them lost: trainer .*rank 1" 1
+  if mpirun3 4 "$run" "${DATA_OPTS[@]}" -- "$trainer" --samples $SAMPLES --kill-rank 1 \
+      >out.txt 2>&1; then
+    fail "the data-parallel job (--on-trainer-loss fail, the default) succeeded without trainer 1"
+  fi
+  grep -q "died (its connection closed); failing the job (--on-trainer-loss fail)" out.txt \
+    || fail "no message naming the lost trainer and the policy"
+  expect_fail "--on-trainer-loss 'skip' is neither 'fail'" \
+    "$run" --on-trainer-loss skip "${DATA_OPTS[@]}" -- "$trainer" --samples $SAMPLES
+}
+
 # --mode shard: two trainers (a DDP job) take disjoint halves of every epoch that together
 # hold every sample once (600 samples, b=32: 9 global batches of 64, then 12 each); with
 # --telemetry every task (the leader and both trainers) writes its own file.

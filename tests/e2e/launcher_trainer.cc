@@ -5,10 +5,12 @@
 // the reported fill repeats), and prints what it was told, one line each:
 //   trainer-env RANK=1 LOCAL_RANK=0 WORLD_SIZE=4 ... host=n2
 //   trainer-result RANK=1 exactly_once=ok epochs=2 batches=34 samples=1088
-// Usage: launcher_trainer --samples N [--fail-rank R] [Batchcast options]
+// Usage: launcher_trainer --samples N [--fail-rank R] [--kill-rank R] [Batchcast options]
 //   --fail-rank R   the trainer with RANK=R exits with status 3 after its first batch
+//   --kill-rank R   the trainer with RANK=R is killed (SIGKILL) after its fifth batch, mid-epoch
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -64,7 +66,7 @@ int ShardResult(const batchcast::Options& o,
 
 int main(int argc, char** argv) {
   int64_t samples = -1;
-  int fail_rank = -1;
+  int fail_rank = -1, kill_rank = -1;
   std::vector<std::string> flags;
   for (int i = 1; i < argc; ++i) {
     std::string w = argv[i];
@@ -72,6 +74,8 @@ int main(int argc, char** argv) {
       samples = std::atoll(argv[++i]);
     else if (w == "--fail-rank" && i + 1 < argc)
       fail_rank = std::atoi(argv[++i]);
+    else if (w == "--kill-rank" && i + 1 < argc)
+      kill_rank = std::atoi(argv[++i]);
     else
       flags.push_back(w);
   }
@@ -109,6 +113,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "launcher_trainer: rank %d failing on purpose after its first batch\n",
                    fail_rank);
       std::_Exit(3);  // no detach: the leader sees a dead trainer
+    }
+    if (kill_rank >= 0 && batches == 5 && Env("RANK") == std::to_string(kill_rank)) {
+      std::fprintf(stderr, "launcher_trainer: rank %d killing itself (SIGKILL) mid-epoch\n",
+                   kill_rank);
+      std::fflush(stderr);
+      raise(SIGKILL);
     }
   }
   if (options.value().mode == "shard") return ShardResult(options.value(), counts, repeats, host);

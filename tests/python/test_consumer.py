@@ -77,7 +77,10 @@ def test_len_is_exact(fmnist, batch_size):
     loader = batchcast.Consumer(leader.address, batch_size=batch_size)
     expect = math.ceil(1000 / batch_size)
     assert len(loader) == expect
-    assert [sum(1 for _ in loader) for _ in range(3)] == [expect, expect, 0]
+    assert [sum(1 for _ in loader) for _ in range(2)] == [expect, expect]
+    assert loader.ended
+    with pytest.raises(batchcast.FailedPreconditionError, match="there is no further epoch"):
+        sum(1 for _ in loader)  # a third epoch of a 2-epoch stream (issue 34)
     leader.wait()
 
 
@@ -259,6 +262,8 @@ def test_epoch_whose_last_producer_batches_are_skipped_ends_at_its_boundary(tmp_
         loader = batchcast.Consumer(leader.address, batch_size=3, with_info=True)
         got = []
         for _ in range(epochs + 1):
+            if loader.ended:  # an iter() past the end raises (issue 34)
+                break
             ids = [int(i) for _, _, info in loader for i in info.sample_ids]
             if ids:
                 got.append(ids)

@@ -55,11 +55,14 @@ def test_a_loop_broken_early_starts_the_next_epoch_like_a_dataloader(fmnist):
     epoch1 = [(int(i.epoch), int(i.index)) for _, _, i in loader]
     assert epoch1 == [(1, b) for b in range(BATCHES)]
     assert loader.stats()["skipped_after_break"] == BATCHES - 3
-    # A break in the last epoch, then iter(): the stream is over.
+    # A break in the last epoch, then iter(): the stream is over, and an epoch past its end
+    # is an error naming both epoch counts (issue 34), not an empty epoch.
     for k, _ in enumerate(loader):
         if k == 5:
             break
-    assert list(loader) == [] and loader.ended
+    with pytest.raises(batchcast.FailedPreconditionError, match="completed 3 epochs and the leader's stream at .* has 3 epochs: there is no further"):
+        list(loader)
+    assert loader.ended
     ldr.wait()
 
 

@@ -66,6 +66,19 @@ TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
   std::string ready = service_test::ReadLineWith(serve, "batchcast serve: listening");
   ASSERT_NE(ready.find("@" + sock), std::string::npos) << ready;
   ASSERT_NE(ready.find("until stopped"), std::string::npos) << ready;
+  // It counts producer batches (batch_size 10 -> producer batches of 20), not a trial's.
+  EXPECT_NE(ready.find(" producer batches/epoch"), std::string::npos) << ready;
+  {  // A trial's batch above the service's largest: the fix is the service's own flag.
+    Options big;
+    big.batch_size = 20;
+    big.connect_timeout = 0;
+    auto refused = Consumer::Attach(sock, big, -1, "too-big");
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find(
+                  "batch size 20 is outside 1..10 (the largest consumer batch this stream "
+                  "admits): start batchcast serve with a larger --max-batch"),
+              std::string::npos) << refused.status().ToString();
+  }
 
   Options o;
   o.batch_size = 10;

@@ -288,7 +288,8 @@ TEST(ServiceTest, HostileControlMessagesAreRejectedWithoutDisturbingOthers) {
   const int kOtherVersion = static_cast<int>(StatusCode::kFailedPrecondition);
   j = ValidJoin(), j.version = 99;
   EXPECT_EQ(send_join(j, &msg), kOtherVersion);
-  EXPECT_NE(msg.find("consumer speaks control protocol 99, this leader protocol 3"),
+  const std::string ours = std::to_string(shm::kProtocolVersion);
+  EXPECT_NE(msg.find("consumer speaks control protocol 99, this leader protocol " + ours),
             std::string::npos) << msg;
   {
     j = ValidJoin(), j.version = 2;
@@ -296,7 +297,7 @@ TEST(ServiceTest, HostileControlMessagesAreRejectedWithoutDisturbingOthers) {
     ASSERT_GE(fd, 0);
     ASSERT_TRUE(shm::SendMessage(fd, &j, 72).ok());
     EXPECT_EQ(ReplyCode(fd, &msg), kOtherVersion);
-    EXPECT_NE(msg.find("consumer speaks control protocol 2, this leader protocol 3"),
+    EXPECT_NE(msg.find("consumer speaks control protocol 2, this leader protocol " + ours),
               std::string::npos) << msg;
   }
   j = ValidJoin(), j.resumes = 2;
@@ -395,7 +396,8 @@ TEST(ServiceTest, ConsumerNamesBothVersionsForALeaderOfAnotherProtocol) {
   close(*listen_fd);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("leader speaks control protocol 2, this consumer "
-                                      "protocol 3"), std::string::npos) << c.status().ToString();
+                                      "protocol " + std::to_string(shm::kProtocolVersion)),
+            std::string::npos) << c.status().ToString();
 }
 
 TEST(ServiceTest, OtherUidIsRefused) {
@@ -496,6 +498,55 @@ TEST(ServiceTest, StatusShowsConsumersAndIdle) {
   EXPECT_TRUE(sa.ok()) << sa.ToString();
   EXPECT_TRUE(sb.ok()) << sb.ToString();
   EXPECT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.stream.idle != 0; }));
+  StopServer(server);
+}
+
+// A trial that joined after the late-join window is admitted at once but receives nothing
+// until the next epoch starts: `batchcast status` shows it as "waiting" (it showed "active",
+// issue 34), and as "active" once its first position is out. The test consumes trial a's
+// batches itself, so where the stream stands is known: 20 producer batches per epoch, a
+// window of 4 (the ring depth), a 4-slot ring ahead of a.
+TEST(ServiceTest, StatusShowsATrialWaitingForTheNextEpochAsWaiting) {
+  const std::string sock = service_test::UniqueSocket("waiting");
+  Child server = service_test::StartServer(sock, 640, 32, 32, 1000, 0.02, 0, 4);
+  auto a = Consumer::Attach(sock, ConsumerOptions(32, 1000), -1, "trial-a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  Batch b;
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE((*a)->Next(&b).ok());
+  ASSERT_EQ(b.info().epoch, 0u);
+  ASSERT_EQ(b.info().index, 7u);
+  auto late = Consumer::Attach(sock, ConsumerOptions(32, 1000), -1, "late");
+  ASSERT_TRUE(late.ok()) << late.status().ToString();
+  ASSERT_TRUE((*a)->Next(&b).ok());  // frees a slot: the leader settles membership
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) {
+    for (uint32_t i = 0; i < r.count; ++i)
+      if (std::string(r.members[i].name) == "late") return r.members[i].start_seq != shm::kNoSeq;
+    return false;
+  }));
+  auto j = nlohmann::json::parse(RunCli("status --json --socket " + sock));
+  ASSERT_EQ(j["consumers"].size(), 2u) << j.dump();
+  for (const auto& c : j["consumers"]) {
+    if (c["name"] == "late") {
+      EXPECT_EQ(c["state"], "waiting") << j.dump();
+      EXPECT_EQ(c["start_position"].get<uint64_t>(), 20u) << j.dump();  // epoch 1's start
+    } else {
+      EXPECT_EQ(c["state"], "active") << j.dump();
+    }
+  }
+  std::string table = RunCli("status --socket " + sock);
+  EXPECT_NE(table.find("waiting"), std::string::npos) << table;
+  // a reaches the next epoch; the late trial's first batch is epoch 1's first.
+  while (b.info().epoch == 0) ASSERT_TRUE((*a)->Next(&b).ok());
+  Batch first;
+  ASSERT_TRUE((*late)->Next(&first).ok());
+  EXPECT_EQ(first.info().epoch, 1u);
+  EXPECT_EQ(first.info().index, 0u);
+  auto after = nlohmann::json::parse(RunCli("status --json --socket " + sock));
+  for (const auto& c : after["consumers"]) EXPECT_EQ(c["state"], "active") << after.dump();
+  first.Release();
+  b.Release();
+  late->reset();
+  a->reset();
   StopServer(server);
 }
 

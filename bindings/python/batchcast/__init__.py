@@ -117,20 +117,15 @@ _READ_ONLY_HINT = (
 
 _HELD_HINT = (
     "In a `for images, labels in loader` loop the previous batch is still held by the loop "
-    "variables while the next one is fetched; that one is not counted (the consumer asks the "
-    "leader for buffer_depth + 1), so keeping k batches across iterations needs "
+    "variables while the next one is fetched; that one is not counted against buffer_depth "
+    "(the leader reserves it too), so keeping k batches across iterations needs "
     "buffer_depth >= k + 1, and list(loader) cannot hold a whole epoch of shared batches. "
     "Keep copies instead (images.clone(), np.array(view)), or create the Consumer with "
     "writable=True (private copies that hold no slot)")
 
 
 def _held_message(message):
-    """The C++ refusal, with buffer_depth as the caller set it and what to do."""
-    import re
-    m = re.search(r"\(buffer_depth=(\d+)\)", message)
-    if m:
-        message = message.replace(
-            m.group(0), f"(buffer_depth={int(m.group(1)) - 1} + the loop's batch)")
+    """The C++ refusal (which names buffer_depth as the caller set it) and what to do."""
     return f"{message}. {_HELD_HINT}"
 
 
@@ -450,10 +445,14 @@ class Consumer:
                 # A fresh copy: the peek's own arrays stay the caller's.
                 raw, self._peeked = self._private_copy(self._peeked), None
             elif self._ended:
+                if first:
+                    self._past_the_end()
                 return
             else:
                 raw = self._fetch(copy=first or self._copy)
                 if raw is None:
+                    if first:
+                        self._past_the_end()
                     return
             if epoch is not None and raw[3].epoch != epoch:
                 self._peeked = self._private_copy(raw)  # the next epoch's first batch
@@ -472,6 +471,15 @@ class Consumer:
             first = False
             if last:
                 return
+
+    def _past_the_end(self):
+        """iter() after the end of the stream: a `for epoch in range(E)` loop with more epochs
+        than the stream has would train on nothing, so this raises FailedPreconditionError
+        naming both epoch counts (the C++ consumer's answer to a batch asked for after the
+        end, or its error after close())."""
+        self._c.next(False, self._numpy, False)
+        raise FailedPreconditionError(  # not reached: the C++ consumer refuses
+            "consumer: iterated after the end of its stream")
 
     def _skip_broken_epoch(self):
         """After a loop broke out of epoch e (past its first batch), the rest of e is given
@@ -506,8 +514,9 @@ class Consumer:
         return copy(images), copy(labels), copy(ids), info, named
 
     def batches(self):
-        """Every remaining batch of every epoch, without epoch boundaries."""
-        while True:
+        """Every remaining batch of every epoch, without epoch boundaries (none once the
+        stream is over)."""
+        while self._peeked is not None or not self._ended:
             private = self._copy or self._peeked is not None
             if self._peeked is not None:
                 raw, self._peeked = self._peeked, None
@@ -608,14 +617,15 @@ class Consumer:
             raise InvalidArgumentError(
                 f"consumer: load_state_dict({state!r}): expected a dict with exactly the keys "
                 "'start_epoch' and 'start_batch', as state_dict() returns")
-        if state == self.state_dict():
+        if not getattr(self, "_closed", False) and state == self.state_dict():
             return
         self._c.start_at(int(state["start_epoch"]), int(state["start_batch"]))
 
     @property
     def ended(self):
-        """True once the stream (or this consumer's epochs) is over."""
-        return self._ended
+        """True once the stream (or this consumer's epochs) is over: after the last batch of
+        its last epoch (or close()); iterating further raises FailedPreconditionError."""
+        return (self._ended or self._c.finished()) and self._peeked is None
 
     def stats(self):
         """This consumer's counters: batches, samples, repeats, wait_ns, epochs_completed,
@@ -639,7 +649,10 @@ class Consumer:
         self._c.record(str(name), float(value))
 
     def close(self):
-        """Leaves the stream; the leader and the other consumers go on."""
+        """Leaves the stream; the leader and the other consumers go on. Tensors already
+        taken stay valid; any later use of this Consumer raises FailedPreconditionError."""
+        self._peeked = self._broken = None  # nothing is handed out after close()
+        self._closed = True
         self._c.close()
 
     def __enter__(self):

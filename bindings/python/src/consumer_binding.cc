@@ -35,27 +35,19 @@ class PyConsumer {
  public:
   PyConsumer(const std::string& address, py::dict kwargs, int rank, const std::string& name,
              bool release_on_next)
-      : release_on_next_(release_on_next), pid_(getpid()) {
+      : release_on_next_(release_on_next), pid_(getpid()), address_(address) {
     Options o = OptionsFromKwargs(kwargs);
     // The kwargs are this consumer's alone: a leader option given here would be ignored.
     ThrowIfError(CheckFrontDoorOptions(o, FrontDoor::kConsumer));
-    // release="on_free": a `for images, labels in loader` loop still holds the previous
-    // batch while it fetches the next, so that batch is not counted against buffer_depth
-    // (buffer_depth=1 serves the usual loop; docs/python.md, "Holding batches").
-    if (!release_on_next) o.buffer_depth += 1;
     // Telemetry first: an output path that cannot be written is refused before attaching.
     std::shared_ptr<ProcessTelemetry> telemetry = ValueOrThrow(ProcessTelemetry::Start(
         o, telemetry::ProcessKind::kConsumer, rank, -1, telemetry::Role::kConsumer, ""));
+    // release="on_free": a `for images, labels in loader` loop still holds the previous
+    // batch while it fetches the next; the leader reserves that one too and checks
+    // buffer_depth as given (kLoopHoldsBatch; docs/python.md, "Holding batches").
     std::unique_ptr<Consumer> c;
-    Status st = AttachInterruptibly(address, o, rank, name, &c);
-    if (!st.ok()) {
-      std::string context = "consumer: attach to '" + address + "'";
-      if (!release_on_next && st.message().find("buffer depth") != std::string::npos)
-        context += " (with release='on_free' the Python consumer asks for buffer_depth + 1 = " +
-                   std::to_string(o.buffer_depth) +
-                   ": the batch a for loop holds while fetching the next is not counted)";
-      throw StatusError(st.WithContext(context));
-    }
+    Status st = AttachInterruptibly(address, o, rank, name, !release_on_next, &c);
+    if (!st.ok()) throw StatusError(st.WithContext("consumer: attach to '" + address + "'"));
     batches_per_epoch_ = c->BatchesPerEpoch();
     if (telemetry != nullptr) internal::ConsumerAccess::SetCollector(*c, telemetry->collector());
     state_ = std::make_shared<FetchState>();
@@ -70,8 +62,9 @@ class PyConsumer {
   // private copy of the batch, whose slot is given back before this returns.
   py::object Next(bool want_ids, bool numpy, bool copy) {
     if (getpid() != pid_) throw StatusError(ForkedError());
-    if (!state_) throw StatusError(Status(StatusCode::kFailedPrecondition,
-                                          "consumer: closed; create a new Consumer"));
+    if (!state_)
+      throw StatusError(ConsumerClosedError(address_, "a batch asked for after close()",
+                                            "create a new Consumer"));
     auto s = state_;
     bool in_flight;
     {
@@ -107,11 +100,16 @@ class PyConsumer {
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
 
+  // Whether the consumer has handed out its last batch (ConsumerAccess::Finished).
+  bool Finished() const {
+    return !state_ || !state_->consumer || internal::ConsumerAccess::Finished(*state_->consumer);
+  }
+
   // (epoch, batch) of the batch the next call returns (Consumer::Position()).
   std::pair<uint64_t, uint64_t> Position() const {
     if (!state_ || !state_->consumer)
-      throw StatusError(Status(StatusCode::kFailedPrecondition,
-                               "consumer: closed; save its state_dict() before close()"));
+      throw StatusError(ConsumerClosedError(address_, "state_dict() after close()",
+                                            "save its state_dict() before close()"));
     StreamPosition p = state_->consumer->Position();
     return {p.epoch, p.batch};
   }
@@ -119,8 +117,9 @@ class PyConsumer {
   // load_state_dict(): moves a consumer that has not asked for a batch yet.
   void StartAt(uint64_t epoch, uint64_t batch) {
     if (!state_ || !state_->consumer)
-      throw StatusError(Status(StatusCode::kFailedPrecondition,
-                               "consumer: closed; create a new Consumer with the state"));
+      throw StatusError(ConsumerClosedError(address_, "load_state_dict() after close()",
+                                            "create a new Consumer with the state "
+                                            "(Consumer(..., **state))"));
     ThrowIfError(internal::ConsumerAccess::StartAt(*state_->consumer, {epoch, batch}));
   }
 
@@ -257,6 +256,7 @@ class PyConsumer {
 
   bool release_on_next_;
   pid_t pid_;
+  std::string address_;
   int64_t batches_per_epoch_ = 0;
   std::shared_ptr<FetchState> state_;
   std::shared_ptr<ProcessTelemetry> telemetry_;  // null when telemetry is off
@@ -287,6 +287,7 @@ void BindConsumer(py::module_& m) {
       .def("next", &PyConsumer::Next, py::arg("want_ids") = false, py::arg("numpy") = false,
            py::arg("copy") = false)
       .def("batches_per_epoch", &PyConsumer::batches_per_epoch)
+      .def("finished", &PyConsumer::Finished)
       .def("position", &PyConsumer::Position)
       .def("start_at", &PyConsumer::StartAt, py::arg("epoch"), py::arg("batch"))
       .def("stats", &PyConsumer::Stats)

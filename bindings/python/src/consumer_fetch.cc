@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "node/consumer_internal.h"
 
 namespace batchcast::python {
 
@@ -39,7 +40,8 @@ void FetchLoop(std::shared_ptr<FetchState> s) {
 }
 
 Status AttachInterruptibly(const std::string& address, const Options& o, int rank,
-                           const std::string& name, std::unique_ptr<Consumer>* out) {
+                           const std::string& name, bool loop_holds_batch,
+                           std::unique_ptr<Consumer>* out) {
   struct Pending {
     std::mutex mu;
     std::condition_variable cv;
@@ -48,8 +50,8 @@ Status AttachInterruptibly(const std::string& address, const Options& o, int ran
     std::unique_ptr<Consumer> consumer;
   };
   auto p = std::make_shared<Pending>();
-  std::thread([p, address, o, rank, name] {
-    auto r = Consumer::Attach(address, o, rank, name);
+  std::thread([p, address, o, rank, name, loop_holds_batch] {
+    auto r = internal::ConsumerAccess::Attach(address, o, rank, name, loop_holds_batch);
     std::lock_guard<std::mutex> lock(p->mu);
     if (r.ok()) p->consumer = std::move(r).value();
     else p->status = r.status();
@@ -63,6 +65,14 @@ Status AttachInterruptibly(const std::string& address, const Options& o, int ran
   std::lock_guard<std::mutex> lock(p->mu);
   *out = std::move(p->consumer);
   return p->status;
+}
+
+Status ConsumerClosedError(const std::string& address, const std::string& what,
+                           const std::string& todo) {
+  return Status(StatusCode::kFailedPrecondition,
+                "batchcast.Consumer of '" + address + "': " + what +
+                    ": it was closed (close(), del or the end of its `with` block) and has "
+                    "left the stream; " + todo);
 }
 
 }  // namespace batchcast::python

@@ -42,7 +42,15 @@ void FetchLoop(std::shared_ptr<FetchState> s);
 // Consumer::Attach (which may wait connect_timeout for the leader to listen) on a helper
 // thread, so that Ctrl-C interrupts the wait; an interrupted attach finishes on its own and
 // the consumer it made leaves the stream at once.
+// loop_holds_batch: the Python `for` loop holds one batch while it fetches the next; the
+// leader reserves a slot for it beyond buffer_depth (kLoopHoldsBatch).
 Status AttachInterruptibly(const std::string& address, const Options& o, int rank,
-                           const std::string& name, std::unique_ptr<Consumer>* out);
+                           const std::string& name, bool loop_holds_batch,
+                           std::unique_ptr<Consumer>* out);
+
+// A use of a closed batchcast.Consumer of `address`: names it, what was tried (`what`) and
+// what to do (`todo`).
+Status ConsumerClosedError(const std::string& address, const std::string& what,
+                           const std::string& todo);
 
 }  // namespace batchcast::python

@@ -47,6 +47,20 @@ class PyLeader {
     });
     const bool done = producer_->done();
     if (done && !st.ok() && st.code() != StatusCode::kCancelled) ThrowIfError(st);
+    // A consumer that died or stopped heart-beating was detached and the stream went on for
+    // the others (LossPolicy::kCount): the caller learns of it here.
+    const std::vector<std::string> lost = done ? producer_->lost_consumers()
+                                               : std::vector<std::string>();
+    if (!lost.empty()) {
+      std::string who;
+      for (const auto& l : lost) who += (who.empty() ? "" : "; ") + l;
+      ThrowIfError(Status(
+          StatusCode::kUnavailable,
+          "leader at " + producer_->address() + ": the stream is complete, but " +
+              std::to_string(lost.size()) + " consumer(s) were lost before their end: " + who +
+              ". They did not receive every batch (the others did); see their own output. "
+              "stats()['lost_consumers'] lists them"));
+    }
     return done;
   }
 

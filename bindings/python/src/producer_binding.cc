@@ -255,6 +255,7 @@ py::dict ProducerStatsDict(producer::Producer& p) {
   d["resume_replays"] = s.resume_replays;
   d["resume_replayed_batches"] = s.resume_replayed_batches;
   d["consumers_lost"] = s.consumers_lost;
+  d["lost_consumers"] = p.lost_consumers();
   d["producer_batch"] = p.producer_batch();
   d["ring_slots"] = p.ring().config().num_slots;
   d["heartbeat_ms"] = p.config().options.heartbeat_ms;

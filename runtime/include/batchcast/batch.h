@@ -84,7 +84,9 @@ class BATCHCAST_API Batch {
   int num_tensors() const;
   const char* tensor_name(int i) const;  // nullptr when i is out of range
 
-  // Gives the slot back now (also done by the destructor). Views become invalid.
+  // Gives the slot back now (also done by the destructor). Views become invalid: afterwards
+  // the batch is !valid() and views nothing (null data, empty tensors, a null KeepAlive());
+  // Release() again does nothing. Pointers taken from its views before must not be used.
   void Release();
   // Keeps the slot alive independently of this Batch (for zero-copy tensor views).
   std::shared_ptr<void> KeepAlive() const;

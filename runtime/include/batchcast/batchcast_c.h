@@ -24,7 +24,10 @@
  *   message of the failing call on this thread ("consumer: no Batchcast leader listens at
  *   ..."). No C++ exception ever leaves a function of this API.
  * - Handles are opaque pointers; each *_attach / *_start has one matching *_detach /
- *   *_destroy. A NULL handle is BC_ERR_INVALID_ARGUMENT, never a crash.
+ *   *_destroy. A NULL handle is BC_ERR_INVALID_ARGUMENT, never a crash; so is a handle used
+ *   after its release, detach or destroy (a batch released twice, next() after detach), a
+ *   handle of another kind or a made-up value: handles are entries of the library's tables
+ *   with a generation, not addresses, and the message names the function and the handle.
  * - Config and info structs start with `struct_size`, set by their *_init function to the
  *   size your header knows. A newer library reads and writes only the fields that fit in
  *   it, so structs grow at the end without breaking binaries built against an older header;
@@ -153,14 +156,16 @@ static inline void bc_batch_info_init(bc_batch_info_t* info) {
  * BC_ERR_FAILED_PRECONDITION (more epochs than the stream has), BC_ERR_INVALID_ARGUMENT. */
 BC_API bc_status_t bc_consumer_attach(const bc_consumer_config_t* config, bc_consumer_t* out);
 /* The next batch and its description (`info` may be NULL). BC_END_OF_STREAM after the
- * last. Release every batch; holding buffer_depth of them and asking for another is
+ * last, once: asking again is BC_ERR_FAILED_PRECONDITION naming both epoch counts (a loop
+ * over more epochs than the stream has). Release every batch; holding buffer_depth of them and asking for another is
  * BC_ERR_FAILED_PRECONDITION, never a deadlock. */
 BC_API bc_status_t bc_consumer_next(bc_consumer_t consumer, bc_batch_t* batch,
                                     bc_batch_info_t* info);
 /* Fills `info` again for a batch still held. */
 BC_API bc_status_t bc_batch_info(bc_batch_t batch, bc_batch_info_t* info);
 /* Gives the batch's slot back (tensors exported with bc_batch_to_dlpack keep it alive until
- * their deleter runs). The handle is invalid afterwards. NULL is accepted. */
+ * their deleter runs). The handle is invalid afterwards: releasing it again, or any use, is
+ * BC_ERR_INVALID_ARGUMENT. NULL is accepted. */
 BC_API bc_status_t bc_batch_release(bc_batch_t batch);
 /* Where to resume: the epoch and batch index (in this consumer's batch size) of the batch
  * bc_consumer_next returns next. Save it with a checkpoint; attach with start_epoch and
@@ -224,7 +229,8 @@ static inline void bc_leader_config_init(bc_leader_config_t* config) {
 
 /* Opens the dataset and starts producing on background threads. */
 BC_API bc_status_t bc_leader_start(const bc_leader_config_t* config, bc_leader_t* out);
-/* The address consumers attach to. Valid while the leader lives. */
+/* The address consumers attach to. Valid while the leader lives; "" (and bc_last_error())
+ * for a NULL or destroyed handle. */
 BC_API const char* bc_leader_address(bc_leader_t leader);
 /* Waits until the stream is complete (every epoch produced, every consumer gone) and
  * returns the leader's status. timeout_ms < 0: forever; BC_ERR_DEADLINE_EXCEEDED when it

@@ -74,10 +74,14 @@ class BATCHCAST_API Consumer {
   Consumer(const Consumer&) = delete;
   Consumer& operator=(const Consumer&) = delete;
 
-  // The next batch; kEndOfStream after the last one. Holding buffer_depth unreleased
+  // The next batch; kEndOfStream after the last one, once: asking again is an error
+  // (kFailedPrecondition) naming the epochs completed and the stream's, so that a loop over
+  // more epochs than the stream has never trains on nothing. Holding buffer_depth unreleased
   // batches and asking for another is an error (kFailedPrecondition), never a deadlock.
+  // After Detach(): an error (kFailedPrecondition) naming Detach().
   Status Next(Batch* out);
-  // Leaves the stream; the leader and the other consumers go on.
+  // Leaves the stream; the leader and the other consumers go on. Batches still held stay
+  // valid until released. Detach() again does nothing.
   Status Detach();
 
   // The status that ended iteration (OK after a normal end).

@@ -19,8 +19,9 @@ namespace batchcast::shm {
 constexpr uint32_t kControlMagic = 0x42434331;  // "BCC1"
 // 2: two segments, drain, member messages carry a position. 3: a join carries the consumer's
 // resume point (a service replays what its stream has passed); the join reply names the
-// leader's features; the status reply counts resume replays.
-constexpr uint32_t kProtocolVersion = 3;
+// leader's features; the status reply counts resume replays. 4: a join may carry the consumer
+// flag kLoopHoldsBatch (the pool reserves the batch a Python `for` loop holds).
+constexpr uint32_t kProtocolVersion = 4;
 // The header every message starts with (magic, version, type): a peer of another protocol
 // version is recognised by it, whatever the size of the rest.
 constexpr size_t kMessageHeaderBytes = 3 * sizeof(uint32_t);

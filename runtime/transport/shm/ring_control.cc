@@ -205,14 +205,15 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
     return refuse(UnavailableError("the stream has already ended"));
   if (req.batch_size == 0 || req.batch_size > config_.max_consumer_batch)
     return refuse(InvalidArgumentError(
-        "batch size {} is outside 1..{} (the leader's producer batch allows at most {}; "
-        "start the leader with a larger producer_batch)",
-        req.batch_size, config_.max_consumer_batch, config_.max_consumer_batch));
+        "batch size {} is outside 1..{} (the largest consumer batch this stream admits): {}",
+        req.batch_size, config_.max_consumer_batch,
+        config_.batch_limit_advice.empty() ? kLeaderBatchAdvice
+                                           : config_.batch_limit_advice.c_str()));
   if (req.buffer_depth == 0 || req.buffer_depth >= config_.num_slots)
     return refuse(InvalidArgumentError(
         "buffer depth {} is outside 1..{} (the ring has {} slots; raise ring_slots)",
         req.buffer_depth, config_.num_slots - 1, config_.num_slots));
-  if ((req.flags & ~uint32_t(kCarveOffset | kCarveShuffle)) != 0)
+  if ((req.flags & ~uint32_t(kCarveOffset | kCarveShuffle | kLoopHoldsBatch)) != 0)
     return refuse(InvalidArgumentError("unknown consumer flags 0x{:x}", req.flags));
   if (req.resumes > 1)
     return refuse(InvalidArgumentError("join field 'resumes' is {} (0 or 1)", req.resumes));
@@ -222,7 +223,7 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
   uint32_t demand = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    demand = PoolDemandLocked() + req.buffer_depth + 1;
+    demand = PoolDemandLocked() + MemberPoolSlots(req.buffer_depth, req.flags);
     for (uint32_t i = 0; i < kMaxConsumers && demand <= pool_limit_.load(); ++i) {
       ConsumerEntry& e = view_.control->consumers[i];
       if (e.state.load() != static_cast<uint32_t>(MemberState::kFree)) continue;
@@ -253,7 +254,7 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
         "ring's {} slots and the attached consumers' buffers need {}; a GPU-staged ring mirrors "
         "at most 16 slots on the device); attach with a smaller buffer_depth, or lower "
         "ring_slots", pool_limit_.load(), req.buffer_depth, config_.num_slots,
-        demand - req.buffer_depth - 1));
+        demand - MemberPoolSlots(req.buffer_depth, req.flags)));
   if (id < 0)
     return refuse(ResourceExhaustedError(
         "all {} consumer entries are in use (entries of stopped or finished consumers are "

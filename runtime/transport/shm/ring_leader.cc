@@ -303,7 +303,7 @@ uint32_t RingLeader::PoolDemandLocked() const {
   for (uint32_t i = 0; i < kMaxConsumers; ++i) {
     const ConsumerEntry& e = view_.control->consumers[i];
     if (e.state.load() != static_cast<uint32_t>(MemberState::kFree))
-      demand += e.buffer_depth + 1;  // its batches plus the producer batch it is carving
+      demand += MemberPoolSlots(e.buffer_depth, e.flags);  // what it holds and carves
   }
   return demand;
 }

@@ -30,6 +30,10 @@
 
 namespace batchcast::shm {
 
+// The advice of a refused consumer batch size when the front door gave none.
+inline constexpr const char* kLeaderBatchAdvice =
+    "start the leader with a larger largest consumer batch, or ask for a smaller batch_size";
+
 struct RingConfig {
   // Prefetch window: the leader publishes at most num_slots positions ahead of the slowest
   // active consumer. The slot pool is larger: it also holds what members keep.
@@ -40,6 +44,9 @@ struct RingConfig {
   uint32_t max_slots = 0;
   uint64_t slot_bytes = 0;
   uint32_t max_consumer_batch = 0;  // joins asking for larger batches are refused
+  // What the user of this producer's front door does to admit a larger consumer batch (the
+  // end of that refusal); "" = the leader's knobs (kLeaderBatchAdvice).
+  std::string batch_limit_advice;
   uint32_t producer_batch = 0;      // shown to consumers (batches per epoch)
   uint64_t epoch_samples = 0;
   std::string resize_spec;          // progressive resizing spec in force ("" = none)

@@ -27,6 +27,12 @@ const char* MemberStateName(MemberState s) {
   return "unknown";
 }
 
+const char* MemberDisplayState(MemberState s, uint64_t start_seq, uint64_t published) {
+  if (s == MemberState::kActive && (start_seq == kNoSeq || start_seq >= published))
+    return "waiting";
+  return MemberStateName(s);
+}
+
 Status CheckStreamLayout(const StreamHeader* h, uint64_t stream_bytes) {
   if (stream_bytes < sizeof(uint64_t) + sizeof(uint32_t) || h->magic != kSegmentMagic)
     return CorruptDataError("the stream segment ({} bytes) is not a Batchcast stream: the "

@@ -57,6 +57,10 @@ enum class MemberState : uint32_t {
 // "free", "joining", "active", "leaving", "draining" (done; still holds batches), "evicted"
 // (no heartbeat; holds its batches), "unknown": status reports (CLI, Python).
 const char* MemberStateName(MemberState s);
+// What a status report shows for a member: its state's name, but "waiting" for an active
+// member whose first position is not out yet (positions [0, published) are): a joiner admitted
+// at the next epoch's start, which receives nothing until then.
+const char* MemberDisplayState(MemberState s, uint64_t start_seq, uint64_t published);
 
 enum SlotFlags : uint32_t {
   kLastInEpoch = 1u << 0,
@@ -64,7 +68,17 @@ enum SlotFlags : uint32_t {
 enum ConsumerFlags : uint32_t {
   kCarveOffset = 1u << 0,
   kCarveShuffle = 1u << 1,
+  // The consumer holds one batch beyond its buffer_depth while it asks for the next (the
+  // Python consumer's release="on_free": a `for` loop's variables keep the previous batch
+  // until the next one is fetched). The pool reserves that slot too; buffer_depth stays the
+  // number the user gave (checked against 1..ring_slots - 1, shown by `batchcast status`).
+  kLoopHoldsBatch = 1u << 2,
 };
+// The slots the pool reserves for a member: the batches it may hold (buffer_depth, plus the
+// loop's batch with kLoopHoldsBatch) and the producer batch it is carving.
+inline uint32_t MemberPoolSlots(uint32_t buffer_depth, uint32_t flags) {
+  return buffer_depth + 1 + ((flags & kLoopHoldsBatch) != 0 ? 1 : 0);
+}
 
 // Further named tensors of a slot, beside images, labels and ids (docs/data-plane.md
 // "Named tensors"): tensor t holds sample_bytes per position at `offset` within the slot's

@@ -944,6 +944,82 @@ TEST(DataPlaneTest, BufferDepthIsEnforcedWithoutDeadlock) {
   EXPECT_EQ(rest, 16 - 3);
 }
 
+// Misuse of the C++ objects (issue 34): Next() after Detach() is an error naming Detach()
+// (it ended the range silently, as the end of the stream), a batch kept past the detach stays
+// readable, Detach() twice is a no-op, and a released Batch views nothing.
+TEST(DataPlaneTest, NextAfterDetachIsAnErrorAndHeldBatchesStayValid) {
+  Options o = BaseOptions(1, 8);
+  o.batch_size = 4;
+  auto h = MakeLeader(o, 1, 4, 64);
+  h->Start();
+  auto c = Consumer::Attach(h->leader->address(), o, 0);
+  ASSERT_TRUE(c.ok());
+  Batch kept;
+  ASSERT_TRUE((*c)->Next(&kept).ok());
+  ASSERT_TRUE((*c)->Detach().ok());
+  Batch b;
+  Status st = (*c)->Next(&b);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("Next() after Detach()"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("Attach a new Consumer"), std::string::npos) << st.message();
+  EXPECT_FALSE(b.valid());
+  EXPECT_TRUE((*c)->Detach().ok());  // again: nothing to do
+  const auto* px = static_cast<const uint8_t*>(kept.images().data);
+  const size_t sb = kept.images().nbytes / size_t(kept.size());
+  for (int64_t i = 0; i < kept.size(); ++i)
+    for (size_t k = 0; k < sb; ++k)
+      ASSERT_EQ(px[size_t(i) * sb + k], SyntheticPixel(kept.sample_ids()[i], k));
+  kept.Release();
+  EXPECT_FALSE(kept.valid());
+  EXPECT_EQ(kept.images().data, nullptr);
+  EXPECT_EQ(kept.labels().data, nullptr);
+  EXPECT_EQ(kept.sample_ids(), nullptr);
+  EXPECT_EQ(kept.tensor("labels").data, nullptr);
+  EXPECT_EQ(kept.KeepAlive(), nullptr);
+  kept.Release();  // twice: nothing to do
+  h->leader->Abort("test over");
+}
+
+// A consumer asked for a batch after its stream ended (a `for epoch in range(E)` loop with E
+// above the stream's epochs) gets an error naming both epoch counts, not a second silent end.
+TEST(DataPlaneTest, NextPastTheEndOfTheStreamNamesBothEpochCounts) {
+  for (const int epochs : {kEpochsUntilStreamEnds, 1}) {
+    Options o = BaseOptions(2, 8);
+    o.batch_size = 8;
+    auto h = MakeLeader(o, 1, 8, 32);
+    h->Start();
+    Options co = o;
+    co.epochs = epochs;
+    auto c = Consumer::Attach(h->leader->address(), co, 0);
+    ASSERT_TRUE(c.ok());
+    Batch b;
+    int batches = 0;
+    Status st;
+    while ((st = (*c)->Next(&b)).ok()) ++batches;
+    ASSERT_EQ(st.code(), StatusCode::kEndOfStream) << st.ToString();
+    const int done = epochs == 1 ? 1 : 2;
+    EXPECT_EQ(batches, 4 * done);
+    for (int again = 0; again < 2; ++again) {
+      st = (*c)->Next(&b);
+      EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+      EXPECT_NE(st.message().find("after the end of this consumer's stream"), std::string::npos)
+          << st.message();
+      if (epochs == 1) {  // its own epochs are over: names them and the stream's
+        EXPECT_NE(st.message().find("completed the 1 epoch it asked for"), std::string::npos)
+            << st.message();
+        EXPECT_NE(st.message().find(" has 2 epochs)"), std::string::npos) << st.message();
+      } else {  // following the stream: names both counts and the epoch asked for
+        EXPECT_NE(st.message().find("completed 2 epochs and the leader's stream at"),
+                  std::string::npos) << st.message();
+        EXPECT_NE(st.message().find("has 2 epochs: there is no further epoch"), std::string::npos)
+            << st.message();
+      }
+    }
+    c->reset();
+    h->thread.join();
+  }
+}
+
 TEST(DataPlaneTest, KeepAliveHoldsTheSlotAfterTheBatchIsGone) {
   Options o = BaseOptions(1, 8);
   o.batch_size = 8;
