@@ -91,6 +91,19 @@ static void TestArgumentErrors(void) {
   EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
   EXPECT_ERROR_HAS("timeout_ms");
   cfg.timeout_ms = 0;
+  /* Resume: the run epoch is -1 (start_epoch) or at most start_epoch. */
+  cfg.start_run_epoch = -2;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("start_run_epoch -2");
+  cfg.start_epoch = 2;
+  cfg.start_run_epoch = 3;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("never run ahead of the stream's");
+  /* An older header's struct ends before start_run_epoch: what lies there is not read. */
+  cfg.struct_size = offsetof(bc_consumer_config_t, start_run_epoch);
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_UNAVAILABLE);
+  bc_consumer_config_init(&cfg);
+  cfg.address = "batchcast-capi-test-nobody";
   cfg.options = "--connect-timeout 0 --batch-sze 32";
   EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
   EXPECT_ERROR_HAS("did you mean 'batch_size'");
@@ -233,6 +246,15 @@ static void TestStream(const char* dataset, int samples) {
   uint64_t pos_epoch = 9, pos_batch = 9;
   EXPECT_STATUS(bc_consumer_position(c, &pos_epoch, &pos_batch), BC_SUCCESS);
   EXPECT(pos_epoch == 0 && pos_batch == 2);
+  bc_position_t pos;
+  bc_position_init(&pos);
+  EXPECT_STATUS(bc_consumer_get_position(c, &pos), BC_SUCCESS);
+  EXPECT(pos.epoch == 0 && pos.batch == 2 && pos.run_epoch == 0);
+  EXPECT_STATUS(bc_consumer_get_position(c, NULL), BC_ERR_INVALID_ARGUMENT);
+  pos.struct_size = 0; /* forgot bc_position_init */
+  EXPECT_STATUS(bc_consumer_get_position(c, &pos), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("bc_position_init");
+  EXPECT_STATUS(bc_consumer_get_position(NULL, &pos), BC_ERR_INVALID_ARGUMENT);
   /* buffer_depth batches held: another is an error, not a deadlock. */
   bc_batch_t extra = NULL;
   EXPECT_STATUS(bc_consumer_next(c, &extra, &info), BC_ERR_FAILED_PRECONDITION);
