@@ -162,12 +162,14 @@ def test_service_replays_a_passed_position_to_a_resuming_trial(fmnist):
         state = trial.state_dict()
         trial.close()
         e, b = state["start_epoch"], state["start_batch"]
+        # Its own epoch (below e when it was admitted after the late-join window of epoch 0).
+        own = state.get("start_run_epoch", e)
         with progress:  # the stream goes on without it, into the epoch after the next
             assert progress.wait_for(lambda: len(seen) >= (e + 2) * 10, timeout=300)
         stop.set()
         pacer_thread.join()
         pacer.close()
-        resumed = batchcast.Consumer(sock, batch_size=32, epochs=e + 2, with_info=True)
+        resumed = batchcast.Consumer(sock, batch_size=32, epochs=own + 2, with_info=True)
         resumed.load_state_dict(state)
         got = [(info.epoch, info.index, hashlib.sha1(images.numpy().tobytes()).digest(),
                 [int(i) for i in info.sample_ids]) for images, _, info in resumed.batches()]
@@ -181,6 +183,85 @@ def test_service_replays_a_passed_position_to_a_resuming_trial(fmnist):
         serve.terminate()
         serve.wait(60)
 
+
+
+def test_service_trial_resumed_twice_trains_exactly_its_epochs(fmnist):
+    """A trial of 3 epochs stops in its first epoch; the stream moves two epochs on; its first
+    resume finishes its epoch by a replay and goes on with a later stream epoch, and its
+    state_dict() then says its own epoch ("start_run_epoch"); it stops again, the stream moves
+    on, and its second resume (Consumer(**state)) trains exactly the 2 epochs it has left:
+    every batch byte for byte what the uninterrupted pacer read for that stream epoch."""
+    sock = f"batchcast-test-resume2-{os.getpid()}"
+    serve = subprocess.Popen([os.environ["BCTEST_BIN"], "serve", "--dataset", fmnist["train"],
+                              "--batch-size", "32", "--limit-samples", "320", "--seed", "7",
+                              "--socket", sock], stdout=subprocess.PIPE, text=True)
+    try:
+        assert "listening on" in serve.stdout.readline()
+        seen, stop, progress = {}, threading.Event(), threading.Condition()
+        pacer = batchcast.Consumer(sock, batch_size=32, with_info=True, name="pacer")
+        trial = batchcast.Consumer(sock, batch_size=32, epochs=3, with_info=True, name="trial")
+
+        def pace():
+            for images, _, info in pacer.batches():
+                with progress:
+                    seen[(info.epoch, info.index)] = hashlib.sha1(images.numpy().tobytes()).digest()
+                    progress.notify_all()
+                if stop.is_set():
+                    return
+        pacer_thread = threading.Thread(target=pace)
+        pacer_thread.start()
+        got = []
+
+        def take(consumer, n):
+            batches = consumer.batches()
+            for _ in range(n) if n is not None else iter(int, 1):
+                try:
+                    images, _, info = next(batches)
+                except StopIteration:
+                    return
+                got.append((info.epoch, info.index, hashlib.sha1(images.numpy().tobytes()).digest()))
+
+        def wait_stream(epoch):
+            with progress:
+                assert progress.wait_for(lambda: len(seen) >= epoch * 10, timeout=300)
+
+        take(trial, 3)
+        state = trial.state_dict()
+        trial.close()
+        # Its first epoch is the stream's first, or the next (admitted after the late-join
+        # window): then its own epoch 0 is stream epoch e0 and the state says so.
+        e0 = state["start_epoch"]
+        assert state["start_batch"] == 3 and state.get("start_run_epoch", e0) == 0, state
+        wait_stream(e0 + 2)  # the stream is at least two epochs on
+        first = batchcast.Consumer(sock, batch_size=32, epochs=3, with_info=True)
+        first.load_state_dict(state)
+        take(first, 7 + 4)  # the rest of its epoch 0 (replayed), 4 batches of a later one
+        moved = first.state_dict()
+        first.close()
+        assert moved["start_run_epoch"] == 1 and moved["start_epoch"] >= e0 + 2, moved
+        assert moved["start_batch"] == 4, moved
+        wait_stream(moved["start_epoch"] + 2)
+        second = batchcast.Consumer(sock, batch_size=32, epochs=3, with_info=True, **moved)
+        take(second, None)
+        second.close()
+        wait_stream(got[-1][0] + 1)  # the pacer read every stream epoch the trial trained on
+        stop.set()
+        pacer_thread.join()
+        pacer.close()
+        assert len(got) == 30, f"trained {len(got)} batches, asked for 3 epochs of 10"
+        epochs = [got[i][0] for i in range(0, 30, 10)]
+        assert epochs[0] == e0 and epochs[1] > e0 + 1 and epochs[2] > epochs[1], epochs
+        for i, (ep, index, digest) in enumerate(got):
+            assert ep == epochs[i // 10] and index == i % 10, (i, ep, index)
+            assert digest == seen[(ep, index)], (i, ep, index)
+        # A state dict of an older version (no run epoch) still loads.
+        old = batchcast.Consumer(sock, batch_size=32, epochs=3, with_info=True)
+        old.load_state_dict({"start_epoch": 1, "start_batch": 0})
+        assert old.state_dict() == {"start_epoch": 1, "start_batch": 0}
+        old.close()
+    finally:
+        serve.terminate()
+        serve.wait(60)
 
 def test_consumer_refuses_leader_only_options():
     for key, value in (("threads", 4), ("dataset", "x.h5"), ("on_bad_sample", "skip"),
