@@ -296,6 +296,53 @@ static void TestResume(const char* dataset, int samples) {
   Finish(c, leader);
 }
 
+/* A position a service's replay moved (its own epoch 0 at stream epoch 1), resumed through the
+ * config field: two epochs of the stream, the run epoch counted; bc_consumer_position cannot
+ * say it and refuses; a stream that ends too soon for it is refused at attach. */
+static void TestMovedResume(const char* dataset, int samples) {
+  for (int stream_epochs = 2; stream_epochs <= 3; ++stream_epochs) {
+    char extra[64];
+    snprintf(extra, sizeof(extra), "--start-epoch 1 --epochs %d", stream_epochs);
+    bc_leader_t leader = StartLeader(dataset, extra);
+    if (leader == NULL) return;
+    bc_consumer_config_t cfg;
+    bc_consumer_config_init(&cfg);
+    cfg.address = bc_leader_address(leader);
+    cfg.options = "--batch-size 8 --buffer-depth 2";
+    cfg.epochs = 2;
+    cfg.start_epoch = 1;
+    cfg.start_run_epoch = 0;
+    bc_consumer_t c = NULL;
+    if (stream_epochs == 2) { /* stream epoch 1 only: one of the two epochs it needs */
+      EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_FAILED_PRECONDITION);
+      EXPECT_ERROR_HAS("needs 2 more epochs of the stream");
+      EXPECT_STATUS(bc_leader_destroy(leader), BC_SUCCESS);
+      continue;
+    }
+    EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+    if (c == NULL) return;
+    uint64_t epoch = 9, batch = 9;
+    EXPECT_STATUS(bc_consumer_position(c, &epoch, &batch), BC_ERR_FAILED_PRECONDITION);
+    EXPECT_ERROR_HAS("bc_consumer_get_position");
+    bc_position_t pos;
+    bc_position_init(&pos);
+    EXPECT_STATUS(bc_consumer_get_position(c, &pos), BC_SUCCESS);
+    EXPECT(pos.epoch == 1 && pos.batch == 0 && pos.run_epoch == 0);
+    bc_batch_t b;
+    bc_batch_info_t info;
+    bc_batch_info_init(&info);
+    int64_t got = 0;
+    while (bc_consumer_next(c, &b, &info) == BC_SUCCESS) {
+      got += info.size;
+      bc_batch_release(b);
+    }
+    EXPECT(got == 2 * (int64_t)samples);
+    EXPECT_STATUS(bc_consumer_get_position(c, &pos), BC_SUCCESS);
+    EXPECT(pos.epoch == 3 && pos.batch == 0 && pos.run_epoch == 2);
+    Finish(c, leader);
+  }
+}
+
 /* `capi_test --named ADDRESS SAMPLES` (tests/python/test_named_tensors.py): consumes a
  * Python Producer's dict batches, whose tensor "tok" holds int64 [4] = id * 4 + k and "emb"
  * float32 [2] = (id, -id) for sample id, and checks every sample by name through DLPack. */
@@ -481,6 +528,7 @@ int main(int argc, char** argv) {
   TestArgumentErrors();
   TestStream(argv[1], atoi(argv[2]));
   TestResume(argv[1], atoi(argv[2]));
+  TestMovedResume(argv[1], atoi(argv[2]));
   TestTelemetryOutputs(argv[1]);
   if (failures == 0) printf("capi_test: PASS\n");
   return failures == 0 ? 0 : 1;
