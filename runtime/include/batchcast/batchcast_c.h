@@ -108,7 +108,7 @@ typedef struct bc_consumer_config {
   int64_t timeout_ms;    /* how long to wait for the leader to listen; 0: the options'
                             connect_timeout (default 30 s; "--connect-timeout 0": try once) */
   int32_t pad_last;      /* 1: pad the partial last batch with repeats of its own samples */
-  int32_t start_epoch;   /* resume at this epoch (bc_consumer_position of the interrupted run;
+  int32_t start_epoch;   /* resume at this epoch (bc_consumer_get_position of the interrupted run;
                             the leader needs the same --start-epoch / --start-batch) */
   int64_t start_batch;   /* resume at this batch within start_epoch */
   int32_t start_run_epoch; /* resume: the consumer's own epoch there (bc_position_t.run_epoch
