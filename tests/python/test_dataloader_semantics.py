@@ -245,6 +245,10 @@ def test_service_trial_resumed_twice_trains_exactly_its_epochs(fmnist):
         assert moved["start_batch"] == 4, moved
         svc.wait_epochs(moved["start_epoch"] + 2)
         second = batchcast.Consumer(svc.sock, batch_size=32, epochs=3, with_info=True, **moved)
+        # The training loop's set_epoch counts its own epochs, not the stream's.
+        second.sampler.set_epoch(1)
+        with pytest.raises(batchcast.InvalidArgumentError, match="in its epoch 1"):
+            second.sampler.set_epoch(0)
         take(second, None)
         second.close()
         svc.wait_epochs(got[-1][0] + 1)  # the pacer read every stream epoch the trial trained on

@@ -273,12 +273,16 @@ class _StreamSampler:
         self._consumer = consumer
 
     def set_epoch(self, epoch):
-        at = self._consumer.state_dict()["start_epoch"]
+        # The training loop counts its own epochs: after a late start or a resume replay those
+        # are behind the stream's numbers (state_dict()["start_run_epoch"]).
+        state = self._consumer.state_dict()
+        at = state.get("start_run_epoch", state["start_epoch"])
         if int(epoch) < at:
             raise InvalidArgumentError(
-                f"consumer: sampler.set_epoch({epoch}): this consumer is at epoch {at} of the "
-                "leader's stream, which does not go back; the leader orders every epoch (seed "
-                "and epoch number), so set_epoch can be dropped")
+                f"consumer: sampler.set_epoch({epoch}): this consumer is in its epoch {at} "
+                f"(stream epoch {state['start_epoch']}), and the leader's stream does not go "
+                "back; the leader orders every epoch (seed and epoch number), so set_epoch can "
+                "be dropped")
 
 
 # The consumers whose batches this process trains on, for the note an uncaught error gets.
