@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 # C structs that start with struct_size: they may grow at the end.
-GROWABLE = {"bc_consumer_config_t", "bc_batch_info_t", "bc_leader_config_t"}
+GROWABLE = {"bc_consumer_config_t", "bc_batch_info_t", "bc_leader_config_t", "bc_position_t"}
 
 
 def soname(lib):

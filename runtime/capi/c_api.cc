@@ -50,6 +50,9 @@ Result<Options> ConsumerOptions(const bc_consumer_config_t& c) {
         "start_epoch and start_batch must be >= 0 (0 keeps the option's value)");
   }
   if (c.rank < -1) return InvalidArgumentError("bc_consumer_attach: rank {} < -1", c.rank);
+  if (c.start_run_epoch < -1)
+    return InvalidArgumentError("bc_consumer_attach: start_run_epoch {} < -1 (-1: the options')",
+                                c.start_run_epoch);
   if (c.batch_size > 0) o.batch_size = c.batch_size;
   if (c.buffer_depth > 0) o.buffer_depth = c.buffer_depth;
   if (c.epochs > 0) o.epochs = c.epochs;
@@ -60,6 +63,7 @@ Result<Options> ConsumerOptions(const bc_consumer_config_t& c) {
   if (c.pad_last != 0) o.pad_last = true;
   if (c.start_epoch > 0) o.start_epoch = c.start_epoch;
   if (c.start_batch > 0) o.start_batch = c.start_batch;
+  if (c.start_run_epoch >= 0) o.start_run_epoch = c.start_run_epoch;
   BC_RETURN_IF_ERROR(ValidateOptions(o).WithContext("bc_consumer_attach"));
   return o;
 }
@@ -197,8 +201,33 @@ bc_status_t bc_consumer_position(bc_consumer_t consumer, uint64_t* epoch, uint64
     }
     BC_ASSIGN_OR_RETURN(auto c, Consumers().Get(WordOfHandle(consumer), "bc_consumer_position"));
     StreamPosition p = c->consumer->Position();
+    if (p.run_epoch != static_cast<int64_t>(p.epoch))
+      return FailedPreconditionError(
+          "bc_consumer_position: this consumer is in its own epoch {} at stream epoch {} batch "
+          "{} (a service's resume replay moved it onto later stream epochs), which epoch and "
+          "batch alone cannot say: a resume from them would run too few epochs. Save "
+          "bc_consumer_get_position() and attach with its start_run_epoch too",
+          p.run_epoch, p.epoch, p.batch);
     *epoch = p.epoch;
     *batch = p.batch;
+    return Status::Ok();
+  });
+}
+
+bc_status_t bc_consumer_get_position(bc_consumer_t consumer, bc_position_t* position) {
+  return Guard("bc_consumer_get_position", [&]() -> Status {
+    if (consumer == nullptr)
+      return InvalidArgumentError("bc_consumer_get_position: consumer is NULL");
+    BC_RETURN_IF_ERROR(CheckStructSize("bc_position_t", position));
+    BC_ASSIGN_OR_RETURN(auto c,
+                        Consumers().Get(WordOfHandle(consumer), "bc_consumer_get_position"));
+    const StreamPosition p = c->consumer->Position();
+    bc_position_t full;
+    bc_position_init(&full);
+    full.epoch = p.epoch;
+    full.batch = p.batch;
+    full.run_epoch = p.run_epoch;
+    StructOut(full, position);
     return Status::Ok();
   });
 }

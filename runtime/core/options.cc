@@ -106,6 +106,7 @@ const std::vector<Entry>& Registry() {
       BC_OPT(world_size, kInt, K, "mode=shard: the number of data-parallel ranks sharing the stream (0 = WORLD_SIZE from the environment); the MPI Runtime derives it and refuses it"),
       BC_OPT(start_epoch, kInt, kEvery, "resume: the epoch to start at (Consumer::Position().epoch of the interrupted run); the leader produces epochs start_epoch..epochs-1 and a consumer runs them"),
       BC_OPT(start_batch, kInt64, kEvery, "resume: the batch within start_epoch to start at, in the consumer's batch_size (Consumer::Position().batch); the leader starts at the producer batch holding it"),
+      BC_OPT(start_run_epoch, kInt, kTrainers, "resume: the consumer's own epoch at the saved position (Consumer::Position().run_epoch, Python state_dict()['start_run_epoch']), counted over its run; it runs epochs - start_run_epoch more epochs. Below start_epoch only after a service's resume replay (or a late join that started it at the stream's next epoch) moved the consumer onto later stream epochs; -1 = start_epoch"),
       BC_OPT(pad_last, kBool, kTrainers, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
       BC_OPT(late_join_window, kDouble, M | S | L | P | R | C, "late join: a consumer joining within this fraction of an epoch (at least the ring depth in producer batches, never 0) gets the epoch's start replayed to it alone, byte for byte; later joiners start at the next epoch (or at once with join_mid_epoch). A native leader decodes the replay again; a batchcast.Producer keeps copies of the epoch's first batches for it"),
       BC_OPT(join_mid_epoch, kBool, M | S | L | P | R | C, "late join: a consumer joining after the late-join window starts at once, mid-epoch, instead of at the next epoch"),
@@ -465,6 +466,12 @@ Status ValidateOptions(const Options& o) {
   if (o.start_epoch < 0 || o.start_batch < 0)
     return InvalidArgumentError("options 'start_epoch' ({}) and 'start_batch' ({}) must be >= 0",
                                 o.start_epoch, o.start_batch);
+  if (o.start_run_epoch < -1 || o.start_run_epoch > o.start_epoch)
+    return InvalidArgumentError(
+        "option 'start_run_epoch' ({}) must be -1 (= start_epoch) or between 0 and "
+        "'start_epoch' ({}): a consumer's own epochs never run ahead of the stream's. Resume "
+        "with the three numbers of one saved position (Consumer::Position(); Python "
+        "state_dict())", o.start_run_epoch, o.start_epoch);
   if (o.drop_last && o.pad_last)
     return InvalidArgumentError("options 'drop_last' and 'pad_last' exclude each other: the "
                                 "partial last batch is either dropped or padded; set one");

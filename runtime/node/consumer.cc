@@ -106,15 +106,40 @@ uint64_t ResumeSample(const Options& o, uint32_t shard_world) {
          shard_world;
 }
 
-// Resume (options start_epoch / start_batch) and this consumer's epoch budget.
+// The consumer's own epoch at its start position (options start_run_epoch; -1: start_epoch).
+int RunEpochAtStart(const Options& o) {
+  return o.start_run_epoch >= 0 ? o.start_run_epoch : o.start_epoch;
+}
+
+// Resume (options start_epoch / start_batch / start_run_epoch) and this consumer's epoch
+// budget: the epochs of its run not done yet, counted from its own epoch, not the stream's.
 Status StartAt(const Options& o, const shm::StreamHeader* h, internal::ConsumerCore* c) {
-  c->epoch_budget = o.epochs >= kEpochsUntilStreamEnds ? o.epochs : o.epochs - o.start_epoch;
-  c->next_position = {static_cast<uint64_t>(o.start_epoch), static_cast<uint64_t>(o.start_batch)};
+  const int run = RunEpochAtStart(o);
+  c->epoch_budget = o.epochs >= kEpochsUntilStreamEnds ? o.epochs : o.epochs - run;
+  c->run_epoch0 = static_cast<uint64_t>(run);
+  c->SetNextLocked(static_cast<uint64_t>(o.start_epoch), static_cast<uint64_t>(o.start_batch));
   if (o.start_epoch == 0 && o.start_batch == 0) return Status::Ok();
+  if (c->epoch_budget <= 0 && o.start_run_epoch >= 0)
+    return InvalidArgumentError("option 'start_run_epoch' ({}) must be below 'epochs' ({}): "
+                                "epochs counts the whole run, start_run_epoch the epochs of it "
+                                "done where it resumes", run, o.epochs);
   if (c->epoch_budget <= 0)
     return InvalidArgumentError("option 'start_epoch' ({}) must be below 'epochs' ({}): epochs "
                                 "counts the whole run, start_epoch where it resumes",
                                 o.start_epoch, o.epochs);
+  // A stream that ends: it must still have the epochs this consumer needs from its position
+  // (more than epochs - start_epoch when a replay moved it onto later stream epochs).
+  if (h->stream_epochs > 0 && o.epochs < kEpochsUntilStreamEnds &&
+      static_cast<uint64_t>(o.start_epoch) + static_cast<uint64_t>(c->epoch_budget) >
+          h->stream_epochs)
+    return FailedPreconditionError(
+        "consumer: resumes at stream epoch {} with {} of its {} epochs done (start_run_epoch), "
+        "so it needs {} more epochs of the stream, through epoch {}, but the leader's stream "
+        "ends after epoch {}: it would end early with a silently shorter run. Start the leader "
+        "with epochs >= {} (and start_epoch {}), or resume the trial from a batchcast serve "
+        "service", o.start_epoch, run, o.epochs, c->epoch_budget,
+        o.start_epoch + c->epoch_budget - 1, h->stream_epochs - 1,
+        o.start_epoch + c->epoch_budget, o.start_epoch);
   if (o.start_batch > 0 && (o.carve_offset || o.carve_shuffle || h->resize_spec[0]))
     return InvalidArgumentError(
         "option 'start_batch' counts exact batches of batch_size, but {} carves each producer "
@@ -187,8 +212,9 @@ Result<std::unique_ptr<Consumer>> ConsumerAccess::Attach(const std::string& addr
   c->core_->address = address;
   c->core_->shard_world = shard_world;
   c->core_->shard_rank = shard_rank;
-  BC_RETURN_IF_ERROR(batchcast::StartAt(options, h, c->core_.get()));
+  // The ring first: a refused start position leaves the stream through the destructor.
   c->core_->ring = std::move(ring).value();
+  BC_RETURN_IF_ERROR(batchcast::StartAt(options, h, c->core_.get()));
   c->core_->options = options;
   c->core_->rank = rank;
   c->core_->loop_holds_batch = loop_holds_batch;
@@ -216,12 +242,15 @@ Status ConsumerAccess::StartAt(Consumer& consumer, StreamPosition position) {
   Options o = c.options;
   o.start_epoch = static_cast<int>(position.epoch);
   o.start_batch = static_cast<int64_t>(position.batch);
+  o.start_run_epoch = static_cast<int>(position.run_epoch);
   BC_RETURN_IF_ERROR(ValidateOptions(o));
   const auto budget = c.epoch_budget;
+  const auto run0 = c.run_epoch0;
   const auto next = c.next_position;
   c.resuming = false;
   if (Status st = batchcast::StartAt(o, c.ring->header(), &c); !st.ok()) {
     c.epoch_budget = budget;  // unchanged: still at its attach position
+    c.run_epoch0 = run0;
     c.next_position = next;
     c.resuming = c.options.start_epoch != 0 || c.options.start_batch != 0;
     return st;

@@ -161,14 +161,15 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   bool loop_holds_batch = false;       // one batch more than buffer_depth (kLoopHoldsBatch)
   uint64_t first_epoch = ~0ULL;
   uint64_t completed_epoch = ~0ULL;    // the last epoch counted complete
-  int64_t epoch_budget = 0;            // epochs this consumer runs (options.epochs - start_epoch)
+  int64_t epoch_budget = 0;            // epochs this consumer runs (epochs - start run epoch)
+  uint64_t run_epoch0 = 0;             // its own epoch at its start position (start_run_epoch)
   int64_t epochs_started = 0;          // epochs it has received batches of
   std::string address;                 // the leader's socket (a resume joins again)
   // Resume (options start_epoch / start_batch): the stream epoch and the epoch position (in
   // samples) this consumer starts at; batches before it are skipped. Cleared once there.
   bool resuming = false;
   uint64_t resume_epoch = 0, resume_pos = 0;
-  StreamPosition next_position;        // of the batch Next() returns next
+  StreamPosition next_position;        // of the batch Next() returns next (SetNextLocked)
   uint64_t epoch = ~0ULL;
   uint64_t index_in_epoch = 0;
   int64_t epoch_repeats = 0;
@@ -190,6 +191,12 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   bool resize_derived = false;
   std::vector<int64_t> resize_batches;
 
+  // The position of the batch Next() returns next: batch `batch` of stream epoch `epoch`, in
+  // this consumer's own epoch run_epoch0 + the epochs it completed since it started.
+  void SetNextLocked(uint64_t epoch, uint64_t batch) {
+    next_position = {epoch, batch,
+                     static_cast<int64_t>(run_epoch0) + stats.epochs_completed};
+  }
   // Drops one reference to a producer batch; the last one gives the slot back.
   void UnrefLocked(uint64_t seq) {
     auto it = slot_refs.find(seq);
@@ -314,7 +321,7 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
     if (completed_epoch == e) return finished;  // already, at its predicted last batch
     completed_epoch = e;
     stats.epochs_completed += 1;
-    next_position = {e + 1, 0};
+    SetNextLocked(e + 1, 0);
     stats.repeats_per_epoch.push_back(epoch_repeats);
     BC_LOG(Info, Node, "consumer: epoch {} complete: {} batches, {} fill repeats", e,
            index_in_epoch, epoch_repeats);

@@ -158,7 +158,7 @@ class NextCall {
     h.ref = MakeRef(core, piece, h.views, d->seq);
     c_.held[h.ref->serial] = ConsumerCore::Held{d->epoch, info->index, d->seq};
     c_.RecordHandedOut(*d, *info);
-    c_.next_position = {d->epoch, info->index + 1};
+    c_.SetNextLocked(d->epoch, info->index + 1);
     if (last_piece) {
       c_.UnrefLocked(d->seq);  // the carving reference
       c_.cur = shm::AcquiredBatch();

@@ -44,6 +44,7 @@ int main() {
   BC_STRUCT(batchcast::StreamPosition);
   BC_FIELD(batchcast::StreamPosition, epoch);
   BC_FIELD(batchcast::StreamPosition, batch);
+  BC_FIELD(batchcast::StreamPosition, run_epoch);
   End();
   BC_STRUCT(batchcast::DeviceBatch);
   End();
@@ -91,6 +92,7 @@ int main() {
   BC_FIELD(bc_consumer_config_t, pad_last);
   BC_FIELD(bc_consumer_config_t, start_epoch);
   BC_FIELD(bc_consumer_config_t, start_batch);
+  BC_FIELD(bc_consumer_config_t, start_run_epoch);
   End();
   BC_STRUCT(bc_batch_info_t);
   BC_FIELD(bc_batch_info_t, struct_size);
@@ -115,6 +117,12 @@ int main() {
   BC_FIELD(bc_leader_config_t, expected_consumers);
   BC_FIELD(bc_leader_config_t, max_consumer_batch);
   BC_FIELD(bc_leader_config_t, join_timeout_ms);
+  End();
+  BC_STRUCT(bc_position_t);
+  BC_FIELD(bc_position_t, struct_size);
+  BC_FIELD(bc_position_t, epoch);
+  BC_FIELD(bc_position_t, batch);
+  BC_FIELD(bc_position_t, run_epoch);
   End();
   std::printf("\n}\n");
   return 0;

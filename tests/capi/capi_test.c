@@ -71,6 +71,19 @@ static void TestArgumentErrors(void) {
   EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
   EXPECT_ERROR_HAS("timeout_ms");
   cfg.timeout_ms = 0;
+  /* Resume: the run epoch is -1 (start_epoch) or at most start_epoch. */
+  cfg.start_run_epoch = -2;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("start_run_epoch -2");
+  cfg.start_epoch = 2;
+  cfg.start_run_epoch = 3;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("never run ahead of the stream's");
+  /* An older header's struct ends before start_run_epoch: what lies there is not read. */
+  cfg.struct_size = offsetof(bc_consumer_config_t, start_run_epoch);
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_UNAVAILABLE);
+  bc_consumer_config_init(&cfg);
+  cfg.address = "batchcast-capi-test-nobody";
   cfg.options = "--connect-timeout 0 --batch-sze 32";
   EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
   EXPECT_ERROR_HAS("did you mean 'batch_size'");
@@ -198,6 +211,15 @@ static void TestStream(const char* dataset, int samples) {
   uint64_t pos_epoch = 9, pos_batch = 9;
   EXPECT_STATUS(bc_consumer_position(c, &pos_epoch, &pos_batch), BC_SUCCESS);
   EXPECT(pos_epoch == 0 && pos_batch == 2);
+  bc_position_t pos;
+  bc_position_init(&pos);
+  EXPECT_STATUS(bc_consumer_get_position(c, &pos), BC_SUCCESS);
+  EXPECT(pos.epoch == 0 && pos.batch == 2 && pos.run_epoch == 0);
+  EXPECT_STATUS(bc_consumer_get_position(c, NULL), BC_ERR_INVALID_ARGUMENT);
+  pos.struct_size = 0; /* forgot bc_position_init */
+  EXPECT_STATUS(bc_consumer_get_position(c, &pos), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("bc_position_init");
+  EXPECT_STATUS(bc_consumer_get_position(NULL, &pos), BC_ERR_INVALID_ARGUMENT);
   /* buffer_depth batches held: another is an error, not a deadlock. */
   bc_batch_t extra = NULL;
   EXPECT_STATUS(bc_consumer_next(c, &extra, &info), BC_ERR_FAILED_PRECONDITION);
@@ -229,6 +251,53 @@ static void TestResume(const char* dataset, int samples) {
   EXPECT(first_index == 3);
   EXPECT(got == samples - 3 * 8);
   Finish(c, leader);
+}
+
+/* A position a service's replay moved (its own epoch 0 at stream epoch 1), resumed through the
+ * config field: two epochs of the stream, the run epoch counted; bc_consumer_position cannot
+ * say it and refuses; a stream that ends too soon for it is refused at attach. */
+static void TestMovedResume(const char* dataset, int samples) {
+  for (int stream_epochs = 2; stream_epochs <= 3; ++stream_epochs) {
+    char extra[64];
+    snprintf(extra, sizeof(extra), "--start-epoch 1 --epochs %d", stream_epochs);
+    bc_leader_t leader = StartLeader(dataset, extra);
+    if (leader == NULL) return;
+    bc_consumer_config_t cfg;
+    bc_consumer_config_init(&cfg);
+    cfg.address = bc_leader_address(leader);
+    cfg.options = "--batch-size 8 --buffer-depth 2";
+    cfg.epochs = 2;
+    cfg.start_epoch = 1;
+    cfg.start_run_epoch = 0;
+    bc_consumer_t c = NULL;
+    if (stream_epochs == 2) { /* stream epoch 1 only: one of the two epochs it needs */
+      EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_FAILED_PRECONDITION);
+      EXPECT_ERROR_HAS("needs 2 more epochs of the stream");
+      EXPECT_STATUS(bc_leader_destroy(leader), BC_SUCCESS);
+      continue;
+    }
+    EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+    if (c == NULL) return;
+    uint64_t epoch = 9, batch = 9;
+    EXPECT_STATUS(bc_consumer_position(c, &epoch, &batch), BC_ERR_FAILED_PRECONDITION);
+    EXPECT_ERROR_HAS("bc_consumer_get_position");
+    bc_position_t pos;
+    bc_position_init(&pos);
+    EXPECT_STATUS(bc_consumer_get_position(c, &pos), BC_SUCCESS);
+    EXPECT(pos.epoch == 1 && pos.batch == 0 && pos.run_epoch == 0);
+    bc_batch_t b;
+    bc_batch_info_t info;
+    bc_batch_info_init(&info);
+    int64_t got = 0;
+    while (bc_consumer_next(c, &b, &info) == BC_SUCCESS) {
+      got += info.size;
+      bc_batch_release(b);
+    }
+    EXPECT(got == 2 * (int64_t)samples);
+    EXPECT_STATUS(bc_consumer_get_position(c, &pos), BC_SUCCESS);
+    EXPECT(pos.epoch == 3 && pos.batch == 0 && pos.run_epoch == 2);
+    Finish(c, leader);
+  }
 }
 
 /* `capi_test --named ADDRESS SAMPLES` (tests/python/test_named_tensors.py): consumes a
@@ -416,6 +485,7 @@ int main(int argc, char** argv) {
   TestArgumentErrors();
   TestStream(argv[1], atoi(argv[2]));
   TestResume(argv[1], atoi(argv[2]));
+  TestMovedResume(argv[1], atoi(argv[2]));
   TestTelemetryOutputs(argv[1]);
   if (failures == 0) printf("capi_test: PASS\n");
   return failures == 0 ? 0 : 1;

@@ -57,7 +57,8 @@ VALUES = {
     "gpu_finish": "true", "resize": "resize(min=8,max=16,step=8)", "stage": "model(path=x.pt)",
     "telemetry": "on", "experiment": "e", "workload": "w", "run_name": "r",
     "drop_last": "true", "connect_timeout": "5s", "rank": "1", "world_size": "2",
-    "start_epoch": "1", "start_batch": "1", "pad_last": "true", "cache": "1m",
+    "start_epoch": "1", "start_batch": "1", "start_run_epoch": "0", "pad_last": "true",
+    "cache": "1m",
     "late_join_window": "0.5", "join_mid_epoch": "true",
 }
 # The parts each front door runs (address: the six consumers attach to the leader's address).

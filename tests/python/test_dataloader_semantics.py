@@ -131,29 +131,59 @@ def test_load_state_dict_refuses_what_it_cannot_honour(fmnist):
     producer.join()
 
 
+class _PacedService:
+    """`batchcast serve` over 320 Fashion-MNIST samples (10 batches of 32 per epoch) and a
+    pacer: a consumer there from the start that, once start()ed, reads the stream in a thread
+    and keeps the SHA-1 of every (epoch, batch) it read in `seen`, until stop()."""
+
+    def __init__(self, fmnist, tag):
+        self.sock = f"batchcast-test-{tag}-{os.getpid()}"
+        self.serve = subprocess.Popen(
+            [os.environ["BCTEST_BIN"], "serve", "--dataset", fmnist["train"], "--batch-size",
+             "32", "--limit-samples", "320", "--seed", "7", "--socket", self.sock],
+            stdout=subprocess.PIPE, text=True)
+        self.seen, self._stop, self._progress = {}, threading.Event(), threading.Condition()
+        self._thread = None
+
+    def __enter__(self):
+        assert "listening on" in self.serve.stdout.readline()
+        self.pacer = batchcast.Consumer(self.sock, batch_size=32, with_info=True, name="pacer")
+        return self
+
+    def start(self):
+        self._thread = threading.Thread(target=self._pace)
+        self._thread.start()
+
+    def _pace(self):
+        for images, _, info in self.pacer.batches():
+            with self._progress:
+                self.seen[(info.epoch, info.index)] = hashlib.sha1(images.numpy().tobytes()).digest()
+                self._progress.notify_all()
+            if self._stop.is_set():
+                return
+
+    def wait_epochs(self, epochs):
+        """Blocks until the pacer has read `epochs` whole epochs."""
+        with self._progress:
+            assert self._progress.wait_for(lambda: len(self.seen) >= epochs * 10, timeout=300)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        self.pacer.close()
+
+    def __exit__(self, *exc):
+        self.serve.terminate()
+        self.serve.wait(60)
+
+
 def test_service_replays_a_passed_position_to_a_resuming_trial(fmnist):
     """A trial of `batchcast serve` stops at a random batch while a second trial keeps the
     stream going past its position; it comes back with load_state_dict() and gets the rest of
     its epoch replayed to it alone, byte for byte, then a whole epoch of the stream."""
-    sock = f"batchcast-test-resume-{os.getpid()}"
-    serve = subprocess.Popen([os.environ["BCTEST_BIN"], "serve", "--dataset", fmnist["train"],
-                              "--batch-size", "32", "--limit-samples", "320", "--seed", "7",
-                              "--socket", sock], stdout=subprocess.PIPE, text=True)
-    try:
-        assert "listening on" in serve.stdout.readline()
-        seen, stop, progress = {}, threading.Event(), threading.Condition()
-        pacer = batchcast.Consumer(sock, batch_size=32, with_info=True, name="pacer")
-        trial = batchcast.Consumer(sock, batch_size=32, epochs=3, with_info=True, name="trial")
-
-        def pace():
-            for images, _, info in pacer.batches():
-                with progress:
-                    seen[(info.epoch, info.index)] = hashlib.sha1(images.numpy().tobytes()).digest()
-                    progress.notify_all()
-                if stop.is_set():
-                    return
-        pacer_thread = threading.Thread(target=pace)
-        pacer_thread.start()
+    with _PacedService(fmnist, "resume") as svc:
+        trial = batchcast.Consumer(svc.sock, batch_size=32, epochs=3, with_info=True, name="trial")
+        svc.start()
         seed = int.from_bytes(os.urandom(4), "little")
         cut = random.Random(seed).randrange(1, 15)
         batches = trial.batches()
@@ -162,25 +192,78 @@ def test_service_replays_a_passed_position_to_a_resuming_trial(fmnist):
         state = trial.state_dict()
         trial.close()
         e, b = state["start_epoch"], state["start_batch"]
-        with progress:  # the stream goes on without it, into the epoch after the next
-            assert progress.wait_for(lambda: len(seen) >= (e + 2) * 10, timeout=300)
-        stop.set()
-        pacer_thread.join()
-        pacer.close()
-        resumed = batchcast.Consumer(sock, batch_size=32, epochs=e + 2, with_info=True)
+        # Its own epoch (below e when it was admitted after the late-join window of epoch 0).
+        own = state.get("start_run_epoch", e)
+        svc.wait_epochs(e + 2)  # the stream goes on without it, into the epoch after the next
+        svc.stop()
+        resumed = batchcast.Consumer(svc.sock, batch_size=32, epochs=own + 2, with_info=True)
         resumed.load_state_dict(state)
         got = [(info.epoch, info.index, hashlib.sha1(images.numpy().tobytes()).digest(),
                 [int(i) for i in info.sample_ids]) for images, _, info in resumed.batches()]
         rest = [(ep, i, d) for ep, i, d, _ in got[:10 - b]]
-        assert rest == [(e, i, seen[(e, i)]) for i in range(b, 10)], f"seed {seed}: {state}"
+        assert rest == [(e, i, svc.seen[(e, i)]) for i in range(b, 10)], f"seed {seed}: {state}"
         later = got[10 - b:]
         assert len(later) == 10 and len({ep for ep, _, _, _ in later}) == 1, f"seed {seed}"
         assert later[0][0] > e and [i for _, i, _, _ in later] == list(range(10)), f"seed {seed}"
         assert sorted(i for *_, ids in later for i in ids) == list(range(320)), f"seed {seed}"
-    finally:
-        serve.terminate()
-        serve.wait(60)
 
+
+def test_service_trial_resumed_twice_trains_exactly_its_epochs(fmnist):
+    """A trial of 3 epochs stops in its first epoch; the stream moves two epochs on; its first
+    resume finishes its epoch by a replay and goes on with a later stream epoch, and its
+    state_dict() then says its own epoch ("start_run_epoch"); it stops again, the stream moves
+    on, and its second resume (Consumer(**state)) trains exactly the 2 epochs it has left:
+    every batch byte for byte what the uninterrupted pacer read for that stream epoch."""
+    with _PacedService(fmnist, "resume2") as svc:
+        trial = batchcast.Consumer(svc.sock, batch_size=32, epochs=3, with_info=True, name="trial")
+        svc.start()
+        got = []
+
+        def take(consumer, n):
+            batches = consumer.batches()
+            for _ in range(n) if n is not None else iter(int, 1):
+                try:
+                    images, _, info = next(batches)
+                except StopIteration:
+                    return
+                got.append((info.epoch, info.index, hashlib.sha1(images.numpy().tobytes()).digest()))
+
+        take(trial, 3)
+        state = trial.state_dict()
+        trial.close()
+        # Its first epoch is the stream's first, or the next (admitted after the late-join
+        # window): then its own epoch 0 is stream epoch e0 and the state says so.
+        e0 = state["start_epoch"]
+        assert state["start_batch"] == 3 and state.get("start_run_epoch", e0) == 0, state
+        svc.wait_epochs(e0 + 2)  # the stream is at least two epochs on
+        first = batchcast.Consumer(svc.sock, batch_size=32, epochs=3, with_info=True)
+        first.load_state_dict(state)
+        take(first, 7 + 4)  # the rest of its epoch 0 (replayed), 4 batches of a later one
+        moved = first.state_dict()
+        first.close()
+        assert moved["start_run_epoch"] == 1 and moved["start_epoch"] >= e0 + 2, moved
+        assert moved["start_batch"] == 4, moved
+        svc.wait_epochs(moved["start_epoch"] + 2)
+        second = batchcast.Consumer(svc.sock, batch_size=32, epochs=3, with_info=True, **moved)
+        # The training loop's set_epoch counts its own epochs, not the stream's.
+        second.sampler.set_epoch(1)
+        with pytest.raises(batchcast.InvalidArgumentError, match="in its epoch 1"):
+            second.sampler.set_epoch(0)
+        take(second, None)
+        second.close()
+        svc.wait_epochs(got[-1][0] + 1)  # the pacer read every stream epoch the trial trained on
+        svc.stop()
+        assert len(got) == 30, f"trained {len(got)} batches, asked for 3 epochs of 10"
+        epochs = [got[i][0] for i in range(0, 30, 10)]
+        assert epochs[0] == e0 and epochs[1] > e0 + 1 and epochs[2] > epochs[1], epochs
+        for i, (ep, index, digest) in enumerate(got):
+            assert ep == epochs[i // 10] and index == i % 10, (i, ep, index)
+            assert digest == svc.seen[(ep, index)], (i, ep, index)
+        # A state dict of an older version (no run epoch) still loads.
+        old = batchcast.Consumer(svc.sock, batch_size=32, epochs=3, with_info=True)
+        old.load_state_dict({"start_epoch": 1, "start_batch": 0})
+        assert old.state_dict() == {"start_epoch": 1, "start_batch": 0}
+        old.close()
 
 def test_consumer_refuses_leader_only_options():
     for key, value in (("threads", 4), ("dataset", "x.h5"), ("on_bad_sample", "skip"),

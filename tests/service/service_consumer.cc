@@ -7,8 +7,10 @@
 //   end ok <epochs>      |   error <message>
 // With LOG "-" it writes to stdout and also one line per batch (the resume tests):
 //   batch <epoch> <index> <id,id,...> <bad_pixels> <next epoch> <next batch>
+//         <image checksum> <next run epoch>
 //   service_consumer SOCKET B EPOCHS SAMPLES LOG [BATCH_US] [HEARTBEAT_MS]
-//                    [START_EPOCH START_BATCH [RANK WORLD]]   (resume; mode=shard)
+//                    [START_EPOCH START_BATCH [RANK WORLD [START_RUN_EPOCH]]]
+//   (resume; mode=shard when WORLD > 1; START_RUN_EPOCH -1: start_epoch)
 #include <unistd.h>
 
 #include <cstdio>
@@ -41,11 +43,12 @@ int main(int argc, char** argv) {
     o.start_epoch = std::atoi(argv[8]);
     o.start_batch = std::atoll(argv[9]);
   }
-  if (argc > 11) {
+  if (argc > 11 && std::atoi(argv[11]) > 1) {
     o.mode = "shard";
     o.rank = std::atoi(argv[10]);
     o.world_size = std::atoi(argv[11]);
   }
+  if (argc > 12) o.start_run_epoch = std::atoi(argv[12]);
   auto c = Consumer::Attach(argv[1], o, -1, "trial-" + std::to_string(getpid()));
   if (!c.ok()) {
     std::fprintf(log, "error %s\n", c.status().ToString().c_str());
@@ -84,9 +87,13 @@ int main(int argc, char** argv) {
     }
     if (per_batch) {
       const StreamPosition next = (*c)->Position();
-      std::fprintf(log, "batch %llu %llu %s %lld %llu %llu\n", (unsigned long long)info.epoch,
-                   (unsigned long long)info.index, ids.c_str(), (long long)bad,
-                   (unsigned long long)next.epoch, (unsigned long long)next.batch);
+      uint64_t sum = 1469598103934665603ULL;  // FNV-1a over the batch's image bytes
+      for (size_t k = 0; k < b.images().nbytes; ++k) sum = (sum ^ img[k]) * 1099511628211ULL;
+      std::fprintf(log, "batch %llu %llu %s %lld %llu %llu %llx %lld\n",
+                   (unsigned long long)info.epoch, (unsigned long long)info.index, ids.c_str(),
+                   (long long)bad, (unsigned long long)next.epoch,
+                   (unsigned long long)next.batch, (unsigned long long)sum,
+                   (long long)next.run_epoch);
       char ack = 0;  // the test reads each line before this trial goes on: a kill is exact
       if (read(0, &ack, 1) != 1) return 5;
     }

@@ -13,8 +13,10 @@
 
 #include <condition_variable>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -66,8 +68,9 @@ void EndTrial(Trial& t, bool kill_it) {
 
 struct Line {
   uint64_t epoch = 0, index = 0, next_epoch = 0, next_batch = 0;
-  std::string ids;
+  std::string ids, checksum;
   long long bad = 0;
+  int64_t next_run_epoch = -1;
 };
 
 // The next batch line of the trial (acknowledged unless `ack` is false); false at its end,
@@ -83,7 +86,7 @@ bool NextLine(Trial& t, bool ack, Line* line, std::string* end) {
     if (s.rfind("batch ", 0) != 0) continue;
     std::istringstream in(s.substr(6));
     in >> line->epoch >> line->index >> line->ids >> line->bad >> line->next_epoch >>
-        line->next_batch;
+        line->next_batch >> line->checksum >> line->next_run_epoch;
     if (ack && write(t.ack, "a", 1) != 1) return false;
     return true;
   }
@@ -141,6 +144,13 @@ class Pacer {
     }
     cv_.notify_all();
   }
+  // What the pacer (an uninterrupted consumer of the stream) read as batch `index` of stream
+  // epoch `epoch`: "ids checksum" as a trial's line has them ("": not read).
+  std::string Read(uint64_t epoch, uint64_t index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = seen_.find({epoch, index});
+    return it == seen_.end() ? std::string() : it->second;
+  }
   // Blocks until it has read `total` batches (false: it failed first).
   bool WaitRead(int64_t total) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -166,6 +176,7 @@ class Pacer {
         return;
       }
       read_ += 1;
+      seen_[{b.info().epoch, b.info().index}] = Describe(b);
       cv_.notify_all();
     }
   }
@@ -176,6 +187,20 @@ class Pacer {
   std::condition_variable cv_;
   int64_t read_ = 0, allowed_ = 0;
   bool stop_ = false, failed_ = false;
+  std::map<std::pair<uint64_t, uint64_t>, std::string> seen_;
+
+  // "ids checksum" of batch `b`, as service_consumer prints them (FNV-1a of the image bytes).
+  static std::string Describe(const Batch& b) {
+    std::string ids;
+    for (int64_t i = 0; i < b.images().shape[0]; ++i)
+      ids += (i ? "," : "") + std::to_string(b.sample_ids()[i]);
+    const auto* img = static_cast<const uint8_t*>(b.images().data);
+    uint64_t sum = 1469598103934665603ULL;
+    for (size_t k = 0; k < b.images().nbytes; ++k) sum = (sum ^ img[k]) * 1099511628211ULL;
+    char hex[32];
+    std::snprintf(hex, sizeof(hex), "%llx", (unsigned long long)sum);
+    return ids + " " + hex;
+  }
 };
 
 int ActiveMembers(const shm::StatusReply& r) {
@@ -186,14 +211,16 @@ int ActiveMembers(const shm::StatusReply& r) {
 }
 
 std::vector<std::string> TrialArgs(const std::string& socket, uint64_t epochs, uint64_t start_epoch,
-                                   uint64_t start_batch, uint32_t rank, uint32_t world) {
+                                   uint64_t start_batch, uint32_t rank, uint32_t world,
+                                   int64_t start_run_epoch = -1) {
   std::vector<std::string> a = {SERVICE_CONSUMER, socket, std::to_string(kBatch),
                                 std::to_string(epochs), std::to_string(kSamples), "-", "0", "1000",
                                 std::to_string(start_epoch), std::to_string(start_batch)};
-  if (world > 1) {
+  if (world > 1 || start_run_epoch >= 0) {
     a.push_back(std::to_string(rank));
     a.push_back(std::to_string(world));
   }
+  if (start_run_epoch >= 0) a.push_back(std::to_string(start_run_epoch));
   return a;
 }
 
@@ -323,6 +350,149 @@ TEST(ServiceResumeTest, KilledTrialResumesBehindTheStreamByteForByte) {
 
 TEST(ServiceResumeTest, KilledShardTrialResumesBehindTheStreamByteForByte) {
   RandomKillsAndResumes(2, 0x2600 + std::random_device()() % 10000 * 8);
+}
+
+// One trial of `epochs` epochs, killed at random batches and resumed 1-4 times with the
+// position it saved (Consumer::Position(): stream epoch, batch and its own run epoch) while
+// the pacer moves the stream on by a random number of batches before each resume, often
+// into a later epoch (the service then replays the rest of the trial's epoch and the trial
+// goes on with the stream's next epoch). Whatever the kills, the trial trains exactly the
+// epochs it asked for: its batches, all lives together, are `epochs` whole epochs, each one
+// stream epoch batch 0..B-1 in order, byte for byte what the pacer (an uninterrupted consumer
+// of the stream) read for that epoch and batch, and the plan's sample order (every sample
+// exactly once per epoch).
+void ResumedManyTimes(uint64_t seed) {
+  const uint64_t per_epoch = kSamples / kBatch;
+  std::mt19937_64 rng(seed);
+  const uint64_t epochs = 3 + rng() % 3;
+  const int resumes = 1 + static_cast<int>(rng() % 4);
+  std::ostringstream plan;
+  plan << "seed " << seed << ": a trial of " << epochs << " epochs (" << per_epoch
+       << " batches each), " << resumes << " resumes:";
+  const std::string sock = service_test::UniqueSocket("multi" + std::to_string(seed % 1000));
+  service_test::Child server = service_test::StartServer(sock, kSamples, kProducerBatch, kBatch,
+                                                         1000, 0.02, 0, kSlots);
+  ASSERT_GT(server.pid, 0);
+  std::vector<Line> got;  // every batch the trial trained on, all lives in order
+  std::string end;
+  // The kill points: `resumes` distinct batches of the run, before its last, in order.
+  const uint64_t total = epochs * per_epoch;
+  std::set<uint64_t> kills;
+  while (kills.size() < static_cast<size_t>(resumes)) kills.insert(1 + rng() % (total - 1));
+  std::vector<uint64_t> kill_at(kills.begin(), kills.end());
+  {
+    Pacer pacer(sock);
+    Trial trial = SpawnTrial(TrialArgs(sock, epochs, 0, 0, 0, 1));
+    EXPECT_TRUE(service_test::WaitStatus(sock, [](const shm::StatusReply& r) {
+      return ActiveMembers(r) == 2;
+    }));
+    pacer.Allow(INT64_MAX);
+    for (int life = 0; life <= resumes; ++life) {
+      const bool last_life = life == resumes;
+      const uint64_t kill_after = last_life ? UINT64_MAX : kill_at[life] - got.size();
+      const int64_t extra = last_life ? 0 : static_cast<int64_t>(rng() % (3 * per_epoch));
+      if (!last_life)
+        plan << " [life " << life << ": killed after " << kill_after << " batches, stream "
+             << "moved on by " << extra << "]";
+      SCOPED_TRACE(plan.str());
+      Line line;
+      uint64_t read = 0;
+      bool ended = false;
+      while (read < kill_after) {
+        if (!NextLine(trial, read + 1 < kill_after, &line, &end)) {
+          ended = true;
+          break;
+        }
+        got.push_back(line);
+        read += 1;
+      }
+      if (ended) {
+        EndTrial(trial, false);
+        EXPECT_TRUE(last_life) << "life " << life << " ended early: " << end;
+        break;
+      }
+      // Killed while it waits for the ack of its last batch: its saved position (the line's
+      // next position) is exactly after the batches it trained on.
+      const int64_t target = pacer.read() + extra;
+      pacer.Allow(target);
+      EndTrial(trial, true);
+      EXPECT_TRUE(pacer.WaitRead(target));
+      trial = SpawnTrial(TrialArgs(sock, epochs, line.next_epoch, line.next_batch, 0, 1,
+                                   line.next_run_epoch));
+      // Admitted (its replay settled) while the pacer holds still, then all go on.
+      EXPECT_TRUE(service_test::WaitStatus(sock, [](const shm::StatusReply& r) {
+        return ActiveMembers(r) == 2;
+      }));
+      pacer.Allow(INT64_MAX);
+    }
+    SCOPED_TRACE(plan.str());
+    EXPECT_EQ(end.rfind("end ok", 0), 0u) << end;
+    // Its epochs: consecutive runs of batches 0..B-1 of one stream epoch each, later and later.
+    EXPECT_EQ(got.size(), total) << "the trial trained " << got.size() << " batches, asked for "
+                                 << epochs << " epochs of " << per_epoch;
+    std::vector<uint64_t> stream_epochs;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const Line& l = got[i];
+      const uint64_t own = i / per_epoch, index = i % per_epoch;
+      if (index == 0) {
+        EXPECT_TRUE(stream_epochs.empty() || l.epoch > stream_epochs.back()) << "batch " << i;
+        stream_epochs.push_back(l.epoch);
+      }
+      EXPECT_EQ(l.epoch, stream_epochs.back()) << "batch " << i << " (own epoch " << own << ")";
+      EXPECT_EQ(l.index, index) << "batch " << i << " (own epoch " << own << ")";
+      EXPECT_EQ(l.ids, ExpectedIds(l.epoch, l.index, 0, 1)) << "batch " << i;
+      EXPECT_EQ(l.bad, 0) << "batch " << i;
+      // Its position after the batch counts its own epochs, whatever stream epoch it is in.
+      EXPECT_EQ(l.next_run_epoch, int64_t(own + (index + 1 == per_epoch ? 1 : 0)))
+          << "batch " << i;
+    }
+    // Byte for byte what the uninterrupted pacer read at the same stream epoch and batch.
+    if (!stream_epochs.empty()) {
+      pacer.Allow(INT64_MAX);
+      EXPECT_TRUE(pacer.WaitRead(int64_t((stream_epochs.back() + 1) * per_epoch)));
+    }
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i].ids + " " + got[i].checksum, pacer.Read(got[i].epoch, got[i].index))
+          << "batch " << i << " (stream epoch " << got[i].epoch << " batch " << got[i].index
+          << ")";
+    std::printf("service resume x%d: %s -> stream epochs", resumes, plan.str().c_str());
+    for (uint64_t e : stream_epochs) std::printf(" %llu", (unsigned long long)e);
+    std::printf("\n");
+  }
+  kill(server.pid, SIGTERM);
+  service_test::ReadLineWith(server, "stats");
+  service_test::Wait(server);
+}
+
+TEST(ServiceResumeTest, TrialResumedUpToFourTimesTrainsExactlyItsEpochs) {
+  const uint64_t base = 0x3600 + std::random_device()() % 10000 * 8;
+  for (uint64_t run = 0; run < 4; ++run) ResumedManyTimes(base + run);
+}
+
+// A moved position (its own epoch behind the stream's) needs more stream epochs than
+// epochs - start_epoch: a stream that ends sooner refuses it at attach, naming the epochs it
+// would need, instead of ending the trial early.
+TEST(ServiceResumeTest, MovedPositionAgainstAStreamThatEndsTooSoonIsRefused) {
+  const std::string sock = service_test::UniqueSocket("moved-finite");
+  service_test::Child server = service_test::StartServer(sock, kSamples, kProducerBatch, kBatch,
+                                                         1000, 0.02, 3, kSlots);
+  ASSERT_GT(server.pid, 0);
+  // Epoch 2 of 3, but only 1 of its 3 epochs done: it needs stream epochs 2..3.
+  Trial t = SpawnTrial(TrialArgs(sock, 3, 2, 0, 0, 1, 1));
+  Line line;
+  std::string end;
+  EXPECT_FALSE(NextLine(t, true, &line, &end));
+  EndTrial(t, false);
+  for (const char* part : {"with 1 of its 3 epochs done", "needs 2 more epochs of the stream",
+                           "ends after epoch 2", "epochs >= 4"})
+    EXPECT_NE(end.find(part), std::string::npos) << part << " in " << end;
+  // Its own epoch after the stream's: refused as a position no consumer saves.
+  Trial ahead = SpawnTrial(TrialArgs(sock, 3, 1, 0, 0, 1, 2));
+  EXPECT_FALSE(NextLine(ahead, true, &line, &end));
+  EndTrial(ahead, false);
+  EXPECT_NE(end.find("never run ahead of the stream's"), std::string::npos) << end;
+  kill(server.pid, SIGTERM);
+  service_test::Wait(server);
 }
 
 }  // namespace batchcast::service_resume

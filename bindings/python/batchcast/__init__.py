@@ -268,12 +268,16 @@ class _StreamSampler:
         self._consumer = consumer
 
     def set_epoch(self, epoch):
-        at = self._consumer.state_dict()["start_epoch"]
+        # The training loop counts its own epochs: after a late start or a resume replay those
+        # are behind the stream's numbers (state_dict()["start_run_epoch"]).
+        state = self._consumer.state_dict()
+        at = state.get("start_run_epoch", state["start_epoch"])
         if int(epoch) < at:
             raise InvalidArgumentError(
-                f"consumer: sampler.set_epoch({epoch}): this consumer is at epoch {at} of the "
-                "leader's stream, which does not go back; the leader orders every epoch (seed "
-                "and epoch number), so set_epoch can be dropped")
+                f"consumer: sampler.set_epoch({epoch}): this consumer is in its epoch {at} "
+                f"(stream epoch {state['start_epoch']}), and the leader's stream does not go "
+                "back; the leader orders every epoch (seed and epoch number), so set_epoch can "
+                "be dropped")
 
 
 # The consumers whose batches this process trains on, for the note an uncaught error gets.
@@ -594,14 +598,23 @@ class Consumer:
         batch the next iteration yields (a pending peek included). Save it with a checkpoint
         and resume with the same options plus these, on the leader and the consumer:
         ``Leader(..., **state)`` and ``Consumer(..., **state)`` deliver exactly the batches
-        an uninterrupted run delivers from there (docs/python.md, "Resume")."""
+        an uninterrupted run delivers from there (docs/python.md, "Resume"). After a
+        service's resume replay moved the trial onto later stream epochs, the dict also has
+        ``"start_run_epoch"``, the trial's own epoch there (``epochs - start_run_epoch`` of
+        its epochs are left; docs/service.md, "Resuming a trial"); give it to the Consumer."""
+        epoch, batch, run = self._c.position()
         if self._peeked is not None:
             info = self._peeked[3]
-            return {"start_epoch": int(info.epoch), "start_batch": int(info.index)}
-        if self._broken is not None:  # the next iter() skips the rest of that epoch
-            return {"start_epoch": int(self._broken) + 1, "start_batch": 0}
-        epoch, batch = self._c.position()
-        return {"start_epoch": int(epoch), "start_batch": int(batch)}
+            # The position is after the peeked batch: one epoch further if that ended one.
+            epoch, batch = info.epoch, info.index
+            run -= 1 if info.last_in_epoch else 0
+        elif self._broken is not None:  # the next iter() skips the rest of that epoch
+            run += 1 if epoch == self._broken else 0
+            epoch, batch = self._broken + 1, 0
+        state = {"start_epoch": int(epoch), "start_batch": int(batch)}
+        if int(run) != int(epoch):
+            state["start_run_epoch"] = int(run)
+        return state
 
     def load_state_dict(self, state):
         """Moves this consumer to a saved ``state_dict()``, like a resumable sampler's
@@ -613,13 +626,15 @@ class Consumer:
         is a no-op at any time; any other position after the first batch is refused (a
         shared stream does not rewind or jump for one consumer): create a new Consumer."""
         keys = {"start_epoch", "start_batch"}
-        if not isinstance(state, dict) or set(state) != keys:
+        if not isinstance(state, dict) or not keys <= set(state) <= keys | {"start_run_epoch"}:
             raise InvalidArgumentError(
-                f"consumer: load_state_dict({state!r}): expected a dict with exactly the keys "
-                "'start_epoch' and 'start_batch', as state_dict() returns")
+                f"consumer: load_state_dict({state!r}): expected a dict with the keys "
+                "'start_epoch' and 'start_batch' (and 'start_run_epoch' after a service moved "
+                "the trial), as state_dict() returns")
         if not getattr(self, "_closed", False) and state == self.state_dict():
             return
-        self._c.start_at(int(state["start_epoch"]), int(state["start_batch"]))
+        self._c.start_at(int(state["start_epoch"]), int(state["start_batch"]),
+                         int(state.get("start_run_epoch", -1)))
 
     @property
     def ended(self):

@@ -105,22 +105,22 @@ class PyConsumer {
     return !state_ || !state_->consumer || internal::ConsumerAccess::Finished(*state_->consumer);
   }
 
-  // (epoch, batch) of the batch the next call returns (Consumer::Position()).
-  std::pair<uint64_t, uint64_t> Position() const {
+  // (epoch, batch, run_epoch) of the batch the next call returns (Consumer::Position()).
+  std::tuple<uint64_t, uint64_t, int64_t> Position() const {
     if (!state_ || !state_->consumer)
       throw StatusError(ConsumerClosedError(address_, "state_dict() after close()",
                                             "save its state_dict() before close()"));
     StreamPosition p = state_->consumer->Position();
-    return {p.epoch, p.batch};
+    return {p.epoch, p.batch, p.run_epoch};
   }
 
   // load_state_dict(): moves a consumer that has not asked for a batch yet.
-  void StartAt(uint64_t epoch, uint64_t batch) {
+  void StartAt(uint64_t epoch, uint64_t batch, int64_t run_epoch) {
     if (!state_ || !state_->consumer)
       throw StatusError(ConsumerClosedError(address_, "load_state_dict() after close()",
                                             "create a new Consumer with the state "
                                             "(Consumer(..., **state))"));
-    ThrowIfError(internal::ConsumerAccess::StartAt(*state_->consumer, {epoch, batch}));
+    ThrowIfError(internal::ConsumerAccess::StartAt(*state_->consumer, {epoch, batch, run_epoch}));
   }
 
   static Status ForkedError() {
@@ -289,7 +289,8 @@ void BindConsumer(py::module_& m) {
       .def("batches_per_epoch", &PyConsumer::batches_per_epoch)
       .def("finished", &PyConsumer::Finished)
       .def("position", &PyConsumer::Position)
-      .def("start_at", &PyConsumer::StartAt, py::arg("epoch"), py::arg("batch"))
+      .def("start_at", &PyConsumer::StartAt, py::arg("epoch"), py::arg("batch"),
+           py::arg("run_epoch") = -1)
       .def("stats", &PyConsumer::Stats)
       .def("telemetry_summary", &PyConsumer::TelemetrySummary)
       .def("record", &PyConsumer::Record, py::arg("name"), py::arg("value"))

@@ -111,15 +111,19 @@ typedef struct bc_consumer_config {
   int64_t timeout_ms;    /* how long to wait for the leader to listen; 0: the options'
                             connect_timeout (default 30 s; "--connect-timeout 0": try once) */
   int32_t pad_last;      /* 1: pad the partial last batch with repeats of its own samples */
-  int32_t start_epoch;   /* resume at this epoch (bc_consumer_position of the interrupted run;
+  int32_t start_epoch;   /* resume at this epoch (bc_consumer_get_position of the interrupted run;
                             the leader needs the same --start-epoch / --start-batch) */
   int64_t start_batch;   /* resume at this batch within start_epoch */
+  int32_t start_run_epoch; /* resume: the consumer's own epoch there (bc_position_t.run_epoch
+                              of the interrupted run); -1 (bc_consumer_config_init): the
+                              options' (default: start_epoch) */
 } bc_consumer_config_t;
 
 static inline void bc_consumer_config_init(bc_consumer_config_t* config) {
   memset(config, 0, sizeof(*config));
   config->struct_size = sizeof(*config);
   config->rank = -1;
+  config->start_run_epoch = -1;
 }
 
 typedef struct bc_tensor {
@@ -167,9 +171,28 @@ BC_API bc_status_t bc_batch_info(bc_batch_t batch, bc_batch_info_t* info);
  * their deleter runs). The handle is invalid afterwards: releasing it again, or any use, is
  * BC_ERR_INVALID_ARGUMENT. NULL is accepted. */
 BC_API bc_status_t bc_batch_release(bc_batch_t batch);
-/* Where to resume: the epoch and batch index (in this consumer's batch size) of the batch
- * bc_consumer_next returns next. Save it with a checkpoint; attach with start_epoch and
- * start_batch set to it (and the leader's --start-epoch/--start-batch) to go on from there. */
+/* Where to resume (Consumer::Position()): the batch bc_consumer_next returns next. */
+typedef struct bc_position {
+  size_t struct_size;  /* sizeof(bc_position_t); set by bc_position_init */
+  uint64_t epoch;      /* the stream epoch: attach with start_epoch = epoch */
+  uint64_t batch;      /* the batch within it, in this consumer's batch size: start_batch */
+  int64_t run_epoch;   /* this consumer's own epoch there, over its whole run: start_run_epoch
+                          (below epoch only after a service's resume replay moved it onto
+                          later stream epochs; docs/service.md "Resuming a trial") */
+} bc_position_t;
+
+static inline void bc_position_init(bc_position_t* position) {
+  memset(position, 0, sizeof(*position));
+  position->struct_size = sizeof(*position);
+}
+
+/* Where to resume. Save it with a checkpoint; attach with start_epoch, start_batch and
+ * start_run_epoch set to it (and the leader's --start-epoch/--start-batch) to go on from
+ * there with exactly the epochs the run has left. */
+BC_API bc_status_t bc_consumer_get_position(bc_consumer_t consumer, bc_position_t* position);
+/* The epoch and batch of bc_consumer_get_position only. BC_ERR_FAILED_PRECONDITION when the
+ * consumer's own epoch differs from the stream's (a service's resume replay moved it): those
+ * two numbers would resume it with too few epochs; use bc_consumer_get_position. */
 BC_API bc_status_t bc_consumer_position(bc_consumer_t consumer, uint64_t* epoch,
                                         uint64_t* batch);
 /* Batches this consumer gets in stream epoch `epoch` (0 past the end). */

@@ -47,12 +47,19 @@ struct ConsumerStats {
 
 // A consumer's place in its stream (docs/launch.md "Resume"): the batch Next() returns
 // next, as the stream epoch (BatchInfo::epoch) and the batch index within that epoch in
-// this consumer's batch size (BatchInfo::index). Save it with a checkpoint; a run started
-// with options start_epoch = epoch and start_batch = batch (on the leader and the consumer)
-// delivers exactly the batches an uninterrupted run delivers from there.
+// this consumer's batch size (BatchInfo::index), and this consumer's own epoch there. Save
+// all three with a checkpoint; a run started with options start_epoch = epoch, start_batch
+// = batch and start_run_epoch = run_epoch (on the leader and the consumer) delivers exactly
+// the batches an uninterrupted run delivers from there, and its remaining epochs.
 struct StreamPosition {
   uint64_t epoch = 0;
   uint64_t batch = 0;
+  // This consumer's own epoch at that batch, counted over its whole run, resumes included
+  // (its epochs before it): equal to `epoch` unless a resume replay of a shared stream moved
+  // it onto later stream epochs (batchcast serve, docs/service.md "Resuming a trial"); a
+  // resume runs options.epochs - run_epoch more epochs. -1 (a position saved without it,
+  // or built from epoch and batch only): `epoch`. Position() always sets it.
+  int64_t run_epoch = -1;
 };
 
 class BATCHCAST_API Consumer {

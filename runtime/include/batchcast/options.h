@@ -97,6 +97,10 @@ struct BATCHCAST_API Options {
   // consumer's batch_size, to start at; the leader starts its stream there too.
   int start_epoch = 0;
   int64_t start_batch = 0;
+  // ... and the consumer's own epoch there (Consumer::Position().run_epoch): it runs epochs -
+  // start_run_epoch more epochs. Below start_epoch only after a resume replay moved it onto
+  // later epochs of a shared stream (docs/service.md); -1: start_epoch.
+  int start_run_epoch = -1;
   // Decoded-sample cache of the leader, in bytes (0 = off): samples as the deterministic part
   // of the pipeline leaves them, kept from the first epoch for the later ones (docs/pipeline.md).
   int64_t cache = 0;
