@@ -163,10 +163,6 @@ void Producer::InstallHandlers() {
     const std::string what =
         m.Describe() + (kind == shm::LossKind::kHeartbeat ? " stopped heart-beating"
                                                           : " died (its connection closed)");
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      lost_names_.push_back(what);
-    }
     if (config_.on_loss) config_.on_loss(what);
     if (config_.loss == LossPolicy::kFailStream)
       Abort(fmt::format("{} died or stopped responding ({}); failing the job", m.Describe(),
@@ -207,10 +203,7 @@ StagingTarget Producer::staging_target() {
   return {ring_.get(), config_.socket_name, [this](SlotHook* h) { writer_->SetHook(h); }};
 }
 
-std::vector<std::string> Producer::lost_consumers() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return lost_names_;
-}
+std::vector<std::string> Producer::lost_consumers() const { return ring_->LostMembers(); }
 
 ProducerStats Producer::stats() const {
   ProducerStats s;

@@ -147,7 +147,8 @@ class Producer {
   // error becomes Run()'s when the stream was ok. Call before Run()/Start().
   void OnStreamEnd(std::function<Status()> step) { stream_end_.push_back(std::move(step)); }
 
-  // The consumers lost without detaching so far, as given to on_loss.
+  // The consumers lost without detaching so far, as given to on_loss (the ring's list: a
+  // stream that ended because its last consumer died lists it).
   std::vector<std::string> lost_consumers() const;
   const std::string& address() const { return config_.socket_name; }  // the socket name
   std::string display_address() const;                                // "@name"
@@ -193,7 +194,6 @@ class Producer {
   std::atomic<uint64_t> resume_replays_{0}, resume_replayed_{0};
   std::atomic<uint32_t> idle_{0};
   std::atomic<int64_t> detached_{0}, lost_{0};  // written by the ring's control thread
-  std::vector<std::string> lost_names_;          // under mu_
   int64_t epochs_started_ = 0, idle_waits_ = 0;
   // Start() / Wait().
   std::thread thread_;

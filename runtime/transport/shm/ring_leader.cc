@@ -213,6 +213,11 @@ std::vector<MemberInfo> RingLeader::Members() const {
   return out;
 }
 
+std::vector<std::string> RingLeader::LostMembers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lost_members_;
+}
+
 int RingLeader::CountMembers(MemberState state) const {
   int n = 0;
   for (uint32_t i = 0; i < kMaxConsumers; ++i)

@@ -131,6 +131,10 @@ class RingLeader {
   // Bit mask of the members in `state`.
   uint64_t MemberMask(MemberState state) const;
   std::vector<MemberInfo> Members() const;
+  // Every consumer lost without detaching so far ("<member> died (its connection closed)",
+  // "... stopped heart-beating"), recorded before it stops being addressed: a stream that
+  // ends because its last consumer died already lists it.
+  std::vector<std::string> LostMembers() const;
   // Active consumers that will receive position `seq` if it is published now.
   std::vector<MemberInfo> Receivers(uint64_t seq) const;
   void SetLossHandler(LossHandler handler);
@@ -234,6 +238,7 @@ class RingLeader {
   std::atomic<uint64_t> publish_wakes_{0};
 
   mutable std::mutex mu_;            // membership table and receiver masks
+  std::vector<std::string> lost_members_;  // under mu_ (LostMembers)
   std::condition_variable joined_cv_;
   std::map<int, int> conn_member_;   // control connection fd -> member id (-1: handshake)
   LossHandler loss_handler_;
