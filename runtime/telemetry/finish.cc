@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/mpi_status.h"
@@ -60,9 +62,18 @@ Status Collector::WriteOutputs(const std::vector<RankData>& ranks, const Sinks& 
   std::string text = FormatSummary(summary, diagnosis) + FormatTrials(ranks, summary.cost) +
                      FormatAnnotations(ranks) + FormatNamedSeries(ranks);
   if (sinks.print_summary) {
+    // What is buffered first, then the summary in one write(2): several processes of a job
+    // share one stdout pipe, and a summary split at a buffer boundary took another
+    // process's line into its middle (a write of at most PIPE_BUF bytes is not split).
     FILE* to = sinks.summary_to != nullptr ? sinks.summary_to : stdout;
-    std::fputs(text.c_str(), to);
     std::fflush(to);
+    const int fd = fileno(to);
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t n =
+          RetryEintr([&] { return ::write(fd, text.data() + done, text.size() - done); });
+      if (n <= 0) break;  // stdout closed: the files below still carry the summary
+      done += static_cast<size_t>(n);
+    }
   }
   // Every enabled sink is attempted; the first failure is returned.
   Status first;
