@@ -71,8 +71,10 @@ item_libraries() {
 item_host_job_no_cuda() {
   local set
   photos 40 32 24
-  LD_LIBRARY_PATH=$BC_W/lib:$BC_W/lib-fallback LD_DEBUG=files LD_DEBUG_OUTPUT=$BC_WORK/tmp/lddebug \
-    capi_test "$set" 40 >"$BC_WORK/tmp/capi.out" 2>&1 || { tail -n 20 "$BC_WORK/tmp/capi.out"; fail "capi_test failed"; }
+  # gpu=off: the host path itself. (Under gpu=auto the leader probes the driver for a device,
+  # dlopen("libcuda.so.1"), as it must: on the GPU machine that job takes the device path.)
+  BATCHCAST_GPU=off LD_LIBRARY_PATH=$BC_W/lib:$BC_W/lib-fallback LD_DEBUG=files \
+    LD_DEBUG_OUTPUT=$BC_WORK/tmp/lddebug capi_test "$set" 40 >"$BC_WORK/tmp/capi.out" 2>&1 || { tail -n 20 "$BC_WORK/tmp/capi.out"; fail "capi_test failed"; }
   # libnvidia-ml (NVML, the management library) is allowed: telemetry reads GPU utilisation,
   # memory and energy through it, and it creates no CUDA context.
   loaded=$(cat "$BC_WORK"/tmp/lddebug.* 2>/dev/null | grep -oE 'file=lib(cuda|cudart|nccl|nvidia)[^ ]*' |
