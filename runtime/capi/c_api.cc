@@ -1,7 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 //
-// The C API (batchcast/batchcast_c.h) over the C++ consumer and a producer::Producer (the C
-// API's leader: node::CreateNodeProducer, as every native front door). Every entry
+// The C API (batchcast/batchcast_c.h) over the C++ consumer (this file) and a
+// producer::Producer (the C API's leader, c_leader.cc). Every entry
 // point runs its body inside Guard(): a Status becomes a bc_status_t plus the thread's last
 // error, and an exception (std::bad_alloc, a bug) becomes BC_ERR_INTERNAL: none crosses the
 // C boundary.
@@ -24,22 +24,8 @@
 #include "node/front_door.h"
 #include "node/task_telemetry.h"
 
-struct bc_leader_s {
-  std::unique_ptr<batchcast::producer::Producer> producer;
-};
-
 namespace batchcast::capi {
 namespace {
-
-// "--a 1 --b" -> {"--a", "1", "--b"} (words split at whitespace).
-std::vector<std::string> SplitWords(const char* text) {
-  std::vector<std::string> words;
-  if (text == nullptr) return words;
-  std::istringstream in(text);
-  std::string w;
-  while (in >> w) words.push_back(w);
-  return words;
-}
 
 Result<Options> ConsumerOptions(const bc_consumer_config_t& c) {
   BC_ASSIGN_OR_RETURN(Options o, ResolveOptions(SplitWords(c.options)));
@@ -251,67 +237,6 @@ bc_status_t bc_consumer_detach(bc_consumer_t consumer) {
     // A Next() still running in another thread holds its own reference: it ends ("this
     // consumer was detached") and the consumer is freed after it.
     return c->consumer->Detach();
-  });
-}
-
-bc_status_t bc_leader_start(const bc_leader_config_t* config, bc_leader_t* out) {
-  return Guard("bc_leader_start", [&]() -> Status {
-    if (out == nullptr) return InvalidArgumentError("bc_leader_start: out is NULL");
-    *out = nullptr;
-    bc_leader_config_t c;
-    bc_leader_config_init(&c);
-    BC_RETURN_IF_ERROR(StructIn("bc_leader_config_t", config, &c));
-    if (c.expected_consumers < 0 || c.max_consumer_batch < 0) {
-      return InvalidArgumentError(
-          "bc_leader_start: expected_consumers and max_consumer_batch must be >= 0");
-    }
-    producer::ProducerConfig cfg;
-    cfg.front_door = FrontDoor::kCApiLeader;
-    BC_ASSIGN_OR_RETURN(cfg.options, ResolveOptions(SplitWords(c.options)));
-    cfg.expected_consumers = c.expected_consumers;
-    cfg.max_consumer_batch = static_cast<uint32_t>(c.max_consumer_batch);
-    cfg.socket_name = c.address != nullptr ? std::string(c.address)
-                                           : producer::NewSocketName(FrontDoorOf(*cfg.front_door).key);
-    cfg.job = "c-api";
-    cfg.join_timeout_ms = c.join_timeout_ms;
-    cfg.wait_until_empty = true;  // bc_leader_wait: every epoch produced, every consumer gone
-    auto handle = std::make_shared<bc_leader_s>();
-    BC_ASSIGN_OR_RETURN(handle->producer, node::CreateNodeProducer(cfg));
-    handle->producer->Start();
-    BC_ASSIGN_OR_RETURN(const uint64_t word, Leaders().Insert(handle, "bc_leader_start"));
-    *out = HandleOfWord<bc_leader_t>(word);
-    return Status::Ok();
-  });
-}
-
-const char* bc_leader_address(bc_leader_t leader) {
-  const char* address = "";
-  Guard("bc_leader_address", [&]() -> Status {
-    if (leader == nullptr) return InvalidArgumentError("bc_leader_address: leader is NULL");
-    BC_ASSIGN_OR_RETURN(auto l, Leaders().Get(WordOfHandle(leader), "bc_leader_address"));
-    address = l->producer->address().c_str();  // lives as long as the leader
-    return Status::Ok();
-  });
-  return address;
-}
-
-bc_status_t bc_leader_wait(bc_leader_t leader, int64_t timeout_ms) {
-  return Guard("bc_leader_wait", [&]() -> Status {
-    if (leader == nullptr) return InvalidArgumentError("bc_leader_wait: leader is NULL");
-    BC_ASSIGN_OR_RETURN(auto l, Leaders().Get(WordOfHandle(leader), "bc_leader_wait"));
-    return l->producer->Wait(timeout_ms);
-  });
-}
-
-bc_status_t bc_leader_destroy(bc_leader_t leader) {
-  return Guard("bc_leader_destroy", [&]() -> Status {
-    if (leader == nullptr) return InvalidArgumentError("bc_leader_destroy: leader is NULL");
-    BC_ASSIGN_OR_RETURN(auto owned, Leaders().Remove(WordOfHandle(leader), "bc_leader_destroy"));
-    const bool done = owned->producer->done();
-    if (!done) owned->producer->Abort("leader: destroyed by bc_leader_destroy before the end");
-    Status s = owned->producer->Wait();
-    if (!done && s.code() == StatusCode::kCancelled) return Status::Ok();
-    return s;
   });
 }
 

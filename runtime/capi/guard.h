@@ -7,12 +7,16 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "batchcast/batchcast_c.h"
 #include "batchcast/status.h"
 #include "capi/struct_io.h"
 
 namespace batchcast::capi {
+
+// "--a 1 --b" -> {"--a", "1", "--b"}: an options string split at whitespace.
+std::vector<std::string> SplitWords(const char* text);
 
 // The thread's last error message (bc_last_error()).
 const char* LastError();

@@ -2,7 +2,8 @@
 //
 // Consumer: carves this consumer's batches out of the producer batches it acquires
 // from the ring, and gives each slot back once every batch carved from it is released.
-// This file: attaching (options, shard, resume point), leaving, and range-for iteration;
+// This file: attaching, leaving, and range-for iteration; where a consumer starts (its
+// shard, resume point and epoch budget, load_state_dict) is in consumer_start.cc;
 // Next() is in consumer_next.cc, Batch in consumer_batch.cc, what a consumer knows of its
 // stream in consumer_stream.cc, the carving in consumer_carving.cc.
 #include "batchcast/consumer.h"
@@ -33,131 +34,6 @@ void DefaultErrorHandler(const Status& st) {
   std::exit(1);
 }
 
-// Attaches the ring, waiting up to `timeout_ms` for a leader to listen on `address` (a
-// trainer may start before its leader); every other failure returns at once.
-Result<std::unique_ptr<shm::RingConsumer>> AttachRing(const std::string& address,
-                                                      const shm::ConsumerConfig& cfg,
-                                                      int64_t timeout_ms) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::milliseconds(timeout_ms);
-  auto pause = std::chrono::milliseconds(5);
-  for (int attempt = 1;; ++attempt) {
-    auto ring = shm::RingConsumer::Attach(address, cfg);
-    if (ring.ok() || !shm::NoListener(ring.status())) return ring;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                          start).count();
-      return MakeError(StatusCode::kUnavailable,
-                       "consumer: waited {:.1f}s ({} attempts, connect_timeout={}ms) for a "
-                       "Batchcast leader at {}: {}. Start the leader (or batchcast serve) "
-                       "first, check the address, or raise connect_timeout",
-                       waited, attempt, timeout_ms, shm::DisplayAddress(address),
-                       ring.status().message());
-    }
-    std::this_thread::sleep_for(pause);  // a retry interval, not synchronisation
-    pause = std::min(pause * 2, std::chrono::milliseconds(200));
-  }
-}
-
-// mode=shard: this consumer's rank and world size, from the options or RANK / WORLD_SIZE
-// (h: the leader's header, for the carving check; null before attaching).
-Status ResolveShard(const Options& o, const shm::StreamHeader* h, uint32_t* world,
-                    uint32_t* rank) {
-  *world = 1, *rank = 0;
-  if (o.mode != "shard") {
-    if (o.rank >= 0 || o.world_size > 0)
-      return InvalidArgumentError(
-          "options 'rank'/'world_size' are set but mode={}: they only choose a shard. Set "
-          "mode=shard for data-parallel training, or unset them", o.mode);
-    return Status::Ok();
-  }
-  auto from_env = [](env::Var var, int given, int* out) -> Status {
-    if (given >= 0) {
-      *out = given;
-      return Status::Ok();
-    }
-    auto x = env::GetInt(var, 0, 1 << 30);
-    if (!x.ok() || !x->has_value())
-      return InvalidArgumentError(
-          "mode=shard needs this consumer's rank and world size: set options 'rank' and "
-          "'world_size', or RANK and WORLD_SIZE in the environment (torchrun and batchcast-run "
-          "set them); {}", x.ok() ? fmt::format("{} is not set", env::Name(var))
-                                  : x.status().message());
-    *out = static_cast<int>(**x);
-    return Status::Ok();
-  };
-  int w = 0, r = 0;
-  BC_RETURN_IF_ERROR(from_env(env::Var::kWorldSize, o.world_size > 0 ? o.world_size : -1, &w));
-  BC_RETURN_IF_ERROR(from_env(env::Var::kRank, o.rank, &r));
-  if (w < 1 || r >= w)
-    return InvalidArgumentError("mode=shard: rank {} is not in a world of {} ranks", r, w);
-  if (w > 1 && (o.carve_offset || o.carve_shuffle || (h != nullptr && h->resize_spec[0])))
-    return InvalidArgumentError(
-        "mode=shard cuts the epoch into global batches of world_size x batch_size and cannot "
-        "be combined with {}; unset it", h != nullptr && h->resize_spec[0] ? "the leader's progressive "
-        "resizing" : "carve_offset / carve_shuffle");
-  *world = static_cast<uint32_t>(w), *rank = static_cast<uint32_t>(r);
-  return Status::Ok();
-}
-
-// Resume: the sample of the epoch's global order this consumer starts at.
-uint64_t ResumeSample(const Options& o, uint32_t shard_world) {
-  return static_cast<uint64_t>(o.start_batch) * static_cast<uint64_t>(o.batch_size) *
-         shard_world;
-}
-
-// The consumer's own epoch at its start position (options start_run_epoch; -1: start_epoch).
-int RunEpochAtStart(const Options& o) {
-  return o.start_run_epoch >= 0 ? o.start_run_epoch : o.start_epoch;
-}
-
-// Resume (options start_epoch / start_batch / start_run_epoch) and this consumer's epoch
-// budget: the epochs of its run not done yet, counted from its own epoch, not the stream's.
-Status StartAt(const Options& o, const shm::StreamHeader* h, internal::ConsumerCore* c) {
-  const int run = RunEpochAtStart(o);
-  c->epoch_budget = o.epochs >= kEpochsUntilStreamEnds ? o.epochs : o.epochs - run;
-  c->run_epoch0 = static_cast<uint64_t>(run);
-  c->SetNextLocked(static_cast<uint64_t>(o.start_epoch), static_cast<uint64_t>(o.start_batch));
-  if (o.start_epoch == 0 && o.start_batch == 0) return Status::Ok();
-  if (c->epoch_budget <= 0 && o.start_run_epoch >= 0)
-    return InvalidArgumentError("option 'start_run_epoch' ({}) must be below 'epochs' ({}): "
-                                "epochs counts the whole run, start_run_epoch the epochs of it "
-                                "done where it resumes", run, o.epochs);
-  if (c->epoch_budget <= 0)
-    return InvalidArgumentError("option 'start_epoch' ({}) must be below 'epochs' ({}): epochs "
-                                "counts the whole run, start_epoch where it resumes",
-                                o.start_epoch, o.epochs);
-  // A stream that ends: it must still have the epochs this consumer needs from its position
-  // (more than epochs - start_epoch when a replay moved it onto later stream epochs).
-  if (h->stream_epochs > 0 && o.epochs < kEpochsUntilStreamEnds &&
-      static_cast<uint64_t>(o.start_epoch) + static_cast<uint64_t>(c->epoch_budget) >
-          h->stream_epochs)
-    return FailedPreconditionError(
-        "consumer: resumes at stream epoch {} with {} of its {} epochs done (start_run_epoch), "
-        "so it needs {} more epochs of the stream, through epoch {}, but the leader's stream "
-        "ends after epoch {}: it would end early with a silently shorter run. Start the leader "
-        "with epochs >= {} (and start_epoch {}), or resume the trial from a batchcast serve "
-        "service", o.start_epoch, run, o.epochs, c->epoch_budget,
-        o.start_epoch + c->epoch_budget - 1, h->stream_epochs - 1,
-        o.start_epoch + c->epoch_budget, o.start_epoch);
-  if (o.start_batch > 0 && (o.carve_offset || o.carve_shuffle || h->resize_spec[0]))
-    return InvalidArgumentError(
-        "option 'start_batch' counts exact batches of batch_size, but {} carves each producer "
-        "batch on its own; resume these at an epoch start (start_batch=0)",
-        h->resize_spec[0] ? "progressive resizing" : "carve_offset / carve_shuffle");
-  c->resuming = true;
-  c->resume_epoch = static_cast<uint64_t>(o.start_epoch);
-  c->resume_pos = ResumeSample(o, c->shard_world);
-  return Status::Ok();
-}
-
-// The join's resume point (a service replays what its stream has passed).
-void SetJoinResume(const Options& o, uint32_t shard_world, shm::ConsumerConfig* cfg) {
-  cfg->resumes = o.start_epoch != 0 || o.start_batch != 0;
-  cfg->resume_epoch = static_cast<uint64_t>(o.start_epoch);
-  cfg->resume_sample = ResumeSample(o, shard_world);
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Consumer>> Consumer::Attach(const std::string& address,
@@ -185,10 +61,10 @@ Result<std::unique_ptr<Consumer>> ConsumerAccess::Attach(const std::string& addr
   cfg.heartbeat_ms = options.heartbeat_ms;
   cfg.allowed_leader_uid = options.allowed_leader_uid;
   uint32_t shard_world = 1, shard_rank = 0;
-  BC_RETURN_IF_ERROR(ResolveShard(options, nullptr, &shard_world, &shard_rank));
-  SetJoinResume(options, shard_world, &cfg);
+  BC_RETURN_IF_ERROR(internal::ResolveShard(options, nullptr, &shard_world, &shard_rank));
+  internal::SetJoinResume(options, shard_world, &cfg);
   BC_ASSIGN_OR_RETURN(std::unique_ptr<shm::RingConsumer> attached,
-                      AttachRing(address, cfg, options.connect_timeout));
+                      internal::AttachRing(address, cfg, options.connect_timeout));
   Result<std::unique_ptr<shm::RingConsumer>> ring(std::move(attached));
   const shm::StreamHeader* h = (*ring)->header();
   if (h->stream_epochs > 0 && options.epochs < kEpochsUntilStreamEnds &&
@@ -206,7 +82,7 @@ Result<std::unique_ptr<Consumer>> ConsumerAccess::Attach(const std::string& addr
                                               : "carve_offset / carve_shuffle",
         h->resize_spec[0] ? "attach to a leader without resize" : "unset carve_offset and "
                                                                   "carve_shuffle");
-  BC_RETURN_IF_ERROR(ResolveShard(options, h, &shard_world, &shard_rank));
+  BC_RETURN_IF_ERROR(internal::ResolveShard(options, h, &shard_world, &shard_rank));
   std::unique_ptr<Consumer> c(new Consumer());
   c->core_ = std::make_shared<internal::ConsumerCore>();
   c->core_->address = address;
@@ -214,61 +90,12 @@ Result<std::unique_ptr<Consumer>> ConsumerAccess::Attach(const std::string& addr
   c->core_->shard_rank = shard_rank;
   // The ring first: a refused start position leaves the stream through the destructor.
   c->core_->ring = std::move(ring).value();
-  BC_RETURN_IF_ERROR(batchcast::StartAt(options, h, c->core_.get()));
+  BC_RETURN_IF_ERROR(internal::StartConsumerAt(options, h, c->core_.get()));
   c->core_->options = options;
   c->core_->rank = rank;
   c->core_->loop_holds_batch = loop_holds_batch;
   c->core_->error_handler = DefaultErrorHandler;
   return c;
-}
-
-Status ConsumerAccess::StartAt(Consumer& consumer, StreamPosition position) {
-  internal::ConsumerCore& c = *consumer.core_;
-  if (const int64_t n = consumer.BatchesPerEpoch(position.epoch);
-      n > 0 && position.batch >= static_cast<uint64_t>(n))
-    return InvalidArgumentError(
-        "consumer: position epoch {} batch {} does not exist: that epoch has {} batches of "
-        "batch_size {} (batches 0..{}); a position saved by this consumer's options is always "
-        "inside its epoch", position.epoch, position.batch, n, c.options.batch_size, n - 1);
-  std::lock_guard<std::mutex> lock(c.mu);
-  if (c.in_next || c.admitted || c.first_epoch != ~0ULL || c.finished)
-    return FailedPreconditionError(
-        "consumer: cannot move to epoch {} batch {}: it has already {} (next: epoch {} batch "
-        "{}), and a shared stream does not rewind or jump for one consumer. Load a saved "
-        "position before the first batch (right after attaching), or attach a new consumer "
-        "with it (start_epoch / start_batch; Python: Consumer(..., **state))",
-        position.epoch, position.batch, c.finished ? "left the stream" : "asked for batches",
-        c.next_position.epoch, c.next_position.batch);
-  Options o = c.options;
-  o.start_epoch = static_cast<int>(position.epoch);
-  o.start_batch = static_cast<int64_t>(position.batch);
-  o.start_run_epoch = static_cast<int>(position.run_epoch);
-  BC_RETURN_IF_ERROR(ValidateOptions(o));
-  const auto budget = c.epoch_budget;
-  const auto run0 = c.run_epoch0;
-  const auto next = c.next_position;
-  c.resuming = false;
-  if (Status st = batchcast::StartAt(o, c.ring->header(), &c); !st.ok()) {
-    c.epoch_budget = budget;  // unchanged: still at its attach position
-    c.run_epoch0 = run0;
-    c.next_position = next;
-    c.resuming = c.options.start_epoch != 0 || c.options.start_batch != 0;
-    return st;
-  }
-  if ((c.ring->leader_features() & shm::kLeaderReplaysResume) != 0) {
-    // The leader settles a resume point at admission (it may replay what its stream has
-    // passed): join again with it. Nothing was received yet, so nothing is lost.
-    shm::ConsumerConfig cfg = c.ring->config();
-    SetJoinResume(o, c.shard_world, &cfg);
-    auto ring = AttachRing(c.address, cfg, o.connect_timeout);
-    if (!ring.ok()) {
-      c.status = ring.status().WithContext("consumer: joining again at the loaded position");
-      return c.status;
-    }
-    c.ring = std::move(ring).value();
-  }
-  c.options = o;
-  return Status::Ok();
 }
 
 bool ConsumerAccess::Finished(const Consumer& consumer) {

@@ -343,6 +343,9 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
     FinishLocked();
     return true;
   }
+  // A batch asked for after Next() has returned kEndOfStream (consumer_stream.cc): names
+  // both epoch counts, the consumer's and the stream's.
+  Status PastTheEndLocked() const;
   std::string HeldList() const {
     std::string out;
     for (const auto& [serial, h] : held)
@@ -400,5 +403,20 @@ PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info)
 // Refuses a descriptor whose named tensors do not fit a slot of slot_bytes or whose names are
 // not terminated (a leader of another build, or memory corruption), before any view is made.
 Status CheckTensorDescs(const shm::SlotDesc& d, uint64_t slot_bytes);
+
+// Where a consumer starts (consumer_start.cc).
+// Attaches the ring, waiting up to `timeout_ms` for a leader to listen on `address` (a
+// trainer may start before its leader); every other failure returns at once.
+Result<std::unique_ptr<shm::RingConsumer>> AttachRing(const std::string& address,
+                                                      const shm::ConsumerConfig& cfg,
+                                                      int64_t timeout_ms);
+// mode=shard: this consumer's rank and world size, from the options or RANK / WORLD_SIZE
+// (h: the leader's header, for the carving check; null before attaching).
+Status ResolveShard(const Options& o, const shm::StreamHeader* h, uint32_t* world,
+                    uint32_t* rank);
+// The start position (start_epoch / start_batch / start_run_epoch) and the epoch budget.
+Status StartConsumerAt(const Options& o, const shm::StreamHeader* h, ConsumerCore* c);
+// The join's resume point (a service replays what its stream has passed).
+void SetJoinResume(const Options& o, uint32_t shard_world, shm::ConsumerConfig* cfg);
 
 }  // namespace batchcast::internal

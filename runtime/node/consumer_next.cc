@@ -58,7 +58,7 @@ class NextCall {
     if (!c_.status.ok()) return c_.status;
     if (c_.finished) {
       c_.MaybeDetachLocked();
-      return c_.end_returned ? PastTheEnd() : EpochsComplete();
+      return c_.end_returned ? c_.PastTheEndLocked() : EpochsComplete();
     }
     if (c_.outstanding >= c_.options.buffer_depth + (c_.loop_holds_batch ? 1 : 0))
       return FailedPreconditionError(
@@ -69,30 +69,6 @@ class NextCall {
           c_.loop_holds_batch ? " + the loop's batch" : "",
           c_.HeldList());
     return Status::Ok();
-  }
-
-  // A batch asked for after Next() has returned kEndOfStream: a loop over more epochs than
-  // this consumer's stream has (`for epoch in range(E)` around a per-epoch loop) would
-  // otherwise train on nothing, silently. Names both epoch counts.
-  Status PastTheEnd() const {
-    const uint64_t stream = c_.ring->header()->stream_epochs;
-    const int64_t done = c_.stats.epochs_completed;
-    const std::string where = shm::DisplayAddress(c_.address);
-    const std::string stream_text =
-        stream > 0 ? fmt::format("{} epoch{}", stream, stream == 1 ? "" : "s") : "an open end";
-    if (c_.options.epochs < kEpochsUntilStreamEnds && done >= c_.epoch_budget)
-      return FailedPreconditionError(
-          "consumer: a batch was asked for after the end of this consumer's stream: it has "
-          "completed the {} epoch{} it asked for (option epochs; the leader's stream at {} has "
-          "{}). A loop over more epochs would train on nothing: loop over at most {} epochs, "
-          "or attach with more", c_.epoch_budget, c_.epoch_budget == 1 ? "" : "s", where,
-          stream_text, c_.epoch_budget);
-    return FailedPreconditionError(
-        "consumer: a batch was asked for after the end of this consumer's stream: it has "
-        "completed {} epoch{} and the leader's stream at {} {}: there is no further epoch (a "
-        "loop over more epochs than the stream has would train on nothing). Loop over at most "
-        "{} epochs, or start the leader with more epochs",
-        done, done == 1 ? "" : "s", where, stream > 0 ? "has " + stream_text : "has ended", done);
   }
 
   // The first call waits to be admitted. No deadline: a late joiner may wait for the next

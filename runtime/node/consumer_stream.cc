@@ -15,10 +15,35 @@
 #include "schedule/resize_spec.h"
 #include "telemetry/collector.h"
 #include "transport/shm/carving.h"
+#include "transport/shm/control.h"
 #include "transport/shm/ring_consumer.h"
 
 namespace batchcast {
 namespace internal {
+
+// A batch asked for after Next() has returned kEndOfStream: a loop over more epochs than
+// this consumer's stream has (`for epoch in range(E)` around a per-epoch loop) would
+// otherwise train on nothing, silently. Names both epoch counts.
+Status ConsumerCore::PastTheEndLocked() const {
+  const uint64_t stream = ring->header()->stream_epochs;
+  const int64_t done = stats.epochs_completed;
+  const std::string where = shm::DisplayAddress(address);
+  const std::string stream_text =
+      stream > 0 ? fmt::format("{} epoch{}", stream, stream == 1 ? "" : "s") : "an open end";
+  if (options.epochs < kEpochsUntilStreamEnds && done >= epoch_budget)
+    return FailedPreconditionError(
+        "consumer: a batch was asked for after the end of this consumer's stream: it has "
+        "completed the {} epoch{} it asked for (option epochs; the leader's stream at {} has "
+        "{}). A loop over more epochs would train on nothing: loop over at most {} epochs, "
+        "or attach with more", epoch_budget, epoch_budget == 1 ? "" : "s", where,
+        stream_text, epoch_budget);
+  return FailedPreconditionError(
+      "consumer: a batch was asked for after the end of this consumer's stream: it has "
+      "completed {} epoch{} and the leader's stream at {} {}: there is no further epoch (a "
+      "loop over more epochs than the stream has would train on nothing). Loop over at most "
+      "{} epochs, or start the leader with more epochs",
+      done, done == 1 ? "" : "s", where, stream > 0 ? "has " + stream_text : "has ended", done);
+}
 
 telemetry::Collector* ConsumerAccess::GetCollector(const Consumer& c) {
   std::lock_guard<std::mutex> lock(c.core_->mu);
