@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 N = 60
@@ -139,6 +140,45 @@ class Run:
         if rc != 0:
             raise Failed(f"{what} exited with {rc}: {self.tail(p)}")
 
+    def signal(self, path, p, what, write=False, timeout=120):
+        """Reads one byte from FIFO `path` that process p writes (or writes one that p reads).
+        Opening a FIFO blocks until the other end opens it: if p exits first, or the deadline
+        passes, a watchdog opens the other end itself, so that a consumer that failed before
+        its signal fails this run with its log instead of hanging it."""
+        done = threading.Event()
+
+        def watchdog():
+            deadline = time.monotonic() + timeout
+            while not done.wait(0.1):  # a poll of p and the deadline, not synchronisation
+                if p.poll() is not None or time.monotonic() > deadline:
+                    try:
+                        os.close(os.open(path, (os.O_RDONLY if write else os.O_WRONLY) |
+                                         os.O_NONBLOCK))
+                    except OSError:
+                        pass
+                    return
+
+        t = threading.Thread(target=watchdog, daemon=True)
+        t.start()
+        try:
+            if write:
+                with open(path, "w") as f:
+                    f.write("1")
+                got = "1"
+            else:
+                with open(path) as f:
+                    got = f.read(1)
+        except BrokenPipeError:
+            got = ""
+        finally:
+            done.set()
+            t.join()
+        if not got or (write and p.poll() is not None and p.returncode != 0):
+            state = f"exited with {p.returncode}" if p.poll() is not None else \
+                f"gave no sign within {timeout} s"
+            raise Failed(f"{what} {state} before its signal on {os.path.basename(path)}: "
+                         f"{self.tail(p)}")
+
     def tail(self, p):
         try:
             return open(p.log).read()[-1500:]
@@ -173,13 +213,12 @@ class Run:
         procs = {"A": self.consumer(door, "A", address, ["--notify-first", first, "--wait", go])}
         for part in ("B", "S0", "S1", "R"):
             procs[part] = self.consumer(door, part, address)
-        with open(first) as f:  # A has its first batch and holds: the stream is in epoch 0
-            f.read(1)
+        # A has its first batch and holds: the stream is in epoch 0.
+        self.signal(first, procs["A"], f"{door} consumer A")
         procs["C"] = self.consumer(door, "C", address, ["--notify-attached", attached])
-        with open(attached) as f:  # C has joined: the leader admits it before going on
-            f.read(1)
-        with open(go, "w") as f:
-            f.write("1")
+        # C has joined: the leader admits it before going on.
+        self.signal(attached, procs["C"], f"{door} consumer C")
+        self.signal(go, procs["A"], f"{door} consumer A", write=True)
         for part, p in procs.items():
             self.wait(p, f"{door} consumer {part}")
         self.wait(leader, f"{door} leader")
