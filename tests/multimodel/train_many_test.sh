@@ -81,6 +81,15 @@ json.dump(cfg, open(path, "w"), indent=1)
 PY
 }
 train() { "$bin" train-many "$@" --address="@$sock"; }
+# LOG ARGS...: train-many in the background, train_pid its own pid. (`train ... &` ran the
+# function in a subshell: $! was the subshell's, and a SIGKILL left the trainer running
+# beside its restart, training the same models twice.)
+train_bg() {
+  local log=$1
+  shift
+  "$bin" train-many "$@" --address="@$sock" >"$log" 2>&1 &
+  train_pid=$!
+}
 
 case_fixture() {
   rm -rf "$fx"
@@ -191,8 +200,7 @@ case_separator() {
   start_service
   write_config run.json concurrent out '{"control_file": "control"}'
   printf 'lenet@1\nresnet@1\n' >control
-  train run.json >run1.log 2>&1 &
-  train_pid=$!
+  train_bg run1.log run.json
   wait_for "mlp to be released" has_event mlp released out
   wait_for "mlp to detach" has_event mlp detached out
   wait_for "lenet to pause" has_event lenet paused out
@@ -212,8 +220,7 @@ case_separator() {
     fail "lenet's checkpoint files of epoch 1 are missing"
   # Restart: lenet stays paused (by name, no epoch), resnet continues; then lenet resumes.
   printf 'lenet\n' >control
-  train run.json >run2.log 2>&1 &
-  train_pid=$!
+  train_bg run2.log run.json
   wait_for "resnet to finish" has_event resnet released out
   has_event lenet released out && fail "lenet finished while paused"
   : >control
@@ -240,8 +247,7 @@ PY
   # restart redoes only the interrupted epoch. Wherever the kill lands, the checkpointed record
   # must hold every model epoch once, each with every sample once.
   write_config rr.json round-robin out-rr
-  train rr.json >rr1.log 2>&1 &
-  train_pid=$!
+  train_bg rr1.log rr.json
   wait_for "a first epoch" grep -q '"event":"epoch"' out-rr/events.jsonl
   kill -KILL "$train_pid"
   wait "$train_pid" 2>/dev/null || true
