@@ -160,10 +160,7 @@ void Producer::InstallHandlers() {
     }
     lost_.fetch_add(1);
     if (collector_ != nullptr) collector_->Add(telemetry::Counter::kConsumersDetached, 1);
-    const std::string what =
-        m.Describe() + (kind == shm::LossKind::kHeartbeat ? " stopped heart-beating"
-                                                          : " died (its connection closed)");
-    if (config_.on_loss) config_.on_loss(what);
+    if (config_.on_loss) config_.on_loss(shm::DescribeLoss(m, kind));
     if (config_.loss == LossPolicy::kFailStream)
       Abort(fmt::format("{} died or stopped responding ({}); failing the job", m.Describe(),
                         kind == shm::LossKind::kHeartbeat ? "no heartbeat"

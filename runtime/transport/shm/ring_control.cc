@@ -298,7 +298,7 @@ void RingLeader::Reap(uint32_t id, LossKind kind) {
     // A loss (not a detach, nor a member reported at its eviction) is listed before the
     // entry is released, so that whoever sees the stream empty sees it listed.
     if (kind == LossKind::kDisconnected && !was_evicted && info.state != MemberState::kDraining)
-      lost_members_.push_back(info.Describe() + " died (its connection closed)");
+      lost_members_.push_back(DescribeLoss(info, kind));
     // Its process is gone (or it said it is done and holds nothing): every bit it has,
     // held or not, is released, and the entry may be reused from now on.
     e.state.store(static_cast<uint32_t>(MemberState::kLeaving));
@@ -492,7 +492,7 @@ void RingLeader::CheckHeartbeats() {
       info = InfoLocked(static_cast<uint32_t>(id));
       handler = loss_handler_;
       observer = member_observer_;
-      lost_members_.push_back(info.Describe() + " stopped heart-beating");
+      lost_members_.push_back(DescribeLoss(info, LossKind::kHeartbeat));
     }
     Unaddress(static_cast<uint32_t>(id), MemberState::kEvicted);
     BC_LOG(Warn, Shm, "ring: {} showed no sign of life for {} ms (stopped or hung?); it is no "

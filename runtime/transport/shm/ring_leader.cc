@@ -213,6 +213,11 @@ std::vector<MemberInfo> RingLeader::Members() const {
   return out;
 }
 
+std::string DescribeLoss(const MemberInfo& m, LossKind kind) {
+  return m.Describe() + (kind == LossKind::kHeartbeat ? " stopped heart-beating"
+                                                      : " died (its connection closed)");
+}
+
 std::vector<std::string> RingLeader::LostMembers() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lost_members_;

@@ -83,6 +83,9 @@ struct MemberInfo {
 
 enum class LossKind { kDetached, kDisconnected, kHeartbeat };
 using LossHandler = std::function<void(const MemberInfo&, LossKind)>;
+// "<member> died (its connection closed)" or "<member> stopped heart-beating": a loss in
+// words, as LostMembers() lists it and loss handlers report it.
+std::string DescribeLoss(const MemberInfo& m, LossKind kind);
 // Membership for accounting (the telemetry's per-trial ledger): told of each admission
 // (`lost` null) and of each loss (as the loss handler is), beside the front door's handler.
 using MemberObserver = std::function<void(const MemberInfo&, const LossKind* lost)>;
