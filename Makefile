@@ -17,6 +17,13 @@ CMAKE_FLAGS ?=
 # instead of about 550 s for a fresh tree on 2 cores (docs/testing.md "Wall time"). UNITY=OFF
 # for file-by-file builds while editing one file.
 UNITY ?= ON
+# Debug information of a tree the Makefile configures (CMake option BATCHCAST_DEBUG_INFO):
+# lines (-g1: backtraces, perf and sanitizer reports keep file:line; about 30% less compile
+# CPU than -g), full (-g, for a debugger: make build DEBUG_INFO=full in a fresh BUILD dir) or
+# none (-g0). A tree that `make test` configures gets TEST_DEBUG_INFO (none: half the CPU of
+# -g, for CI's 20-minute budget; docs/testing.md "Session 11"); an existing tree is kept as it is.
+DEBUG_INFO ?= lines
+TEST_DEBUG_INFO ?= none
 # The second PyTorch generation's tree (scripts/torch2_tree.sh); TORCH2=OFF leaves it out.
 BUILD_TORCH2 ?= build-torch2
 TORCH2 ?= ON
@@ -55,6 +62,7 @@ deps-debian:
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=$(UNITY) \
+	  -DBATCHCAST_DEBUG_INFO=$(DEBUG_INFO) \
 	  $(CMAKE_LAUNCHERS) $(CMAKE_FLAGS)
 
 configure: $(BUILD)/CMakeCache.txt
@@ -82,7 +90,8 @@ demo: deps-debian
 test: deps-debian
 	@start=$$(date +%s); mkdir -p $(BUILD); \
 	if [ "$(TORCH2)" != OFF ]; then bash scripts/torch2_venv.sh >$(BUILD)/torch2-venv.log 2>&1 & fi; \
-	$(MAKE) --no-print-directory configure && cmake -DBATCHCAST_WERROR=ON $(BUILD) >/dev/null && \
+	$(MAKE) --no-print-directory configure DEBUG_INFO=$(TEST_DEBUG_INFO) && \
+	cmake -DBATCHCAST_WERROR=ON $(BUILD) >/dev/null && \
 	$(MAKE) --no-print-directory build || exit 1; \
 	echo "make test: main tree built at $$(( $$(date +%s) - start )) s"; \
 	status=0; SANITIZE_JOBS=$(SANITIZE_JOBS) FUZZ_CI_SECONDS=$(FUZZ_CI_SECONDS) TORCH2=$(TORCH2) \
@@ -95,7 +104,7 @@ test: deps-debian
 
 # The second PyTorch generation alone: its tree (torch_tests) and its `torch`-labelled tests.
 torch2: deps
-	JOBS=$(JOBS) bash scripts/torch2_tree.sh build $(BUILD_TORCH2)
+	JOBS=$(JOBS) MAIN_BUILD=$(BUILD) bash scripts/torch2_tree.sh build $(BUILD_TORCH2)
 	bash scripts/torch2_tree.sh test $(BUILD_TORCH2)
 
 # Both sanitizers, each in its own build dir; the second runs even when the first fails.
@@ -129,11 +138,15 @@ test-repeat: deps
 # here in a root stripped of what the GPU machine lacks (CPU items pass, device items skip).
 # make test runs the check without the torch 2.11 compiles (TEST_DEVICE_TORCH=1 adds them).
 TEST_DEVICE_TORCH ?= 0
+# BUNDLE_XZ: the payload's xz level; the check packs at 1 (a few MiB larger, a tenth of the
+# CPU: make test's time budget), the bundle for the device at 6 (the carry limit is 64 MiB).
+BUNDLE_XZ ?= 6
 device-bundle: deps-debian
 	@$(MAKE) --no-print-directory configure
-	JOBS=$(JOBS) bash scripts/device_bundle.sh $(BUILD)
+	JOBS=$(JOBS) BUNDLE_XZ=$(BUNDLE_XZ) bash scripts/device_bundle.sh $(BUILD)
 
-device-bundle-check: device-bundle
+device-bundle-check:
+	@$(MAKE) --no-print-directory device-bundle BUNDLE_XZ=1
 	bash scripts/device_bundle_check.sh $(BUILD)
 
 bench: deps

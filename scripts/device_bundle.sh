@@ -142,7 +142,7 @@ dirty=$(git -C "$root" status --porcelain 2>/dev/null | grep -q . && echo "+chan
 raw=$(du -sm "$p" | cut -f1)
 rm -rf "$bundle"
 mkdir -p "$bundle"
-tar -C "$stage" -cf - payload | xz -T"$jobs" -6 >"$bundle/payload.tar.xz"
+tar -C "$stage" -cf - payload | xz -T"$jobs" -"${BUNDLE_XZ:-6}" >"$bundle/payload.tar.xz"
 mib=$(( ($(stat -c %s "$bundle/payload.tar.xz") + 1048575) / 1048576 ))
 python3 - "$bundle/MANIFEST.json" "$commit$dirty" "$raw" "$mib" "$p" <<'PY'
 import json, os, sys

@@ -21,6 +21,8 @@ if [ -n "$torch2" ] && [ "${TORCH2:-ON}" != OFF ]; then
 fi
 src=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${SANITIZE_JOBS:-2}
+# The torch 2 tree takes the main tree's debug information (scripts/torch2_tree.sh).
+export MAIN_BUILD=$build
 log=$build/sanitizer-builds.log
 stages=$build/.extra-builds.fifo
 rm -f "$stages"

@@ -25,6 +25,11 @@ fi
 
 case $cmd in
   build)
+    # The main tree's debug information (MAIN_BUILD's cache, or DEBUG_INFO), so that ccache
+    # gives this tree the main tree's module objects: the same flags.
+    debug_info=${DEBUG_INFO:-$(sed -n 's/^BATCHCAST_DEBUG_INFO:[A-Z]*=//p' \
+                 "${MAIN_BUILD:-$here/build}/CMakeCache.txt" 2>/dev/null)}
+    debug_info=${debug_info:-lines}
     if [ ! -f "$build/CMakeCache.txt" ]; then
       mkdir -p "$build"
       # The CMake package, and the package directory itself: LibTorch's TorchConfig finds its
@@ -39,7 +44,7 @@ print(torch.utils.cmake_prefix_path + ";" + os.path.dirname(torch.__file__))')
                   -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
       fi
       cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DCMAKE_UNITY_BUILD="${UNITY:-ON}" -DBATCHCAST_TORCH=ON -DBATCHCAST_PYTHON=ON -DBATCHCAST_WERROR=ON \
+        -DCMAKE_UNITY_BUILD="${UNITY:-ON}" -DBATCHCAST_DEBUG_INFO="$debug_info" -DBATCHCAST_TORCH=ON -DBATCHCAST_PYTHON=ON -DBATCHCAST_WERROR=ON \
         -DBATCHCAST_BUILD_BENCHMARKS=OFF -DPython_EXECUTABLE="$py" \
         -DCMAKE_PREFIX_PATH="$torch_prefix" -Dpybind11_DIR="$pybind11_dir" \
         "${launcher[@]}" ${TORCH2_CMAKE_FLAGS:-} >"$build/configure.log" 2>&1 ||

@@ -44,7 +44,9 @@ echo "torch2 venv: creating $venv (${PINS[*]}; about 3.5 GB from PyPI)"
 rm -rf "$venv"
 "$python" -m venv "$venv"
 start=$SECONDS
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "${PINS[@]}" ||
+# --no-compile: pip would byte-compile the wheels' ~7,000 .py files, CPU that make test's
+# builds need (the venv is made beside the main build); Python compiles what it imports.
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile "${PINS[@]}" ||
   { echo "torch2 venv: pip install failed; remove $venv and run make deps again" >&2; exit 1; }
 "$venv/bin/python" - <<'PY'
 import numpy, pybind11, torch

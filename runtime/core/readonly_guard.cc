@@ -1,6 +1,8 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "core/readonly_guard.h"
 
+#include "core/sanitizers.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -78,7 +80,7 @@ size_t FormatDecimal(uintptr_t v, char* out) {
 // cannot model fences); there, the fences compile away: only the handler reads the table,
 // and only when a registered region faults, so the sanitizer build loses nothing it checks.
 inline void SeqlockFence(std::memory_order order) {
-#if defined(__SANITIZE_THREAD__)
+#if BC_SANITIZE_THREAD
   (void)order;
 #else
   std::atomic_thread_fence(order);

@@ -69,7 +69,7 @@ class GpuStager final : public producer::SlotHook {
   void SetFanout(std::unique_ptr<cuda::NcclFanout> fanout) { fanout_ = std::move(fanout); }
   // After Run() returned: tells the relays the stream ended and waits for the staging
   // stream. Idempotent.
-  Status Finish();
+  Status Finish() override;
   // A device map for a trainer in the leader's own process (leader_trains).
   Result<std::unique_ptr<cuda::DeviceMap>> OpenLocalMap();
 

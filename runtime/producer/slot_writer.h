@@ -150,6 +150,9 @@ class SlotWriter {
  private:
   // A fill started for position w.seq before it is that position's turn.
   struct Ahead {
+    // User-provided: clang 14 decides std::optional<Ahead>::emplace() too early otherwise
+    // (a nested class's default member initializers are parsed after the enclosing class).
+    Ahead() {}
     shm::SlotWrite w;
     BatchSource* source = nullptr;
     ProduceRequest request;

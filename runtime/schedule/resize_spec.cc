@@ -305,7 +305,7 @@ Result<ResizeSpec> SpecFromLines(const std::vector<ConfigLine>& lines) {
     if (!IsKey(key))
       return InvalidArgumentError("{}: unknown key '{}'{}", l.where, l.key,
                                   Suggest(l.key, prefixed));
-    Locator at = [&l](size_t) { return std::string(); };
+    Locator at = [](size_t) { return std::string(); };
     BC_RETURN_IF_ERROR(SetKey(key, Trim(l.value), at, &spec).WithContext(l.where));
     // A later explicit list replaces a range and the other way round.
     if (key == "sizes") {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sanitizers.h"
 #include "batchcast/options.h"
 #include "batchcast/status.h"
 #include "batchcast/version.h"
@@ -18,7 +19,7 @@
 namespace batchcast {
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
+#if BC_SANITIZE_THREAD
 #define BC_SKIP_DEATH_UNDER_TSAN() GTEST_SKIP() << "death tests fork; not under ThreadSanitizer"
 #else
 #define BC_SKIP_DEATH_UNDER_TSAN() (void)0

@@ -1,6 +1,8 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "core/readonly_guard.h"
 
+#include "core/sanitizers.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -58,7 +60,7 @@ void InstallPreviousHandler() {
 // AddressSanitizer and ThreadSanitizer install their own SIGSEGV handlers in every process
 // they run (and report the expected fault as a finding): the death tests run in the normal
 // build only.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if BC_SANITIZE_ADDRESS || BC_SANITIZE_THREAD
 #define SKIP_UNDER_ASAN() GTEST_SKIP() << "the sanitizer owns SIGSEGV; run in the normal build"
 #else
 #define SKIP_UNDER_ASAN() (void)0

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "tests/unit/producer/rgb_layout.h"
 
 namespace batchcast::producer {
@@ -21,7 +23,8 @@ TEST(SlotLayoutTest, HoldsTheProducerBatchAndTheLargestTail) {
   EXPECT_GE(l.ids_offset, l.labels_offset + l.capacity_samples * sizeof(int64_t));
   EXPECT_EQ(l.slot_bytes % 4096, 0u);
   EXPECT_GE(l.slot_bytes, l.ids_offset + l.capacity_samples * sizeof(int64_t));
-  uint8_t slot[64] = {};
+  std::vector<uint8_t> memory(l.slot_bytes);  // a whole slot: the offsets point into it
+  uint8_t* slot = memory.data();
   EXPECT_EQ(reinterpret_cast<uint8_t*>(l.labels(slot)), slot + l.labels_offset);
   EXPECT_EQ(reinterpret_cast<uint8_t*>(l.ids(slot)), slot + l.ids_offset);
 }

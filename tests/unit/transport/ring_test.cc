@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/sanitizers.h"
 #include "core/random.h"
 #include "transport/shm/carving.h"
 #include "transport/shm/control.h"
@@ -226,7 +227,7 @@ int TouchPages(const uint8_t* p, size_t bytes) {
 // faults (one minor fault per 16 pages before, in every woken consumer while the others
 // waited for the CPU).
 TEST(RingTest, PreparedSlotsAreFilledAndReadWithoutPageFaults) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if BC_SANITIZE_ADDRESS || BC_SANITIZE_THREAD
   // The sanitizers' shadow memory is paged in on first use: the faults counted here would be
   // theirs, not the slots'. The normal build runs this test.
   GTEST_SKIP() << "page-fault counts need a build without a sanitizer's shadow memory";
@@ -350,7 +351,7 @@ bool Eventually(Pred pred) {
 // calling accept() again; when the pause is over it retries; once descriptors are free it
 // accepts the waiting connection. Before the back-off every round called accept().
 TEST(RingTest, OutOfDescriptorsTheLeaderBacksOffInsteadOfSpinning) {
-#if defined(__SANITIZE_ADDRESS__)
+#if BC_SANITIZE_ADDRESS
   // UBSan's vptr check probes memory through a pipe: with the descriptor table full it
   // reports every virtual call as one on an invalid object. The normal and TSan builds run it.
   GTEST_SKIP() << "needs free descriptors for the sanitizer runtime; run in the normal build";
