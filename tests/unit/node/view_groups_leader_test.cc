@@ -90,7 +90,7 @@ std::unique_ptr<Leader> StartLeader(const Options& o, int expected) {
   producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = expected;
-  cfg.max_consumer_batch = 16;
+  cfg.max_consumer_batch = static_cast<uint32_t>(std::min<int64_t>(16, o.producer_batch));
   cfg.socket_name = "batchcast-test-" + std::to_string(getpid()) + "-views-" + std::to_string(n++);
   cfg.job = "test";
   cfg.join_timeout_ms = 60000;
@@ -285,6 +285,52 @@ TEST_F(ViewGroupsLeaderTest, GroupsComeAndGoAndEveryoneStillGetsEachSampleOncePe
   for (const auto& [key, h] : DigestOf(sb))  // the reference ran 3 epochs too
     EXPECT_EQ(want[key], h) << "epoch " << key.first << " sample " << key.second;
   EXPECT_EQ(sa.size(), size_t(3 * kSamples - 8));
+}
+
+// A joiner after the late-join window with join_mid_epoch starts at once: the position it
+// starts at may have been filled ahead (look-ahead) for the receivers before it, without its
+// group; that fill must be dropped and the position made again with the joiner's group.
+TEST_F(ViewGroupsLeaderTest, AJoinerMidEpochGetsItsGroupFromItsFirstBatch) {
+  o_.epochs = 3;
+  o_.views_max = 2;
+  o_.join_mid_epoch = true;
+  o_.producer_batch = 4;
+  o_.batch_size = 4;  // 12 producer batches an epoch; the late-join window is the ring's 4
+  auto leader = StartLeader(o_, 1);
+  ASSERT_NE(leader, nullptr);
+  auto a = Consumer::Attach(leader->producer->address(), o_, 0);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  Batch batch;
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE((*a)->Next(&batch).ok());
+  batch = Batch();
+  Options late = o_;
+  late.view = "view(size=24)";
+  late.epochs = kEpochsUntilStreamEnds;
+  auto b = Consumer::Attach(leader->producer->address(), late, 1);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  Stream sa, sb;
+  Status st_a, st_b;
+  std::thread ta(Drain, a->get(), &sa, &st_a, -1);
+  std::thread tb(Drain, b->get(), &sb, &st_b, -1);
+  ta.join();
+  tb.join();
+  leader->thread.join();
+  EXPECT_TRUE(leader->status.ok()) << leader->status.ToString();
+  EXPECT_TRUE(st_a.ok()) << st_a.ToString();
+  EXPECT_TRUE(st_b.ok()) << st_b.ToString();
+  ASSERT_FALSE(sb.empty());
+  EXPECT_EQ(std::get<0>(sb.front()), 0u);  // at once, in epoch 0 after the window
+  Stream whole;  // the epochs after its first: every sample once
+  for (const auto& x : sb)
+    if (std::get<0>(x) > 0) whole.push_back(x);
+  EXPECT_EQ(whole.size(), size_t(2 * kSamples));
+  ExpectExactlyOnce(whole, kSamples, "joiner mid-epoch");
+  EXPECT_EQ(sa.size(), size_t(3 * kSamples - 6 * 4));
+  const auto ref = RunLeader(ReferenceFor(o_, late.view), {{"", 4}});
+  ASSERT_EQ(ref.size(), 1u);
+  Digest want = DigestOf(ref[0]);
+  for (const auto& [key, h] : DigestOf(sb))
+    EXPECT_EQ(want[key], h) << "epoch " << key.first << " sample " << key.second;
 }
 
 TEST_F(ViewGroupsLeaderTest, ViewsTheLeaderCannotServeAreRefusedAtAttach) {
