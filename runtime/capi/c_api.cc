@@ -50,6 +50,7 @@ Result<Options> ConsumerOptions(const bc_consumer_config_t& c) {
   if (c.start_epoch > 0) o.start_epoch = c.start_epoch;
   if (c.start_batch > 0) o.start_batch = c.start_batch;
   if (c.start_run_epoch >= 0) o.start_run_epoch = c.start_run_epoch;
+  if (c.view != nullptr) o.view = c.view;
   BC_RETURN_IF_ERROR(ValidateOptions(o).WithContext("bc_consumer_attach"));
   return o;
 }

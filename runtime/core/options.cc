@@ -110,6 +110,9 @@ const std::vector<Entry>& Registry() {
       BC_OPT(pad_last, kBool, kTrainers, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
       BC_OPT(late_join_window, kDouble, M | S | L | P | R | C, "late join: a consumer joining within this fraction of an epoch (at least the ring depth in producer batches, never 0) gets the epoch's start replayed to it alone, byte for byte; later joiners start at the next epoch (or at once with join_mid_epoch). A native leader decodes the replay again; a batchcast.Producer keeps copies of the epoch's first batches for it"),
       BC_OPT(join_mid_epoch, kBool, M | S | L | P | R | C, "late join: a consumer joining after the late-join window starts at once, mid-epoch, instead of at the next epoch"),
+      BC_OPT(view, kString, K, "this consumer's own view of the leader's samples, a spec over the leader's view: view(size=160,crop=random,scale=0.08:1,flip=1,normalize=1,mean=...,std=...,dtype=float32,layout=chw,draw=auto); keys not given keep the leader's values; empty = the leader's view. Consumers with equal views form a group; the leader decodes each sample once for all groups (docs/pipeline.md, Views) and needs views_max > 1"),
+      BC_OPT(views_max, kInt, S | L | R | C, "view groups the leader serves, its own view included (1 = its own only; at most 16): a consumer whose view would be one more is refused"),
+      BC_OPT(view_bytes, kSize, S | L | R | C, "image room per ring slot for the view groups beyond the leader's own (0 = room for views_max - 1 groups of the leader's image size); a view that does not fit is refused; accepts k/m/g suffixes"),
       BC_OPT(cache, kSize, kNative, "decoded-sample cache of the leader, e.g. 8g (0 = off): the first epoch keeps each sample as decoded before any random step (crop, flip), later epochs reuse it; admits samples until the budget is full, never evicts (docs/pipeline.md); accepts k/m/g suffixes"),
   };
   return kRegistry;
@@ -441,6 +444,13 @@ Status ValidateOptions(const Options& o) {
   BC_RETURN_IF_ERROR(positive("buffer_depth", o.buffer_depth));
   BC_RETURN_IF_ERROR(positive("max_pixels", o.max_pixels));
   if (o.threads < 0) return InvalidArgumentError("option 'threads' must be >= 0, got {}", o.threads);
+  if (o.views_max < 1 || o.views_max > 16)
+    return InvalidArgumentError("option 'views_max' must be in [1, 16] (view groups of one "
+                                "leader, its own included), got {}", o.views_max);
+  if (o.view_bytes < 0)
+    return InvalidArgumentError("option 'view_bytes' must be a size >= 0 (0 = room for "
+                                "views_max - 1 groups of the leader's size), got {}",
+                                o.view_bytes);
   if (o.cache < 0)
     return InvalidArgumentError("option 'cache' must be a size >= 0 (0 = off), got {}", o.cache);
   if (o.image_size < 0 || o.image_size > 16384)

@@ -60,6 +60,7 @@ Result<std::unique_ptr<Consumer>> ConsumerAccess::Attach(const std::string& addr
   cfg.name = name;
   cfg.heartbeat_ms = options.heartbeat_ms;
   cfg.allowed_leader_uid = options.allowed_leader_uid;
+  cfg.view = options.view;
   uint32_t shard_world = 1, shard_rank = 0;
   BC_RETURN_IF_ERROR(internal::ResolveShard(options, nullptr, &shard_world, &shard_rank));
   internal::SetJoinResume(options, shard_world, &cfg);
@@ -67,6 +68,9 @@ Result<std::unique_ptr<Consumer>> ConsumerAccess::Attach(const std::string& addr
                       internal::AttachRing(address, cfg, options.connect_timeout));
   Result<std::unique_ptr<shm::RingConsumer>> ring(std::move(attached));
   const shm::StreamHeader* h = (*ring)->header();
+  if ((*ring)->group() != 0)
+    BC_LOG(Info, Node, "consumer: view group {} at {}: {}", (*ring)->group(),
+           shm::DisplayAddress(address), (*ring)->view_spec());
   if (h->stream_epochs > 0 && options.epochs < kEpochsUntilStreamEnds &&
       static_cast<uint64_t>(options.epochs) > h->stream_epochs)
     return FailedPreconditionError(

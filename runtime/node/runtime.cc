@@ -56,6 +56,12 @@ Status AttachTrainer(RuntimeState* s, const Options& options) {
   if (!s->trainer || s->own_consumers != 0) return Status::Ok();
   Options consumer_options = options;
   consumer_options.mode = "replicate";
+  if (!options.view.empty())  // BATCHCAST_VIEW in the job's environment (code or flags: refused)
+    return InvalidArgumentError(
+        "option 'view' ({}): the MPI Runtime's trainers take its node leader's view; views "
+        "per trainer are not wired for it: set the leader's transforms instead, or attach "
+        "batchcast.Consumer(view=...) trainers to a batchcast serve or Python Leader",
+        options.view);
   BC_ASSIGN_OR_RETURN(s->consumer, Consumer::Attach(s->address, consumer_options, s->world_rank));
   ConsumerAccess::SetCollector(*s->consumer, s->collector.get());
   s->consumer->SetErrorHandler(FailJobOnIterationError(s->world));

@@ -114,6 +114,7 @@ class PipelineImpl final : public Pipeline {
   Status Init();
   SampleLayout GroupLayout(int view, int image_size) const override;
   Result<int> AddView(const core::View& view) override;
+  Result<SampleLayout> CheckView(const core::View& view) const override;
   const core::View& view(int id) const override { return views_[size_t(id)]->view; }
   int views() const override { return static_cast<int>(views_.size()); }
   int threads() const override { return pool_->threads(); }
@@ -254,6 +255,15 @@ Result<int> PipelineImpl::AddView(const core::View& view) {
   views_.push_back(std::make_unique<PreparedView>(std::move(prepared).value()));
   BC_LOG(Info, Pipe, "pipeline: view {} is {}", views_.size() - 1, core::ViewToString(canonical));
   return static_cast<int>(views_.size() - 1);
+}
+
+Result<SampleLayout> PipelineImpl::CheckView(const core::View& view) const {
+  const core::View canonical = core::CanonicalView(view);
+  auto prepared = PrepareView(canonical, reader_->info(), channels_, options_.seed);
+  if (!prepared.ok())
+    return prepared.status().WithContext(fmt::format("pipeline: {}",
+                                                     core::ViewToString(canonical)));
+  return ViewSampleLayout(canonical, reader_->info(), channels_, 0);
 }
 
 }  // namespace

@@ -142,9 +142,13 @@ class Pipeline {
   // Adds a view (docs/pipeline.md, "Views") and returns its id for GroupTarget::view; a view
   // equal to one already added gets that one's id (0: the options' view). Refuses, naming
   // the field, a view this dataset cannot give (size 0 of encoded images, mean/std values
-  // that do not match the channels) and more than kMaxViews views. Call it between batches
-  // from the thread that starts them; views are never removed.
+  // that do not match the channels) and more than kMaxViews views. Call it from the thread
+  // that starts batches, also while batches are in flight (they keep the views they were
+  // started with); views are never removed.
   virtual Result<int> AddView(const core::View& view) = 0;
+  // What AddView would refuse, without adding: the layout of `view`'s images at its size, or
+  // the refusal naming the field. Thread-safe (a producer checks a view as a consumer joins).
+  virtual Result<SampleLayout> CheckView(const core::View& view) const = 0;
   // View `id` (0: the options' own, draw=leader); id must be one AddView returned.
   virtual const core::View& view(int id) const = 0;
   virtual int views() const = 0;

@@ -23,9 +23,10 @@ class BatchSource {
   // Fills req.images / req.labels for req.samples; see pipeline::Pipeline::RunBatch.
   virtual Status Fill(const pipeline::BatchRequest& req, pipeline::BatchResult* result) = 0;
   // A fill in two halves, so that a producer can publish one batch while the next one is
-  // filled (producer::SlotWriter's look-ahead): Start begins `req` (its memory stays valid
-  // until Finish returns it), Finish completes the oldest started one. The default runs
-  // Fill inside Start (no overlap); sources that can overlap override all three.
+  // filled (producer::SlotWriter's look-ahead): Start begins `req` (its buffers stay valid
+  // until Finish returns it; req.samples and req.groups may go away when Start returns, so a
+  // source that fills later copies them), Finish completes the oldest started one. The
+  // default runs Fill inside Start (no overlap); sources that can overlap override all three.
   virtual void Start(const pipeline::BatchRequest& req);
   virtual Status Finish(pipeline::BatchResult* result);
   // True when Start returns before the fill is done (look-ahead is worth a slot).
@@ -41,10 +42,26 @@ class BatchSource {
   // Worker threads the source uses (telemetry: worker utilisation); 0 if not applicable.
   virtual int threads() const { return 0; }
 
+  // Views (docs/pipeline.md "Views through the Producer"): the source's own view as
+  // configured (not canonical: its mean and std stay without normalize, since a consumer's
+  // partial spec is read over it), or null when it makes one kind of image only (then the
+  // two below refuse).
+  virtual const core::View* own_view() const { return nullptr; }
+  // The layout of `view`'s images, or the refusal naming the field. Thread-safe.
+  virtual Result<pipeline::SampleLayout> CheckView(const core::View& view) const;
+  // The id of `view` for pipeline::GroupTarget::view (see Pipeline::AddView); the thread
+  // that starts fills, also while fills are in flight.
+  virtual Result<int> AddView(const core::View& view);
+
  private:
   // The default Start's outcome, until Finish.
   std::vector<std::pair<Status, pipeline::BatchResult>> started_;
 };
+
+// The options' view as a consumer's partial view spec is read over it (ViewFromOptions, with
+// the options' mean and std kept when normalize is off, which the canonical form clears, so
+// that view(normalize=1) means the leader's mean and std; ImageNet's when those do not parse).
+Result<core::View> ViewSpecBase(const Options& options);
 
 // The native decode pipeline as a source.
 Result<std::unique_ptr<BatchSource>> MakePipelineSource(const Options& options);

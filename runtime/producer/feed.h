@@ -129,6 +129,12 @@ class Feed {
   virtual int threads() const { return 0; }
   // The progressive-resizing schedule being executed (null: none).
   virtual const schedule::ResizeSchedule* resize_schedule() const { return nullptr; }
+  // The source that makes consumers' views (docs/pipeline.md "Views through the Producer"),
+  // or null with *why: the cause a consumer's view is refused.
+  virtual BatchSource* ViewSource(std::string* why) {
+    *why = std::string("the ") + name() + " makes one kind of image";
+    return nullptr;
+  }
 
  protected:
   SlotWriter* writer_ = nullptr;

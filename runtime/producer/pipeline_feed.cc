@@ -30,6 +30,18 @@ class PipelineFeed final : public Feed {
   }
   int threads() const override { return source_->threads(); }
   const schedule::ResizeSchedule* resize_schedule() const override { return schedule_.get(); }
+  BatchSource* ViewSource(std::string* why) override {
+    if (schedule_ != nullptr) {
+      *why = "with progressive resizing (resize=) the leader makes its own view only; "
+             "per-view schedules are not wired yet";
+      return nullptr;
+    }
+    if (source_->own_view() == nullptr) {
+      *why = "its batch source makes one kind of image";
+      return nullptr;
+    }
+    return source_.get();
+  }
 
   Status Plan(const Options& o, uint32_t max_consumer_batch, std::string_view who,
               FeedPlan* plan) override {

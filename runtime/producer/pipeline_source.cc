@@ -9,7 +9,10 @@ namespace {
 
 class PipelineSource : public BatchSource {
  public:
-  PipelineSource(std::unique_ptr<pipeline::Pipeline> p) : pipeline_(std::move(p)) {}
+  // own: the options' view as given (ViewFromOptions: mean and std kept without normalize),
+  // the base a consumer's partial view spec is read over.
+  PipelineSource(std::unique_ptr<pipeline::Pipeline> p, const core::View& own)
+      : pipeline_(std::move(p)), own_(own) {}
   int64_t num_samples() const override { return pipeline_->dataset().num_samples; }
   pipeline::SampleLayout MaxLayout() const override { return pipeline_->OutputLayout(0); }
   pipeline::SampleLayout Layout(int image_size) const override {
@@ -24,9 +27,15 @@ class PipelineSource : public BatchSource {
   bool WaitOldest(int64_t timeout_ms) override { return pipeline_->WaitOldest(timeout_ms); }
   int64_t idle_ns() const override { return pipeline_->idle_ns(); }
   int threads() const override { return pipeline_->threads(); }
+  const core::View* own_view() const override { return &own_; }
+  Result<pipeline::SampleLayout> CheckView(const core::View& view) const override {
+    return pipeline_->CheckView(view);
+  }
+  Result<int> AddView(const core::View& view) override { return pipeline_->AddView(view); }
 
  private:
   std::unique_ptr<pipeline::Pipeline> pipeline_;
+  core::View own_;
 };
 
 }  // namespace
@@ -37,6 +46,16 @@ void BatchSource::Start(const pipeline::BatchRequest& req) {
   started_.emplace_back(std::move(st), std::move(result));
 }
 
+Result<pipeline::SampleLayout> BatchSource::CheckView(const core::View& view) const {
+  return FailedPreconditionError("{}: this batch source makes one kind of image only",
+                                 core::ViewToString(view));
+}
+
+Result<int> BatchSource::AddView(const core::View& view) {
+  return FailedPreconditionError("{}: this batch source makes one kind of image only",
+                                 core::ViewToString(view));
+}
+
 Status BatchSource::Finish(pipeline::BatchResult* result) {
   if (started_.empty())
     return FailedPreconditionError("batch source: Finish without a started fill");
@@ -44,6 +63,20 @@ Status BatchSource::Finish(pipeline::BatchResult* result) {
   started_.erase(started_.begin());
   *result = std::move(r);
   return st;
+}
+
+Result<core::View> ViewSpecBase(const Options& options) {
+  BC_ASSIGN_OR_RETURN(core::View own, core::ViewFromOptions(options));
+  if (own.normalize) return own;
+  Options normalized = options;
+  normalized.normalize = true;
+  auto with = core::ViewFromOptions(normalized);
+  const core::View values = with.ok() ? *with : core::View{};
+  own.mean = values.mean;
+  own.std = values.std;
+  own.mean_count = values.mean_count;
+  own.std_count = values.std_count;
+  return own;
 }
 
 Result<std::unique_ptr<BatchSource>> MakePipelineSource(const Options& options) {
@@ -58,7 +91,8 @@ Result<std::unique_ptr<BatchSource>> MakePipelineSource(const Options& options) 
   auto p = pipeline::Pipeline::Create(options, std::move(reader).value(), cache);
   if (!p.ok()) return p.status();
   if (cache != nullptr) BC_RETURN_IF_ERROR(CheckCacheBudget(options, **p, *cache));
-  return std::unique_ptr<BatchSource>(new PipelineSource(std::move(p).value()));
+  BC_ASSIGN_OR_RETURN(const core::View own, ViewSpecBase(options));
+  return std::unique_ptr<BatchSource>(new PipelineSource(std::move(p).value(), own));
 }
 
 }  // namespace batchcast::producer

@@ -90,6 +90,9 @@ Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distributi
   else if (!o.stage.empty())
     return InvalidArgumentError("{}: option 'stage' runs a model on the native pipeline's "
                                 "batches; the {} has none", who, feed->name());
+  ViewGroupsConfig groups;
+  BatchSource* view_source = nullptr;
+  BC_RETURN_IF_ERROR(PlanViews(*feed, &slot, &groups, &view_source));
   shm::RingConfig rc = RingConfigFor(
       slot, RingSlots(o) * static_cast<uint32_t>(dist->PartsPerPosition()),
       plan_.max_consumer_batch, static_cast<uint64_t>(slot_samples), dist->EpochSamples(plan_),
@@ -108,11 +111,17 @@ Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distributi
   // and a consumer's join again at a loaded position could otherwise race its end.
   rc.replays_resume = feed->replay() == Replay::kAny && dist->late_join() &&
                       !config_.end_when_empty;
+  // Joins are answered from the moment the ring listens: their views too.
+  groups_ = std::make_unique<ViewGroups>(groups, view_source);
+  rc.view_admitter = [g = groups_.get()](const std::string& spec, uint32_t in_use) {
+    return g->Admit(spec, in_use);
+  };
   auto ring = shm::RingLeader::Create(rc);
   if (!ring.ok()) return ring.status().WithContext(who);
   ring_ = std::move(ring).value();
   writer_ = std::make_unique<SlotWriter>(ring_.get(), slot, who, collector_);
   writer_->SetStages(std::move(stages));
+  if (o.views_max > 1) writer_->SetViewGroups(groups_.get());
   AdmissionPolicy policy;
   policy.late_join_window = o.late_join_window;
   policy.ring_slots = rc.num_slots;
@@ -138,6 +147,38 @@ Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distributi
                                                                              : -1,
                                                      rc.num_slots),
                                       rc.replays_resume ? ", resumes replayed" : ""));
+  return Status::Ok();
+}
+
+Status Producer::PlanViews(Feed& feed, SlotLayout* slot, ViewGroupsConfig* groups,
+                           BatchSource** source) {
+  const Options& o = config_.options;
+  std::string why;
+  *source = feed.ViewSource(&why);
+  if (*source != nullptr && !o.stage.empty()) {
+    why = "its model stages (option 'stage') read the leader's view only";
+    *source = nullptr;
+  }
+  if (o.views_max > 1 && *source == nullptr)
+    return InvalidArgumentError("{}: option 'views_max' ({}) serves consumers' own views, but {}; "
+                                "set views_max=1", config_.who, o.views_max, why);
+  groups->who = config_.who;
+  groups->views_max = o.views_max;
+  groups->own_view_only = why;
+  groups->capacity_samples = slot->capacity_samples;
+  if (o.views_max <= 1) return Status::Ok();
+  // Reserved now: the ring's slot size is fixed when it is created. The ring prepares whole
+  // slots, so the room costs memory in every slot used: views_max is 1 unless asked for.
+  const uint64_t region = (slot->capacity_samples * plan_.sample.bytes() + 63) / 64 * 64;
+  const uint64_t room = o.view_bytes > 0 ? static_cast<uint64_t>(o.view_bytes)
+                                         : uint64_t(o.views_max - 1) * region;
+  AddViewRoom(room, slot);
+  groups->room_offset = slot->views_offset;
+  groups->room_bytes = room;
+  groups->room_option =
+      o.view_bytes > 0 ? fmt::format("view_bytes={}", o.view_bytes)
+                       : fmt::format("the {} bytes of view_bytes' default (views_max - 1 = {} "
+                                     "groups of the leader's size)", room, o.views_max - 1);
   return Status::Ok();
 }
 

@@ -40,6 +40,7 @@
 #include "producer/process_telemetry.h"
 #include "producer/slot_hook.h"
 #include "producer/slot_writer.h"
+#include "producer/view_groups.h"
 #include "transport/shm/ring_leader.h"
 
 namespace batchcast::producer {
@@ -168,6 +169,9 @@ class Producer {
  private:
   explicit Producer(const ProducerConfig& config) : config_(config) {}
   Status Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distribution> distribution);
+  // The view groups' room in every slot (options views_max, view_bytes) and their table;
+  // *source: what makes the groups' images (null: the leader's view only).
+  Status PlanViews(Feed& feed, SlotLayout* slot, ViewGroupsConfig* groups, BatchSource** source);
   Status RunStream();
   Status WaitForExpected();
   Status RunEpoch(uint64_t epoch, int64_t bpe, int64_t first, bool* ended);
@@ -182,6 +186,7 @@ class Producer {
   std::unique_ptr<shm::RingLeader> ring_;
   std::unique_ptr<SlotWriter> writer_;
   std::unique_ptr<Admission> admission_;
+  std::unique_ptr<ViewGroups> groups_;  // outlives the ring (reset in ~Producer)
   std::unique_ptr<Feed> feed_;
   std::unique_ptr<Distribution> distribution_;
   std::unique_ptr<SlotHook> owned_hook_;

@@ -25,6 +25,36 @@ void DescribeTensors(std::span<const TensorSlot> tensors, shm::SlotDesc* d) {
   }
 }
 
+void DescribeGroups(std::span<const GroupRegion> groups, shm::SlotDesc* d) {
+  d->group_mask = 0;
+  for (const GroupRegion& r : groups) {
+    shm::GroupDesc& g = d->groups[r.group];  // ViewGroups keeps r.group < kMaxViewGroups
+    g.view_key = r.view_key;
+    g.images_offset = r.offset;
+    g.sample_bytes = r.sample.bytes();
+    g.dtype = static_cast<uint32_t>(r.sample.dtype);
+    g.layout = static_cast<uint32_t>(r.sample.layout);
+    g.channels = r.sample.channels;
+    g.height = r.sample.height;
+    g.width = r.sample.width;
+    g.image_size = r.sample.height;
+    d->group_mask |= 1u << r.group;
+  }
+}
+
+// The view groups' regions hold n + tail images each within the slot.
+Status CheckGroups(const shm::SlotWrite& w, uint64_t positions,
+                   std::span<const GroupRegion> groups) {
+  for (const GroupRegion& r : groups) {
+    if (r.group >= shm::kMaxViewGroups || r.offset > w.capacity ||
+        positions * r.sample.bytes() > w.capacity - r.offset)
+      return InternalError("slot: view group {} of {} positions at {} bytes each from offset {} "
+                           "does not fit a slot of {} bytes", r.group, positions,
+                           r.sample.bytes(), r.offset, w.capacity);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 uint32_t TailForReceivers(const shm::RingLeader& ring, uint64_t seq, uint64_t only,
@@ -46,6 +76,7 @@ Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& 
     return InternalError("slot: {} samples and a tail of {} at {} bytes each do not fit a slot "
                          "of {} samples / {} image bytes", n, tail, sb, c.capacity_samples,
                          images_bytes);
+  BC_RETURN_IF_ERROR(CheckGroups(w, n + uint64_t(tail), c.groups));
   auto* labels = reinterpret_cast<int64_t*>(w.data + c.labels_offset);
   auto* ids = reinterpret_cast<int64_t*>(w.data + c.ids_offset);
   for (uint32_t j = 0; j < tail && n > 0; ++j) {  // fill repeats, written once for everyone
@@ -57,6 +88,12 @@ Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& 
       const uint64_t tb = t.spec.sample_bytes();
       uint8_t* base = w.data + t.offset;
       std::memcpy(base + uint64_t(n + j) * tb, base + uint64_t(src) * tb, tb);
+    }
+    for (const GroupRegion& r : c.groups) {
+      if (r.group == 0) continue;  // the leader's view: copied above
+      const uint64_t gb = r.sample.bytes();
+      uint8_t* base = w.data + r.offset;
+      std::memcpy(base + uint64_t(n + j) * gb, base + uint64_t(src) * gb, gb);
     }
   }
   shm::SlotDesc* d = w.desc;
@@ -86,6 +123,7 @@ Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& 
   d->scale_cap = c.scale_cap;
   d->lr_rule = c.lr_rule;
   DescribeTensors(c.tensors, d);
+  DescribeGroups(c.groups, d);
   return Status::Ok();
 }
 

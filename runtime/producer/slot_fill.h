@@ -18,6 +18,15 @@
 
 namespace batchcast::producer {
 
+// One view group's images in a slot (docs/pipeline.md "Views through the Producer").
+struct GroupRegion {
+  uint32_t group = 0;             // its index in SlotDesc::groups (0: the leader's view)
+  uint64_t view_key = 0;          // core::ViewKey of its view
+  int source_view = 0;            // its id at the batch source (BatchSource::AddView)
+  uint64_t offset = 0;            // of its images in the slot
+  pipeline::SampleLayout sample;  // of its images in this batch
+};
+
 struct SlotContents {
   uint64_t epoch = 0;
   int64_t batch = 0;               // producer batch index within the epoch
@@ -36,6 +45,8 @@ struct SlotContents {
   uint32_t scale_num = 0, scale_den = 0, scale_cap = 0;  // progressive resizing (0: none)
   uint32_t lr_rule = shm::kLrGiven;
   std::span<const TensorSlot> tensors;  // further named tensors (the slot layout's)
+  // The view groups made for this position; empty: the leader's view alone, at the front.
+  std::span<const GroupRegion> groups;
 };
 
 // The largest fill tail needed by the consumers that receive position `seq` and are in
@@ -43,8 +54,9 @@ struct SlotContents {
 uint32_t TailForReceivers(const shm::RingLeader& ring, uint64_t seq, uint64_t only,
                           const SlotContents& c);
 
-// Writes the tail (position n + j holds a copy of sample j mod n: image, label, id and every
-// named tensor) and the descriptor of `w`. Fails, writing nothing, when n + tail does not fit the slot.
+// Writes the tail (position n + j holds a copy of sample j mod n: image in every group, label,
+// id and every named tensor) and the descriptor of `w`. Fails, writing nothing, when n + tail
+// does not fit the slot.
 Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& c);
 
 }  // namespace batchcast::producer

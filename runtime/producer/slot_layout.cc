@@ -134,6 +134,14 @@ Status AddTensors(std::span<const TensorSpec> tensors, std::string_view who, Slo
   return Status::Ok();
 }
 
+void AddViewRoom(uint64_t bytes, SlotLayout* layout) {
+  SlotLayout& l = *layout;
+  // After the images, the labels, the ids and the named tensors: the end of the slot's data.
+  l.views_offset = Align(l.slot_bytes, 64);
+  l.views_bytes = bytes;
+  l.slot_bytes = std::max(l.slot_bytes, Align(l.views_offset + bytes, 4096));
+}
+
 std::vector<SlotBucket> ResizeBuckets(
     const schedule::ResizeSchedule& schedule, int64_t producer_batch, uint32_t max_consumer_batch,
     uint32_t scale_cap, const std::function<pipeline::SampleLayout(int)>& layout_of) {

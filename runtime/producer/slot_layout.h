@@ -77,6 +77,9 @@ struct SlotLayout {
   uint64_t labels_offset = 0;
   uint64_t ids_offset = 0;
   std::vector<TensorSlot> tensors;  // further named tensors, after the ids
+  // Image room for view groups beyond the leader's own (AddViewRoom; ViewGroups hands out
+  // regions of it), after everything else.
+  uint64_t views_offset = 0, views_bytes = 0;
   uint64_t slot_bytes = 0;        // a multiple of 4 KiB
 
   int64_t* labels(uint8_t* slot) const { return reinterpret_cast<int64_t*>(slot + labels_offset); }
@@ -101,6 +104,10 @@ void DropImagesTail(SlotLayout* layout);
 // ("images", "labels", "sample_ids"), an unknown dtype, more than shm::kTensorMaxDims
 // per-sample dimensions, a non-positive extent, or more than shm::kMaxTensors tensors.
 Status AddTensors(std::span<const TensorSpec> tensors, std::string_view who, SlotLayout* layout);
+
+// Reserves `bytes` of image room for view groups after everything else, 64-aligned, and
+// grows slot_bytes. Call last (after AddTensors).
+void AddViewRoom(uint64_t bytes, SlotLayout* layout);
 
 // The buckets of a resize schedule run at producer batch P, consumers up to b (scaled
 // batches capped at scale_cap); layout_of gives the sample layout at an image size.

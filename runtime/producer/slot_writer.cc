@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "producer/view_groups.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 #include "transport/shm/futex.h"
@@ -28,6 +29,12 @@ SlotWriter::SlotWriter(shm::RingLeader* ring, const SlotLayout& layout, std::str
                                                               : TrialEnd::kDied;
     tc->trials().Leave(m.id, how, tc->ElapsedS());
   });
+}
+
+void SlotWriter::SetHook(SlotHook* hook) {
+  hook_ = hook;
+  if (hook != nullptr && groups_ != nullptr)
+    groups_->RefuseViews("the GPU data plane stages the leader's view only");
 }
 
 void SlotWriter::RecordStart(int worker_threads) {
@@ -69,13 +76,23 @@ Result<std::optional<shm::SlotWrite>> SlotWriter::AcquireSlot(uint64_t seq,
 
 void SlotWriter::StartFill(BatchSource& source, uint64_t epoch, int image_size,
                            std::span<const int64_t> samples, const pipeline::SampleLayout& sample,
-                           uint8_t* data, int64_t pos, BatchRecord* record) {
+                           uint8_t* data, int64_t pos, BatchRecord* record,
+                           std::span<const GroupRegion> groups) {
   pipeline::BatchRequest req;
   req.epoch = epoch;
   req.samples = samples;
   req.image_size = image_size;
   req.images = data + uint64_t(pos) * sample.bytes();
   req.labels = layout_.labels(data) + pos;
+  std::vector<pipeline::GroupTarget> targets;  // the source copies them at Start
+  for (const GroupRegion& r : groups)
+    targets.push_back({r.source_view, r.group == 0 ? image_size : 0,
+                       data + r.offset + uint64_t(pos) * r.sample.bytes()});
+  if (!targets.empty()) {
+    req.images = nullptr;
+    req.image_size = 0;
+    req.groups = targets;
+  }
   if (record->produce_start_ns == 0) record->produce_start_ns = shm::MonotonicNs();
   if (stream_start_ns_ == 0) {
     stream_start_ns_ = record->produce_start_ns;
@@ -202,10 +219,17 @@ void SlotWriter::DrainLookahead() {
 
 namespace {
 
+bool SameRegion(const GroupRegion& a, const GroupRegion& b) {
+  return a.group == b.group && a.view_key == b.view_key && a.source_view == b.source_view &&
+         a.offset == b.offset && a.sample.bytes() == b.sample.bytes();
+}
+
 bool SameBatch(const ProduceRequest& a, const ProduceRequest& b) {
   return a.contents.epoch == b.contents.epoch && a.contents.batch == b.contents.batch &&
          a.image_size == b.image_size && a.sample.bytes() == b.sample.bytes() &&
-         std::equal(a.samples.begin(), a.samples.end(), b.samples.begin(), b.samples.end());
+         std::equal(a.samples.begin(), a.samples.end(), b.samples.begin(), b.samples.end()) &&
+         std::equal(a.groups.begin(), a.groups.end(), b.groups.begin(), b.groups.end(),
+                    SameRegion);
 }
 
 }  // namespace
@@ -248,16 +272,35 @@ Status SlotWriter::TryLookahead(BatchSource& source, const ProduceRequest& next,
   ahead_->request = next;
   ahead_->request.samples = ahead_->samples;
   StartFill(source, next.contents.epoch, next.image_size, ahead_->samples, next.sample,
-            got->data, 0, &ahead_->record);
+            got->data, 0, &ahead_->record, ahead_->request.groups);
   stats_.lookahead_batches += 1;
   *started = true;
   return Status::Ok();
 }
 
+Result<ProduceRequest> SlotWriter::WithGroups(const ProduceRequest& request, uint64_t seq,
+                                              uint64_t only) {
+  ProduceRequest r = request;
+  if (groups_ == nullptr) return r;
+  BC_ASSIGN_OR_RETURN(r.groups, groups_->RegionsFor(ring_->Receivers(seq), only, r.sample));
+  return r;
+}
+
 Result<std::optional<uint64_t>> SlotWriter::Produce(BatchSource& source,
-                                                    const ProduceRequest& request, uint64_t only,
+                                                    const ProduceRequest& given, uint64_t only,
                                                     const AcquireWait& wait,
-                                                    const ProduceRequest* next) {
+                                                    const ProduceRequest* given_next) {
+  // The groups of this position's receivers (membership is settled for it); the look-ahead
+  // guesses the next position has the same receivers (else it is dropped and filled again).
+  BC_ASSIGN_OR_RETURN(const ProduceRequest request, WithGroups(given, ring_->next_seq(), only));
+  std::optional<ProduceRequest> next_groups;
+  if (given_next != nullptr) {
+    next_groups = *given_next;
+    next_groups->groups = request.groups;
+    for (GroupRegion& r : next_groups->groups)
+      if (r.group == 0) r.sample = given_next->sample;
+  }
+  const ProduceRequest* next = next_groups ? &*next_groups : nullptr;
   BatchRecord record;
   bool filling = false;
   BC_ASSIGN_OR_RETURN(std::optional<shm::SlotWrite> acquired,
@@ -267,7 +310,7 @@ Result<std::optional<uint64_t>> SlotWriter::Produce(BatchSource& source,
   const SlotContents& c = request.contents;
   if (!filling && !request.samples.empty())
     StartFill(source, c.epoch, request.image_size, request.samples, request.sample, w.data, 0,
-              &record);
+              &record, request.groups);
   // While this batch fills, take the next position's slot as soon as one is free.
   const bool look = next != nullptr && source.overlaps() && !request.samples.empty();
   bool started = !look;
@@ -287,6 +330,7 @@ Result<std::optional<uint64_t>> SlotWriter::Produce(BatchSource& source,
   contents.num_samples = n;
   contents.skipped = static_cast<uint32_t>(record.skipped);
   contents.layout = request.sample;
+  contents.groups = request.groups;
   BC_ASSIGN_OR_RETURN(uint64_t receivers, Publish(w, contents, only, record));
   stats_.stream_ns = shm::MonotonicNs() - stream_start_ns_;
   stats_.source_idle_ns = source.idle_ns() - idle_at_start_ns_;
@@ -301,7 +345,9 @@ void SlotWriter::Record(const shm::SlotWrite& w, const SlotContents& c, uint32_t
   tc->Add(Counter::kBatchesProduced, 1);
   tc->Add(Counter::kSamplesProduced, c.num_samples);
   tc->Add(Counter::kSamplesSkipped, r.skipped);
-  const auto bytes = static_cast<int64_t>((c.num_samples + uint64_t(tail)) * c.layout.bytes());
+  uint64_t sample_bytes = c.groups.empty() ? c.layout.bytes() : 0;  // over the view groups
+  for (const GroupRegion& g : c.groups) sample_bytes += g.sample.bytes();
+  const auto bytes = static_cast<int64_t>((c.num_samples + uint64_t(tail)) * sample_bytes);
   tc->Add(Counter::kBytesShm, bytes);
   tc->trials().Deliver(receivers, c.num_samples, bytes, c.epoch, tc->ElapsedS());
   tc->AddTime(Timer::kRead, r.read_ns);

@@ -83,7 +83,12 @@ struct ProduceRequest {
   int image_size = 0;             // for the source (0: its default size)
   pipeline::SampleLayout sample;  // of this batch's images
   SlotContents contents;          // epoch, batch, batches/samples in epoch, scaling, lr
+  // The view groups it is made for (SlotWriter::Produce sets them from the receivers);
+  // empty: the leader's view alone.
+  std::vector<GroupRegion> groups;
 };
+
+class ViewGroups;
 
 class SlotWriter {
  public:
@@ -91,7 +96,10 @@ class SlotWriter {
   SlotWriter(shm::RingLeader* ring, const SlotLayout& layout, std::string who,
              telemetry::Collector* collector);
 
-  void SetHook(SlotHook* hook) { hook_ = hook; }
+  // The hook stages the leader's view only: with one installed, views are refused.
+  void SetHook(SlotHook* hook);
+  // The producer's view groups: Produce makes each position for its receivers' groups.
+  void SetViewGroups(ViewGroups* groups) { groups_ = groups; }
   // Stages run on each producer batch at Publish, before the tail and the descriptor (the
   // slot layout must hold their outputs: AddTensors). What a stage reads with
   // keep_input=false is not published: no images (descriptor: 0 bytes per image) or no such
@@ -161,7 +169,11 @@ class SlotWriter {
   };
   void StartFill(BatchSource& source, uint64_t epoch, int image_size,
                  std::span<const int64_t> samples, const pipeline::SampleLayout& sample,
-                 uint8_t* data, int64_t pos, BatchRecord* record);
+                 uint8_t* data, int64_t pos, BatchRecord* record,
+                 std::span<const GroupRegion> groups = {});
+  // `request` with the view groups of the receivers of position seq in `only` (none
+  // without view groups).
+  Result<ProduceRequest> WithGroups(const ProduceRequest& request, uint64_t seq, uint64_t only);
   // Completes the oldest started fill: ids, stats, skips (counted for `epoch`; a dropped
   // look-ahead fill never gets here, so its skips are not counted twice).
   Status FinishFill(BatchSource& source, uint64_t epoch, std::span<const int64_t> samples,
@@ -186,6 +198,7 @@ class SlotWriter {
   std::string who_;
   telemetry::Collector* collector_;
   SlotHook* hook_ = nullptr;
+  ViewGroups* groups_ = nullptr;
   std::vector<std::unique_ptr<BatchStage>> stages_;
   bool images_dropped_ = false;               // a stage reads them with keep_input=false
   std::vector<TensorSlot> published_tensors_;  // the layout's, less those stages drop

@@ -93,6 +93,7 @@ int main() {
   BC_FIELD(bc_consumer_config_t, start_epoch);
   BC_FIELD(bc_consumer_config_t, start_batch);
   BC_FIELD(bc_consumer_config_t, start_run_epoch);
+  BC_FIELD(bc_consumer_config_t, view);
   End();
   BC_STRUCT(bc_batch_info_t);
   BC_FIELD(bc_batch_info_t, struct_size);

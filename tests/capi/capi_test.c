@@ -300,6 +300,47 @@ static void TestMovedResume(const char* dataset, int samples) {
   }
 }
 
+/* A consumer's own view (bc_consumer_config_t.view): its group's images, every sample once;
+ * refused with the cause by a leader that serves its own view only, and when too long. */
+static void TestView(const char* dataset, int samples) {
+  bc_leader_t leader = StartLeader(dataset, "--views-max 2");
+  if (leader == NULL) return;
+  bc_consumer_config_t cfg;
+  bc_consumer_config_init(&cfg);
+  cfg.address = bc_leader_address(leader);
+  cfg.options = "--epochs 1 --batch-size 8 --buffer-depth 2";
+  cfg.view = "view(size=8,crop=center)";
+  bc_consumer_t c = NULL;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  if (c == NULL) return;
+  bc_batch_t b;
+  bc_batch_info_t info;
+  bc_batch_info_init(&info);
+  int64_t got = 0;
+  while (bc_consumer_next(c, &b, &info) == BC_SUCCESS) {
+    EXPECT(info.images.ndim == 4 && info.images.shape[1] == 3 && info.images.shape[2] == 8 &&
+           info.images.shape[3] == 8 && info.image_size == 8);
+    EXPECT(info.images.nbytes == (uint64_t)info.size * 3 * 8 * 8);
+    got += info.size - info.repeats;
+    bc_batch_release(b);
+  }
+  EXPECT(got == samples);
+  Finish(c, leader);
+
+  leader = StartLeader(dataset, "");
+  if (leader == NULL) return;
+  cfg.address = bc_leader_address(leader);
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_FAILED_PRECONDITION);
+  EXPECT_ERROR_HAS("views_max=1");
+  static char longer[400];
+  memset(longer, ' ', sizeof(longer) - 1);
+  memcpy(longer, "view(size=8)", 12);
+  cfg.view = longer;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("at most 255 fit a join");
+  EXPECT_STATUS(bc_leader_destroy(leader), BC_SUCCESS);
+}
+
 /* `capi_test --named ADDRESS SAMPLES` (tests/python/test_named_tensors.py): consumes a
  * Python Producer's dict batches, whose tensor "tok" holds int64 [4] = id * 4 + k and "emb"
  * float32 [2] = (id, -id) for sample id, and checks every sample by name through DLPack. */
@@ -486,6 +527,7 @@ int main(int argc, char** argv) {
   TestStream(argv[1], atoi(argv[2]));
   TestResume(argv[1], atoi(argv[2]));
   TestMovedResume(argv[1], atoi(argv[2]));
+  TestView(argv[1], atoi(argv[2]));
   TestTelemetryOutputs(argv[1]);
   if (failures == 0) printf("capi_test: PASS\n");
   return failures == 0 ? 0 : 1;

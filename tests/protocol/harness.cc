@@ -218,7 +218,8 @@ bool Engine::StartLeader(bool expect_refused, std::string* out_line) {
       "hb=" + std::to_string(p.heartbeat_ms), "epochs=" + std::to_string(p.epochs),
       "expect=" + std::to_string(p.expect), "seed=" + std::to_string(p.seed),
       "window=" + std::to_string(p.late_join_window),
-      "end_when_empty=" + std::to_string(p.end_when_empty ? 1 : 0)};
+      "end_when_empty=" + std::to_string(p.end_when_empty ? 1 : 0),
+      "views_max=" + std::to_string(p.views_max)};
   if (p.kind == ProducerKind::kMultinode) {
     const char* mpirun = std::getenv("BC_PROTOCOL_MPIRUN");
     std::vector<std::string> mpi = {mpirun ? mpirun : "/usr/bin/mpirun", "-n", "1",
@@ -316,7 +317,7 @@ void Engine::StartConsumer(int i) {
       "seed=" + std::to_string(c.seed), "offset=" + std::to_string(c.offset ? 1 : 0),
       "shuffle=" + std::to_string(c.shuffle ? 1 : 0), "hold=" + std::to_string(c.hold),
       "tail=" + c.tail, "name=" + (c.name.empty() ? "c" + std::to_string(i) : c.name),
-      "script=" + c.script};
+      "view=" + std::to_string(c.view), "script=" + c.script};
   r.err_path = dir_ + "/c" + std::to_string(i) + ".err";
   r.cmd = Join(args);
   Spawned sp = Spawn(args, true, r.err_path);

@@ -44,6 +44,7 @@ struct ConsumerPlan {
   int late_after = -1;             // started when consumer late_after says "sync late"
                                    // (-2: started by the scenario's own hooks)
   int64_t hb_ms = 0;               // 0: the leader's
+  int view = 0;                    // the size of its view (0: the leader's; needs views_max)
 };
 
 struct Scenario {

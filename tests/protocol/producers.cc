@@ -29,10 +29,13 @@ Options BaseOptions(const ProducerSpec& s) {
   o.buffer_depth = s.buffer_depth;
   o.heartbeat_ms = s.heartbeat_ms;
   o.late_join_window = s.late_join_window;
+  o.views_max = s.views_max;
   return o;
 }
 
 std::unique_ptr<producer::BatchSource> Source(const ProducerSpec& s) {
+  if (s.views_max > 1)
+    return std::make_unique<node::ViewedSource>(s.samples, kImageSide, kChannels);
   return std::make_unique<node::SyntheticSource>(s.samples, kImageSide, kChannels);
 }
 

@@ -33,6 +33,7 @@ struct ProducerSpec {
   uint64_t seed = 7;
   double late_join_window = 0.02;
   bool end_when_empty = true;      // leader / external: end once every consumer has left
+  int views_max = 1;               // leader / service: view groups served (content.h ViewPixel)
 };
 
 // One running producer, as its front door runs it (a leader: the MPI runtime, the Python

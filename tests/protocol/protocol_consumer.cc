@@ -88,7 +88,8 @@ struct Digest {
   int64_t bad = 0;
 };
 
-Digest Examine(const Held& h, int64_t samples) {
+// view: the size of this consumer's view (0: the leader's, content.h).
+Digest Examine(const Held& h, int64_t samples, int view) {
   Digest d;
   const auto* img = static_cast<const uint8_t*>(h.images.data);
   const auto* labels = static_cast<const int64_t*>(h.labels.data);
@@ -100,8 +101,10 @@ Digest Examine(const Held& h, int64_t samples) {
   d.checksum = Fnv(ids, size_t(n) * sizeof(int64_t), d.checksum);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = ids[i];
-    bool ok = id >= 0 && id < samples && labels[i] == Label(id) && sb == kSampleBytes;
-    for (size_t k = 0; ok && k < sb; ++k) ok = img[size_t(i) * sb + k] == Pixel(id, k);
+    const size_t want = view == 0 ? kSampleBytes : size_t(kChannels) * view * view;
+    bool ok = id >= 0 && id < samples && labels[i] == Label(id) && sb == want;
+    for (size_t k = 0; ok && k < sb; ++k)
+      ok = img[size_t(i) * sb + k] == (view == 0 ? Pixel(id, k) : node::SizedPixel(id, view, k));
     if (!ok) ++d.bad;
   }
   return d;
@@ -126,6 +129,8 @@ class Runner {
     // is gone must fail at once, as the model expects (no connect_timeout wait).
     o.connect_timeout = 0;
     samples_ = Num("samples", 0);
+    view_ = static_cast<int>(Num("view", 0));
+    if (view_ > 0) o.view = "view(size=" + std::to_string(view_) + ")";
     hold_ = std::max<int64_t>(1, Num("hold", 1));
     auto c = Consumer::Attach(address, o, static_cast<int>(Num("rank", -1)),
                               kv_.count("name") ? kv_["name"] : "");
@@ -190,7 +195,7 @@ class Runner {
     h.ids = h.batch.sample_ids();
     h.size = h.batch.size();
     const BatchInfo& info = h.batch.info();
-    Digest d = Examine(h, samples_);
+    Digest d = Examine(h, samples_, view_);
     std::ostringstream line;
     line << "recv " << h.tag << ' ' << info.epoch << ' ' << info.index << ' ' << info.producer_seq
          << ' ' << h.batch.size() << ' ' << info.repeats << ' ' << (info.last_in_epoch ? 1 : 0)
@@ -205,7 +210,7 @@ class Runner {
     if (from == nullptr) from = &held_;
     Held h = std::move((*from)[i]);
     from->erase(from->begin() + static_cast<long>(i));
-    Digest d = Examine(h, samples_);
+    Digest d = Examine(h, samples_, view_);
     h.batch.Release();
     h.keep.reset();
     Say("rel " + std::to_string(h.tag) + " " + std::to_string(d.checksum) + " " +
@@ -305,6 +310,7 @@ class Runner {
   std::vector<Held> pinned_;  // "k": kept until the end, besides the held ones
   int next_tag_ = 0;
   int64_t samples_ = 0, hold_ = 1;
+  int view_ = 0;  // the size of its view (0: the leader's)
   int64_t stats_epochs_ = -1, stats_repeats_ = -1;
 };
 

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   if (!ParseProducer(kv["producer"], &s.kind) || kv["socket"].empty()) {
     std::fprintf(stderr, "usage: protocol_leader producer=leader|service|external|multinode "
                          "socket=NAME [samples= p= max_b= slots= depth= hb= epochs= expect= "
-                         "seed= window= end_when_empty=]\n");
+                         "seed= window= end_when_empty= views_max=]\n");
     return 2;
   }
   s.socket = kv["socket"];
@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   s.seed = static_cast<uint64_t>(num("seed", int64_t(s.seed)));
   if (kv.count("window")) s.late_join_window = std::atof(kv["window"].c_str());
   s.end_when_empty = num("end_when_empty", 1) != 0;
+  s.views_max = static_cast<int>(num("views_max", s.views_max));
 
   const bool mpi = s.kind == ProducerKind::kMultinode;
   if (mpi) {

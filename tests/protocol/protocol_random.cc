@@ -5,8 +5,9 @@
 // epochs, holds and release orders, early detaches (with live batches), kept last
 // batches, late joiners, a consumer or the leader SIGSTOPped past the heartbeat then
 // SIGCONTed, a SIGKILLed consumer, a consumer writing into a batch, an impostor listening
-// first — run by the engine (harness.h) and checked against the reference model
-// (model.cc). A failing seed prints the command that replays it.
+// first, consumers of several view groups (each checking its group's bytes) — run by the
+// engine (harness.h) and checked against the reference model (model.cc). A failing seed
+// prints the command that replays it.
 //   protocol_random --producer leader|service|external|multinode|all [--seeds K]
 //                   [--first S] [--seed S] [--keep-going] [--deadline-ms MS] [--tame] [-v]
 // --tame: only what the code before the fix supports (validates the harness itself).
@@ -132,6 +133,16 @@ Scenario Generate(ProducerKind kind, uint64_t seed, bool tame, Chaos* chaos_out)
   // may run a whole ring ahead of the parked trigger (many epochs when an epoch is one
   // producer batch), so the stream has room to spare (it ends once everyone has left).
   if (late > 0) epochs = 2 * epochs + 12;
+  // Views (a leader or service): consumers in up to three groups beside the leader's view,
+  // each checking its group's bytes; late joiners may bring a view nobody has yet. Drawn
+  // from a stream of their own, so that every seed's schedule is the one it was before views.
+  Rng view_rng(seed * 0xD1B54A32D192ED03ULL + static_cast<uint64_t>(kind) + 7);
+  if ((kind == ProducerKind::kLeader || kind == ProducerKind::kService) && !tame &&
+      view_rng.Coin(0.5)) {
+    p.views_max = 4;
+    const int sizes[] = {0, 0, 2, 3, 5};
+    for (ConsumerPlan& c : s.consumers) c.view = sizes[view_rng.Int(0, 4)];
+  }
   // The service runs epochs until stopped, like `batchcast serve` (the driver stops it).
   p.epochs = kind == ProducerKind::kService ? 0 : epochs;
   p.expect = initial;
@@ -217,7 +228,8 @@ std::string Describe(const Scenario& s, Chaos chaos) {
                   " epochs=" + std::to_string(p.epochs) + " chaos=" + ChaosName(chaos) + " consumers:";
   for (const auto& c : s.consumers)
     d += " [b=" + std::to_string(c.b) + " d=" + std::to_string(c.depth) + " e=" +
-         std::to_string(c.epochs) + " h=" + std::to_string(c.hold) + " " + ExpectName(c.expect) +
+         std::to_string(c.epochs) + " h=" + std::to_string(c.hold) +
+         (c.view > 0 ? " view=" + std::to_string(c.view) : "") + " " + ExpectName(c.expect) +
          (c.late_after >= 0 ? " late" : "") + " tail=" + c.tail + " '" + c.script + "']";
   return d;
 }

@@ -117,6 +117,10 @@ typedef struct bc_consumer_config {
   int32_t start_run_epoch; /* resume: the consumer's own epoch there (bc_position_t.run_epoch
                               of the interrupted run); -1 (bc_consumer_config_init): the
                               options' (default: start_epoch) */
+  const char* view;      /* this consumer's own view, a spec over the leader's view such as
+                            "view(size=160,flip=0)" (docs/pipeline.md, Views); NULL: the
+                            options' view (default: the leader's own). The leader needs
+                            views_max > 1 */
 } bc_consumer_config_t;
 
 static inline void bc_consumer_config_init(bc_consumer_config_t* config) {

@@ -109,6 +109,15 @@ struct BATCHCAST_API Options {
   // alone; later joiners start at the next epoch, or at once with join_mid_epoch.
   double late_join_window = 0.02;
   bool join_mid_epoch = false;
+  // Views (docs/pipeline.md "Views through the Producer"). A consumer's own view of the
+  // leader's samples, a spec over the leader's view such as "view(size=160,flip=0)" (""
+  // = the leader's own): consumers with equal views form a group, and the leader decodes
+  // each sample once for every group. The leader serves up to views_max groups (its own
+  // included; 1 = its own only) in view_bytes of image room per slot beyond its own images
+  // (0 = room for views_max - 1 more groups of its own image size).
+  std::string view;
+  int views_max = 1;
+  int64_t view_bytes = 0;
 };
 
 // Resolves defaults < config file < BATCHCAST_* environment < flags. `flags` are

@@ -20,8 +20,10 @@ constexpr uint32_t kControlMagic = 0x42434331;  // "BCC1"
 // 2: two segments, drain, member messages carry a position. 3: a join carries the consumer's
 // resume point (a service replays what its stream has passed); the join reply names the
 // leader's features; the status reply counts resume replays. 4: a join may carry the consumer
-// flag kLoopHoldsBatch (the pool reserves the batch a Python `for` loop holds).
-constexpr uint32_t kProtocolVersion = 4;
+// flag kLoopHoldsBatch (the pool reserves the batch a Python `for` loop holds). 5: a join
+// carries the consumer's view spec; the join reply names its view group (docs/pipeline.md
+// "Views through the Producer").
+constexpr uint32_t kProtocolVersion = 5;
 // The header every message starts with (magic, version, type): a peer of another protocol
 // version is recognised by it, whatever the size of the rest.
 constexpr size_t kMessageHeaderBytes = 3 * sizeof(uint32_t);
@@ -34,6 +36,9 @@ enum class MessageType : uint32_t {
   kStatusReply = 5,
   kDrain = 6,        // the member is done: stop addressing it; it keeps what it holds
 };
+
+// Room for a view spec in a join (NUL included).
+constexpr uint32_t kViewSpecBytes = 256;
 
 struct JoinRequest {
   uint32_t magic;
@@ -54,6 +59,9 @@ struct JoinRequest {
   uint32_t reserved;
   uint64_t resume_epoch;
   uint64_t resume_sample;
+  // The consumer's view (Options::view): spec text "view(size=160,...)" over the leader's
+  // view, NUL-terminated; empty = the leader's own view (group 0). The leader parses it.
+  char view[kViewSpecBytes];
 };
 
 // JoinReply::features: what the leader does beyond the protocol's minimum.
@@ -71,7 +79,12 @@ struct JoinReply {
   uint64_t generation;
   uint64_t segment_bytes;  // the stream segment
   uint64_t control_bytes;  // the control segment
-  char message[256];
+  // The consumer's view group (SlotDesc::groups; 0: the leader's view) and its view key
+  // (SlotDesc GroupDesc::view_key); on success `message` holds the view's canonical spec.
+  uint32_t group;
+  uint32_t reserved;
+  uint64_t view_key;
+  char message[512];
 };
 
 // What a joined member sends: kLeave (it is gone: free everything it holds) or kDrain

@@ -56,6 +56,11 @@ Status RingConsumer::Join(const std::string& socket_name) {
   req.flags = config_.flags;
   req.order_seed = config_.order_seed;
   std::snprintf(req.name, sizeof(req.name), "%s", config_.name.c_str());
+  if (config_.view.size() >= sizeof(req.view))
+    return InvalidArgumentError("option 'view': the spec '{}' has {} characters, at most {} fit "
+                                "a join; leave out the keys that keep the leader's values",
+                                config_.view, config_.view.size(), sizeof(req.view) - 1);
+  std::memcpy(req.view, config_.view.data(), config_.view.size());
   if (config_.resumes) {
     req.resumes = 1;
     req.resume_epoch = config_.resume_epoch;
@@ -100,6 +105,13 @@ Status RingConsumer::Join(const std::string& socket_name) {
   id_ = reply.consumer_id;
   generation_ = reply.generation;
   leader_features_ = reply.features;
+  group_ = reply.group;
+  view_key_ = reply.view_key;
+  reply.message[sizeof(reply.message) - 1] = '\0';
+  view_spec_ = group_ != 0 ? std::string(reply.message) : std::string();
+  if (group_ >= kMaxViewGroups)
+    return CorruptDataError("joining {}: the leader assigned view group {} (at most {})",
+                            DisplayAddress(socket_name), group_, kMaxViewGroups - 1);
   if (id_ >= kMaxConsumers) return CorruptDataError("leader assigned consumer id {}", id_);
   entry_ = &view_.control->consumers[id_];
   heartbeat_ms_ = view_.stream->heartbeat_ms > 0 ? view_.stream->heartbeat_ms : config_.heartbeat_ms;
@@ -267,7 +279,16 @@ Result<AcquiredBatch> RingConsumer::Acquire(int64_t* waited_ns) {
     if (!r.ok() || *r != nullptr) {
       if (waited_ns) *waited_ns = total_wait;
       if (!r.ok()) return r.status();
-      return AcquiredBatch{seq, slot, *r, view_.data(slot)};
+      const SlotDesc* desc = *r;
+      if (group_ != 0) {
+        auto own = GroupDescOf(slot, *desc);
+        if (!own.ok()) {
+          Release(AcquiredBatch{seq, slot, desc, view_.data(slot)});
+          return own.status();
+        }
+        desc = *own;
+      }
+      return AcquiredBatch{seq, slot, desc, view_.data(slot)};
     }
     MoveTo(seq + 1);  // a targeted publish for other consumers: not ours, skip it
   }
@@ -336,6 +357,33 @@ Result<const SlotDesc*> RingConsumer::AcquireAt(uint64_t seq, uint32_t* slot, in
   }
   *slot = s;
   return &view_.slot(s).desc;
+}
+
+Result<const SlotDesc*> RingConsumer::GroupDescOf(uint32_t s, const SlotDesc& shared) {
+  const GroupDesc g = shared.groups[group_];  // a copy: the leader's memory is read once
+  const uint64_t positions = uint64_t(shared.num_samples) + shared.tail;
+  const uint64_t slot_bytes = view_.geo.slot_bytes;
+  if ((shared.group_mask & (1u << group_)) == 0 || g.view_key != view_key_)
+    return InternalError("consumer {}: position {} was published to this consumer without its "
+                         "view group {} (a leader bug)", id_, shared.seq, group_);
+  if (g.sample_bytes == 0 || g.images_offset > slot_bytes ||
+      positions > (slot_bytes - g.images_offset) / g.sample_bytes)
+    return CorruptDataError("consumer {}: position {}: view group {} has {} positions of {} "
+                            "bytes at {}, beyond the slot of {} bytes", id_, shared.seq, group_,
+                            positions, g.sample_bytes, g.images_offset, slot_bytes);
+  if (group_descs_.size() < view_.geo.max_slots) group_descs_.resize(view_.geo.max_slots);
+  auto& own = group_descs_[s];
+  if (own == nullptr) own = std::make_unique<SlotDesc>();
+  *own = shared;
+  own->images_offset = g.images_offset;
+  own->sample_bytes = g.sample_bytes;
+  own->dtype = g.dtype;
+  own->layout = g.layout;
+  own->channels = g.channels;
+  own->height = g.height;
+  own->width = g.width;
+  own->image_size = g.image_size;
+  return own.get();
 }
 
 void RingConsumer::Release(const AcquiredBatch& batch) {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "batchcast/status.h"
 #include "transport/shm/segment.h"
@@ -35,6 +36,8 @@ struct ConsumerConfig {
   // global order in epoch resume_epoch.
   bool resumes = false;
   uint64_t resume_epoch = 0, resume_sample = 0;
+  // The view it asks for (JoinRequest::view): "" = the leader's own.
+  std::string view;
 };
 
 // One producer batch a consumer acquired: valid until Release(slot).
@@ -84,6 +87,10 @@ class RingConsumer {
   const ConsumerConfig& config() const { return config_; }
   // LeaderFeature bits of the leader (control.h), from its join reply.
   uint32_t leader_features() const { return leader_features_; }
+  // Its view group (0: the leader's view), the group's key and canonical view spec (from
+  // the join reply; "" for the leader's view).
+  uint32_t group() const { return group_; }
+  const std::string& view_spec() const { return view_spec_; }
   // The leader's heartbeat period, which this consumer follows.
   int64_t heartbeat_ms() const { return heartbeat_ms_; }
   void RecordBatch();  // bookkeeping shown by the leader (batches taken)
@@ -100,6 +107,10 @@ class RingConsumer {
   // process's page tables (MADV_POPULATE_READ); called while idle, before waiting.
   void MapPreparedSlots();
   void HeartbeatLoop();
+  // A group g > 0: a private copy of slot s's descriptor with group g's image geometry in
+  // place of the leader view's (valid while the slot is held). Fails when the slot does not
+  // hold the group (a leader bug) or its region does not fit the slot.
+  Result<const SlotDesc*> GroupDescOf(uint32_t s, const SlotDesc& shared);
   void MoveTo(uint64_t position);
 
   ConsumerConfig config_;
@@ -111,6 +122,10 @@ class RingConsumer {
   uint32_t id_ = 0;
   uint64_t generation_ = 0;
   uint32_t leader_features_ = 0;
+  uint32_t group_ = 0;
+  uint64_t view_key_ = 0;
+  std::string view_spec_;
+  std::vector<std::unique_ptr<SlotDesc>> group_descs_;  // slot -> GroupDescOf's copy
   uint64_t position_ = 0;
   uint32_t mapped_slots_ = 0;  // data slots [0, mapped_slots_) are in our page tables
   int64_t heartbeat_ms_ = 10000;

@@ -217,6 +217,29 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
     return refuse(InvalidArgumentError("unknown consumer flags 0x{:x}", req.flags));
   if (req.resumes > 1)
     return refuse(InvalidArgumentError("join field 'resumes' is {} (0 or 1)", req.resumes));
+  if (strnlen(req.view, sizeof(req.view)) == sizeof(req.view))
+    return refuse(InvalidArgumentError("join field 'view' is not NUL-terminated"));
+  const std::string spec(req.view);
+  ViewGroupAnswer group;
+  const ViewAdmitter& admitter = config_.view_admitter;
+  uint32_t in_use = 0;  // the groups of the members (this thread alone adds or frees them)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint32_t i = 0; i < kMaxConsumers; ++i)
+      if (view_.control->consumers[i].state.load() != static_cast<uint32_t>(MemberState::kFree))
+        in_use |= 1u << group_[i];
+  }
+  if (!spec.empty() && !admitter)
+    return refuse(InvalidArgumentError(
+        "view '{}': this leader makes its own view only (its producer serves no view groups); "
+        "attach without a view", spec));
+  if (admitter) {
+    auto answer = admitter(spec, in_use);
+    if (!answer.ok()) return refuse(answer.status());
+    group = std::move(answer).value();
+    if (group.group >= kMaxViewGroups)
+      return refuse(InternalError("view group {} is out of range (a producer bug)", group.group));
+  }
 
   int id = -1;
   uint64_t generation = 0;
@@ -242,6 +265,7 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
       std::memset(e.name, 0, sizeof(e.name));
       std::memcpy(e.name, req.name, strnlen(req.name, sizeof(req.name) - 1));
       resume_[i] = ResumePoint{req.resumes == 1, req.resume_epoch, req.resume_sample};
+      group_[i] = group.group;
       e.state.store(static_cast<uint32_t>(MemberState::kJoining));
       id = static_cast<int>(i);
       generation = e.generation;
@@ -266,6 +290,9 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
   r.generation = generation;
   r.segment_bytes = geo_.stream_bytes;
   r.control_bytes = geo_.control_bytes;
+  r.group = group.group;
+  r.view_key = group.view_key;
+  std::snprintf(r.message, sizeof(r.message), "%s", group.canonical.c_str());
   Status st = SendMessage(fd, &r, sizeof(r), stream_fd_, control_fd_);
   if (!st.ok()) {
     BC_LOG(Warn, Shm, "ring: join reply to pid {} failed: {}", req.pid, st.message());

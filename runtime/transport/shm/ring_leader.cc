@@ -200,6 +200,7 @@ MemberInfo RingLeader::InfoLocked(uint32_t id) const {
   m.resumes = resume_[id].resumes;
   m.resume_epoch = resume_[id].epoch;
   m.resume_sample = resume_[id].sample;
+  m.group = group_[id];
   m.name = std::string(e.name, strnlen(e.name, sizeof(e.name)));
   return m;
 }

@@ -34,6 +34,17 @@ namespace batchcast::shm {
 inline constexpr const char* kLeaderBatchAdvice =
     "start the leader with a larger largest consumer batch, or ask for a smaller batch_size";
 
+// A joiner's view (JoinRequest::view, "" = the leader's): its view group, or the refusal
+// (sent to the joiner as it is). Called on the control thread, without the ring's lock;
+// `in_use` has bit g set for every group a member of any state still belongs to.
+struct ViewGroupAnswer {
+  uint32_t group = 0;
+  uint64_t view_key = 0;
+  std::string canonical;  // the view's canonical spec (shown to the consumer)
+};
+using ViewAdmitter =
+    std::function<Result<ViewGroupAnswer>(const std::string& spec, uint32_t in_use)>;
+
 struct RingConfig {
   // Prefetch window: the leader publishes at most num_slots positions ahead of the slowest
   // active consumer. The slot pool is larger: it also holds what members keep.
@@ -61,6 +72,9 @@ struct RingConfig {
   // The producer replays the rest of an epoch to a joiner resuming behind the stream
   // (a producer::Producer whose feed can make any position again): told to consumers in the join reply (kLeaderReplaysResume).
   bool replays_resume = false;
+  // Resolves joiners' views to groups (producer::ViewGroups). Unset: a join with a view is
+  // refused (this leader makes its own view only).
+  ViewAdmitter view_admitter;
 };
 
 struct MemberInfo {
@@ -77,6 +91,7 @@ struct MemberInfo {
   // resume_epoch's global order. Kept by the leader, not in the writable control segment.
   bool resumes = false;
   uint64_t resume_epoch = 0, resume_sample = 0;
+  uint32_t group = 0;  // its view group (0: the leader's view; ViewAdmitter)
   std::string name;
   std::string Describe() const;  // "consumer 3 (rank 2, pid 1234, 'trial-a')"
 };
@@ -254,6 +269,7 @@ class RingLeader {
     uint64_t epoch = 0, sample = 0;
   };
   ResumePoint resume_[64];                  // member id -> its join's resume point (mu_)
+  uint32_t group_[64] = {};                 // member id -> its view group (mu_)
   std::atomic<bool> stop_{false};
   std::thread control_thread_;
 };

@@ -33,8 +33,9 @@ constexpr uint64_t kSegmentMagic = 0x5453414348544142ULL;  // "BATCHAST"
 constexpr uint64_t kControlSegmentMagic = 0x4c52544354414242ULL;
 // 2: SlotDesc gained the resizing fields; 3: the header names the resize schedule;
 // 4: stream/control split, slot pool with a position table, leader heartbeat;
-// 5: SlotDesc holds a table of further named tensors (TensorDesc).
-constexpr uint32_t kSegmentVersion = 5;
+// 5: SlotDesc holds a table of further named tensors (TensorDesc); 6: and a table of view
+// groups' image regions (GroupDesc).
+constexpr uint32_t kSegmentVersion = 6;
 constexpr uint32_t kMaxConsumers = 64;  // one bit each in a slot's pending mask
 constexpr uint32_t kPositionTable = 4096;  // positions a reader may trail `published` by
 constexpr uint64_t kNoSeq = ~0ULL;
@@ -96,6 +97,20 @@ struct TensorDesc {
   uint64_t offset;
 };
 
+// View groups (docs/pipeline.md "Views through the Producer"): consumers with equal views
+// form a group; the slot holds each group's images in a region of its own. Group 0 is the
+// leader's view, at images_offset with the descriptor's own geometry; a consumer of group g
+// reads groups[g] instead (present when bit g of group_mask is set, with its view key).
+constexpr uint32_t kMaxViewGroups = 16;
+struct GroupDesc {
+  uint64_t view_key;       // the group's view (core::ViewKey); joins name it
+  uint64_t images_offset;  // within the slot's data
+  uint64_t sample_bytes;   // bytes of one image
+  uint32_t dtype, layout;  // pipeline::DType, pipeline::Layout
+  int32_t channels, height, width;
+  int32_t image_size;
+};
+
 // What a consumer needs to view one producer batch in place. Written by the leader
 // before it publishes the slot; read-only for consumers.
 struct SlotDesc {
@@ -131,6 +146,9 @@ struct SlotDesc {
   uint32_t repeats;            // the last `repeats` of [0, n) repeat samples another consumer
                                // received (a shard tail cut by the leader): reported repeats
   TensorDesc tensors[kMaxTensors];
+  uint32_t group_mask;         // bit g: groups[g] is filled in this slot (0: group 0 only)
+  uint32_t reserved_groups;
+  GroupDesc groups[kMaxViewGroups];
 };
 
 // --- the stream segment (leader writes, consumers read) ---

@@ -46,13 +46,18 @@ class SyntheticSource : public producer::BatchSource {
     fills_ += 1;
     return Status::Ok();
   }
+  // req.samples and req.groups may go away once Start returns: kept here until Finish.
   void Start(const pipeline::BatchRequest& req) override {
-    started_.push_back({req, std::vector<int64_t>(req.samples.begin(), req.samples.end())});
-    started_.back().first.samples = started_.back().second;
+    Started& s = started_.emplace_back();
+    s.req = req;
+    s.samples.assign(req.samples.begin(), req.samples.end());
+    s.groups.assign(req.groups.begin(), req.groups.end());
+    s.req.samples = s.samples;
+    s.req.groups = s.groups;
   }
   Status Finish(pipeline::BatchResult* result) override {
     if (started_.empty()) return FailedPreconditionError("synthetic source: nothing started");
-    Status st = Fill(started_.front().first, result);
+    Status st = Fill(started_.front().req, result);
     started_.pop_front();
     return st;
   }
@@ -63,7 +68,12 @@ class SyntheticSource : public producer::BatchSource {
   int64_t n_;
   pipeline::SampleLayout layout_;
   int fills_ = 0;
-  std::deque<std::pair<pipeline::BatchRequest, std::vector<int64_t>>> started_;
+  struct Started {
+    pipeline::BatchRequest req;
+    std::vector<int64_t> samples;
+    std::vector<pipeline::GroupTarget> groups;
+  };
+  std::deque<Started> started_;
 };
 
 // Pixels that are a function of (sample, image size): a SizedSource sample proves the size it
@@ -101,6 +111,54 @@ class SizedSource : public producer::BatchSource {
  private:
   int64_t n_;
   int full_, channels_;
+};
+
+// A SyntheticSource that also makes views (docs/pipeline.md "Views through the Producer"):
+// its own view is its size; a view of size s has SizedPixel(sample, s, byte) pixels, so a
+// consumer of a view can check every byte of its group's images.
+class ViewedSource : public SyntheticSource {
+ public:
+  ViewedSource(int64_t n, int size, int channels)
+      : SyntheticSource(n, size, channels), channels_(channels) {
+    own_.image_size = size;
+    own_.draw = core::kLeaderDraw;
+    sizes_.push_back(0);  // view id 0: the source's own pixels
+  }
+  const core::View* own_view() const override { return &own_; }
+  Result<pipeline::SampleLayout> CheckView(const core::View& v) const override {
+    if (v.image_size < 1 || v.image_size > 64 || v.normalize || v.crop != core::ViewCrop::kNone)
+      return InvalidArgumentError("the test source makes uint8 views of size 1..64 only");
+    pipeline::SampleLayout l;
+    l.channels = channels_;
+    l.height = l.width = v.image_size;
+    return l;
+  }
+  Result<int> AddView(const core::View& v) override {
+    BC_RETURN_IF_ERROR(CheckView(v).status());
+    sizes_.push_back(v.image_size);
+    return static_cast<int>(sizes_.size() - 1);
+  }
+  Status Fill(const pipeline::BatchRequest& req, pipeline::BatchResult* result) override {
+    if (req.groups.empty()) return SyntheticSource::Fill(req, result);
+    for (const pipeline::GroupTarget& g : req.groups) {
+      const int size = sizes_.at(size_t(g.view));
+      const size_t sb = size == 0 ? MaxLayout().bytes() : size_t(channels_) * size * size;
+      auto* out = static_cast<uint8_t*>(g.images);
+      for (size_t i = 0; i < req.samples.size(); ++i)
+        for (size_t b = 0; b < sb; ++b)
+          out[i * sb + b] = size == 0 ? SyntheticPixel(req.samples[i], b)
+                                      : SizedPixel(req.samples[i], size, b);
+    }
+    for (size_t i = 0; i < req.samples.size(); ++i) req.labels[i] = req.samples[i] % 10;
+    result->written = static_cast<int64_t>(req.samples.size());
+    result->kept.assign(req.samples.begin(), req.samples.end());
+    return Status::Ok();
+  }
+
+ private:
+  int channels_;
+  core::View own_;
+  std::vector<int> sizes_;  // view id -> size (0: the own view)
 };
 
 // A SyntheticSource that skips the samples `bad(epoch, batch_index, position)` names, as the

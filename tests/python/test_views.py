@@ -1,0 +1,79 @@
+# Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
+"""Views from Python (docs/pipeline.md, "Views through the Producer"): Consumer(view=...) on a
+Leader(views_max=...) gets its own group's tensor, zero-copy, every sample once per epoch, and
+the leader's view stays as it was; views the leader cannot serve are refused with the
+cause."""
+import threading
+
+import numpy as np
+import pytest
+
+import batchcast
+
+SAMPLES = 320
+
+
+def read_all(consumer, out):
+    """(sample id -> image bytes) and the images' shapes of one epoch."""
+    seen, shapes = {}, set()
+    for images, labels, info in consumer:
+        arr = images.numpy() if hasattr(images, "numpy") else images
+        ids = [int(x) for x in info.sample_ids]
+        for i, sid in enumerate(ids[: len(ids) - info.repeats]):
+            assert int(sid) not in seen, f"sample {sid} twice"
+            seen[int(sid)] = arr[i].tobytes()
+        shapes.add(tuple(arr.shape[1:]))
+    out.append((seen, shapes))
+
+
+def run(fmnist, views, **leader_options):
+    """One leader, one consumer per view in `views` ("" = the leader's): what each read."""
+    with batchcast.Leader(fmnist["train"], consumers=len(views), epochs=1, batch_size=32,
+                          limit_samples=SAMPLES, seed=5, **leader_options) as leader:
+        consumers = [batchcast.Consumer(leader.address, batch_size=32, epochs=1, view=v,
+                                        with_info=True) for v in views]
+        outs = [[] for _ in views]
+        threads = [threading.Thread(target=read_all, args=(c, o)) for c, o in zip(consumers, outs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert leader.wait(60)
+        return [o[0] for o in outs]
+
+
+def test_each_consumer_gets_its_views_tensor_once_per_sample(fmnist):
+    got = run(fmnist, ["", "view(size=16)", "view(size=16,normalize=1,mean=0.5,std=0.25)"],
+              views_max=3)
+    (own, own_shapes), (small, small_shapes), (norm, norm_shapes) = got
+    assert own_shapes == {(1, 28, 28)}
+    assert small_shapes == {(1, 16, 16)}
+    assert norm_shapes == {(1, 16, 16)}
+    for seen in (own, small, norm):
+        assert sorted(seen) == list(range(SAMPLES))
+    # The leader's view does not change when other groups are attached.
+    (alone, _), = run(fmnist, [""])
+    assert alone == own
+    # The normalised group is the uint8 group's pixels, normalised (within the rounding of
+    # the uint8 output: half a level).
+    for sid in (0, 7, SAMPLES - 1):
+        u8 = np.frombuffer(small[sid], dtype=np.uint8).astype(np.float64)
+        f32 = np.frombuffer(norm[sid], dtype=np.float32).astype(np.float64)
+        assert np.allclose(f32, (u8 / 255 - 0.5) / 0.25, atol=0.5 / 255 / 0.25 + 1e-5)
+        assert f32.std() > 0  # not a blank image
+
+
+def test_views_are_refused_with_their_cause(fmnist):
+    with batchcast.Leader(fmnist["train"], consumers=0, end_when_empty=False, epochs=1,
+                          batch_size=32, limit_samples=SAMPLES) as leader:
+        with pytest.raises(batchcast.Error, match="views_max=1"):
+            batchcast.Consumer(leader.address, batch_size=32, epochs=1, view="view(size=16)")
+    with batchcast.Leader(fmnist["train"], consumers=0, end_when_empty=False, epochs=1,
+                          batch_size=32, limit_samples=SAMPLES, views_max=2) as leader:
+        with pytest.raises(batchcast.Error, match="unknown key 'szie'"):
+            batchcast.Consumer(leader.address, batch_size=32, epochs=1, view="view(szie=16)")
+    with pytest.raises(batchcast.Error, match="views_max"):
+        batchcast.Leader(fmnist["train"], epochs=1, batch_size=32, views_max=17)
+    with pytest.raises(batchcast.Error, match="per-view schedules are not wired"):
+        batchcast.Leader(fmnist["train"], epochs=2, batch_size=32, views_max=2,
+                         resize="resize(min=16,max=28,step=4)")
