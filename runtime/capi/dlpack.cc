@@ -27,7 +27,8 @@ struct ExportContext {
 // with `offsets` the row offsets of variable-length tensor `name`. `who` prefixes messages.
 Result<TensorView> NamedView(const Batch& b, const char* name, bool offsets = false,
                              const char* who = "dlpack") {
-  if (name == nullptr) return Status(StatusCode::kInvalidArgument, std::string(who) + ": name is NULL");
+  if (name == nullptr)
+    return Status(StatusCode::kInvalidArgument, std::string(who) + ": name is NULL");
   if (!b.valid())
     return Status(StatusCode::kFailedPrecondition, std::string(who) + ": the batch was released");
   TensorView v = b.tensor(name);

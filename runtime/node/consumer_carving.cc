@@ -77,8 +77,8 @@ void ViewRaggedInPlace(const shm::SlotDesc& d, const uint8_t* data, uint32_t t, 
   if (uint64_t(start) + size <= d.num_samples) {
     const auto* slot_off = reinterpret_cast<const int64_t*>(data + td.offset) + start;
     for (uint32_t i = 0; i <= size; ++i) off[i] = slot_off[i] - slot_off[0];
-    v->tensors[t] = ValuesView(td, data + td.values_offset + uint64_t(slot_off[0]) * td.sample_bytes,
-                               uint64_t(off[size]));
+    const uint8_t* first = data + td.values_offset + uint64_t(slot_off[0]) * td.sample_bytes;
+    v->tensors[t] = ValuesView(td, first, uint64_t(off[size]));
   } else {
     std::vector<uint8_t>& rows = copies->values[t];
     for (uint32_t i = 0; i < size; ++i) {

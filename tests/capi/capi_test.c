@@ -311,16 +311,22 @@ static void TestMovedResume(const char* dataset, int samples) {
   }
 }
 
+/* A consumer of the Producer at `address` with option flags `options` (NULL: failed). */
+static bc_consumer_t AttachProducer(const char* address, const char* options) {
+  bc_consumer_config_t cfg;
+  bc_consumer_config_init(&cfg);
+  cfg.address = address;
+  cfg.options = options;
+  bc_consumer_t c = NULL;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  return c;
+}
+
 /* `capi_test --named ADDRESS SAMPLES` (tests/python/test_named_tensors.py): consumes a
  * Python Producer's dict batches, whose tensor "tok" holds int64 [4] = id * 4 + k and "emb"
  * float32 [2] = (id, -id) for sample id, and checks every sample by name through DLPack. */
 static int ConsumeNamed(const char* address, int samples) {
-  bc_consumer_config_t cfg;
-  bc_consumer_config_init(&cfg);
-  cfg.address = address;
-  cfg.options = "--batch-size 5";
-  bc_consumer_t c = NULL;
-  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  bc_consumer_t c = AttachProducer(address, "--batch-size 5");
   if (c == NULL) return 1;
   bc_batch_t batch;
   bc_batch_info_t info;
@@ -361,12 +367,7 @@ static int ConsumeNamed(const char* address, int samples) {
  * id % 5 int64 rows id * 10 + r (some samples empty), beside a fixed "emb"; checks every row
  * through bc_batch_ragged and DLPack, and that misuse is refused naming the tensor. */
 static int ConsumeRagged(const char* address, int samples) {
-  bc_consumer_config_t cfg;
-  bc_consumer_config_init(&cfg);
-  cfg.address = address;
-  cfg.options = "--batch-size 7";
-  bc_consumer_t c = NULL;
-  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  bc_consumer_t c = AttachProducer(address, "--batch-size 7");
   if (c == NULL) return 1;
   bc_batch_t batch;
   bc_batch_info_t info;

@@ -47,7 +47,8 @@ class TokenSet(Dataset):
     def __getitem__(self, i):
         rows = length(i) // 2
         feats = np.stack([np.full(rows, i), np.arange(rows), -np.arange(rows)], 1)
-        return {"tokens": torch.from_numpy(tokens(i)), "feats": torch.tensor(feats, dtype=torch.float32),
+        return {"tokens": torch.from_numpy(tokens(i)),
+                "feats": torch.tensor(feats, dtype=torch.float32),
                 "emb": torch.tensor([i, -i], dtype=torch.float32), "label": i % 5, "id": i}
 
 

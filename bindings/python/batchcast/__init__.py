@@ -160,8 +160,11 @@ class SharedBatchArray(np.ndarray):
                 raise
             raise _hint(e) from None
 
-    def __array_wrap__(self, arr, context=None):
-        return arr.view(np.ndarray) if isinstance(arr, np.ndarray) else arr
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        # (numpy 2 passes return_scalar: a 0-d result of a reduction is wanted as a scalar)
+        if not isinstance(arr, np.ndarray):
+            return arr
+        return arr[()] if return_scalar and arr.ndim == 0 else arr.view(np.ndarray)
 
 
 for _name in ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",

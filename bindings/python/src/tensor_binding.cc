@@ -191,8 +191,8 @@ py::object NamedTensorCopies(const Batch& b, std::vector<std::pair<void*, Tensor
     const TensorView v = b.tensor(name), off = b.offsets(name);
     const core::DTypeInfo* info = core::DTypeInfoOf(static_cast<uint32_t>(v.dtype));
     const char* dtype = info ? info->name : "uint8";
-    out[py::str(name)] = off.data != nullptr ? py::make_tuple(copy(v), dtype, copy(off))
-                                             : py::make_tuple(copy(v), dtype);
+    if (off.data == nullptr) out[py::str(name)] = py::make_tuple(copy(v), dtype);
+    else out[py::str(name)] = py::make_tuple(copy(v), dtype, copy(off));
   }
   return out;
 }

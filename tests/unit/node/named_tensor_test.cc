@@ -85,20 +85,14 @@ int64_t BadElements(const Batch& b, bool images) {
 }
 
 void ConsumeNamed(Consumer* c, bool images, NamedSeen* s) {
-  Batch b;
-  for (;;) {
-    Status st = c->Next(&b);
-    if (!st.ok()) {
-      if (st.code() != StatusCode::kEndOfStream) s->status = st;
-      return;
-    }
+  s->status = ForEachBatch(c, [&](const Batch& b) {
     EXPECT_EQ(b.num_tensors(), 3);
     EXPECT_STREQ(b.tensor_name(1), "tok");
     EXPECT_EQ(b.tensor_name(3), nullptr);
     s->bad += BadElements(b, images);
     for (int64_t i = 0; i < b.size(); ++i) s->ids[b.info().epoch].insert(b.sample_ids()[i]);
     s->batches += 1;
-  }
+  });
 }
 
 // Random epoch sizes, producer batches, consumer batch sizes and carvings; the producer
@@ -116,14 +110,7 @@ TEST(NamedTensorTest, EveryCarveKeepsTheTensorsOfASampleTogether) {
                                     << " producer batch " << p << " max_b " << max_b
                                     << " images " << images);
     // The iterable: every epoch a random order of ids, in batches of p (the last partial).
-    std::vector<std::vector<std::vector<int64_t>>> epoch_batches(epochs);
-    for (int e = 0; e < epochs; ++e) {
-      std::vector<int64_t> order(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) order[i] = 1000 * e + i;
-      for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng.Below(uint64_t(i) + 1)]);
-      for (int64_t at = 0; at < n; at += p)
-        epoch_batches[e].emplace_back(order.begin() + at, order.begin() + std::min(n, at + p));
-    }
+    const auto epoch_batches = RandomEpochBatches(rng, n, p, epochs);
     producer::ExternalFeedConfig feed;
     if (images) feed.layout.channels = 1, feed.layout.height = 2, feed.layout.width = 3;
     feed.tensors = Specs();
@@ -152,11 +139,7 @@ TEST(NamedTensorTest, EveryCarveKeepsTheTensorsOfASampleTogether) {
       Options co;
       co.epochs = epochs;
       co.batch_size = i == 0 ? int(max_b) : 1 + int(rng.Below(max_b));
-      const int mode = int(rng.Below(5));  // exact, drop_last, pad_last, shard, carve_offset
-      co.drop_last = mode == 1;
-      co.pad_last = mode == 2;
-      if (mode == 3) co.mode = "shard", co.world_size = 2, co.rank = int(rng.Below(2));
-      co.carve_offset = mode == 4;
+      const int mode = RandomCarve(rng, 5, &co);  // exact .. carve_offset
       SCOPED_TRACE(::testing::Message() << "consumer " << i << " b " << co.batch_size << " mode "
                                       << mode);
       auto c = Consumer::Attach(pr.address(), co, i);

@@ -108,17 +108,11 @@ int64_t BadSequences(const Batch& b, int64_t* empty_samples) {
 }
 
 void ConsumeRagged(Consumer* c, RaggedSeen* s) {
-  Batch b;
-  for (;;) {
-    Status st = c->Next(&b);
-    if (!st.ok()) {
-      if (st.code() != StatusCode::kEndOfStream) s->status = st;
-      return;
-    }
+  s->status = ForEachBatch(c, [&](const Batch& b) {
     s->bad += BadSequences(b, &s->empty_samples);
     for (int64_t i = 0; i < b.size(); ++i) s->ids[b.info().epoch].insert(b.sample_ids()[i]);
     s->batches += 1;
-  }
+  });
 }
 
 // Random epoch sizes, producer batches, consumer batch sizes and carvings; random orders of
@@ -135,14 +129,7 @@ TEST(RaggedTensorTest, EveryCarveHandsOutEverySequenceWholeExactlyOnce) {
     const int epochs = 2, consumers = 1 + int(rng.Below(3));
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " round " << round << ": n " << n
                                     << " producer batch " << p << " max_b " << max_b);
-    std::vector<std::vector<std::vector<int64_t>>> epoch_batches(epochs);
-    for (int e = 0; e < epochs; ++e) {
-      std::vector<int64_t> order(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) order[i] = 1000 * e + i;
-      for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng.Below(uint64_t(i) + 1)]);
-      for (int64_t at = 0; at < n; at += p)
-        epoch_batches[e].emplace_back(order.begin() + at, order.begin() + std::min(n, at + p));
-    }
+    const auto epoch_batches = RandomEpochBatches(rng, n, p, epochs);
     producer::ExternalFeedConfig feed;
     feed.tensors = RaggedSpecs(p);
     feed.producer_batch = p;
@@ -168,13 +155,7 @@ TEST(RaggedTensorTest, EveryCarveHandsOutEverySequenceWholeExactlyOnce) {
       Options co;
       co.epochs = epochs;
       co.batch_size = i == 0 ? int(max_b) : 1 + int(rng.Below(max_b));
-      // exact, drop_last, pad_last, shard, carve_offset, carve_shuffle
-      const int mode = int(rng.Below(6));
-      co.drop_last = mode == 1;
-      co.pad_last = mode == 2;
-      if (mode == 3) co.mode = "shard", co.world_size = 2, co.rank = int(rng.Below(2));
-      co.carve_offset = mode == 4;
-      co.carve_shuffle = mode == 5;
+      const int mode = RandomCarve(rng, 6, &co);  // every carving
       auto c = Consumer::Attach(pr.address(), co, i);
       ASSERT_TRUE(c.ok()) << c.status().ToString();
       cs.push_back(std::move(c).value());
@@ -196,10 +177,10 @@ TEST(RaggedTensorTest, EveryCarveHandsOutEverySequenceWholeExactlyOnce) {
         const std::multiset<int64_t>& got = seen[i].ids[uint64_t(e)];
         const std::set<int64_t> distinct(got.begin(), got.end());
         for (int64_t id : distinct) EXPECT_TRUE(id >= 1000 * e && id < 1000 * e + n) << id;
-        if (modes[i] == 0) {  // exact: every sample exactly once
+        if (modes[i] == kModeExact) {  // every sample exactly once
           EXPECT_EQ(int64_t(got.size()), n);
           EXPECT_EQ(int64_t(distinct.size()), n);
-        } else if (modes[i] != 1 && modes[i] != 3) {  // pad_last, per-batch carving: all of them
+        } else if (modes[i] != kModeDropLast && modes[i] != kModeShard) {  // all of them
           EXPECT_EQ(int64_t(distinct.size()), n);
         }
       }
