@@ -18,7 +18,7 @@
 #include "core/random.h"
 #include "producer/feed.h"
 #include "producer/producer.h"
-#include "tests/unit/node/synthetic_source.h"
+#include "tests/unit/node/carve_rounds.h"
 
 namespace batchcast::node {
 namespace {
@@ -115,77 +115,32 @@ void ConsumeRagged(Consumer* c, RaggedSeen* s) {
   });
 }
 
-// Random epoch sizes, producer batches, consumer batch sizes and carvings; random orders of
-// ids each epoch, every epoch's last producer batch partial. Exactly once per epoch (exact
-// carving), every sample at least once (pad_last, per-producer-batch carving), none twice
-// beyond the reported repeats.
+// Random epoch sizes, producer batches, consumer batch sizes, sequence lengths (empty ones
+// included) and every carving: exact, drop_last, pad_last, shard, carve_offset, carve_shuffle
+// (a carve into the fill repeats copies its rows).
 TEST(RaggedTensorTest, EveryCarveHandsOutEverySequenceWholeExactlyOnce) {
-  const uint64_t seed = 0x7a66ed;
-  for (int round = 0; round < 14; ++round) {
-    CounterRng rng(HashCombine(seed, uint64_t(round), 1));
-    const int64_t n = 1 + int64_t(rng.Below(140));
-    const uint32_t max_b = 1 + uint32_t(rng.Below(12));
-    const int64_t p = int64_t(max_b) * (1 + int64_t(rng.Below(3))) + int64_t(rng.Below(max_b));
-    const int epochs = 2, consumers = 1 + int(rng.Below(3));
-    SCOPED_TRACE(::testing::Message() << "seed " << seed << " round " << round << ": n " << n
-                                    << " producer batch " << p << " max_b " << max_b);
-    const auto epoch_batches = RandomEpochBatches(rng, n, p, epochs);
-    producer::ExternalFeedConfig feed;
-    feed.tensors = RaggedSpecs(p);
-    feed.producer_batch = p;
-    feed.epoch_samples = n;
-    feed.max_consumer_batch = max_b;
-    producer::ProducerConfig cfg;
-    cfg.who = "producer";
-    cfg.options.epochs = epochs;
-    cfg.expected_consumers = consumers;
-    cfg.socket_name = RaggedSocket();
-    auto prod = producer::Producer::Create(
-        cfg,
-        producer::MakeExternalFeed(
-            feed, std::make_unique<ListMaker>([&](uint64_t e) { return epoch_batches[e]; },
-                                              WriteSequences)),
-        producer::MakeLocalDistribution());
-    ASSERT_TRUE(prod.ok()) << prod.status().ToString();
-    producer::Producer& pr = **prod;
-    std::vector<std::unique_ptr<Consumer>> cs;
-    std::vector<Options> cos;
-    std::vector<int> modes;
-    for (int i = 0; i < consumers; ++i) {
-      Options co;
-      co.epochs = epochs;
-      co.batch_size = i == 0 ? int(max_b) : 1 + int(rng.Below(max_b));
-      const int mode = RandomCarve(rng, 6, &co);  // every carving
-      auto c = Consumer::Attach(pr.address(), co, i);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
-      cs.push_back(std::move(c).value());
-      cos.push_back(co);
-      modes.push_back(mode);
-    }
-    std::vector<RaggedSeen> seen(static_cast<size_t>(consumers));
-    std::vector<std::thread> threads;
-    for (int i = 0; i < consumers; ++i) threads.emplace_back(ConsumeRagged, cs[i].get(), &seen[i]);
-    EXPECT_TRUE(pr.Run().ok());
-    for (auto& t : threads) t.join();
-    for (int i = 0; i < consumers; ++i) {
-      SCOPED_TRACE(::testing::Message() << "consumer " << i << " b " << cos[i].batch_size
-                                      << " mode " << modes[i]);
-      ASSERT_TRUE(seen[i].status.ok()) << seen[i].status.ToString();
-      EXPECT_EQ(seen[i].bad, 0);
-      EXPECT_GT(seen[i].batches, 0);
-      for (int e = 0; e < epochs; ++e) {
-        const std::multiset<int64_t>& got = seen[i].ids[uint64_t(e)];
-        const std::set<int64_t> distinct(got.begin(), got.end());
-        for (int64_t id : distinct) EXPECT_TRUE(id >= 1000 * e && id < 1000 * e + n) << id;
-        if (modes[i] == kModeExact) {  // every sample exactly once
-          EXPECT_EQ(int64_t(got.size()), n);
-          EXPECT_EQ(int64_t(distinct.size()), n);
-        } else if (modes[i] != kModeDropLast && modes[i] != kModeShard) {  // all of them
-          EXPECT_EQ(int64_t(distinct.size()), n);
-        }
-      }
-    }
-  }
+  CarveRounds r;
+  r.seed = 0x7a66ed;
+  r.rounds = 14;
+  r.max_samples = 140;
+  r.max_batch = 12;
+  r.modes = 6;
+  r.socket_tag = "rt";
+  std::atomic<int64_t> empty{0};  // (consumers count from their threads)
+  r.feed = [&empty](CounterRng&, int64_t p) {
+    RoundFeed f;
+    f.feed.tensors = RaggedSpecs(p);
+    f.write = WriteSequences;
+    f.bad = [&empty](const Batch& b) {
+      int64_t e = 0;
+      const int64_t bad = BadSequences(b, &e);
+      empty += e;
+      return bad;
+    };
+    return f;
+  };
+  RunCarveRounds(r);
+  EXPECT_GT(empty, 0);  // the rounds had empty sequences
 }
 
 // A consumer that joins after the first batches (the producer keeps copies of an epoch's
@@ -260,14 +215,8 @@ TEST(RaggedTensorTest, BadVariableLengthSpecsAreRefusedNamingTheTensor) {
     feed.tensors = std::move(specs);
     feed.producer_batch = 4;
     feed.max_consumer_batch = 2;
-    producer::ProducerConfig cfg;
-    cfg.who = "producer";
-    cfg.socket_name = RaggedSocket();
-    auto p = producer::Producer::Create(
-        cfg, producer::MakeExternalFeed(feed, std::make_unique<ListMaker>(nullptr, nullptr)),
-        producer::MakeLocalDistribution());
-    ASSERT_FALSE(p.ok()) << want;
-    EXPECT_NE(p.status().message().find(want), std::string::npos) << p.status().message();
+    const Status st = CreateFeedProducer(feed, "rt");
+    EXPECT_NE(st.message().find(want), std::string::npos) << want << ": " << st.ToString();
   };
   const int64_t v = shm::kVariableExtent;
   refused({{"tok", 4, {v}, 0}}, "variable-length tensor 'tok' has no room for its values");
