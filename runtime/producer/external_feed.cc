@@ -223,7 +223,8 @@ class ExternalFeed final : public Feed {
     BC_ASSIGN_OR_RETURN(std::optional<shm::SlotWrite> w, writer_->Acquire(writer_->ring().next_seq(), wait));
     if (!w) return std::optional<uint64_t>();
     const SlotLayout& layout = writer_->layout();
-    std::memcpy(w->data, kept.images.data(), kept.images.size());
+    // (a feed without images keeps none: an empty vector's data() may be null)
+    if (!kept.images.empty()) std::memcpy(w->data, kept.images.data(), kept.images.size());
     std::memcpy(layout.labels(w->data), kept.labels.data(), kept.labels.size());
     std::memcpy(layout.ids(w->data), kept.ids.data(), kept.ids.size());
     for (size_t t = 0; t < kept.tensors.size(); ++t) {
