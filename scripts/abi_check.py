@@ -20,7 +20,8 @@ import subprocess
 import sys
 
 # C structs that start with struct_size: they may grow at the end.
-GROWABLE = {"bc_consumer_config_t", "bc_batch_info_t", "bc_leader_config_t", "bc_position_t"}
+GROWABLE = {"bc_consumer_config_t", "bc_batch_info_t", "bc_leader_config_t", "bc_position_t",
+            "bc_ragged_t"}
 
 
 def soname(lib):

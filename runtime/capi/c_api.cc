@@ -25,6 +25,15 @@
 #include "node/task_telemetry.h"
 
 namespace batchcast::capi {
+
+void FillTensor(const TensorView& v, bc_tensor_t* t) {
+  t->data = v.data;
+  t->dtype = static_cast<int32_t>(v.dtype);
+  t->ndim = v.ndim;
+  for (int i = 0; i < 4; ++i) t->shape[i] = v.shape[i];
+  t->nbytes = v.nbytes;
+}
+
 namespace {
 
 Result<Options> ConsumerOptions(const bc_consumer_config_t& c) {
@@ -53,14 +62,6 @@ Result<Options> ConsumerOptions(const bc_consumer_config_t& c) {
   if (c.view != nullptr) o.view = c.view;
   BC_RETURN_IF_ERROR(ValidateOptions(o).WithContext("bc_consumer_attach"));
   return o;
-}
-
-void FillTensor(const TensorView& v, bc_tensor_t* t) {
-  t->data = v.data;
-  t->dtype = static_cast<int32_t>(v.dtype);
-  t->ndim = v.ndim;
-  for (int i = 0; i < 4; ++i) t->shape[i] = v.shape[i];
-  t->nbytes = v.nbytes;
 }
 
 bc_batch_info_t InfoOf(const Batch& b) {

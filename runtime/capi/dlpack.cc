@@ -11,6 +11,7 @@
 
 #include "batchcast/batchcast_c.h"
 #include "capi/guard.h"
+#include "capi/struct_io.h"
 #include "core/dtype.h"
 #include "capi/handles.h"
 
@@ -22,10 +23,14 @@ struct ExportContext {
   int64_t shape[4] = {0, 0, 0, 0};
 };
 
-// The view of the batch's tensor `name` ("images", "labels", "sample_ids" or a named one).
-Result<TensorView> NamedView(const Batch& b, const char* name) {
-  if (name == nullptr) return Status(StatusCode::kInvalidArgument, "dlpack: name is NULL");
-  if (!b.valid()) return Status(StatusCode::kFailedPrecondition, "dlpack: the batch was released");
+// The view of the batch's tensor `name` ("images", "labels", "sample_ids" or a named one), or
+// with `offsets` the row offsets of variable-length tensor `name`. `who` prefixes messages.
+Result<TensorView> NamedView(const Batch& b, const char* name, bool offsets = false,
+                             const char* who = "dlpack") {
+  if (name == nullptr)
+    return Status(StatusCode::kInvalidArgument, std::string(who) + ": name is NULL");
+  if (!b.valid())
+    return Status(StatusCode::kFailedPrecondition, std::string(who) + ": the batch was released");
   TensorView v = b.tensor(name);
   if (v.data == nullptr && v.nbytes == 0 && v.ndim == 0) {
     std::string have =
@@ -33,20 +38,27 @@ Result<TensorView> NamedView(const Batch& b, const char* name) {
     for (int i = 0; i < b.num_tensors(); ++i) have += std::string(", ") + b.tensor_name(i);
     if (std::string_view(name) == "images")
       return Status(StatusCode::kNotFound,
-                    "dlpack: the batch has no images: its producer does not publish them (a "
-                    "leader model stage with keep_input=false in option 'stage' reads them and "
-                    "publishes only its output; or a Producer's dict batches without images); "
-                    "it has " + have);
-    return Status(StatusCode::kNotFound,
-                  std::string("dlpack: the batch has no tensor '") + name + "'; it has " + have);
+                    std::string(who) + ": the batch has no images: its producer does not "
+                    "publish them (a leader model stage with keep_input=false in option 'stage' "
+                    "reads them and publishes only its output; or a Producer's dict batches "
+                    "without images); it has " + have);
+    return Status(StatusCode::kNotFound, std::string(who) + ": the batch has no tensor '" +
+                                             name + "'; it has " + have);
   }
-  return v;
+  if (!offsets) return v;
+  const TensorView off = b.offsets(name);
+  if (off.data == nullptr)
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(who) + ": tensor '" + name + "' has a fixed per-sample shape, no "
+                  "row offsets: take it whole with bc_batch_tensor_dlpack");
+  return off;
 }
 
-Status DescribeTensor(bc_batch_t batch, const char* name, ExportContext* ctx, DLTensor* t) {
+Status DescribeTensor(bc_batch_t batch, const char* name, ExportContext* ctx, DLTensor* t,
+                      bool offsets = false) {
   if (batch == nullptr) return Status(StatusCode::kInvalidArgument, "dlpack: batch is NULL");
   BC_ASSIGN_OR_RETURN(const auto b, LookUpBatch(batch, "dlpack"));
-  BC_ASSIGN_OR_RETURN(const TensorView v, NamedView(b->batch, name));
+  BC_ASSIGN_OR_RETURN(const TensorView v, NamedView(b->batch, name, offsets));
   ctx->keep_alive = b->batch.KeepAlive();
   for (int i = 0; i < v.ndim && i < 4; ++i) ctx->shape[i] = v.shape[i];
   t->data = v.data;
@@ -72,13 +84,14 @@ Result<const char*> KindName(bc_tensor_kind_t which) {
                     " is neither BC_TENSOR_IMAGES nor BC_TENSOR_LABELS");
 }
 
-// A DLManagedTensor over the batch's tensor `name`.
-Status ExportNamed(bc_batch_t batch, const char* name, DLManagedTensor** out) {
+// A DLManagedTensor over the batch's tensor `name` (its row offsets with `offsets`).
+Status ExportNamed(bc_batch_t batch, const char* name, DLManagedTensor** out,
+                   bool offsets = false) {
   if (out == nullptr) return Status(StatusCode::kInvalidArgument, "dlpack: out is NULL");
   *out = nullptr;
   auto ctx = std::make_unique<ExportContext>();
   auto m = std::make_unique<DLManagedTensor>();
-  BC_RETURN_IF_ERROR(DescribeTensor(batch, name, ctx.get(), &m->dl_tensor));
+  BC_RETURN_IF_ERROR(DescribeTensor(batch, name, ctx.get(), &m->dl_tensor, offsets));
   m->manager_ctx = ctx.release();
   m->deleter = [](DLManagedTensor* self) {
     delete static_cast<ExportContext*>(self->manager_ctx);
@@ -96,9 +109,12 @@ using batchcast::StatusCode;
 using batchcast::capi::DescribeTensor;
 using batchcast::capi::ExportContext;
 using batchcast::capi::ExportNamed;
+using batchcast::capi::FillTensor;
 using batchcast::capi::Guard;
 using batchcast::capi::KindName;
 using batchcast::capi::LookUpBatch;
+using batchcast::capi::NamedView;
+using batchcast::capi::StructOut;
 
 extern "C" {
 
@@ -137,6 +153,31 @@ bc_status_t bc_batch_tensor_name(bc_batch_t batch, int i, const char** out) {
       return Status(StatusCode::kOutOfRange,
                     "bc_batch_tensor_name: index " + std::to_string(i) + " is not below " +
                         std::to_string(b->batch.num_tensors()) + " (bc_batch_num_tensors)");
+    return Status::Ok();
+  });
+}
+
+bc_status_t bc_batch_offsets_dlpack(bc_batch_t batch, const char* name, DLManagedTensor** out) {
+  return Guard("bc_batch_offsets_dlpack", [&]() -> Status {
+    if (out != nullptr) *out = nullptr;
+    return ExportNamed(batch, name, out, /*offsets=*/true);
+  });
+}
+
+bc_status_t bc_batch_ragged(bc_batch_t batch, const char* name, bc_ragged_t* out) {
+  return Guard("bc_batch_ragged", [&]() -> Status {
+    if (batch == nullptr || out == nullptr)
+      return Status(StatusCode::kInvalidArgument, "bc_batch_ragged: batch or out is NULL");
+    BC_RETURN_IF_ERROR(batchcast::capi::CheckStructSize("bc_ragged_t", out));
+    BC_ASSIGN_OR_RETURN(const auto b, LookUpBatch(batch, "bc_batch_ragged"));
+    BC_ASSIGN_OR_RETURN(const batchcast::TensorView off,
+                        NamedView(b->batch, name, /*offsets=*/true, "bc_batch_ragged"));
+    bc_ragged_t full;
+    bc_ragged_init(&full);
+    FillTensor(b->batch.tensor(name), &full.values);
+    full.offsets = static_cast<const int64_t*>(off.data);
+    full.size = off.shape[0] - 1;
+    StructOut(full, out);
     return Status::Ok();
   });
 }

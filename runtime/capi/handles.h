@@ -117,4 +117,7 @@ inline Result<std::shared_ptr<bc_batch_s>> LookUpBatch(bc_batch_t batch, const c
   return Batches().Get(WordOfHandle(batch), function);
 }
 
+// A C++ tensor view as a bc_tensor_t (c_api.cc; dtype: the batchcast::DType code).
+void FillTensor(const TensorView& v, bc_tensor_t* t);
+
 }  // namespace batchcast::capi

@@ -28,10 +28,13 @@ template <>
 inline constexpr size_t kFirstSize<bc_batch_info_t> = 184;
 template <>
 inline constexpr size_t kFirstSize<bc_position_t> = 32;
+template <>
+inline constexpr size_t kFirstSize<bc_ragged_t> = 80;
 static_assert(sizeof(void*) != 8 || sizeof(bc_consumer_config_t) >= 72);
 static_assert(sizeof(void*) != 8 || sizeof(bc_leader_config_t) >= 40);
 static_assert(sizeof(void*) != 8 || sizeof(bc_batch_info_t) >= 184);
 static_assert(sizeof(void*) != 8 || sizeof(bc_position_t) >= 32);
+static_assert(sizeof(void*) != 8 || sizeof(bc_ragged_t) >= 80);
 
 // A field or feature this library cannot honour: BC_ERR_UNSUPPORTED in C (Guard() maps the
 // "unsupported: " prefix, which also tells a reader of the message what happened).

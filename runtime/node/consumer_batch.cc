@@ -60,4 +60,12 @@ TensorView Batch::tensor(const char* name) const {
   return TensorView();
 }
 
+TensorView Batch::offsets(const char* name) const {
+  if (!ref_ || name == nullptr) return TensorView();
+  const std::string_view n(name);
+  for (uint32_t i = 0; i < ref_->num_tensors; ++i)
+    if (n == ref_->names[i]) return ref_->offsets[i];
+  return TensorView();
+}
+
 }  // namespace batchcast

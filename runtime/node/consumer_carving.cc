@@ -39,6 +39,58 @@ TensorView NamedView(const shm::TensorDesc& t, const uint8_t* first, uint32_t si
   return v;
 }
 
+// Rows of a variable-length tensor with no sample (a view of 0 bytes still points somewhere).
+alignas(64) const uint8_t kNoRows[64] = {};
+
+// The values view of variable-length tensor `t`: `rows` rows from `first`.
+// [rows, per-row shape...]: the variable first dimension becomes the rows of every sample.
+TensorView ValuesView(const shm::TensorDesc& t, const uint8_t* first, uint64_t rows) {
+  TensorView v;
+  v.data = const_cast<uint8_t*>(rows > 0 ? first : kNoRows);
+  v.dtype = static_cast<DType>(t.dtype);
+  v.ndim = static_cast<int>(std::clamp(t.ndim, 1u, shm::kTensorMaxDims));
+  v.shape[0] = static_cast<int64_t>(rows);
+  for (int k = 1; k < v.ndim; ++k) v.shape[k] = t.shape[k];
+  v.nbytes = rows * t.sample_bytes;
+  return v;
+}
+
+TensorView OffsetsView(const int64_t* offsets, uint32_t size) {
+  TensorView v;
+  v.data = const_cast<int64_t*>(offsets);
+  v.dtype = DType::kInt64;
+  v.ndim = 1;
+  v.shape[0] = int64_t(size) + 1;
+  v.nbytes = (size_t(size) + 1) * sizeof(int64_t);
+  return v;
+}
+
+// Variable-length tensor t of a piece of `size` samples at slot position `start` of producer
+// batch `d` (slot memory `data`): samples within [0, n) are one run of rows, viewed in place
+// (offsets rebased to 0 into the batch's own copy); a piece into the fill-repeat tail copies
+// its rows (position n + j is sample j mod n).
+void ViewRaggedInPlace(const shm::SlotDesc& d, const uint8_t* data, uint32_t t, uint32_t start,
+                       uint32_t size, RaggedCopies* copies, PieceViews* v) {
+  const shm::TensorDesc& td = d.tensors[t];
+  std::vector<int64_t>& off = copies->offsets[t];
+  off.assign(size_t(size) + 1, 0);
+  if (uint64_t(start) + size <= d.num_samples) {
+    const auto* slot_off = reinterpret_cast<const int64_t*>(data + td.offset) + start;
+    for (uint32_t i = 0; i <= size; ++i) off[i] = slot_off[i] - slot_off[0];
+    const uint8_t* first = data + td.values_offset + uint64_t(slot_off[0]) * td.sample_bytes;
+    v->tensors[t] = ValuesView(td, first, uint64_t(off[size]));
+  } else {
+    std::vector<uint8_t>& rows = copies->values[t];
+    for (uint32_t i = 0; i < size; ++i) {
+      const Rows r = RowsAt(d, data, td, uint64_t(start) + i);
+      rows.insert(rows.end(), r.first, r.first + r.count * td.sample_bytes);
+      off[i + 1] = off[i] + int64_t(r.count);
+    }
+    v->tensors[t] = ValuesView(td, rows.data(), uint64_t(off[size]));
+  }
+  v->offsets[t] = OffsetsView(off.data(), size);
+}
+
 }  // namespace
 
 // Per-producer-batch carving (carve_offset, carve_shuffle, progressive resizing): k carves
@@ -167,10 +219,24 @@ PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info)
   v.num_tensors = std::min(geo->num_tensors, shm::kMaxTensors);
   for (uint32_t t = 0; t < v.num_tensors; ++t) {
     const shm::TensorDesc& td = geo->tensors[t];
+    v.names[t] = td.name;
+    if (shm::IsVariableLength(td)) {
+      if (piece.owned) {  // its own rows and offsets, from 0
+        static const int64_t kNoOffsets[1] = {0};
+        const std::vector<int64_t>& off = piece.owned->offsets[t];
+        const bool some = off.size() > piece.size;  // (a piece of no sample has none)
+        v.tensors[t] = ValuesView(td, piece.owned->tensors[t].data(),
+                                  some ? uint64_t(off[piece.size]) : 0);
+        v.offsets[t] = OffsetsView(some ? off.data() : kNoOffsets, some ? piece.size : 0);
+        continue;
+      }
+      if (!v.ragged) v.ragged = std::make_shared<RaggedCopies>();
+      ViewRaggedInPlace(*d, c.cur.data, t, piece.start, piece.size, v.ragged.get(), &v);
+      continue;
+    }
     const uint8_t* first = piece.owned ? piece.owned->tensors[t].data()
                                        : c.cur.data + td.offset + uint64_t(piece.start) * td.sample_bytes;
     v.tensors[t] = NamedView(td, first, piece.size);
-    v.names[t] = td.name;
   }
   v.labels.data = const_cast<uint8_t*>(labels);
   v.labels.dtype = DType::kInt64;
@@ -191,7 +257,27 @@ PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info)
 
 namespace batchcast::internal {
 
-Status CheckTensorDescs(const shm::SlotDesc& d, uint64_t slot_bytes) {
+namespace {
+
+// A variable-length tensor's place in a slot of slot_bytes: n + 1 offsets, then its values.
+bool RaggedFits(const shm::TensorDesc& td, uint64_t n, uint64_t slot_bytes) {
+  return td.ndim >= 1 && td.offset <= slot_bytes &&
+         n + 1 <= (slot_bytes - td.offset) / sizeof(int64_t) && td.values_offset <= slot_bytes &&
+         td.values_bytes <= slot_bytes - td.values_offset;
+}
+
+// Its row offsets: from 0, never decreasing, within its values.
+bool RaggedOffsetsValid(const shm::TensorDesc& td, const uint8_t* data, uint64_t n) {
+  const auto* off = reinterpret_cast<const int64_t*>(data + td.offset);
+  if (off[0] != 0) return false;
+  for (uint64_t i = 0; i < n; ++i)
+    if (off[i + 1] < off[i]) return false;
+  return uint64_t(off[n]) <= td.values_bytes / td.sample_bytes;
+}
+
+}  // namespace
+
+Status CheckTensorDescs(const shm::SlotDesc& d, const uint8_t* data, uint64_t slot_bytes) {
   if (d.num_tensors > shm::kMaxTensors)
     return CorruptDataError("consumer: producer batch {} describes {} named tensors, more than "
                             "the {} a slot holds: is the leader another Batchcast version?",
@@ -200,14 +286,21 @@ Status CheckTensorDescs(const shm::SlotDesc& d, uint64_t slot_bytes) {
   for (uint32_t t = 0; t < d.num_tensors; ++t) {
     const shm::TensorDesc& td = d.tensors[t];
     const bool named = std::memchr(td.name, 0, sizeof(td.name)) != nullptr && td.name[0] != 0;
+    const bool variable = shm::IsVariableLength(td);
     const bool fits = td.ndim <= shm::kTensorMaxDims && td.sample_bytes > 0 &&
                       td.sample_bytes <= slot_bytes && td.offset <= slot_bytes &&
-                      positions <= (slot_bytes - td.offset) / td.sample_bytes;
+                      (variable ? RaggedFits(td, d.num_samples, slot_bytes)
+                                : positions <= (slot_bytes - td.offset) / td.sample_bytes);
     if (!named || !fits)
       return CorruptDataError("consumer: named tensor {} of producer batch {} has a bad "
                               "descriptor (name, {} dimensions, {} bytes per sample at offset "
                               "{} in a slot of {}): is the leader another Batchcast version?",
                               t, d.seq, td.ndim, td.sample_bytes, td.offset, slot_bytes);
+    if (variable && !RaggedOffsetsValid(td, data, d.num_samples))
+      return CorruptDataError("consumer: variable-length tensor '{}' of producer batch {} has "
+                              "row offsets that do not start at 0, decrease, or pass its {} "
+                              "bytes of values: is the leader another Batchcast version?",
+                              td.name, d.seq, td.values_bytes);
   }
   return Status::Ok();
 }

@@ -28,6 +28,21 @@
 
 namespace batchcast::internal {
 
+// The rows of position p of variable-length tensor `t` of producer batch `d` in slot memory
+// `data` (shm::TensorDesc): position p >= n (the fill-repeat tail) is sample (p - n) mod n.
+struct Rows {
+  const uint8_t* first = nullptr;
+  uint64_t count = 0;
+};
+inline Rows RowsAt(const shm::SlotDesc& d, const uint8_t* data, const shm::TensorDesc& t,
+                   uint64_t p) {
+  const auto* off = reinterpret_cast<const int64_t*>(data + t.offset);
+  const uint64_t n = d.num_samples;
+  const uint64_t s = p < n ? p : (p - n) % n;
+  return {data + t.values_offset + uint64_t(off[s]) * t.sample_bytes,
+          uint64_t(off[s + 1] - off[s])};
+}
+
 // Samples copied out of the ring: a batch that spans two producer batches (exact carving),
 // or the epoch's last batch padded with pad_last.
 struct OwnedSamples {
@@ -41,7 +56,7 @@ struct OwnedSamples {
     if (k == 0) return Status::Ok();
     if (count == 0) {
       desc = *d;
-      tensors.assign(d->num_tensors, {});
+      StartTensors();
     }
     if (d->sample_bytes != desc.sample_bytes || d->dtype != desc.dtype || !SameTensors(*d))
       return InternalError("consumer: producer batches {} and {} of epoch {} differ in sample "
@@ -55,8 +70,17 @@ struct OwnedSamples {
     const auto* id = reinterpret_cast<const int64_t*>(data + d->ids_offset) + begin;
     ids.insert(ids.end(), id, id + k);
     for (uint32_t t = 0; t < desc.num_tensors; ++t) {
-      const uint64_t tb = d->tensors[t].sample_bytes;
-      const uint8_t* src = data + d->tensors[t].offset + uint64_t(begin) * tb;
+      const shm::TensorDesc& td = d->tensors[t];
+      const uint64_t tb = td.sample_bytes;
+      if (shm::IsVariableLength(td)) {
+        for (uint32_t i = begin; i < begin + k; ++i) {
+          const Rows r = RowsAt(*d, data, td, i);
+          tensors[t].insert(tensors[t].end(), r.first, r.first + r.count * tb);
+          offsets[t].push_back(offsets[t].back() + int64_t(r.count));
+        }
+        continue;
+      }
+      const uint8_t* src = data + td.offset + uint64_t(begin) * tb;
       tensors[t].insert(tensors[t].end(), src, src + uint64_t(k) * tb);
     }
     count += k;
@@ -66,7 +90,7 @@ struct OwnedSamples {
   void AppendSample(const OwnedSamples& src, uint32_t i) {
     if (count == 0) {
       desc = src.desc;
-      tensors.assign(src.tensors.size(), {});
+      StartTensors();
     }
     CopySample(src, i);
     count += 1;
@@ -79,8 +103,16 @@ struct OwnedSamples {
     count = b;
   }
   std::vector<std::vector<uint8_t>> tensors;  // desc.tensors[t]'s bytes, sample after sample
+  // A variable-length tensor's row offsets (count + 1, from 0); empty for a fixed-shape one.
+  std::vector<std::vector<int64_t>> offsets;
 
  private:
+  void StartTensors() {
+    tensors.assign(desc.num_tensors, {});
+    offsets.assign(desc.num_tensors, {});
+    for (uint32_t t = 0; t < desc.num_tensors; ++t)
+      if (shm::IsVariableLength(desc.tensors[t])) offsets[t] = {0};
+  }
   // Appends the image, label, id and named tensors of sample i of `src` (may be *this).
   void CopySample(const OwnedSamples& src, uint32_t i) {
     const uint64_t sb = src.desc.sample_bytes;
@@ -90,6 +122,12 @@ struct OwnedSamples {
     ids.push_back(id);
     for (size_t t = 0; t < tensors.size(); ++t) {
       const uint64_t tb = src.desc.tensors[t].sample_bytes;
+      if (!offsets[t].empty()) {  // variable-length: its rows (read before `offsets` grows)
+        const int64_t from = src.offsets[t][i], rows = src.offsets[t][i + 1] - from;
+        AppendBytes(&tensors[t], src.tensors[t], uint64_t(from) * tb, uint64_t(rows) * tb);
+        offsets[t].push_back(offsets[t].back() + rows);
+        continue;
+      }
       AppendBytes(&tensors[t], src.tensors[t], i * tb, tb);
     }
   }
@@ -105,6 +143,7 @@ struct OwnedSamples {
     if (d.num_tensors != desc.num_tensors) return false;
     for (uint32_t t = 0; t < d.num_tensors; ++t)
       if (d.tensors[t].sample_bytes != desc.tensors[t].sample_bytes ||
+          shm::IsVariableLength(d.tensors[t]) != shm::IsVariableLength(desc.tensors[t]) ||
           std::strncmp(d.tensors[t].name, desc.tensors[t].name, shm::kTensorNameBytes) != 0)
         return false;
     return true;
@@ -355,14 +394,24 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   }
 };
 
+// A batch's own row offsets of its variable-length tensors (from 0 for its first sample),
+// and the rows of those whose samples are not one run in the slot (fill repeats).
+struct RaggedCopies {
+  std::vector<int64_t> offsets[shm::kMaxTensors];
+  std::vector<uint8_t> values[shm::kMaxTensors];
+};
+
 // What keeps one consumer batch alive: its slot (a reference of the producer batch), or
 // the samples it owns when they were copied.
 struct BatchRef {
   std::shared_ptr<ConsumerCore> core;
   std::shared_ptr<OwnedSamples> owned;  // the batch's samples when they were copied
-  // Further named tensors (views into the slot or `owned`; names in its descriptor).
+  std::shared_ptr<RaggedCopies> ragged; // null: no variable-length tensor
+  // Further named tensors (views into the slot or `owned`; names in its descriptor); a
+  // variable-length one's values, and its row offsets in `offsets` (empty views otherwise).
   uint32_t num_tensors = 0;
   TensorView tensors[shm::kMaxTensors];
+  TensorView offsets[shm::kMaxTensors];
   const char* names[shm::kMaxTensors] = {};
   uint64_t seq = 0;
   uint64_t serial = 0;
@@ -397,12 +446,16 @@ struct PieceViews {
   const int64_t* ids = nullptr;
   uint32_t num_tensors = 0;                       // further named tensors
   TensorView tensors[shm::kMaxTensors];
+  TensorView offsets[shm::kMaxTensors];           // variable-length tensors' row offsets
   const char* names[shm::kMaxTensors] = {};       // in the slot's (or the copy's) descriptor
+  std::shared_ptr<RaggedCopies> ragged;           // what `offsets` (and copied rows) view
 };
 PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info);
 // Refuses a descriptor whose named tensors do not fit a slot of slot_bytes or whose names are
-// not terminated (a leader of another build, or memory corruption), before any view is made.
-Status CheckTensorDescs(const shm::SlotDesc& d, uint64_t slot_bytes);
+// not terminated, or a variable-length tensor whose row offsets in the slot memory `data` do
+// not start at 0, decrease or pass its values (a leader of another build, or memory
+// corruption), before any view is made.
+Status CheckTensorDescs(const shm::SlotDesc& d, const uint8_t* data, uint64_t slot_bytes);
 
 // Where a consumer starts (consumer_start.cc).
 // Attaches the ring, waiting up to `timeout_ms` for a leader to listen on `address` (a

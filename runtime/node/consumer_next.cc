@@ -208,7 +208,7 @@ class NextCall {
       }
       if (Status st = c_.CheckResumePoint(d); !st.ok()) return refuse(st);
     }
-    if (Status st = internal::CheckTensorDescs(d, c_.ring->header()->slot_bytes); !st.ok())
+    if (Status st = internal::CheckTensorDescs(d, a.data, c_.ring->header()->slot_bytes); !st.ok())
       return refuse(st);
     if (c_.first_epoch == kNoEpoch) c_.first_epoch = d.epoch;
     // Epochs counted, not numbered: a resumed trial's replayed epoch may be followed by a
@@ -255,8 +255,10 @@ class NextCall {
     auto ref = std::make_shared<internal::BatchRef>();
     ref->core = core;
     ref->owned = piece.owned;
+    ref->ragged = views.ragged;
     ref->num_tensors = views.num_tensors;
     std::copy_n(views.tensors, views.num_tensors, ref->tensors);
+    std::copy_n(views.offsets, views.num_tensors, ref->offsets);
     std::copy_n(views.names, views.num_tensors, ref->names);
     ref->seq = seq;
     ref->serial = c_.next_serial++;

@@ -85,8 +85,12 @@ class ExternalFeed final : public Feed {
     if (!w) return std::optional<uint64_t>();  // the batch stays read ahead
     const SlotLayout& layout = writer_->layout();
     ExternalSlot slot{w->data, layout.labels(w->data), layout.ids(w->data), config_.producer_batch,
-                      {}};
-    for (const TensorSlot& t : layout.tensors) slot.tensors.push_back(w->data + t.offset);
+                      {}, {}, p.epoch, p.k};
+    for (const TensorSlot& t : layout.tensors) {
+      const bool variable = t.spec.variable_length();
+      slot.tensors.push_back(w->data + (variable ? t.values_offset : t.offset));
+      slot.offsets.push_back(variable ? reinterpret_cast<int64_t*>(w->data + t.offset) : nullptr);
+    }
     ExternalBatch batch;
     BC_RETURN_IF_ERROR(maker_->Next(slot, &batch));
     queued_ -= 1;
@@ -94,6 +98,7 @@ class ExternalFeed final : public Feed {
       return InvalidArgumentError("{}: a batch of {} samples does not fit a slot of {}", who_,
                                   batch.num_samples, config_.producer_batch);
     const uint32_t n = static_cast<uint32_t>(batch.num_samples);
+    BC_RETURN_IF_ERROR(CheckOffsets(slot, n));
     if (!batch.ids_written)
       for (uint32_t i = 0; i < n; ++i) slot.ids[i] = epoch_position_ + i;
     SlotContents c = Contents(p.k, n, last, batch.lr_factor);
@@ -147,6 +152,26 @@ class ExternalFeed final : public Feed {
     return pass_ended_ && queued_ == 1;
   }
 
+  // The row offsets a maker wrote for its variable-length tensors: from 0, never decreasing,
+  // within the tensor's values budget (a maker checks the budget before it writes; this is
+  // what every consumer relies on).
+  Status CheckOffsets(const ExternalSlot& slot, uint32_t n) const {
+    const SlotLayout& layout = writer_->layout();
+    for (size_t t = 0; t < layout.tensors.size(); ++t) {
+      const TensorSpec& spec = layout.tensors[t].spec;
+      if (!spec.variable_length()) continue;
+      const int64_t* off = slot.offsets[t];
+      bool ok = off[0] == 0;
+      for (uint32_t i = 0; i < n && ok; ++i) ok = off[i + 1] >= off[i];
+      if (ok && uint64_t(off[n]) * spec.sample_bytes() <= spec.values_bytes) continue;
+      return InternalError("{}: batch {} of epoch {}: variable-length tensor '{}' has row "
+                           "offsets that do not start at 0, decrease, or pass its budget of {} "
+                           "bytes (the batch maker's bug)", who_, slot.batch, slot.epoch,
+                           spec.name, spec.values_bytes);
+    }
+    return Status::Ok();
+  }
+
   SlotContents Contents(int64_t k, uint32_t n, bool last, float lr_factor) const {
     const int64_t p = config_.producer_batch;
     const int64_t epoch_samples = std::max<int64_t>(0, config_.epoch_samples);
@@ -173,8 +198,18 @@ class ExternalFeed final : public Feed {
     const auto* ids = reinterpret_cast<const uint8_t*>(layout.ids(w.data));
     kept.labels.assign(labels, labels + n * sizeof(int64_t));
     kept.ids.assign(ids, ids + n * sizeof(int64_t));
-    for (const TensorSlot& t : layout.tensors)
+    for (const TensorSlot& t : layout.tensors) {
+      if (t.spec.variable_length()) {  // its n + 1 offsets, then its rows
+        const auto* off = reinterpret_cast<const int64_t*>(w.data + t.offset);
+        const auto* first = reinterpret_cast<const uint8_t*>(off);
+        std::vector<uint8_t> bytes(first, first + (n + 1) * sizeof(int64_t));
+        const uint8_t* values = w.data + t.values_offset;
+        bytes.insert(bytes.end(), values, values + uint64_t(off[n]) * t.spec.sample_bytes());
+        kept.tensors.push_back(std::move(bytes));
+        continue;
+      }
       kept.tensors.emplace_back(w.data + t.offset, w.data + t.offset + n * t.spec.sample_bytes());
+    }
     kept_.push_back(std::move(kept));
   }
 
@@ -188,12 +223,20 @@ class ExternalFeed final : public Feed {
     BC_ASSIGN_OR_RETURN(std::optional<shm::SlotWrite> w, writer_->Acquire(writer_->ring().next_seq(), wait));
     if (!w) return std::optional<uint64_t>();
     const SlotLayout& layout = writer_->layout();
-    std::memcpy(w->data, kept.images.data(), kept.images.size());
+    // (a feed without images keeps none: an empty vector's data() may be null)
+    if (!kept.images.empty()) std::memcpy(w->data, kept.images.data(), kept.images.size());
     std::memcpy(layout.labels(w->data), kept.labels.data(), kept.labels.size());
     std::memcpy(layout.ids(w->data), kept.ids.data(), kept.ids.size());
-    for (size_t t = 0; t < kept.tensors.size(); ++t)
-      std::memcpy(w->data + layout.tensors[t].offset, kept.tensors[t].data(),
-                  kept.tensors[t].size());
+    for (size_t t = 0; t < kept.tensors.size(); ++t) {
+      const TensorSlot& ts = layout.tensors[t];
+      const std::vector<uint8_t>& bytes = kept.tensors[t];
+      // A variable-length tensor's offsets go to `offset`, its rows after them to values_offset.
+      const size_t head = ts.spec.variable_length()
+                              ? (kept.contents.num_samples + 1) * sizeof(int64_t) : bytes.size();
+      std::memcpy(w->data + ts.offset, bytes.data(), head);
+      if (bytes.size() > head)
+        std::memcpy(w->data + ts.values_offset, bytes.data() + head, bytes.size() - head);
+    }
     BC_ASSIGN_OR_RETURN(uint64_t receivers,
                         writer_->Publish(*w, kept.contents, only, BatchRecord{}));
     return std::optional<uint64_t>(receivers);

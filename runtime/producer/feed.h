@@ -151,7 +151,12 @@ struct ExternalSlot {
   int64_t* labels = nullptr;        // capacity entries
   int64_t* ids = nullptr;           // capacity entries
   int64_t capacity = 0;
-  std::vector<uint8_t*> tensors;    // each named tensor's capacity x sample bytes
+  // Each named tensor's capacity x sample bytes; a variable-length one's values (room for
+  // its spec's values_bytes), whose row offsets go to offsets[t] (n + 1 of them, from 0).
+  std::vector<uint8_t*> tensors;
+  std::vector<int64_t*> offsets;    // null for a fixed-shape tensor
+  uint64_t epoch = 0;               // the position written (for messages)
+  int64_t batch = 0;
 };
 struct ExternalBatch {
   int64_t num_samples = 0;          // samples written at the front of the slot

@@ -22,6 +22,8 @@ void DescribeTensors(std::span<const TensorSlot> tensors, shm::SlotDesc* d) {
     for (size_t k = 0; k < spec.shape.size(); ++k) t.shape[k] = spec.shape[k];
     t.sample_bytes = spec.sample_bytes();
     t.offset = tensors[i].offset;
+    t.values_offset = tensors[i].values_offset;
+    t.values_bytes = spec.values_bytes;
   }
 }
 
@@ -85,6 +87,7 @@ Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& 
     labels[n + j] = labels[src];
     ids[n + j] = ids[src];
     for (const TensorSlot& t : c.tensors) {
+      if (t.spec.variable_length()) continue;  // consumers read position n + j at j mod n
       const uint64_t tb = t.spec.sample_bytes();
       uint8_t* base = w.data + t.offset;
       std::memcpy(base + uint64_t(n + j) * tb, base + uint64_t(src) * tb, tb);

@@ -55,8 +55,9 @@ uint32_t TailForReceivers(const shm::RingLeader& ring, uint64_t seq, uint64_t on
                           const SlotContents& c);
 
 // Writes the tail (position n + j holds a copy of sample j mod n: image in every group, label,
-// id and every named tensor) and the descriptor of `w`. Fails, writing nothing, when n + tail
-// does not fit the slot.
+// id and every fixed-shape named tensor; a variable-length one is read from sample j mod n by
+// consumers) and the descriptor of `w`. Fails, writing nothing, when n + tail does not fit
+// the slot.
 Status CompleteSlot(const shm::SlotWrite& w, uint32_t tail, const SlotContents& c);
 
 }  // namespace batchcast::producer

@@ -77,7 +77,8 @@ void DropImagesTail(SlotLayout* layout) {
 uint64_t TensorSpec::sample_bytes() const {
   const core::DTypeInfo* t = core::DTypeInfoOf(dtype);
   uint64_t bytes = t ? t->bytes : 0;
-  for (int64_t d : shape) bytes *= uint64_t(std::max<int64_t>(d, 0));
+  for (size_t k = variable_length() ? 1 : 0; k < shape.size(); ++k)
+    bytes *= uint64_t(std::max<int64_t>(shape[k], 0));
   return bytes;
 }
 
@@ -106,10 +107,20 @@ Status CheckTensor(const TensorSpec& t, const SlotLayout& layout, std::string_vi
     return InvalidArgumentError("{}: tensor '{}' has {} dimensions per sample; at most {} are "
                                 "supported (reshape it)", who, t.name, t.shape.size(),
                                 shm::kTensorMaxDims);
-  for (int64_t d : t.shape)
-    if (d <= 0)
-      return InvalidArgumentError("{}: tensor '{}' has a per-sample extent {}; every extent must "
-                                  "be positive", who, t.name, d);
+  for (size_t k = t.variable_length() ? 1 : 0; k < t.shape.size(); ++k)
+    if (t.shape[k] <= 0)
+      return InvalidArgumentError(
+          "{}: tensor '{}' has a per-sample extent {} in dimension {}; every extent must be "
+          "positive{}", who, t.name, t.shape[k], k,
+          t.shape[k] == shm::kVariableExtent
+              ? " (only the first per-sample dimension may vary: values + offsets)" : "");
+  if (t.variable_length() && t.values_bytes == 0)
+    return InvalidArgumentError("{}: variable-length tensor '{}' has no room for its values; "
+                                "give it a per-batch byte budget", who, t.name);
+  if (!t.variable_length() && t.values_bytes != 0)
+    return InvalidArgumentError("{}: tensor '{}' has a fixed per-sample shape but a values "
+                                "budget of {} bytes; only a variable-length tensor has one",
+                                who, t.name, t.values_bytes);
   if (layout.tensors.size() >= shm::kMaxTensors)
     return InvalidArgumentError("{}: tensor '{}' is one too many: a slot holds at most {} named "
                                 "tensors besides images, labels and sample_ids", who, t.name,
@@ -121,14 +132,20 @@ Status CheckTensor(const TensorSpec& t, const SlotLayout& layout, std::string_vi
 
 Status AddTensors(std::span<const TensorSpec> tensors, std::string_view who, SlotLayout* layout) {
   SlotLayout& l = *layout;
+  // A tensor's end: its rows, or a variable-length one's offsets and values.
+  auto end_of = [&](const TensorSlot& t) {
+    return t.spec.variable_length() ? t.values_offset + t.spec.values_bytes
+                                    : t.offset + l.capacity_samples * t.spec.sample_bytes();
+  };
   uint64_t end = l.ids_offset + l.capacity_samples * sizeof(int64_t);
-  for (const TensorSlot& t : l.tensors)
-    end = std::max(end, t.offset + l.capacity_samples * t.spec.sample_bytes());
+  for (const TensorSlot& t : l.tensors) end = std::max(end, end_of(t));
   for (const TensorSpec& t : tensors) {
     BC_RETURN_IF_ERROR(CheckTensor(t, l, who));
-    const uint64_t offset = Align(end, 64);
-    l.tensors.push_back({t, offset});
-    end = offset + l.capacity_samples * t.sample_bytes();
+    TensorSlot slot{t, Align(end, 64), 0};
+    if (t.variable_length())
+      slot.values_offset = Align(slot.offset + (l.capacity_samples + 1) * sizeof(int64_t), 64);
+    end = end_of(slot);
+    l.tensors.push_back(std::move(slot));
   }
   l.slot_bytes = std::max(l.slot_bytes, Align(end, 4096));
   return Status::Ok();

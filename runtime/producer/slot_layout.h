@@ -6,6 +6,7 @@
 //     0                               ^ 64-aligned                 ^ 64-aligned
 //     named tensor 0: capacity x its sample bytes | ... ]               (4 KiB slot)
 //     ^ 64-aligned each
+//   (a variable-length named tensor: capacity + 1 int64 row offsets | its values budget)
 //
 // capacity = P + 2 b - 1: room for P distinct samples plus the fill-repeat tail any consumer
 // batch <= b can need (shm::TailNeeded). With progressive resizing (buckets), the largest
@@ -57,17 +58,24 @@ struct SlotBucket {
 };
 
 // A further named tensor of every sample (shm::TensorDesc): name, batchcast::DType code and
-// per-sample shape (at most shm::kTensorMaxDims dimensions, C-contiguous).
+// per-sample shape (at most shm::kTensorMaxDims dimensions, C-contiguous). A variable-length
+// tensor (docs/data-plane.md "Variable-length tensors") has shape[0] == shm::kVariableExtent
+// and values_bytes, the room for the values of one producer batch (its per-batch budget).
 struct TensorSpec {
   std::string name;
   uint32_t dtype = 0;
   std::vector<int64_t> shape;
+  uint64_t values_bytes = 0;  // variable-length only
+  // Bytes of one sample; of a variable-length tensor, of one row (one step of its first dim).
   uint64_t sample_bytes() const;
+  bool variable_length() const { return !shape.empty() && shape[0] == shm::kVariableExtent; }
 };
-// Its place in the slot: sample_bytes per position from `offset`.
+// Its place in the slot: sample_bytes per position from `offset`; a variable-length tensor's
+// capacity + 1 row offsets at `offset` and its values at values_offset.
 struct TensorSlot {
   TensorSpec spec;
   uint64_t offset = 0;
+  uint64_t values_offset = 0;
 };
 
 struct SlotLayout {
@@ -99,10 +107,12 @@ SlotLayout ComputeSlotLayout(int64_t producer_batch, uint32_t max_consumer_batch
 // ids after them. Call before AddTensors.
 void DropImagesTail(SlotLayout* layout);
 
-// Adds named tensors after the ids (capacity_samples rows each) and grows slot_bytes.
+// Adds named tensors after the ids (capacity_samples rows each; a variable-length one: its
+// offsets and values_bytes) and grows slot_bytes.
 // Refuses, naming `who` and the tensor, an empty, too long, repeated or reserved name
 // ("images", "labels", "sample_ids"), an unknown dtype, more than shm::kTensorMaxDims
-// per-sample dimensions, a non-positive extent, or more than shm::kMaxTensors tensors.
+// per-sample dimensions, a non-positive extent (but a variable first one), a variable-length
+// tensor without values_bytes, or more than shm::kMaxTensors tensors.
 Status AddTensors(std::span<const TensorSpec> tensors, std::string_view who, SlotLayout* layout);
 
 // Reserves `bytes` of image room for view groups after everything else, 64-aligned, and

@@ -125,6 +125,12 @@ int main() {
   BC_FIELD(bc_position_t, batch);
   BC_FIELD(bc_position_t, run_epoch);
   End();
+  BC_STRUCT(bc_ragged_t);
+  BC_FIELD(bc_ragged_t, struct_size);
+  BC_FIELD(bc_ragged_t, values);
+  BC_FIELD(bc_ragged_t, offsets);
+  BC_FIELD(bc_ragged_t, size);
+  End();
   std::printf("\n}\n");
   return 0;
 }

@@ -59,6 +59,14 @@ static void ExpectReleased(bc_batch_t b) {
   const char* name = NULL;
   EXPECT_STATUS(bc_batch_tensor_name(b, 0, &name), BC_ERR_INVALID_ARGUMENT);
   EXPECT_ERROR_HAS("bc_batch_tensor_name");
+  bc_ragged_t ragged;
+  bc_ragged_init(&ragged);
+  EXPECT_STATUS(bc_batch_ragged(b, "tok", &ragged), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("bc_batch_ragged: bc_batch_t");
+  EXPECT(ragged.offsets == NULL);
+  t = (struct DLManagedTensor*)&info;
+  EXPECT_STATUS(bc_batch_offsets_dlpack(b, "tok", &t), BC_ERR_INVALID_ARGUMENT);
+  EXPECT(t == NULL);
 }
 
 static void TestBatchesAndConsumers(const char* dataset, int samples) {

@@ -141,6 +141,17 @@ static void TestDlpack(bc_batch_t batch, const bc_batch_info_t* info) {
   EXPECT_STATUS(bc_batch_num_tensors(batch, &count), BC_SUCCESS);
   EXPECT(count == 0);
   EXPECT_STATUS(bc_batch_tensor_name(batch, 0, &name), BC_ERR_OUT_OF_RANGE);
+  bc_ragged_t ragged;
+  bc_ragged_init(&ragged);
+  EXPECT_STATUS(bc_batch_ragged(batch, "labels", &ragged), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("bc_batch_ragged: tensor 'labels' has a fixed per-sample shape");
+  EXPECT_STATUS(bc_batch_ragged(batch, "tokens", &ragged), BC_ERR_NOT_FOUND);
+  EXPECT_ERROR_HAS("bc_batch_ragged: the batch has no tensor 'tokens'");
+  EXPECT_STATUS(bc_batch_ragged(batch, NULL, &ragged), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(bc_batch_ragged(batch, "labels", NULL), BC_ERR_INVALID_ARGUMENT);
+  ragged.struct_size = 8;
+  EXPECT_STATUS(bc_batch_ragged(batch, "labels", &ragged), BC_ERR_INVALID_ARGUMENT);
+  EXPECT_ERROR_HAS("bc_ragged_t.struct_size is 8, smaller than any version of it");
   struct DLManagedTensorVersioned* v = NULL;
   bc_status_t vs = bc_batch_to_dlpack_versioned(batch, BC_TENSOR_IMAGES, &v);
 #if DLPACK_VERSION < 100
@@ -341,16 +352,22 @@ static void TestView(const char* dataset, int samples) {
   EXPECT_STATUS(bc_leader_destroy(leader), BC_SUCCESS);
 }
 
+/* A consumer of the Producer at `address` with option flags `options` (NULL: failed). */
+static bc_consumer_t AttachProducer(const char* address, const char* options) {
+  bc_consumer_config_t cfg;
+  bc_consumer_config_init(&cfg);
+  cfg.address = address;
+  cfg.options = options;
+  bc_consumer_t c = NULL;
+  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  return c;
+}
+
 /* `capi_test --named ADDRESS SAMPLES` (tests/python/test_named_tensors.py): consumes a
  * Python Producer's dict batches, whose tensor "tok" holds int64 [4] = id * 4 + k and "emb"
  * float32 [2] = (id, -id) for sample id, and checks every sample by name through DLPack. */
 static int ConsumeNamed(const char* address, int samples) {
-  bc_consumer_config_t cfg;
-  bc_consumer_config_init(&cfg);
-  cfg.address = address;
-  cfg.options = "--batch-size 5";
-  bc_consumer_t c = NULL;
-  EXPECT_STATUS(bc_consumer_attach(&cfg, &c), BC_SUCCESS);
+  bc_consumer_t c = AttachProducer(address, "--batch-size 5");
   if (c == NULL) return 1;
   bc_batch_t batch;
   bc_batch_info_t info;
@@ -383,6 +400,59 @@ static int ConsumeNamed(const char* address, int samples) {
   EXPECT(bad == 0);
   EXPECT(seen == samples);
   if (failures == 0) printf("capi_test: named OK %d samples\n", seen);
+  return failures == 0 ? 0 : 1;
+}
+
+/* `capi_test --ragged ADDRESS SAMPLES` (tests/python/test_ragged_tensors.py): consumes a
+ * Python Producer's dict batches whose variable-length tensor "tok" holds, for sample id,
+ * id % 5 int64 rows id * 10 + r (some samples empty), beside a fixed "emb"; checks every row
+ * through bc_batch_ragged and DLPack, and that misuse is refused naming the tensor. */
+static int ConsumeRagged(const char* address, int samples) {
+  bc_consumer_t c = AttachProducer(address, "--batch-size 7");
+  if (c == NULL) return 1;
+  bc_batch_t batch;
+  bc_batch_info_t info;
+  bc_batch_info_init(&info);
+  int seen = 0, bad = 0, empty = 0;
+  while (bc_consumer_next(c, &batch, &info) == BC_SUCCESS) {
+    bc_ragged_t tok;
+    bc_ragged_init(&tok);
+    EXPECT_STATUS(bc_batch_ragged(batch, "tok", &tok), BC_SUCCESS);
+    EXPECT(tok.size == info.size && tok.offsets != NULL && tok.offsets[0] == 0);
+    EXPECT(tok.values.ndim == 1 && tok.values.dtype == BC_DTYPE_INT64);
+    EXPECT(tok.values.shape[0] == tok.offsets[tok.size]);
+    EXPECT_STATUS(bc_batch_ragged(batch, "emb", &tok), BC_ERR_INVALID_ARGUMENT);
+    EXPECT(strstr(bc_last_error(), "tensor 'emb' has a fixed per-sample shape") != NULL);
+    EXPECT_STATUS(bc_batch_ragged(batch, "nope", &tok), BC_ERR_NOT_FOUND);
+    bc_ragged_init(&tok);
+    EXPECT_STATUS(bc_batch_ragged(batch, "tok", &tok), BC_SUCCESS);
+    struct DLManagedTensor *values = NULL, *offsets = NULL, *none = NULL;
+    EXPECT_STATUS(bc_batch_tensor_dlpack(batch, "tok", &values), BC_SUCCESS);
+    EXPECT_STATUS(bc_batch_offsets_dlpack(batch, "emb", &none), BC_ERR_INVALID_ARGUMENT);
+    EXPECT(none == NULL);
+    EXPECT_STATUS(bc_batch_offsets_dlpack(batch, "tok", &offsets), BC_SUCCESS);
+    if (values == NULL || offsets == NULL || tok.offsets == NULL) break;
+    EXPECT(values->dl_tensor.data == tok.values.data && offsets->dl_tensor.ndim == 1 &&
+           offsets->dl_tensor.shape[0] == info.size + 1);
+    const int64_t* v = (const int64_t*)tok.values.data;
+    const int64_t* o = (const int64_t*)offsets->dl_tensor.data;
+    for (int64_t i = 0; i < info.size; ++i) {
+      const int64_t id = info.sample_ids[i];
+      bad += o[i + 1] - o[i] != id % 5 || o[i] != tok.offsets[i];
+      for (int64_t r = 0; r < id % 5 && r < o[i + 1] - o[i]; ++r) bad += v[o[i] + r] != id * 10 + r;
+      empty += id % 5 == 0;
+    }
+    seen += (int)info.size - info.repeats;
+    bc_batch_release(batch);  /* the DLPack tensors keep the batch's memory */
+    bad += o[info.size] != tok.offsets[info.size];
+    values->deleter(values);
+    offsets->deleter(offsets);
+  }
+  bc_consumer_detach(c);
+  EXPECT(bad == 0);
+  EXPECT(seen == samples);
+  EXPECT(empty > 0);
+  if (failures == 0) printf("capi_test: ragged OK %d samples, %d empty\n", seen, empty);
   return failures == 0 ? 0 : 1;
 }
 
@@ -516,6 +586,7 @@ static int TestStage(const char* dataset, int samples, const char* module) {
 
 int main(int argc, char** argv) {
   if (argc == 4 && strcmp(argv[1], "--named") == 0) return ConsumeNamed(argv[2], atoi(argv[3]));
+  if (argc == 4 && strcmp(argv[1], "--ragged") == 0) return ConsumeRagged(argv[2], atoi(argv[3]));
   if (argc == 5 && strcmp(argv[1], "--stage") == 0)
     return TestStage(argv[2], atoi(argv[3]), argv[4]);
   if (argc != 3) {

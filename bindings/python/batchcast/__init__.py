@@ -24,7 +24,7 @@ from . import _batchcast as _bc
 from ._version import __version__  # the CMake project() version
 
 __all__ = ["__version__", "Consumer", "Producer", "Leader", "Info", "Error", "SharedBatchArray",
-           "resolve_options"]
+           "Ragged", "resolve_options"]
 
 
 # --- errors: every C++ Status becomes one of these, with the C++ message unchanged ---
@@ -160,8 +160,11 @@ class SharedBatchArray(np.ndarray):
                 raise
             raise _hint(e) from None
 
-    def __array_wrap__(self, arr, context=None):
-        return arr.view(np.ndarray) if isinstance(arr, np.ndarray) else arr
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        # (numpy 2 passes return_scalar: a 0-d result of a reduction is wanted as a scalar)
+        if not isinstance(arr, np.ndarray):
+            return arr
+        return arr[()] if return_scalar and arr.ndim == 0 else arr.view(np.ndarray)
 
 
 for _name in ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
@@ -193,17 +196,23 @@ class NamedBatch(dict):
         raise KeyError(key)
 
 
-def _named_batch(images, labels, named, convert):
+def _named_batch(images, labels, named, convert, nested=False):
     """{"images"?, "labels", name: tensor...} of a batch with named tensors. DLPack 0.6 has no
-    bool, so bool tensors arrive as uint8 and are viewed back as bool here (no copy)."""
+    bool, so bool tensors arrive as uint8 and are viewed back as bool here (no copy). A
+    variable-length tensor ((values, dtype, offsets)) becomes a jagged nested tensor (torch,
+    `nested`, where torch has them) or a Ragged."""
     out = NamedBatch() if images is None else NamedBatch(images=images)
     out["labels"] = labels
-    for name, (t, dtype) in named.items():
+    for name, entry in named.items():
+        t, dtype = entry[0], entry[1]
         if convert is not None:
             t = convert(t)
         if dtype == "bool" and not isinstance(t, np.ndarray):
             import torch
             t = t.view(torch.bool)
+        if len(entry) == 3:
+            offsets = entry[2] if convert is None else convert(entry[2])
+            t = make_ragged(t, offsets, nested and not isinstance(t, np.ndarray))
         out[name] = t
     return out
 
@@ -358,6 +367,10 @@ class Consumer:
     address: the leader's address; default $BATCHCAST_ADDRESS (set by the launcher), or,
       inside an MPI job with mpi4py imported, the node leader formed by the MPI runtime.
     epochs: epochs to consume; None follows the leader to the end of its stream.
+    ragged: how a variable-length tensor of a dict batch (token sequences) arrives: "auto"
+      (default) a jagged torch.nested tensor over the values and offsets (no copy) where torch
+      has them (>= 2.3), else a ``batchcast.Ragged``; "pair" always a ``batchcast.Ragged``
+      (``.values``, ``.offsets``; also with output="numpy").
     options: any option a consumer reads (batch_size, buffer_depth, carve_offset, heartbeat_ms,
       mode, rank, world_size, drop_last, start_epoch, ...); an option only the leader reads
       (dataset, threads, image_size, producer_batch, ...) is refused with InvalidArgumentError
@@ -366,7 +379,7 @@ class Consumer:
 
     def __init__(self, address=None, *, batch_size=None, buffer_depth=None, epochs=None,
                  release="on_free", with_info=False, output="torch", writable=False, rank=None,
-                 name="", pin_memory=False, **options):
+                 name="", pin_memory=False, ragged="auto", **options):
         if address is not None and not isinstance(address, str):
             raise InvalidArgumentError(
                 f"consumer: the first argument is the leader's address (a str), not "
@@ -378,6 +391,12 @@ class Consumer:
         if output not in ("torch", "numpy"):
             raise InvalidArgumentError(
                 f"consumer: output='{output}' is not one of 'torch', 'numpy'")
+        if ragged not in ("auto", "pair"):
+            raise InvalidArgumentError(
+                f"consumer: ragged='{ragged}' is not one of 'auto' (variable-length tensors as "
+                "jagged torch.nested tensors where torch has them, else batchcast.Ragged) or "
+                "'pair' (always batchcast.Ragged: values and offsets)")
+        self._nested = ragged == "auto"
         opts = dict(options, batch_size=batch_size, buffer_depth=buffer_depth,
                     epochs=_UNTIL_STREAM_ENDS if epochs is None else epochs)
         self._with_info = with_info
@@ -514,7 +533,7 @@ class Consumer:
             return np.array(a)
         images, labels, ids, info, named = raw
         if named is not None:
-            named = {k: (copy(v), dt) for k, (v, dt) in named.items()}
+            named = {k: (copy(e[0]), e[1], *map(copy, e[2:])) for k, e in named.items()}
         return copy(images), copy(labels), copy(ids), info, named
 
     def batches(self):
@@ -564,7 +583,7 @@ class Consumer:
             labels = labels.pin_memory()
         item = (images, labels)
         if named is not None:  # a batch of named tensors: a dict (docs/python.md)
-            item = _named_batch(images, labels, named, convert)
+            item = _named_batch(images, labels, named, convert, self._nested)
         if self._with_info:
             meta = Info(info.epoch, info.index, info.lr_factor, ids, info.repeats,
                         info.producer_seq, info.producer_batch, info.last_in_epoch,
@@ -723,3 +742,4 @@ class Leader:
 
 
 from .producer import Producer  # noqa: E402  (needs the classes above)
+from .ragged import Ragged, make_ragged  # noqa: E402

@@ -22,6 +22,7 @@
 #include "batchcast/batch.h"
 #include "batchcast/options.h"
 #include "batchcast/status.h"
+#include "producer/feed.h"
 #include "producer/process_telemetry.h"
 #include "producer/producer.h"
 #include "producer/slot_layout.h"
@@ -119,13 +120,18 @@ TensorView IdsView(const int64_t* ids, int64_t n);
 using producer::ProcessTelemetry;
 
 // Named tensors (tensor_binding.cc). A Producer's tensor specs: [(name, dtype name, per-sample
-// shape)]; its batch's arrays (in spec order) copied into the slot's tensors for n samples.
+// shape[, values budget])] (a variable-length one: -1 first in its shape, and the budget);
+// its batch's arrays (in spec order; a variable-length one as a list of per-sample arrays or
+// (values, offsets)) copied into the slot's tensors for n samples.
 std::vector<producer::TensorSpec> TensorSpecsFromPython(const py::list& specs);
 void CopyNamedTensors(const py::list& arrays, const std::vector<producer::TensorSpec>& specs,
-                      const std::vector<uint8_t*>& slot, int64_t n);
-// A batch's named tensors as {name: (make(view), dtype name)}, None when it has none; or as
-// new numpy arrays, with the (destination, view) copies still to do (without the GIL).
-py::object NamedTensors(const Batch& b, const std::function<py::object(const TensorView&)>& make);
+                      const producer::ExternalSlot& slot, int64_t n);
+// A batch's named tensors as {name: (make(view), dtype name)} (a variable-length one:
+// (make(values), dtype name, make(offsets))), None when it has none; or as new numpy arrays,
+// with the (destination, view) copies still to do (without the GIL).
+// make(view, keep): a capsule or numpy view of `view` kept alive by `keep` (null: the batch's).
+using MakeView = std::function<py::object(const TensorView&, std::shared_ptr<void>)>;
+py::object NamedTensors(const Batch& b, const MakeView& make);
 py::object NamedTensorCopies(const Batch& b, std::vector<std::pair<void*, TensorView>>* copies);
 
 // Everything a Producer knows, as a dict: the slot writer's counters, late joins and replays,

@@ -223,7 +223,11 @@ class PyConsumer {
     py::object labels = make(b.labels());
     py::object ids = want_ids ? make(IdsView(b.sample_ids(), b.size())) : py::none();
     py::object info = py::cast(b.info());
-    py::object named = NamedTensors(b, make);
+    py::object named = NamedTensors(b, [&](const TensorView& v, std::shared_ptr<void> own) {
+      if (!own) return make(v);
+      return numpy ? py::object(MakeNumpyView(v, std::move(own)))
+                   : py::object(MakeDLPackCapsule(v, std::move(own)));
+    });
     if (release_on_next_) current_ = std::move(b);
     // Otherwise `b` goes out of scope here; the capsules' `keep` holds the slot.
     return py::make_tuple(images, labels, ids, info, named);

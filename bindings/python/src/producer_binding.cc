@@ -93,7 +93,7 @@ class IteratorMaker final : public producer::BatchMaker {
                                  "batch must have the first batch's tensors"));
       if (per_sample_ > 0 && float_) CopyInto<float>(images, slot.images, n, per_sample_, "images");
       else if (per_sample_ > 0) CopyInto<uint8_t>(images, slot.images, n, per_sample_, "images");
-      CopyNamedTensors(item[3].cast<py::list>(), specs_, slot.tensors, n);
+      CopyNamedTensors(item[3].cast<py::list>(), specs_, slot, n);
       CopyInto<int64_t>(labels, slot.labels, n, 1, "labels");
       batch->ids_written = !ids.is_none();
       if (batch->ids_written) CopyInto<int64_t>(ids, slot.ids, n, 1, "sample ids");

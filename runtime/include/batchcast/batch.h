@@ -79,7 +79,15 @@ class BATCHCAST_API Batch {
   // like images); "images", "labels" and "sample_ids" name the batch's own three. A name the
   // batch does not have gives an empty view (data == nullptr, ndim == 0). Valid as long as
   // the batch is (or a KeepAlive() handle).
+  //
+  // Variable-length tensors (docs/data-plane.md "Variable-length tensors"; e.g. token
+  // sequences of different lengths): tensor(name) views the values of every sample, one
+  // after another, [rows, per-row shape...] (in place like images, read-only), and
+  // offsets(name) their int64 row offsets [size + 1], from 0: sample i is rows
+  // offsets[i] .. offsets[i + 1] - 1. A tensor with a fixed per-sample shape has no offsets
+  // (an empty view).
   TensorView tensor(const char* name) const;
+  TensorView offsets(const char* name) const;
   // The further named tensors (images, labels and sample_ids not counted), by index.
   int num_tensors() const;
   const char* tensor_name(int i) const;  // nullptr when i is out of range

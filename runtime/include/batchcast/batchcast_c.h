@@ -228,6 +228,31 @@ BC_API bc_status_t bc_batch_tensor_dlpack(bc_batch_t batch, const char* name,
  * name of the i-th (valid while the batch is; BC_ERR_OUT_OF_RANGE past the last). */
 BC_API bc_status_t bc_batch_num_tensors(bc_batch_t batch, int* out);
 BC_API bc_status_t bc_batch_tensor_name(bc_batch_t batch, int i, const char** out);
+/* Variable-length tensors (docs/api.md "Variable-length tensors"): a named tensor whose
+ * samples differ in their first dimension (token sequences of different lengths), as the rows
+ * of every sample one after another, `values` [rows, per-row shape...] (in the leader's
+ * read-only shared memory, like every tensor; bc_batch_tensor_dlpack exports the same), and
+ * int64 row offsets [size + 1] from 0: sample i is rows offsets[i] .. offsets[i + 1] - 1 (a
+ * sample may have none). Valid while the batch is. */
+typedef struct bc_ragged {
+  size_t struct_size;      /* sizeof(bc_ragged_t); set by bc_ragged_init */
+  bc_tensor_t values;      /* dtype: the batchcast::DType code (docs/api.md) */
+  const int64_t* offsets;  /* [size + 1] */
+  int64_t size;            /* samples in the batch */
+} bc_ragged_t;
+
+static inline void bc_ragged_init(bc_ragged_t* ragged) {
+  memset(ragged, 0, sizeof(*ragged));
+  ragged->struct_size = sizeof(*ragged);
+}
+
+/* The variable-length tensor `name` of a batch. BC_ERR_NOT_FOUND, naming the batch's tensors,
+ * when it has none of that name; BC_ERR_INVALID_ARGUMENT when the tensor has a fixed
+ * per-sample shape (take it with bc_batch_tensor_dlpack). */
+BC_API bc_status_t bc_batch_ragged(bc_batch_t batch, const char* name, bc_ragged_t* out);
+/* Its row offsets as DLPack, int64 [size + 1] (its values: bc_batch_tensor_dlpack). */
+BC_API bc_status_t bc_batch_offsets_dlpack(bc_batch_t batch, const char* name,
+                                           struct DLManagedTensor** out);
 /* DLPack >= 1.0 (DLManagedTensorVersioned, flagged read-only). BC_ERR_UNSUPPORTED when the
  * library was built against a DLPack header older than 1.0 (see bc_last_error()). */
 BC_API bc_status_t bc_batch_to_dlpack_versioned(bc_batch_t batch, bc_tensor_kind_t which,

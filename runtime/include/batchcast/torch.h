@@ -50,8 +50,11 @@ struct TorchBatch {
   torch::Tensor images;      // uint8 or float32; [N,C,H,W], or [N,H,W,C] if info.channels_last
   torch::Tensor labels;      // int64 [N]
   torch::Tensor sample_ids;  // int64 [N]: dataset index of every sample
-  // The further named tensors (Batch::tensor), by name; [N, per-sample shape...].
+  // The further named tensors (Batch::tensor), by name; [N, per-sample shape...]; a
+  // variable-length one's values [rows, per-row shape...], with its int64 row offsets [N + 1]
+  // (Batch::offsets) in `offsets` under the same name.
   std::map<std::string, torch::Tensor> tensors;
+  std::map<std::string, torch::Tensor> offsets;
   BatchInfo info;
 };
 
@@ -153,6 +156,10 @@ inline Result<TorchBatch> ToTorch(const Batch& batch) {
   for (int i = 0; i < batch.num_tensors(); ++i) {
     const char* name = batch.tensor_name(i);
     BC_ASSIGN_OR_RETURN(out.tensors[name], ToTensor(batch, batch.tensor(name)));
+    const TensorView offsets = batch.offsets(name);
+    if (offsets.data != nullptr) {
+      BC_ASSIGN_OR_RETURN(out.offsets[name], ToTensor(batch, offsets));
+    }
   }
   out.info = batch.info();
   return out;

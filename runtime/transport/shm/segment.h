@@ -34,7 +34,8 @@ constexpr uint64_t kControlSegmentMagic = 0x4c52544354414242ULL;
 // 2: SlotDesc gained the resizing fields; 3: the header names the resize schedule;
 // 4: stream/control split, slot pool with a position table, leader heartbeat;
 // 5: SlotDesc holds a table of further named tensors (TensorDesc); 6: and a table of view
-// groups' image regions (GroupDesc).
+// groups' image regions (GroupDesc), and a TensorDesc describes variable-length tensors
+// (values + offsets).
 constexpr uint32_t kSegmentVersion = 6;
 constexpr uint32_t kMaxConsumers = 64;  // one bit each in a slot's pending mask
 constexpr uint32_t kPositionTable = 4096;  // positions a reader may trail `published` by
@@ -85,9 +86,17 @@ inline uint32_t MemberPoolSlots(uint32_t buffer_depth, uint32_t flags) {
 // "Named tensors"): tensor t holds sample_bytes per position at `offset` within the slot's
 // data, C-contiguous with the per-sample shape shape[0..ndim); the fill-repeat tail and every
 // carve apply to it as to the labels. dtype is the public batchcast::DType code.
+//
+// A variable-length tensor ("Variable-length tensors"; shape[0] == kVariableExtent: its first
+// per-sample dimension varies) holds, at `offset`, int64 row offsets for positions [0, n]
+// (offsets[0] == 0; sample i is rows [offsets[i], offsets[i+1]) of its values) and, at
+// values_offset, the rows of the n samples one after another (values_bytes of room, the
+// producer's per-batch budget); sample_bytes is the bytes of one row. Its fill-repeat tail is
+// not written: position n + j is sample j mod n, which a consumer views or copies from there.
 constexpr uint32_t kMaxTensors = 8;
 constexpr uint32_t kTensorNameBytes = 32;  // NUL included
 constexpr uint32_t kTensorMaxDims = 3;     // per sample (the batch adds the first dimension)
+constexpr int64_t kVariableExtent = -1;    // shape[0] of a variable-length tensor
 struct TensorDesc {
   char name[kTensorNameBytes];
   uint32_t dtype;
@@ -95,7 +104,12 @@ struct TensorDesc {
   int64_t shape[kTensorMaxDims];
   uint64_t sample_bytes;
   uint64_t offset;
+  uint64_t values_offset;   // variable-length: its rows (0 otherwise)
+  uint64_t values_bytes;    // variable-length: room for the rows of one producer batch
 };
+inline bool IsVariableLength(const TensorDesc& t) {
+  return t.ndim > 0 && t.shape[0] == kVariableExtent;
+}
 
 // View groups (docs/pipeline.md "Views through the Producer"): consumers with equal views
 // form a group; the slot holds each group's images in a region of its own. Group 0 is the

@@ -18,15 +18,10 @@
 #include "core/random.h"
 #include "producer/feed.h"
 #include "producer/producer.h"
-#include "tests/unit/node/synthetic_source.h"
+#include "tests/unit/node/carve_rounds.h"
 
 namespace batchcast::node {
 namespace {
-
-std::string NamedSocket() {
-  static std::atomic<int> n{0};
-  return "batchcast-test-" + std::to_string(getpid()) + "-nt-" + std::to_string(n++);
-}
 
 // The tensors of sample `id`: emb float32 [3], tok int32 [2, 2], mask bool (per-sample scalar),
 // image uint8 [1, 2, 3], label id % 7.
@@ -54,14 +49,6 @@ void WriteSample(const producer::ExternalSlot& s, bool images, int64_t i, int64_
   s.ids[i] = id;
 }
 
-struct NamedSeen {
-  std::map<uint64_t, std::multiset<int64_t>> ids;  // epoch -> ids received
-  int64_t bad = 0;                                  // tensors not of their sample's id
-  int64_t batches = 0;
-  Status status;
-};
-
-// Counts every tensor element that does not belong to its sample's id.
 int64_t BadElements(const Batch& b, bool images) {
   const TensorView emb = b.tensor("emb"), tok = b.tensor("tok"), mask = b.tensor("mask");
   const TensorView img = b.tensor("images"), ids = b.tensor("sample_ids");
@@ -84,108 +71,29 @@ int64_t BadElements(const Batch& b, bool images) {
   return bad;
 }
 
-void ConsumeNamed(Consumer* c, bool images, NamedSeen* s) {
-  Batch b;
-  for (;;) {
-    Status st = c->Next(&b);
-    if (!st.ok()) {
-      if (st.code() != StatusCode::kEndOfStream) s->status = st;
-      return;
-    }
-    EXPECT_EQ(b.num_tensors(), 3);
-    EXPECT_STREQ(b.tensor_name(1), "tok");
-    EXPECT_EQ(b.tensor_name(3), nullptr);
-    s->bad += BadElements(b, images);
-    for (int64_t i = 0; i < b.size(); ++i) s->ids[b.info().epoch].insert(b.sample_ids()[i]);
-    s->batches += 1;
-  }
-}
-
-// Random epoch sizes, producer batches, consumer batch sizes and carvings; the producer
-// commits partial batches at every epoch's end and a random order of ids each epoch.
+// Random epoch sizes, producer batches, consumer batch sizes and carvings (exact, drop_last,
+// pad_last, shard, carve_offset); with or without images.
 TEST(NamedTensorTest, EveryCarveKeepsTheTensorsOfASampleTogether) {
-  const uint64_t seed = 0x2020;
-  for (int round = 0; round < 12; ++round) {
-    CounterRng rng(HashCombine(seed, uint64_t(round), 1));
-    const int64_t n = 1 + int64_t(rng.Below(150));
-    const uint32_t max_b = 1 + uint32_t(rng.Below(16));
-    const int64_t p = int64_t(max_b) * (1 + int64_t(rng.Below(3))) + int64_t(rng.Below(max_b));
+  CarveRounds r;
+  r.seed = 0x2020;
+  r.socket_tag = "nt";
+  r.feed = [](CounterRng& rng, int64_t) {
     const bool images = rng.Below(2) == 0;
-    const int epochs = 2, consumers = 1 + int(rng.Below(3));
-    SCOPED_TRACE(::testing::Message() << "seed " << seed << " round " << round << ": n " << n
-                                    << " producer batch " << p << " max_b " << max_b
-                                    << " images " << images);
-    // The iterable: every epoch a random order of ids, in batches of p (the last partial).
-    std::vector<std::vector<std::vector<int64_t>>> epoch_batches(epochs);
-    for (int e = 0; e < epochs; ++e) {
-      std::vector<int64_t> order(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) order[i] = 1000 * e + i;
-      for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng.Below(uint64_t(i) + 1)]);
-      for (int64_t at = 0; at < n; at += p)
-        epoch_batches[e].emplace_back(order.begin() + at, order.begin() + std::min(n, at + p));
-    }
-    producer::ExternalFeedConfig feed;
-    if (images) feed.layout.channels = 1, feed.layout.height = 2, feed.layout.width = 3;
-    feed.tensors = Specs();
-    feed.producer_batch = p;
-    feed.epoch_samples = n;
-    feed.max_consumer_batch = max_b;
-    producer::ProducerConfig cfg;
-    cfg.who = "producer";
-    cfg.options.epochs = epochs;
-    cfg.expected_consumers = consumers;
-    cfg.socket_name = NamedSocket();
-    auto prod = producer::Producer::Create(
-        cfg,
-        producer::MakeExternalFeed(
-            feed, std::make_unique<ListMaker>(
-                      [&](uint64_t e) { return epoch_batches[e]; },
-                      [images](const producer::ExternalSlot& slot, int64_t pos, int64_t id) {
-                        WriteSample(slot, images, pos, id);
-                      })),
-        producer::MakeLocalDistribution());
-    ASSERT_TRUE(prod.ok()) << prod.status().ToString();
-    producer::Producer& pr = **prod;
-    std::vector<std::unique_ptr<Consumer>> cs;
-    std::vector<Options> cos;
-    for (int i = 0; i < consumers; ++i) {
-      Options co;
-      co.epochs = epochs;
-      co.batch_size = i == 0 ? int(max_b) : 1 + int(rng.Below(max_b));
-      const int mode = int(rng.Below(5));  // exact, drop_last, pad_last, shard, carve_offset
-      co.drop_last = mode == 1;
-      co.pad_last = mode == 2;
-      if (mode == 3) co.mode = "shard", co.world_size = 2, co.rank = int(rng.Below(2));
-      co.carve_offset = mode == 4;
-      SCOPED_TRACE(::testing::Message() << "consumer " << i << " b " << co.batch_size << " mode "
-                                      << mode);
-      auto c = Consumer::Attach(pr.address(), co, i);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
-      cs.push_back(std::move(c).value());
-      cos.push_back(co);
-    }
-    std::vector<NamedSeen> seen(static_cast<size_t>(consumers));
-    std::vector<std::thread> threads;
-    for (int i = 0; i < consumers; ++i)
-      threads.emplace_back(ConsumeNamed, cs[i].get(), images, &seen[i]);
-    EXPECT_TRUE(pr.Run().ok());
-    for (auto& t : threads) t.join();
-    for (int i = 0; i < consumers; ++i) {
-      const Options& co = cos[i];
-      SCOPED_TRACE(::testing::Message() << "consumer " << i << " b " << co.batch_size);
-      ASSERT_TRUE(seen[i].status.ok()) << seen[i].status.ToString();
-      EXPECT_EQ(seen[i].bad, 0);
-      EXPECT_GT(seen[i].batches, 0);
-      for (int e = 0; e < epochs; ++e) {  // every sample of the epoch, unless dropped or sharded
-        const std::multiset<int64_t>& got = seen[i].ids[uint64_t(e)];
-        const std::set<int64_t> distinct(got.begin(), got.end());
-        for (int64_t id : distinct) EXPECT_TRUE(id >= 1000 * e && id < 1000 * e + n) << id;
-        if (!co.drop_last && co.mode != "shard") {
-          EXPECT_EQ(int64_t(distinct.size()), n);
-        }
-      }
-    }
-  }
+    RoundFeed f;
+    if (images) f.feed.layout.channels = 1, f.feed.layout.height = 2, f.feed.layout.width = 3;
+    f.feed.tensors = Specs();
+    f.write = [images](const producer::ExternalSlot& slot, int64_t pos, int64_t id) {
+      WriteSample(slot, images, pos, id);
+    };
+    f.bad = [images](const Batch& b) {
+      EXPECT_EQ(b.num_tensors(), 3);
+      EXPECT_STREQ(b.tensor_name(1), "tok");
+      EXPECT_EQ(b.tensor_name(3), nullptr);
+      return BadElements(b, images);
+    };
+    return f;
+  };
+  RunCarveRounds(r);
 }
 
 TEST(NamedTensorTest, BadTensorSpecsAreRefusedNamingTheTensor) {
@@ -195,14 +103,8 @@ TEST(NamedTensorTest, BadTensorSpecsAreRefusedNamingTheTensor) {
     feed.tensors = std::move(specs);
     feed.producer_batch = 4;
     feed.max_consumer_batch = 2;
-    producer::ProducerConfig cfg;
-    cfg.who = "producer";
-    cfg.socket_name = NamedSocket();
-    auto p = producer::Producer::Create(
-        cfg, producer::MakeExternalFeed(feed, std::make_unique<ListMaker>(nullptr, nullptr)),
-        producer::MakeLocalDistribution());
-    ASSERT_FALSE(p.ok()) << want;
-    EXPECT_NE(p.status().message().find(want), std::string::npos) << p.status().message();
+    const Status st = CreateFeedProducer(feed, "nt");
+    EXPECT_NE(st.message().find(want), std::string::npos) << want << ": " << st.ToString();
   };
   refused({{"labels", 2, {1}}}, "tensor name 'labels' is reserved");
   refused({{"a", 1, {2}}, {"a", 1, {2}}}, "tensor 'a' is given twice");

@@ -5,6 +5,7 @@
 // slot published before its fill was finished would show the consumer wrong bytes.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "batchcast/consumer.h"
 #include "core/errors.h"
 #include "core/random.h"
 #include "producer/batch_source.h"
@@ -249,6 +251,49 @@ inline ListMaker::Write SyntheticWrite(size_t sample_bytes) {
     for (size_t b = 0; b < sample_bytes; ++b) s.images[size_t(pos) * sample_bytes + b] = SyntheticPixel(id, b);
     s.labels[pos] = id % 10;
   };
+}
+
+// Randomized carving tests over an external feed (named_tensor_test.cc,
+// ragged_tensor_test.cc): per epoch, ids 1000 e .. 1000 e + n - 1 in a random order, in
+// producer batches of p (the last partial).
+inline std::vector<std::vector<std::vector<int64_t>>> RandomEpochBatches(CounterRng& rng,
+                                                                         int64_t n, int64_t p,
+                                                                         int epochs) {
+  std::vector<std::vector<std::vector<int64_t>>> out(static_cast<size_t>(epochs));
+  for (int e = 0; e < epochs; ++e) {
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[i] = 1000 * e + i;
+    for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng.Below(uint64_t(i) + 1)]);
+    for (int64_t at = 0; at < n; at += p)
+      out[e].emplace_back(order.begin() + at, order.begin() + std::min(n, at + p));
+  }
+  return out;
+}
+
+// The carvings a randomized test draws from: exact, drop_last, pad_last, shard (2 ranks),
+// carve_offset, carve_shuffle (the first `modes` of them). Sets them in *o; returns the mode.
+enum CarveMode {
+  kModeExact = 0, kModeDropLast, kModePadLast, kModeShard, kModeOffset, kModeShuffle
+};
+inline int RandomCarve(CounterRng& rng, int modes, Options* o) {
+  const int mode = int(rng.Below(uint64_t(modes)));
+  o->drop_last = mode == kModeDropLast;
+  o->pad_last = mode == kModePadLast;
+  if (mode == kModeShard) o->mode = "shard", o->world_size = 2, o->rank = int(rng.Below(2));
+  o->carve_offset = mode == kModeOffset;
+  o->carve_shuffle = mode == kModeShuffle;
+  return mode;
+}
+
+// Every batch of `c` to `each`, then the status that ended them (OK at the end of stream).
+inline Status ForEachBatch(Consumer* c, const std::function<void(const Batch&)>& each) {
+  Batch b;
+  for (;;) {
+    Status st = c->Next(&b);
+    if (st.code() == StatusCode::kEndOfStream) return Status::Ok();
+    if (!st.ok()) return st;
+    each(b);
+  }
 }
 
 }  // namespace batchcast::node

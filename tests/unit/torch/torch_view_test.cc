@@ -287,5 +287,62 @@ TEST_F(TorchViewTest, RepeatedEpochsDoNotGrowMemory) {
   EXPECT_LT(growth, 1024) << "resident memory grew by " << growth << " KiB over 110 epochs";
 }
 
+// A variable-length tensor (docs/data-plane.md "Variable-length tensors") through ToTorch:
+// its values alias the slot (or a joined batch's rows), its offsets are int64 [size + 1] from
+// 0, and every sample's rows are its own (token id * 10 + row, id % 4 rows, some none).
+TEST(TorchRaggedTest, VariableLengthTensorsGiveValuesAndOffsets) {
+  producer::ExternalFeedConfig feed;
+  feed.tensors = {{"tok", uint32_t(DType::kInt32), {shm::kVariableExtent}, 3 * 4 * 4}};
+  feed.producer_batch = 3;
+  feed.epoch_samples = 9;
+  feed.max_consumer_batch = 2;
+  producer::ProducerConfig cfg;
+  cfg.who = "producer";
+  cfg.socket_name = UniqueSocket();
+  auto write = [](const producer::ExternalSlot& s, int64_t i, int64_t id) {
+    if (i == 0) s.offsets[0][0] = 0;
+    auto* rows = reinterpret_cast<int32_t*>(s.tensors[0]) + s.offsets[0][i];
+    for (int64_t r = 0; r < id % 4; ++r) rows[r] = int32_t(id * 10 + r);
+    s.offsets[0][i + 1] = s.offsets[0][i] + id % 4;
+    s.labels[i] = id;
+  };
+  auto batches = [](uint64_t) {
+    return std::vector<std::vector<int64_t>>{{0, 1, 2}, {3, 4, 5}, {6, 7, 8}};
+  };
+  auto p = producer::Producer::Create(
+      cfg, producer::MakeExternalFeed(feed, std::make_unique<ListMaker>(batches, write)),
+      producer::MakeLocalDistribution());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Options o;
+  o.batch_size = 2;  // batches that span two producer batches join their rows
+  auto c = Consumer::Attach((*p)->address(), o, 0);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::thread run([&] { EXPECT_TRUE((*p)->Run().ok()); });
+  Batch b;
+  int64_t samples = 0;
+  while ((*c)->Next(&b).ok()) {
+    auto t = ToTorch(b);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    const torch::Tensor values = t->tensors.at("tok"), offsets = t->offsets.at("tok");
+    if (values.numel() > 0) {  // in place (an empty tensor has no data pointer)
+      EXPECT_EQ(values.data_ptr(), b.tensor("tok").data);
+    }
+    EXPECT_EQ(offsets.scalar_type(), torch::kInt64);
+    ASSERT_EQ(offsets.size(0), b.size() + 1);
+    EXPECT_EQ(offsets[0].item<int64_t>(), 0);
+    EXPECT_EQ(t->offsets.count("labels"), 0u);
+    for (int64_t i = 0; i < b.size(); ++i) {
+      const int64_t id = b.sample_ids()[i];
+      const torch::Tensor seq =
+          values.slice(0, offsets[i].item<int64_t>(), offsets[i + 1].item<int64_t>());
+      EXPECT_TRUE(torch::equal(seq, torch::arange(id % 4, torch::kInt32) + int32_t(id * 10)))
+          << "sample " << id;
+      samples += 1;
+    }
+  }
+  run.join();
+  EXPECT_EQ(samples, 9);
+}
+
 }  // namespace
 }  // namespace batchcast::node

@@ -311,8 +311,8 @@ TEST(RingTest, StreamSegmentCannotBeMappedWritable) {
 }
 
 // A consumer of one shared-memory layout never reads a leader's segment of another (layout 5
-// added named tensors to the slot descriptor, 6 view groups): it is refused naming both
-// versions.
+// added named tensors to the slot descriptor, 6 view groups and variable-length tensors): it
+// is refused naming both versions.
 TEST(RingTest, ALeaderOfAnotherLayoutVersionIsRefusedNamingBoth) {
   StreamHeader h{};
   h.magic = kSegmentMagic;
