@@ -389,7 +389,7 @@ Status Producer::RunStream() {
          s.replayed_batches, s.late_joins, s.resume_replayed_batches, s.resume_replays);
   if (s.view_samples > 0) {  // batches made for consumers' own views (view groups)
     const std::string views = fmt::format(
-        "views: {} samples made for several view groups with {} image decodes; one leader per "
+        "views: {} samples made for view groups with {} image decodes; one leader per "
         "view would have run {} ({:.1f}% saved)", s.view_samples, s.view_decodes,
         s.view_decodes_one_leader_per_view,
         s.view_decodes_one_leader_per_view > 0
