@@ -4,9 +4,11 @@
 // and waits, and where the stream is (docs/service.md).
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -42,6 +44,25 @@ nlohmann::json ToJson(const std::string& socket, const shm::StatusReply& r) {
   j["resume_replays"] = r.stream.resume_replays;
   j["resume_replayed_batches"] = r.stream.resume_replayed_batches;
   j["idle"] = r.stream.idle != 0;
+  // View groups (docs/pipeline.md "Views through the Producer"): each with its members.
+  std::map<uint32_t, std::string> views;
+  std::map<uint32_t, int> members;
+  for (uint32_t i = 0; i < r.count && i < shm::kMaxConsumers; ++i) members[r.members[i].group] += 1;
+  j["views_max"] = r.stream.views_max;
+  j["view_room_bytes"] = r.stream.view_room_bytes;
+  j["view_room_used_bytes"] = r.stream.view_room_used_bytes;
+  j["view_groups"] = nlohmann::json::array();
+  for (uint32_t i = 0; i < r.stream.view_groups && i < shm::kMaxStatusGroups; ++i) {
+    const shm::GroupStatus& g = r.stream.groups[i];
+    views[g.group] = std::string(g.view, strnlen(g.view, sizeof(g.view)));
+    nlohmann::json e;
+    e["group"] = g.group;
+    e["view"] = views[g.group];
+    e["view_key"] = fmt::format("{:016x}", g.view_key);
+    e["members"] = members[g.group];
+    e["slot_bytes"] = g.slot_bytes;
+    j["view_groups"].push_back(e);
+  }
   j["consumers"] = nlohmann::json::array();
   for (uint32_t i = 0; i < r.count && i < shm::kMaxConsumers; ++i) {
     const shm::MemberStatus& m = r.members[i];
@@ -63,6 +84,8 @@ nlohmann::json ToJson(const std::string& socket, const shm::StatusReply& r) {
     c["wait_fraction"] = secs > 0 ? double(m.wait_ns) / 1e9 / secs : 0.0;
     c["attached_s"] = secs;
     c["silent_ms"] = m.silent_ns / 1000000;
+    c["group"] = m.group;
+    c["view"] = views.count(m.group) != 0 ? nlohmann::json(views[m.group]) : nlohmann::json();
     j["consumers"].push_back(c);
   }
   return j;
@@ -80,13 +103,24 @@ void PrintTable(const nlohmann::json& j) {
               j["resume_replayed_batches"].get<unsigned long long>(),
               j["resume_replays"].get<unsigned>(), j["occupied_slots"].get<unsigned>(),
               j["slots"].get<unsigned>(), j["idle"].get<bool>() ? ", idle (nobody attached)" : "");
-  std::printf("%-4s %-20s %-8s %-8s %6s %10s %9s %8s %7s %9s\n", "id", "name", "pid", "state",
-              "batch", "position", "batches", "batch/s", "wait%", "attached");
+  if (j["views_max"].get<unsigned>() > 1) {
+    std::printf("view groups: %zu of views_max=%u, view room %llu of %llu bytes per slot held\n",
+                j["view_groups"].size(), j["views_max"].get<unsigned>(),
+                j["view_room_used_bytes"].get<unsigned long long>(),
+                j["view_room_bytes"].get<unsigned long long>());
+    for (const auto& g : j["view_groups"])
+      std::printf("  group %u: %d consumer%s, %llu bytes per slot, %s\n", g["group"].get<unsigned>(),
+                  g["members"].get<int>(), g["members"].get<int>() == 1 ? "" : "s",
+                  g["slot_bytes"].get<unsigned long long>(), g["view"].get<std::string>().c_str());
+  }
+  std::printf("%-4s %-20s %-8s %-8s %5s %6s %10s %9s %8s %7s %9s\n", "id", "name", "pid", "state",
+              "group", "batch", "position", "batches", "batch/s", "wait%", "attached");
   for (const auto& c : j["consumers"]) {
     std::string pos = c["position"].is_null() ? "-" : std::to_string(c["position"].get<uint64_t>());
-    std::printf("%-4u %-20s %-8d %-8s %6u %10s %9llu %8.1f %6.1f%% %8.1fs\n", c["id"].get<unsigned>(),
+    std::printf("%-4u %-20s %-8d %-8s %5u %6u %10s %9llu %8.1f %6.1f%% %8.1fs\n", c["id"].get<unsigned>(),
                 c["name"].get<std::string>().c_str(), c["pid"].get<int>(),
-                c["state"].get<std::string>().c_str(), c["batch_size"].get<unsigned>(), pos.c_str(),
+                c["state"].get<std::string>().c_str(), c["group"].get<unsigned>(),
+                c["batch_size"].get<unsigned>(), pos.c_str(),
                 c["batches"].get<unsigned long long>(), c["batches_per_s"].get<double>(),
                 100.0 * c["wait_fraction"].get<double>(), c["attached_s"].get<double>());
   }

@@ -2,11 +2,17 @@
 //
 // Carving producer batches into one consumer's batches (transport/shm/carving.h is the
 // arithmetic; this file applies it to the slots a consumer acquires).
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
+#include "core/readonly_guard.h"
 #include "node/consumer_core.h"
+#include "transport/shm/control.h"
 
 namespace batchcast::internal {
 namespace {
@@ -92,6 +98,74 @@ void ViewRaggedInPlace(const shm::SlotDesc& d, const uint8_t* data, uint32_t t, 
 }
 
 }  // namespace
+
+OwnedSamples::~OwnedSamples() {
+  if (sealed_base_ == nullptr) return;
+  if (guarded_) UnregisterReadOnlyRegion(sealed_base_);
+  munmap(sealed_base_, sealed_bytes_);
+}
+
+Status OwnedSamples::Seal(const std::string& what) {
+  if (sealed() || count == 0) return Status::Ok();
+  // One mapping: images, labels, ids, then each named tensor, every part 64-byte aligned.
+  auto up = [](uint64_t v, uint64_t a) { return (v + a - 1) / a * a; };
+  const uint64_t labels_at = up(images.size(), 64);
+  const uint64_t ids_at = up(labels_at + labels.size() * sizeof(int64_t), 64);
+  uint64_t end = ids_at + ids.size() * sizeof(int64_t);
+  uint64_t tensor_at[shm::kMaxTensors] = {};
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    tensor_at[t] = up(end, 64);
+    end = tensor_at[t] + tensors[t].size();
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = static_cast<size_t>(up(end, page));
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    return ErrnoError(errno, "consumer: mapping {} bytes for a joined batch of {} samples",
+                      bytes, count);
+  auto* base = static_cast<uint8_t*>(m);
+  auto put = [&](uint64_t at, const void* from, size_t n) {
+    if (n > 0) std::memcpy(base + at, from, n);
+  };
+  put(0, images.data(), images.size());
+  put(labels_at, labels.data(), labels.size() * sizeof(int64_t));
+  put(ids_at, ids.data(), ids.size() * sizeof(int64_t));
+  for (size_t t = 0; t < tensors.size(); ++t) put(tensor_at[t], tensors[t].data(), tensors[t].size());
+  if (mprotect(m, bytes, PROT_READ) != 0) {
+    const int e = errno;
+    munmap(m, bytes);
+    return ErrnoError(e, "consumer: making a joined batch of {} samples read-only", count);
+  }
+  sealed_base_ = m;
+  sealed_bytes_ = bytes;
+  sealed_images_ = base;
+  sealed_labels_ = reinterpret_cast<const int64_t*>(base + labels_at);
+  sealed_ids_ = reinterpret_cast<const int64_t*>(base + ids_at);
+  for (size_t t = 0; t < tensors.size(); ++t) sealed_tensors_[t] = base + tensor_at[t];
+  Status guard = RegisterReadOnlyRegion(m, bytes, what);
+  guarded_ = guard.ok();
+  if (!guarded_)
+    BC_LOG(Warn, Shm, "consumer: {}; a write into a joined batch will fault without an "
+           "explanation", guard.message());
+  images = {};
+  labels = {};
+  ids = {};
+  for (auto& t : tensors) t = {};
+  return Status::Ok();
+}
+
+Status SealOwnedPieces(const ConsumerCore& c, std::vector<Piece>* pieces) {
+  std::string what;
+  for (Piece& p : *pieces) {
+    if (p.owned == nullptr || p.owned->sealed()) continue;
+    if (what.empty())
+      what = fmt::format("batch memory this consumer joined from producer batches of the "
+                         "leader at {} (pid {})", shm::DisplayAddress(c.address),
+                         c.ring->header()->leader_pid);
+    BC_RETURN_IF_ERROR(p.owned->Seal(what));
+  }
+  return Status::Ok();
+}
 
 // Per-producer-batch carving (carve_offset, carve_shuffle, progressive resizing): k carves
 // of b; positions >= n + offset repeat samples this consumer already got from this batch.
@@ -206,9 +280,9 @@ PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info)
   const shm::SlotDesc* geo = d;
   if (piece.owned) {
     geo = &piece.owned->desc;
-    images = piece.owned->images.data();
-    labels = reinterpret_cast<const uint8_t*>(piece.owned->labels.data());
-    v.ids = piece.owned->ids.data();
+    images = piece.owned->ImagesData();
+    labels = reinterpret_cast<const uint8_t*>(piece.owned->LabelsData());
+    v.ids = piece.owned->IdsData();
   } else {
     const uint8_t* data = c.cur.data;
     images = data + d->images_offset + uint64_t(piece.start) * d->sample_bytes;
@@ -225,7 +299,7 @@ PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info)
         static const int64_t kNoOffsets[1] = {0};
         const std::vector<int64_t>& off = piece.owned->offsets[t];
         const bool some = off.size() > piece.size;  // (a piece of no sample has none)
-        v.tensors[t] = ValuesView(td, piece.owned->tensors[t].data(),
+        v.tensors[t] = ValuesView(td, piece.owned->TensorData(t),
                                   some ? uint64_t(off[piece.size]) : 0);
         v.offsets[t] = OffsetsView(some ? off.data() : kNoOffsets, some ? piece.size : 0);
         continue;
@@ -234,7 +308,7 @@ PieceViews ViewPiece(const ConsumerCore& c, const Piece& piece, BatchInfo* info)
       ViewRaggedInPlace(*d, c.cur.data, t, piece.start, piece.size, v.ragged.get(), &v);
       continue;
     }
-    const uint8_t* first = piece.owned ? piece.owned->tensors[t].data()
+    const uint8_t* first = piece.owned ? piece.owned->TensorData(t)
                                        : c.cur.data + td.offset + uint64_t(piece.start) * td.sample_bytes;
     v.tensors[t] = NamedView(td, first, piece.size);
   }

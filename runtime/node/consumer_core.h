@@ -44,12 +44,32 @@ inline Rows RowsAt(const shm::SlotDesc& d, const uint8_t* data, const shm::Tenso
 }
 
 // Samples copied out of the ring: a batch that spans two producer batches (exact carving),
-// or the epoch's last batch padded with pad_last.
+// or the epoch's last batch padded with pad_last. Collected in the vectors below, then
+// sealed before it is handed out: moved to pages of its own, mapped read-only and registered
+// with the read-only guard, so that a write into it faults with the message a write into a
+// slot gets (a batch behaves the same whether or not it was joined).
 struct OwnedSamples {
   shm::SlotDesc desc{};                // geometry of the samples (of the first slot)
   std::vector<uint8_t> images;
   std::vector<int64_t> labels, ids;
   uint32_t count = 0;
+
+  OwnedSamples() = default;
+  OwnedSamples(const OwnedSamples&) = delete;
+  OwnedSamples& operator=(const OwnedSamples&) = delete;
+  ~OwnedSamples();  // unregisters and unmaps the sealed pages (consumer_carving.cc)
+
+  // Moves the samples to a private read-only mapping registered with the read-only guard
+  // as `what` (once; the vectors are freed). Append, AppendSample and Pad only before.
+  Status Seal(const std::string& what);
+  bool sealed() const { return sealed_base_ != nullptr; }
+  // Where the batch's samples are (the sealed pages, or the vectors before sealing).
+  const uint8_t* ImagesData() const { return sealed() ? sealed_images_ : images.data(); }
+  const int64_t* LabelsData() const { return sealed() ? sealed_labels_ : labels.data(); }
+  const int64_t* IdsData() const { return sealed() ? sealed_ids_ : ids.data(); }
+  const uint8_t* TensorData(size_t t) const {
+    return sealed() ? sealed_tensors_[t] : tensors[t].data();
+  }
 
   // Appends slot samples [begin, begin + k) of producer batch `d` (slot memory `data`).
   Status Append(const shm::SlotDesc* d, const uint8_t* data, uint32_t begin, uint32_t k) {
@@ -113,6 +133,14 @@ struct OwnedSamples {
     for (uint32_t t = 0; t < desc.num_tensors; ++t)
       if (shm::IsVariableLength(desc.tensors[t])) offsets[t] = {0};
   }
+
+  void* sealed_base_ = nullptr;        // the read-only mapping (null: not sealed)
+  size_t sealed_bytes_ = 0;
+  bool guarded_ = false;               // registered with the read-only guard
+  const uint8_t* sealed_images_ = nullptr;
+  const int64_t *sealed_labels_ = nullptr, *sealed_ids_ = nullptr;
+  const uint8_t* sealed_tensors_[shm::kMaxTensors] = {};
+
   // Appends the image, label, id and named tensors of sample i of `src` (may be *this).
   void CopySample(const OwnedSamples& src, uint32_t i) {
     const uint64_t sb = src.desc.sample_bytes;
@@ -440,6 +468,8 @@ Status ExactPieces(ConsumerCore& c, const shm::AcquiredBatch& a, uint32_t b,
 Status ShardPieces(ConsumerCore& c, const shm::AcquiredBatch& a, uint32_t b,
                    std::vector<Piece>* out);
 
+// Seals the copied pieces (OwnedSamples::Seal), read-only like the slots they came from.
+Status SealOwnedPieces(const ConsumerCore& c, std::vector<Piece>* pieces);
 // The views and info of `piece` of the producer batch being carved.
 struct PieceViews {
   TensorView images, labels;

@@ -234,8 +234,10 @@ class NextCall {
       c_.pieces = internal::PerBatchPieces(d, b, flags, c_.ring->config().order_seed);
       return Status::Ok();
     }
-    return c_.shard_world > 1 ? internal::ShardPieces(c_, a, base_b_, &c_.pieces)
-                              : internal::ExactPieces(c_, a, base_b_, &c_.pieces);
+    BC_RETURN_IF_ERROR(c_.shard_world > 1 ? internal::ShardPieces(c_, a, base_b_, &c_.pieces)
+                                          : internal::ExactPieces(c_, a, base_b_, &c_.pieces));
+    // Handed out read-only, like the slot views (a write faults with the guard's message).
+    return internal::SealOwnedPieces(c_, &c_.pieces);
   }
 
   // Gives back producer batch `a`, which gave this consumer no batch; true when that ends

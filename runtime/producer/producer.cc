@@ -193,6 +193,7 @@ void Producer::InstallHandlers() {
     st->idle = idle_.load();
     st->resume_replays = static_cast<uint32_t>(resume_replays_.load());
     st->resume_replayed_batches = resume_replayed_.load();
+    if (groups_ != nullptr) groups_->FillStatus(st);
   });
   ring_->SetLossHandler([this](const shm::MemberInfo& m, shm::LossKind kind) {
     if (kind == shm::LossKind::kDetached) {
@@ -386,6 +387,18 @@ Status Producer::RunStream() {
          "skipped, {} replayed to {} late joiner(s), {} to {} resuming consumer(s)", who,
          s.epochs_started, s.producer_batches, s.samples_produced, s.samples_skipped,
          s.replayed_batches, s.late_joins, s.resume_replayed_batches, s.resume_replays);
+  if (s.view_samples > 0) {  // batches made for consumers' own views (view groups)
+    const std::string views = fmt::format(
+        "views: {} samples made for view groups with {} image decodes; one leader per "
+        "view would have run {} ({:.1f}% saved)", s.view_samples, s.view_decodes,
+        s.view_decodes_one_leader_per_view,
+        s.view_decodes_one_leader_per_view > 0
+            ? 100.0 * double(s.view_decodes_one_leader_per_view - s.view_decodes) /
+                  double(s.view_decodes_one_leader_per_view)
+            : 0.0);
+    BC_LOG(Info, Node, "{}: {}", who, views);
+    if (collector_ != nullptr) collector_->Annotate(views);
+  }
   return Status::Ok();
 }
 

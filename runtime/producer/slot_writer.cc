@@ -124,6 +124,12 @@ Status SlotWriter::FinishFill(BatchSource& source, uint64_t epoch,
   record->cache_hits += result.cache_hits;
   record->cache_misses += result.cache_misses;
   record->cache_bytes = std::max(record->cache_bytes, result.cache_bytes);
+  record->decodes += result.decodes;
+  record->decoded_samples += static_cast<int64_t>(samples.size());
+  if (record->group_transform_ns.size() != result.group_transform_ns.size())
+    record->group_transform_ns.assign(result.group_transform_ns.size(), 0);
+  for (size_t g = 0; g < result.group_transform_ns.size(); ++g)
+    record->group_transform_ns[g] += result.group_transform_ns[g];
   stats_.fill_ns += t1 - t0;
   stats_.samples_decoded += static_cast<int64_t>(samples.size());
   stats_.samples_skipped += static_cast<int64_t>(result.skipped.size());
@@ -183,6 +189,11 @@ Result<uint64_t> SlotWriter::Publish(const shm::SlotWrite& w, SlotContents c, ui
   const uint32_t tail = TailForReceivers(*ring_, w.seq, only, c);
   BC_RETURN_IF_ERROR(CompleteSlot(w, tail, c).WithContext(who_));
   if (hook_ != nullptr) BC_RETURN_IF_ERROR(hook_->BeforePublish(w));
+  // The view groups' receivers, counted before they may take the batch and leave.
+  std::map<uint32_t, int> members;
+  if (!c.groups.empty() && collector_ != nullptr)
+    for (const shm::MemberInfo& m : ring_->Receivers(w.seq))
+      if ((only & shm::RingLeader::MemberBit(m.id)) != 0) members[m.group] += 1;
   const int64_t t0 = shm::MonotonicNs();
   const uint64_t receivers = ring_->Publish(w, only);
   const int64_t t1 = shm::MonotonicNs();
@@ -192,6 +203,7 @@ Result<uint64_t> SlotWriter::Publish(const shm::SlotWrite& w, SlotContents c, ui
   stats_.tail_copies += tail;
   if (receivers == 0) stats_.dropped_batches += 1;
   Record(w, c, tail, record, t0, t1, receivers);
+  if (!c.groups.empty()) RecordViews(c, record, members);
   return receivers;
 }
 
@@ -372,6 +384,39 @@ void SlotWriter::Record(const shm::SlotWrite& w, const SlotContents& c, uint32_t
     tc->SetGauge(Gauge::kBatchSize, c.num_samples);
     tc->SetGauge(Gauge::kLrFactor, c.lr_factor);
   }
+}
+
+void SlotWriter::RecordViews(const SlotContents& c, const BatchRecord& r,
+                             std::map<uint32_t, int>& members) {
+  const auto groups = static_cast<int64_t>(c.groups.size());
+  stats_.view_samples += r.decoded_samples;
+  stats_.view_decodes += r.decodes;
+  // A leader per view decodes each sample it decodes at all once (0 for raw samples and
+  // cache hits, as here): the decodes made here for the first group, times the groups.
+  const int64_t per_view = r.decodes > 0 ? r.decoded_samples - r.cache_hits : 0;
+  stats_.view_decodes_one_leader_per_view += per_view * groups;
+  telemetry::Collector* tc = collector_;
+  if (tc == nullptr) return;
+  auto record = [&](const std::string& name, double v) {
+    Status st = tc->Record(name, v);
+    if (!st.ok()) BC_LOG(Warn, Node, "{}: telemetry: {}", who_, st.message());
+  };
+  for (size_t i = 0; i < c.groups.size(); ++i) {
+    const GroupRegion& g = c.groups[i];
+    const std::string key = fmt::format("views/{:016x}", g.view_key);
+    auto [it, fresh] = view_totals_.try_emplace(g.view_key);
+    if (fresh)
+      tc->Annotate(fmt::format("view {:016x}: {} (first made as view group {}; series {}/...)",
+                               g.view_key, groups_ != nullptr ? groups_->ViewOfKey(g.view_key) : "",
+                               g.group, key));
+    it->second.samples += c.num_samples;
+    if (i < r.group_transform_ns.size()) it->second.transform_ns += r.group_transform_ns[i];
+    record(key + "/members", members[g.group]);
+    record(key + "/samples", double(it->second.samples));
+    record(key + "/transform_ns", double(it->second.transform_ns));
+  }
+  record("views/decodes", double(stats_.view_decodes));
+  record("views/decodes_one_leader_per_view", double(stats_.view_decodes_one_leader_per_view));
 }
 
 }  // namespace batchcast::producer

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -56,6 +57,12 @@ struct WriterStats {
   int64_t stage_runs = 0;         // model stage calls (one per stage per producer batch)
   int64_t stage_ns = 0;           // time in them
   int64_t stage_copied_bytes = 0; // stage output copied into slots after forward (0: in place)
+  // View groups (docs/pipeline.md "Views through the Producer"), over the batches made for
+  // more than the leader's view: samples decoded for them, image decodes run, and the
+  // decodes one leader per view would have run (one per sample per group made).
+  int64_t view_samples = 0;
+  int64_t view_decodes = 0;
+  int64_t view_decodes_one_leader_per_view = 0;
 };
 
 // What the fills of one producer batch add up to (its telemetry record).
@@ -65,6 +72,10 @@ struct BatchRecord {
   int64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0;  // decoded-sample cache
   int64_t produce_start_ns = 0;   // first fill began (0: no fill here, e.g. external batches)
   int64_t produce_end_ns = 0;     // last fill ended
+  int64_t decodes = 0;            // image decodes run (pipeline::BatchResult::decodes)
+  int64_t decoded_samples = 0;    // samples handed to the source
+  // Each view group's transform time, in the order of the groups filled (view groups only).
+  std::vector<int64_t> group_transform_ns;
 };
 
 // How Acquire waits for a slot held by consumers.
@@ -192,6 +203,10 @@ class SlotWriter {
   void Record(const shm::SlotWrite& w, const SlotContents& c, uint32_t tail,
               const BatchRecord& record, int64_t publish_start_ns, int64_t publish_end_ns,
               uint64_t receivers);
+  // The view groups' part of Record: stats and, with a collector, the named series
+  // views/<key>/... per view and views/decodes... (docs/telemetry.md "View groups").
+  // `members`: the receivers per group of the batch.
+  void RecordViews(const SlotContents& c, const BatchRecord& r, std::map<uint32_t, int>& members);
 
   shm::RingLeader* ring_;
   SlotLayout layout_;
@@ -203,6 +218,11 @@ class SlotWriter {
   bool images_dropped_ = false;               // a stage reads them with keep_input=false
   std::vector<TensorSlot> published_tensors_;  // the layout's, less those stages drop
   WriterStats stats_;
+  // Per view key: the cumulative samples and transform time (named series), annotated once.
+  struct ViewTotals {
+    int64_t samples = 0, transform_ns = 0;
+  };
+  std::map<uint64_t, ViewTotals> view_totals_;
   SkipAccount skips_;
   int64_t wait_since_ns_ = 0;     // start of an interrupted wait (0: none)
   std::optional<Ahead> ahead_;

@@ -2,6 +2,7 @@
 #include "producer/view_groups.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "core/errors.h"
@@ -48,6 +49,30 @@ int ViewGroups::groups() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(std::count_if(groups_.begin(), groups_.end(),
                                         [](const Group& g) { return g.used; }));
+}
+
+void ViewGroups::FillStatus(shm::StreamStatus* st) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  st->views_max = static_cast<uint32_t>(config_.views_max);
+  st->view_room_bytes = config_.room_bytes;
+  st->view_room_used_bytes = config_.room_bytes - FreeRoomLocked();
+  st->view_groups = 0;
+  for (uint32_t g = 0; g < groups_.size() && g < shm::kMaxStatusGroups; ++g) {
+    if (!groups_[g].used) continue;
+    shm::GroupStatus& out = st->groups[st->view_groups++];
+    out.group = g;
+    out.view_key = groups_[g].key;
+    out.slot_bytes = groups_[g].bytes;
+    std::snprintf(out.view, sizeof(out.view), "%s", groups_[g].canonical.c_str());
+  }
+}
+
+std::string ViewGroups::ViewOfKey(uint64_t key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (key == own_key_) return groups_[0].canonical;
+  for (size_t i = 0; i < made_.size(); ++i)
+    if (made_[i] == key) return made_views_[i];
+  return "";
 }
 
 Result<shm::ViewGroupAnswer> ViewGroups::Admit(const std::string& spec, uint32_t in_use) {
@@ -124,7 +149,10 @@ Result<shm::ViewGroupAnswer> ViewGroups::NewGroupLocked(const core::View& view,
   group.used = true;
   group.view = view;
   group.key = key;
-  if (!known) made_.push_back(key);
+  if (!known) {
+    made_.push_back(key);
+    made_views_.push_back(canonical);
+  }
   group.canonical = canonical;
   group.sample = *sample;
   group.offset = offset;

@@ -61,6 +61,12 @@ class ViewGroups {
 
   // Groups in use now (the leader's included), for logs and telemetry.
   int groups() const;
+  // The groups served now, views_max and the view room, into a status reply
+  // (`batchcast status`).
+  void FillStatus(shm::StreamStatus* st) const;
+  // The canonical spec of the view with key `key` given to a group since the start ("" if
+  // none), for telemetry.
+  std::string ViewOfKey(uint64_t key) const;
 
  private:
   struct Group {
@@ -85,6 +91,7 @@ class ViewGroups {
   std::string refused_;  // RefuseViews (under mu_)
   std::vector<Group> groups_;  // kMaxViewGroups entries; [0]: the leader's
   std::vector<uint64_t> made_;  // keys of the views given to groups > 0 since the start
+  std::vector<std::string> made_views_;  // their canonical specs, in made_'s order
 };
 
 }  // namespace batchcast::producer

@@ -10,6 +10,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 #include "batchcast/consumer.h"
@@ -169,6 +172,28 @@ TEST(Case4ReadOnly, WriteThroughConstCastFaultsWithAMessageAndOthersAreUnaffecte
   };
   s.deadline_ms = 30000;
   ExpectPasses(s);
+}
+
+TEST(Case4ReadOnly, AJoinedBatchIsReadOnlyLikeASlotView) {
+  // b = 3 over producer batches of 4: batch 0 (samples 0-2) is a view of the slot, batch 1
+  // (samples 3-5) spans producer batches 0 and 1, so the consumer joins it in memory of its
+  // own. A batch must behave the same either way: the write into the joined batch faults
+  // with the read-only guard's message, which names the joined batch's memory.
+  Scenario s;
+  s.producer = Spec(ProducerKind::kLeader, 64, 4, 4, 2, 1);
+  s.consumers.push_back(Plan(3, 2, 2, "n,r,n,W,q", "stop", Expect::kWriteFaults));
+  s.deadline_ms = 30000;
+  Engine engine(s, Bin(), Tag());
+  std::vector<std::string> v = engine.Run();
+  std::string all;
+  for (const auto& why : v) all += "  - " + why + "\n";
+  EXPECT_TRUE(v.empty()) << "violations:\n" << all;
+  std::ifstream err(engine.consumer(0).err_path);
+  const std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("batchcast: this process wrote into a shared batch (batch memory this "
+                      "consumer joined from producer batches of the leader at "),
+            std::string::npos)
+      << text;
 }
 
 // --- case 5: a consumer id is not reused while its old owner lives ---

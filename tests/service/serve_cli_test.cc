@@ -61,7 +61,7 @@ TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
   const std::string sock = service_test::UniqueSocket("cli");
   service_test::Child serve = service_test::Spawn(
       {BATCHCAST_CLI, "serve", "--dataset", h5, "--batch-size", "10", "--socket", sock,
-       "--telemetry", "telemetry(json=" + dir + "/svc.json,summary=off)"},
+       "--views-max", "2", "--telemetry", "telemetry(json=" + dir + "/svc.json,summary=off)"},
       true);
   std::string ready = service_test::ReadLineWith(serve, "batchcast serve: listening");
   ASSERT_NE(ready.find("@" + sock), std::string::npos) << ready;
@@ -131,14 +131,32 @@ TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
   EXPECT_EQ(rj["resume_replays"], 1) << rj.dump();
   EXPECT_GE(rj["resume_replayed_batches"].get<int64_t>(), (n - 10) / 20) << rj.dump();
 
-  auto victim = Consumer::Attach(sock, o, -1, "victim");
-  ASSERT_TRUE(victim.ok());
+  // The last trial declares a view of its own: status names its view group.
+  Options vo = o;
+  vo.view = "view(size=6)";
+  auto victim = Consumer::Attach(sock, vo, -1, "victim");
+  ASSERT_TRUE(victim.ok()) << victim.status().ToString();
   ASSERT_TRUE((*victim)->Next(&b).ok());
+  EXPECT_EQ(b.images().shape[2], 6);
   auto j = nlohmann::json::parse(
       RunShell(std::string(BATCHCAST_CLI) + " status --json --socket " + sock));
   ASSERT_EQ(j["consumers"].size(), 1u) << j.dump();
   EXPECT_EQ(j["consumers"][0]["name"], "victim");
   EXPECT_EQ(j["stream"], "running");
+  EXPECT_EQ(j["consumers"][0]["group"], 1) << j.dump();
+  EXPECT_NE(j["consumers"][0]["view"].get<std::string>().find("view(size=6,"), std::string::npos)
+      << j.dump();
+  EXPECT_EQ(j["views_max"], 2);
+  ASSERT_EQ(j["view_groups"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["view_groups"][0]["group"], 0);
+  EXPECT_EQ(j["view_groups"][0]["members"], 0);
+  EXPECT_EQ(j["view_groups"][1]["group"], 1);
+  EXPECT_EQ(j["view_groups"][1]["members"], 1);
+  EXPECT_EQ(j["view_groups"][1]["slot_bytes"], j["view_room_used_bytes"]) << j.dump();
+  EXPECT_GT(j["view_room_used_bytes"].get<int64_t>(), 0) << j.dump();
+  const std::string table = RunShell(std::string(BATCHCAST_CLI) + " status --socket " + sock);
+  EXPECT_NE(table.find("view groups: 2 of views_max=2, view room "), std::string::npos) << table;
+  EXPECT_NE(table.find("  group 1: 1 consumer, "), std::string::npos) << table;
 
   kill(serve.pid, SIGTERM);
   std::string stopped = service_test::ReadLineWith(serve, "batchcast serve: stopped");

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/errors.h"
+#include "transport/shm/segment.h"
 
 namespace batchcast::shm {
 namespace {
@@ -193,6 +194,8 @@ Status RecvMessageNow(int fd, void* msg, size_t len, size_t* received) {
   return Status::Ok();
 }
 
+static_assert(kMaxStatusGroups == kMaxViewGroups, "a status reply lists every view group");
+
 Result<StatusReply> QueryStatus(const std::string& name, int64_t timeout_ms) {
   BC_ASSIGN_OR_RETURN(int fd, ConnectAbstract(name));
   StatusRequest req{};
@@ -213,6 +216,10 @@ Result<StatusReply> QueryStatus(const std::string& name, int64_t timeout_ms) {
                               reply->message));
   if (reply->count > 64) return CorruptDataError("status of {}: {} members", DisplayAddress(name),
                                                  reply->count);
+  if (reply->stream.view_groups > kMaxStatusGroups)
+    return CorruptDataError("status of {}: {} view groups", DisplayAddress(name),
+                            reply->stream.view_groups);
+  for (GroupStatus& g : reply->stream.groups) g.view[sizeof(g.view) - 1] = '\0';
   return *reply;
 }
 

@@ -123,8 +123,20 @@ struct MemberStatus {
   uint64_t wait_ns;      // time blocked waiting for data
   int64_t attached_ns;   // time since its join
   int64_t silent_ns;     // time since its last heartbeat
+  uint32_t group;        // its view group (StreamStatus::groups; 0: the leader's view)
+  uint32_t reserved;
   char name[32];
 };
+
+// One view group a leader serves (docs/pipeline.md "Views through the Producer").
+struct GroupStatus {
+  uint32_t group;        // its index (0: the leader's own view)
+  uint32_t reserved;
+  uint64_t view_key;     // core::ViewKey of its view
+  uint64_t slot_bytes;   // its region of every slot (group 0: the leader's images, 0 here)
+  char view[232];        // its canonical spec, NUL-terminated (cut to fit)
+};
+inline constexpr uint32_t kMaxStatusGroups = 16;  // == kMaxViewGroups (segment.h)
 
 // What the leader's owner (producer::Producer) adds to a status reply.
 struct StreamStatus {
@@ -136,6 +148,13 @@ struct StreamStatus {
   uint32_t idle;              // 1: nobody attached, decoding paused
   uint32_t resume_replays;    // resuming consumers whose epoch was replayed to them alone
   uint64_t resume_replayed_batches;  // producer batches decoded for them alone
+  // View groups: the groups served now (entries used in groups[]; 1 = the leader's view
+  // alone), views_max, and the image room per slot beyond the leader's own images
+  // (view_bytes: total and held by the groups).
+  uint32_t view_groups;
+  uint32_t views_max;
+  uint64_t view_room_bytes, view_room_used_bytes;
+  GroupStatus groups[kMaxStatusGroups];
 };
 
 struct StatusReply {

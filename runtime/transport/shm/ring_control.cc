@@ -467,6 +467,7 @@ void RingLeader::HandleStatus(int fd) {
       s.wait_ns = m.wait_ns;
       s.attached_ns = now - join_ns_[i];
       s.silent_ns = ElapsedSinceNs(now, m.last_seen_ns);
+      s.group = m.group;
       std::snprintf(s.name, sizeof(s.name), "%s", m.name.c_str());
     }
   }

@@ -25,6 +25,8 @@
 #include "core/view.h"
 #include "producer/batch_source.h"
 #include "producer/producer.h"
+#include "telemetry/collector.h"
+#include "transport/shm/control.h"
 #include "tests/unit/producer/photo_dataset.h"
 
 namespace batchcast::node {
@@ -85,7 +87,8 @@ struct Leader {
 };
 
 // expected 0: a leader that waits for consumers until stopped.
-std::unique_ptr<Leader> StartLeader(const Options& o, int expected) {
+std::unique_ptr<Leader> StartLeader(const Options& o, int expected,
+                                    telemetry::Collector* collector = nullptr) {
   static std::atomic<int> n{0};
   producer::ProducerConfig cfg;
   cfg.options = o;
@@ -95,6 +98,7 @@ std::unique_ptr<Leader> StartLeader(const Options& o, int expected) {
   cfg.job = "test";
   cfg.join_timeout_ms = 60000;
   cfg.end_when_empty = expected > 0;
+  cfg.collector = collector;
   auto source = producer::MakePipelineSource(o);
   EXPECT_TRUE(source.ok()) << source.status().ToString();
   if (!source.ok()) return nullptr;
@@ -216,6 +220,90 @@ TEST_F(ViewGroupsLeaderTest, EachGroupHasTheBytesOfAOneViewLeaderExactlyOncePerE
   EXPECT_TRUE(DigestOf(got[2]) == DigestOf(ref_small[0]));
   EXPECT_TRUE(DigestOf(got[3]) == DigestOf(ref_centred[0]));
   EXPECT_FALSE(DigestOf(got[1]) == DigestOf(got[3]));  // the check can fail
+}
+
+// `batchcast status` and the leader's telemetry per view group: the status reply names each
+// member's group and each group's view, key and region; the telemetry has, per view, its
+// members, samples and transform time, and the decodes against one leader per view.
+TEST_F(ViewGroupsLeaderTest, StatusAndTelemetryShowEachViewGroup) {
+  telemetry::Tags tags;
+  tags.role = telemetry::Role::kLeader;
+  auto collector = telemetry::Collector::Create(tags);
+  ASSERT_TRUE(collector.ok()) << collector.status().ToString();
+  auto leader = StartLeader(o_, 3, collector->get());
+  ASSERT_NE(leader, nullptr);
+  const std::string small = "view(size=24)";
+  const std::vector<Want> wants = {{""}, {small, 8}, {small, 5}};
+  std::vector<std::unique_ptr<Consumer>> cs;
+  std::vector<Batch> first(wants.size());
+  for (size_t i = 0; i < wants.size(); ++i) {
+    Options co = o_;
+    co.batch_size = wants[i].batch_size;
+    co.view = wants[i].view;
+    auto c = Consumer::Attach(leader->producer->address(), co, static_cast<int>(i));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cs.push_back(std::move(c).value());
+  }
+  for (size_t i = 0; i < cs.size(); ++i) ASSERT_TRUE(cs[i]->Next(&first[i]).ok());
+  // Every consumer holds a batch: all three are members now.
+  auto r = shm::QueryStatus(leader->producer->address(), 10000);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->count, 3u);
+  for (uint32_t k = 0; k < r->count; ++k)
+    EXPECT_EQ(r->members[k].group, r->members[k].rank == 0 ? 0u : 1u) << "rank " << r->members[k].rank;
+  EXPECT_EQ(r->stream.views_max, 4u);
+  ASSERT_EQ(r->stream.view_groups, 2u);
+  const shm::GroupStatus& own = r->stream.groups[0];
+  const shm::GroupStatus& g1 = r->stream.groups[1];
+  EXPECT_EQ(own.group, 0u);
+  EXPECT_NE(std::string(own.view).find("size=40"), std::string::npos) << own.view;
+  EXPECT_EQ(g1.group, 1u);
+  EXPECT_NE(std::string(g1.view).find("size=24"), std::string::npos) << g1.view;
+  EXPECT_GT(g1.slot_bytes, 0u);
+  EXPECT_EQ(r->stream.view_room_used_bytes, g1.slot_bytes);
+  EXPECT_GE(r->stream.view_room_bytes, g1.slot_bytes);
+  const uint64_t own_key = own.view_key, small_key = g1.view_key;
+  // To the end.
+  for (auto& b : first) b.Release();
+  std::vector<Stream> streams(cs.size());
+  std::vector<Status> statuses(cs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < cs.size(); ++i)
+    threads.emplace_back(Drain, cs[i].get(), &streams[i], &statuses[i], -1);
+  for (auto& t : threads) t.join();
+  leader->thread.join();
+  ASSERT_TRUE(leader->status.ok()) << leader->status.ToString();
+  for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.ToString();
+  telemetry::RankData d = (*collector)->Snapshot();
+  auto last = [&d](const std::string& name) -> double {
+    for (const auto& n : d.named)
+      if (n.name == name && !n.value.empty()) return n.value.back();
+    ADD_FAILURE() << "no named series " << name;
+    return -1;
+  };
+  auto series = [](uint64_t key, const char* what) {
+    return fmt::format("views/{:016x}/{}", key, what);
+  };
+  // Every batch was made for both groups (all three attached before the first), 2 epochs.
+  EXPECT_EQ(last(series(own_key, "members")), 1);
+  EXPECT_EQ(last(series(small_key, "members")), 2);
+  EXPECT_EQ(last(series(own_key, "samples")), 2 * kSamples);
+  EXPECT_EQ(last(series(small_key, "samples")), 2 * kSamples);
+  EXPECT_GT(last(series(own_key, "transform_ns")), 0);
+  EXPECT_GT(last(series(small_key, "transform_ns")), 0);
+  // One leader per view decodes every sample once per view; here a sample is decoded once
+  // per distinct DCT scale its groups need: at least once, at most once per group.
+  const double decodes = last("views/decodes");
+  EXPECT_EQ(last("views/decodes_one_leader_per_view"), 2 * 2 * kSamples);
+  EXPECT_GE(decodes, 2 * kSamples);
+  EXPECT_LE(decodes, 2 * 2 * kSamples);
+  const producer::ProducerStats ps = leader->producer->stats();
+  EXPECT_EQ(ps.view_decodes, int64_t(decodes));
+  EXPECT_EQ(ps.view_decodes_one_leader_per_view, 2 * 2 * kSamples);
+  EXPECT_NE(d.annotations.find(fmt::format("view {:016x}: view(size=24", small_key)),
+            std::string::npos) << d.annotations;
+  EXPECT_NE(d.annotations.find("views: 90 samples made for view groups with"),
+            std::string::npos) << d.annotations;
 }
 
 TEST_F(ViewGroupsLeaderTest, AViewWithTheLeadersDrawGetsAOneViewLeadersStreamBatchForBatch) {
