@@ -20,8 +20,10 @@ constexpr uint32_t kControlMagic = 0x42434331;  // "BCC1"
 // 2: two segments, drain, member messages carry a position. 3: a join carries the consumer's
 // resume point (a service replays what its stream has passed); the join reply names the
 // leader's features; the status reply counts resume replays. 4: a join may carry the consumer
-// flag kLoopHoldsBatch (the pool reserves the batch a Python `for` loop holds).
-constexpr uint32_t kProtocolVersion = 4;
+// flag kLoopHoldsBatch (the pool reserves the batch a Python `for` loop holds). 5: the status
+// reply carries late joiners' catch-ups (StreamStatus); an accepted join's reply message says
+// why a leader without kLeaderReplaysResume cannot replay a passed position.
+constexpr uint32_t kProtocolVersion = 5;
 // The header every message starts with (magic, version, type): a peer of another protocol
 // version is recognised by it, whatever the size of the rest.
 constexpr size_t kMessageHeaderBytes = 3 * sizeof(uint32_t);
@@ -71,6 +73,8 @@ struct JoinReply {
   uint64_t generation;
   uint64_t segment_bytes;  // the stream segment
   uint64_t control_bytes;  // the control segment
+  // Refused: why. Accepted by a leader without kLeaderReplaysResume: why it cannot replay a
+  // passed position and what to do (the consumer's refusal of such a resume names it).
   char message[256];
 };
 
@@ -123,6 +127,14 @@ struct StreamStatus {
   uint32_t idle;              // 1: nobody attached, decoding paused
   uint32_t resume_replays;    // resuming consumers whose epoch was replayed to them alone
   uint64_t resume_replayed_batches;  // producer batches decoded for them alone
+  // Late joiners after the window (option late_join_catch_ups, docs/service.md): member bits
+  // of the consumers receiving their own epoch now (catching up), and of the joiners waiting
+  // for the next epoch because that many were catching up already (deferred).
+  uint64_t catching_up;
+  uint64_t catch_up_deferred;
+  uint32_t catch_ups;          // late joiners caught up so far
+  uint32_t catch_up_limit;     // late_join_catch_ups (0: joiners after the window wait)
+  uint64_t catch_up_deferrals;  // joiners deferred to the next epoch by the limit so far
 };
 
 struct StatusReply {

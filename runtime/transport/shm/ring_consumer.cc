@@ -100,6 +100,8 @@ Status RingConsumer::Join(const std::string& socket_name) {
   id_ = reply.consumer_id;
   generation_ = reply.generation;
   leader_features_ = reply.features;
+  reply.message[sizeof(reply.message) - 1] = '\0';
+  if ((leader_features_ & kLeaderReplaysResume) == 0) resume_refusal_ = reply.message;
   if (id_ >= kMaxConsumers) return CorruptDataError("leader assigned consumer id {}", id_);
   entry_ = &view_.control->consumers[id_];
   heartbeat_ms_ = view_.stream->heartbeat_ms > 0 ? view_.stream->heartbeat_ms : config_.heartbeat_ms;

@@ -84,6 +84,9 @@ class RingConsumer {
   const ConsumerConfig& config() const { return config_; }
   // LeaderFeature bits of the leader (control.h), from its join reply.
   uint32_t leader_features() const { return leader_features_; }
+  // Without kLeaderReplaysResume: why that leader cannot replay a passed position and what to
+  // do ("" from a leader that does not say).
+  const std::string& resume_refusal() const { return resume_refusal_; }
   // The leader's heartbeat period, which this consumer follows.
   int64_t heartbeat_ms() const { return heartbeat_ms_; }
   void RecordBatch();  // bookkeeping shown by the leader (batches taken)
@@ -111,6 +114,7 @@ class RingConsumer {
   uint32_t id_ = 0;
   uint64_t generation_ = 0;
   uint32_t leader_features_ = 0;
+  std::string resume_refusal_;
   uint64_t position_ = 0;
   uint32_t mapped_slots_ = 0;  // data slots [0, mapped_slots_) are in our page tables
   int64_t heartbeat_ms_ = 10000;

@@ -61,6 +61,10 @@ struct RingConfig {
   // The producer replays the rest of an epoch to a joiner resuming behind the stream
   // (a producer::Producer whose feed can make any position again): told to consumers in the join reply (kLeaderReplaysResume).
   bool replays_resume = false;
+  // Without replays_resume: why this producer cannot make a passed position again and what
+  // its user does instead, for the message of a consumer resuming behind the stream (sent in
+  // the join reply).
+  std::string resume_refusal;
 };
 
 struct MemberInfo {
