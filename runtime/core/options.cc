@@ -110,6 +110,7 @@ const std::vector<Entry>& Registry() {
       BC_OPT(pad_last, kBool, kTrainers, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
       BC_OPT(late_join_window, kDouble, M | S | L | P | R | C, "late join: a consumer joining within this fraction of an epoch (at least the ring depth in producer batches, never 0) gets the epoch's start replayed to it alone, byte for byte; later joiners start at the next epoch (or at once with join_mid_epoch). A native leader decodes the replay again; a batchcast.Producer keeps copies of the epoch's first batches for it"),
       BC_OPT(join_mid_epoch, kBool, M | S | L | P | R | C, "late join: a consumer joining after the late-join window starts at once, mid-epoch, instead of at the next epoch"),
+      BC_OPT(late_join_catch_ups, kInt, M | S | L | R | C, "late join: at most this many consumers joining after the late-join window are caught up at once: each starts at once with a whole epoch of its own (the stream's current epoch, decoded again and published to it alone between the stream's batches, which slows the others while it lasts), then goes on with the stream's next epoch; a joiner beyond them waits for the next epoch (batchcast status: deferred). 0 = joiners after the window wait for the next epoch; join_mid_epoch takes precedence. Leaders that cannot make a batch again (batchcast.Producer, multi-node) do not read it"),
       BC_OPT(cache, kSize, kNative, "decoded-sample cache of the leader, e.g. 8g (0 = off): the first epoch keeps each sample as decoded before any random step (crop, flip), later epochs reuse it; admits samples until the budget is full, never evicts (docs/pipeline.md); accepts k/m/g suffixes"),
   };
   return kRegistry;
@@ -482,6 +483,12 @@ Status ValidateOptions(const Options& o) {
   if (!(o.late_join_window >= 0.0 && o.late_join_window <= 1.0))
     return InvalidArgumentError("option 'late_join_window' must be a fraction of an epoch in "
                                 "[0, 1], got {}", o.late_join_window);
+  if (o.late_join_catch_ups < 0 || o.late_join_catch_ups > 64)
+    return InvalidArgumentError(
+        "option 'late_join_catch_ups' must be between 0 (joiners after the late-join window "
+        "wait for the next epoch) and 64 (the most consumers a stream has), got {}: it bounds "
+        "how many late joiners are caught up at once, each costing up to one epoch of extra "
+        "decode", o.late_join_catch_ups);
   if (o.heartbeat_ms < 100)
     return InvalidArgumentError("option 'heartbeat_ms' must be at least 100ms, got {}ms",
                                 o.heartbeat_ms);

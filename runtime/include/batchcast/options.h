@@ -109,6 +109,13 @@ struct BATCHCAST_API Options {
   // alone; later joiners start at the next epoch, or at once with join_mid_epoch.
   double late_join_window = 0.02;
   bool join_mid_epoch = false;
+  // Catch-up (docs/service.md "Admission and late join"): at most this many consumers that
+  // join after the window are caught up at once, each with a whole epoch of its own (the
+  // stream's current one, replayed to it alone between the stream's batches); a joiner
+  // beyond them waits for the next epoch. 0: every joiner after the window waits (or starts
+  // mid-epoch with join_mid_epoch, which takes precedence). Only leaders that can make any
+  // batch again (the native pipeline on one node) catch up.
+  int late_join_catch_ups = 2;
 };
 
 // Resolves defaults < config file < BATCHCAST_* environment < flags. `flags` are
