@@ -236,13 +236,16 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   Status CheckResumePoint(const shm::SlotDesc& d) {
     const uint64_t at = d.batch_in_epoch * ring->header()->producer_batch;
     if (d.epoch == resume_epoch && at <= resume_pos) return Status::Ok();
+    // The leader says why it cannot replay (its join reply); an older one does not.
+    const std::string& why = ring->resume_refusal();
     return FailedPreconditionError(
         "consumer: resumes at epoch {} batch {} (sample {} of the epoch), but the stream it "
-        "attached to is already at epoch {} sample {}: this leader does not replay the "
-        "batches it missed. Start the leader at (or before) this position (its options "
-        "start_epoch / start_batch), or resume the trial from a batchcast serve service, "
-        "which replays a passed position to the resuming trial alone", resume_epoch,
-        options.start_batch, resume_pos, d.epoch, at);
+        "attached to is already at epoch {} sample {}: {}", resume_epoch, options.start_batch,
+        resume_pos, d.epoch, at,
+        !why.empty() ? why
+                     : std::string("this leader does not replay the batches it missed. Start "
+                                   "the leader at (or before) this position (its options "
+                                   "start_epoch / start_batch)"));
   }
   // Batches per epoch under exact or sharded carving (-1: per-producer-batch carving).
   int64_t ExactBatchesPerEpoch(uint32_t scale_den) const {

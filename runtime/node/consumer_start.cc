@@ -10,6 +10,7 @@
 #include "batchcast/consumer.h"
 #include "core/environment.h"
 #include "core/errors.h"
+#include "core/log.h"
 #include "node/consumer_core.h"
 #include "node/consumer_internal.h"
 #include "transport/shm/control.h"
@@ -181,14 +182,24 @@ Status ConsumerAccess::StartAt(Consumer& consumer, StreamPosition position) {
   if ((c.ring->leader_features() & shm::kLeaderReplaysResume) != 0) {
     // The leader settles a resume point at admission (it may replay what its stream has
     // passed): join again with it. Nothing was received yet, so nothing is lost.
+    // The first membership is kept until the second is in: a stream that ends with its
+    // consumers never sees none. A stream that ended meanwhile (it had published its rest
+    // into the ring) refuses the join: the first membership holds every batch still to come,
+    // so it stays, and the batches before the position are skipped as on any leader.
     shm::ConsumerConfig cfg = c.ring->config();
     SetJoinResume(o, c.shard_world, &cfg);
     auto ring = AttachRing(c.address, cfg, o.connect_timeout);
-    if (!ring.ok()) {
+    if (ring.ok()) {
+      c.ring = std::move(ring).value();
+    } else if (ring.status().code() == StatusCode::kUnavailable && c.ring->header() != nullptr &&
+               c.ring->header()->stream_state.load() !=
+                   static_cast<uint32_t>(shm::StreamState::kRunning)) {
+      BC_LOG(Info, Node, "consumer: the stream ended before it could join again at epoch {} "
+             "batch {}; it reads on from its first join", position.epoch, position.batch);
+    } else {
       c.status = ring.status().WithContext("consumer: joining again at the loaded position");
       return c.status;
     }
-    c.ring = std::move(ring).value();
   }
   c.options = o;
   return Status::Ok();
