@@ -20,7 +20,7 @@ namespace {
 // Replays batches [r.first, r.end) of r.epoch to r.to alone (nothing when r.to is 0).
 Status ReplayToResumer(const EpochPolicy& policy, const ResumeReplay& r) {
   for (int64_t j = r.first; r.to != 0 && j < r.end; ++j)
-    BC_RETURN_IF_ERROR(policy.replay(r.epoch, j, r.to).status());
+    BC_RETURN_IF_ERROR(policy.replay(r.epoch, j, r.to, r.catch_up).status());
   return Status::Ok();
 }
 
@@ -37,7 +37,7 @@ Status RunEpochPositions(Admission& admission, uint64_t e, int64_t bpe, const Ep
   while (More(policy, k, bpe)) {
     BC_RETURN_IF_ERROR(policy.check_stop());
     if (policy.at_position) policy.at_position(k);
-    if (policy.replay) {  // resuming joiners behind the stream (Admission::SettleResumers)
+    if (policy.replay) {  // resumers behind the stream (SettleResumers), late joiners' catch-ups
       const ResumeReplay r = admission.SettleResumers(e, k, bpe);
       BC_RETURN_IF_ERROR(ReplayToResumer(policy, r));
       if (r.to != 0) continue;  // settle again at the same k
@@ -66,6 +66,8 @@ Status RunEpochPositions(Admission& admission, uint64_t e, int64_t bpe, const Ep
         for (int64_t j = policy.first; j < k; ++j)
           BC_RETURN_IF_ERROR(policy.produce(j, settled.replay_to, AcquireWait{}, -1).status());
         continue;  // settle membership again at the same k
+      case Step::kCatchUp:  // their first replayed batches (Interleave) come before k
+        continue;
       case Step::kProduce:
         break;
     }
