@@ -106,7 +106,7 @@ struct BATCHCAST_API Options {
   int64_t cache = 0;
   // Late join (docs/data-plane.md "Joining"): a consumer joining within this fraction of an
   // epoch (at least the ring depth in producer batches) gets the epoch's start replayed to it
-  // alone; later joiners start at the next epoch, or at once with join_mid_epoch.
+  // alone; later joiners: a catch-up (late_join_catch_ups), the next epoch, or join_mid_epoch.
   double late_join_window = 0.02;
   bool join_mid_epoch = false;
   // Catch-up (docs/service.md "Admission and late join"): at most this many consumers that
