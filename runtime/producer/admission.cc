@@ -73,15 +73,24 @@ ResumeReplay Admission::SettleResumers(uint64_t epoch, int64_t k, int64_t bpe) {
   return {};
 }
 
+bool Admission::Addressed(const std::vector<shm::MemberInfo>& members, const ResumeReplay& r) {
+  for (const shm::MemberInfo& m : members)
+    if (shm::RingLeader::MemberBit(m.id) == r.to && m.generation == r.generation &&
+        m.state == shm::MemberState::kActive)
+      return true;
+  return false;
+}
+
+bool Admission::StillAddressed(const ResumeReplay& r) const {
+  return Addressed(ring_->Members(), r);
+}
+
 std::vector<ResumeReplay> Admission::Interleave(int64_t positions_left) {
   std::vector<ResumeReplay> out;
   if (queued_.empty()) return out;
   const std::vector<shm::MemberInfo> members = ring_->Members();
   for (auto it = queued_.begin(); it != queued_.end();) {
-    bool here = false;  // still attached: the same consumer (generation), still addressed
-    for (const shm::MemberInfo& m : members)
-      here |= shm::RingLeader::MemberBit(m.id) == it->to && m.generation == it->generation &&
-              m.state == shm::MemberState::kActive;
+    const bool here = Addressed(members, *it);
     const int64_t left = it->end - it->first;
     if (!here || left <= 0) {
       it = queued_.erase(it);

@@ -112,6 +112,9 @@ class Admission {
   // ceil(left / positions_left) batches (1: everything left). Consumers that have left are
   // dropped.
   std::vector<ResumeReplay> Interleave(int64_t positions_left);
+  // Whether the consumer a replay is for is still attached and addressed (the same one: its
+  // generation): a replay to one that left is not made (it would wait for the others).
+  bool StillAddressed(const ResumeReplay& r) const;
   // The `only` mask for a position of the shared stream: everyone admitted except resumers
   // waiting, after their replay, for the stream's next epoch.
   uint64_t SharedMask() const { return ~excluded_; }
@@ -149,6 +152,7 @@ class Admission {
  private:
   // Member bits of the joining consumers that do (true) or do not (false) resume.
   uint64_t JoinerMask(bool resuming) const;
+  static bool Addressed(const std::vector<shm::MemberInfo>& members, const ResumeReplay& r);
   // Catches up the joiners in `joining` (after the window, at ring position seq) while the
   // limit allows; returns those left, the deferred among them marked.
   uint64_t CatchUp(uint64_t seq, uint64_t joining);

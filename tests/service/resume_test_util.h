@@ -216,6 +216,20 @@ class Pacer {
   }
 };
 
+// The members as the leader sees them ("name state start position; ..."), for a failure.
+inline std::string DescribeMembers(const std::string& socket) {
+  auto r = shm::QueryStatus(socket, 2000);
+  if (!r.ok()) return r.status().ToString();
+  std::ostringstream out;
+  out << "stream epoch " << r->stream.epoch << " batch " << r->stream.batch_in_epoch
+      << ", published " << r->published << ":";
+  for (uint32_t i = 0; i < r->count; ++i)
+    out << " [" << r->members[i].name << " state " << r->members[i].state << " start "
+        << int64_t(r->members[i].start_seq) << " position " << int64_t(r->members[i].position)
+        << "]";
+  return out.str();
+}
+
 inline int ActiveMembers(const shm::StatusReply& r) {
   int active = 0;
   for (uint32_t i = 0; i < r.count; ++i)
@@ -280,7 +294,6 @@ inline void ResumedManyTimes(const Door& door, uint64_t seed) {
   Trial leader = door.start("multi" + std::to_string(seed % 1000), &sock);
   ASSERT_GT(leader.pid, 0);
   const int members = 2 + door.others;
-  auto all_active = [members](const shm::StatusReply& r) { return ActiveMembers(r) == members; };
   std::vector<Line> got;  // every batch the trial trained on, all lives in order
   std::string end;
   // The kill points: `resumes` distinct batches of the run, before its last, in order.
@@ -291,12 +304,14 @@ inline void ResumedManyTimes(const Door& door, uint64_t seed) {
   {
     Pacer pacer(sock);
     Trial trial = SpawnTrial(TrialArgs(sock, epochs, 0, 0, 0, 1, -1, door.samples));
+    // Admitted before the pacer reads: the trial gets epoch 0 from its start. Where others
+    // read too (go), a join may settle only once they or the pacer read (a replay in the
+    // window waits for the ring's slowest reader): attached is enough then.
     const int first = 2 + door.others_at_start;
-    EXPECT_TRUE(service_test::WaitStatus(sock, [first](const shm::StatusReply& r) {
-      return ActiveMembers(r) == first;
+    EXPECT_TRUE(service_test::WaitStatus(sock, [first, &door](const shm::StatusReply& r) {
+      return (door.go ? int(r.count) : ActiveMembers(r)) == first;
     }));
-    if (door.go) {  // the others attach; their join settles once the pacer reads (a replay
-                    // to the first trial, in the window, waits for the ring's slowest reader)
+    if (door.go) {
       door.go(leader);
       EXPECT_TRUE(service_test::WaitStatus(
           sock, [members](const shm::StatusReply& r) { return int(r.count) == members; }));
@@ -334,8 +349,15 @@ inline void ResumedManyTimes(const Door& door, uint64_t seed) {
       EXPECT_TRUE(pacer.WaitRead(target));
       trial = SpawnTrial(TrialArgs(sock, epochs, line.next_epoch, line.next_batch, 0, 1,
                                    line.next_run_epoch, door.samples));
-      // Admitted (its replay settled) while the pacer holds still, then all go on.
-      EXPECT_TRUE(service_test::WaitStatus(sock, all_active));
+      // Attached (the killed life gone) while the pacer holds still, then all go on. Its join
+      // settles at the leader's next position, or once the others read where the leader
+      // waits for the ring's slowest reader (a replay to another late joiner).
+      const pid_t pid = trial.pid;
+      EXPECT_TRUE(service_test::WaitStatus(sock, [members, pid](const shm::StatusReply& r) {
+        bool here = false;
+        for (uint32_t i = 0; i < r.count; ++i) here |= r.members[i].pid == pid;
+        return here && int(r.count) == members;
+      })) << DescribeMembers(sock);
       pacer.Allow(INT64_MAX);
     }
     SCOPED_TRACE(plan.str());
