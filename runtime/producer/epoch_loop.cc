@@ -80,10 +80,17 @@ Status RunEpochPositions(Admission& admission, uint64_t e, int64_t bpe, const Ep
     if (!receivers) continue;  // a joiner arrived while every slot was held: settle it first
     ++k;
   }
-  // Interleaved replays end with the epoch: their consumers join the stream's next one.
-  if (policy.replay)
+  if (policy.replay) {
+    // Resumers that joined while the epoch's last position went out are settled now, at its
+    // end (a stream that ends here would otherwise end without them).
+    if (bpe >= 0)
+      for (ResumeReplay r = admission.SettleResumers(e, bpe, bpe); r.to != 0;
+           r = admission.SettleResumers(e, bpe, bpe))
+        BC_RETURN_IF_ERROR(ReplayToResumer(admission, policy, r));
+    // Interleaved replays end with the epoch: their consumers join the stream's next one.
     for (const ResumeReplay& chunk : admission.Interleave(1))
       BC_RETURN_IF_ERROR(ReplayToResumer(admission, policy, chunk));
+  }
   return policy.end_epoch();
 }
 
