@@ -28,10 +28,13 @@ struct ServeArgs {
 
 void PrintStats(const producer::ProducerStats& s) {
   std::printf("batchcast serve: stopped: %lld epochs started, %lld producer batches (%lld "
-              "replayed for late joiners, %lld for %lld resuming consumers), %lld idle pauses; "
-              "consumers: %lld detached, %lld lost (died or silent)\n",
+              "replayed for late joiners, %lld for %lld caught up after the window (%lld "
+              "deferred), %lld for %lld resuming consumers), %lld idle pauses; consumers: %lld "
+              "detached, %lld lost (died or silent)\n",
               static_cast<long long>(s.epochs_started), static_cast<long long>(s.producer_batches),
               static_cast<long long>(s.replayed_batches),
+              static_cast<long long>(s.catch_up_replayed_batches),
+              static_cast<long long>(s.catch_ups), static_cast<long long>(s.catch_up_deferrals),
               static_cast<long long>(s.resume_replayed_batches),
               static_cast<long long>(s.resume_replays), static_cast<long long>(s.idle_waits),
               static_cast<long long>(s.consumers_detached), static_cast<long long>(s.consumers_lost));

@@ -27,6 +27,17 @@ const char* StreamName(uint32_t s) {
   }
 }
 
+// A member's state as shown: catch-up (receiving an epoch of its own after joining late) and
+// deferred (waiting for the next epoch because late_join_catch_ups were catching up) beside
+// the membership states.
+std::string DisplayState(const shm::StatusReply& r, const shm::MemberStatus& m) {
+  const uint64_t bit = m.id < 64 ? 1ULL << m.id : 0;
+  const auto state = static_cast<shm::MemberState>(m.state);
+  if (state == shm::MemberState::kActive && (r.stream.catching_up & bit) != 0) return "catch-up";
+  if ((r.stream.catch_up_deferred & bit) != 0) return "deferred";  // joining until then
+  return shm::MemberDisplayState(state, m.start_seq, r.published);
+}
+
 nlohmann::json ToJson(const std::string& socket, const shm::StatusReply& r) {
   nlohmann::json j;
   j["address"] = shm::DisplayAddress(socket);
@@ -43,6 +54,11 @@ nlohmann::json ToJson(const std::string& socket, const shm::StatusReply& r) {
   j["replayed_batches"] = r.stream.replayed_batches;
   j["resume_replays"] = r.stream.resume_replays;
   j["resume_replayed_batches"] = r.stream.resume_replayed_batches;
+  // Late joiners after the window (option late_join_catch_ups): caught up so far, the limit,
+  // and those deferred to the next epoch by it; the consumers are marked below.
+  j["catch_ups"] = r.stream.catch_ups;
+  j["catch_up_limit"] = r.stream.catch_up_limit;
+  j["catch_up_deferrals"] = r.stream.catch_up_deferrals;
   j["idle"] = r.stream.idle != 0;
   // View groups (docs/pipeline.md "Views through the Producer"): each with its members.
   std::map<uint32_t, std::string> views;
@@ -72,8 +88,7 @@ nlohmann::json ToJson(const std::string& socket, const shm::StatusReply& r) {
     c["name"] = std::string(m.name, strnlen(m.name, sizeof(m.name)));
     c["pid"] = m.pid;
     c["rank"] = m.rank;
-    c["state"] = shm::MemberDisplayState(static_cast<shm::MemberState>(m.state), m.start_seq,
-                                         r.published);
+    c["state"] = DisplayState(r, m);
     c["batch_size"] = m.batch_size;
     c["buffer_depth"] = m.buffer_depth;
     c["start_position"] = m.start_seq == shm::kNoSeq ? nlohmann::json() : nlohmann::json(m.start_seq);
@@ -103,6 +118,15 @@ void PrintTable(const nlohmann::json& j) {
               j["resume_replayed_batches"].get<unsigned long long>(),
               j["resume_replays"].get<unsigned>(), j["occupied_slots"].get<unsigned>(),
               j["slots"].get<unsigned>(), j["idle"].get<bool>() ? ", idle (nobody attached)" : "");
+  int catching = 0, deferred = 0;
+  for (const auto& c : j["consumers"]) {
+    catching += c["state"] == "catch-up" ? 1 : 0;
+    deferred += c["state"] == "deferred" ? 1 : 0;
+  }
+  std::printf("late joiners after the window: %u caught up with an epoch of their own (%d now, "
+              "at most %u at once: late_join_catch_ups), %llu deferred to the next epoch (%d "
+              "now)\n", j["catch_ups"].get<unsigned>(), catching, j["catch_up_limit"].get<unsigned>(),
+              j["catch_up_deferrals"].get<unsigned long long>(), deferred);
   if (j["views_max"].get<unsigned>() > 1) {
     std::printf("view groups: %zu of views_max=%u, view room %llu of %llu bytes per slot held\n",
                 j["view_groups"].size(), j["views_max"].get<unsigned>(),

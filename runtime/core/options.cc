@@ -108,8 +108,9 @@ const std::vector<Entry>& Registry() {
       BC_OPT(start_batch, kInt64, kEvery, "resume: the batch within start_epoch to start at, in the consumer's batch_size (Consumer::Position().batch); the leader starts at the producer batch holding it"),
       BC_OPT(start_run_epoch, kInt, kTrainers, "resume: the consumer's own epoch at the saved position (Consumer::Position().run_epoch, Python state_dict()['start_run_epoch']), counted over its run; it runs epochs - start_run_epoch more epochs. Below start_epoch only after a service's resume replay (or a late join that started it at the stream's next epoch) moved the consumer onto later stream epochs; -1 = start_epoch"),
       BC_OPT(pad_last, kBool, kTrainers, "this consumer pads the epoch's partial last batch to batch_size with repeats of its own samples (reported in BatchInfo::repeats)"),
-      BC_OPT(late_join_window, kDouble, M | S | L | P | R | C, "late join: a consumer joining within this fraction of an epoch (at least the ring depth in producer batches, never 0) gets the epoch's start replayed to it alone, byte for byte; later joiners start at the next epoch (or at once with join_mid_epoch). A native leader decodes the replay again; a batchcast.Producer keeps copies of the epoch's first batches for it"),
-      BC_OPT(join_mid_epoch, kBool, M | S | L | P | R | C, "late join: a consumer joining after the late-join window starts at once, mid-epoch, instead of at the next epoch"),
+      BC_OPT(late_join_window, kDouble, M | S | L | P | R | C, "late join: a consumer joining within this fraction of an epoch (at least the ring depth in producer batches, never 0) gets the epoch's start replayed to it alone, byte for byte, while the others wait; later joiners are caught up with an epoch of their own (late_join_catch_ups), or start at the next epoch (or at once, mid-epoch, with join_mid_epoch). A native leader decodes the replay again; a batchcast.Producer keeps copies of the epoch's first batches for it"),
+      BC_OPT(join_mid_epoch, kBool, M | S | L | P | R | C, "late join: a consumer joining after the late-join window starts at once, mid-epoch (its first epoch is the rest of the current one), instead of being caught up (late_join_catch_ups) or waiting for the next epoch"),
+      BC_OPT(late_join_catch_ups, kInt, M | S | L | R | C, "late join: at most this many consumers joining after the late-join window are caught up at once: each starts at once with a whole epoch of its own (the stream's current epoch, decoded again and published to it alone between the stream's batches, which slows the others while it lasts), then goes on with the stream's next epoch; a joiner beyond them waits for the next epoch (batchcast status: deferred). 0 = joiners after the window wait for the next epoch; join_mid_epoch takes precedence. Leaders that cannot make a batch again (batchcast.Producer, multi-node) do not read it"),
       BC_OPT(view, kString, K, "this consumer's own view of the leader's samples, a spec over the leader's view: view(size=160,crop=random,scale=0.08:1,flip=1,normalize=1,mean=...,std=...,dtype=float32,layout=chw,draw=auto); keys not given keep the leader's values; empty = the leader's view. Consumers with equal views form a group; the leader decodes each sample once for all groups (docs/pipeline.md, Views) and needs views_max > 1"),
       BC_OPT(views_max, kInt, S | L | R | C, "view groups the leader serves, its own view included (1 = its own only; at most 16): a consumer whose view would be one more is refused"),
       BC_OPT(view_bytes, kSize, S | L | R | C, "image room per ring slot for the view groups beyond the leader's own (0 = room for views_max - 1 groups of the leader's image size); a view that does not fit is refused; accepts k/m/g suffixes"),
@@ -492,6 +493,12 @@ Status ValidateOptions(const Options& o) {
   if (!(o.late_join_window >= 0.0 && o.late_join_window <= 1.0))
     return InvalidArgumentError("option 'late_join_window' must be a fraction of an epoch in "
                                 "[0, 1], got {}", o.late_join_window);
+  if (o.late_join_catch_ups < 0 || o.late_join_catch_ups > 64)
+    return InvalidArgumentError(
+        "option 'late_join_catch_ups' must be between 0 (joiners after the late-join window "
+        "wait for the next epoch) and 64 (the most consumers a stream has), got {}: it bounds "
+        "how many late joiners are caught up at once, each costing up to one epoch of extra "
+        "decode", o.late_join_catch_ups);
   if (o.heartbeat_ms < 100)
     return InvalidArgumentError("option 'heartbeat_ms' must be at least 100ms, got {}ms",
                                 o.heartbeat_ms);

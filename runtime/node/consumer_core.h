@@ -24,6 +24,7 @@
 #include "telemetry/metrics.h"
 #include "transport/shm/futex.h"
 #include "transport/shm/carving.h"
+#include "transport/shm/control.h"
 #include "transport/shm/ring_consumer.h"
 
 namespace batchcast::internal {
@@ -235,6 +236,9 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   // Resume (options start_epoch / start_batch): the stream epoch and the epoch position (in
   // samples) this consumer starts at; batches before it are skipped. Cleared once there.
   bool resuming = false;
+  // load_state_dict() could not join again with its position: the stream had ended (its
+  // rest published into the ring before the position was loaded).
+  bool rejoin_after_end = false;
   uint64_t resume_epoch = 0, resume_pos = 0;
   StreamPosition next_position;        // of the batch Next() returns next (SetNextLocked)
   uint64_t epoch = ~0ULL;
@@ -303,13 +307,27 @@ struct ConsumerCore : std::enable_shared_from_this<ConsumerCore> {
   Status CheckResumePoint(const shm::SlotDesc& d) {
     const uint64_t at = d.batch_in_epoch * ring->header()->producer_batch;
     if (d.epoch == resume_epoch && at <= resume_pos) return Status::Ok();
+    // A leader that replays, given the position only after this consumer attached: the
+    // stream ended, or went past it, before the position could join it.
+    if (rejoin_after_end || (ring->leader_features() & shm::kLeaderReplaysResume) != 0)
+      return FailedPreconditionError(
+          "consumer: resumes at epoch {} batch {} (sample {} of the epoch), but the stream it "
+          "attached to {} (it is at epoch {} sample {}) before the position was loaded, which "
+          "was after attaching. Give the position when attaching (start_epoch / start_batch; "
+          "Python: Consumer(..., **state)): the leader then replays it",
+          resume_epoch, options.start_batch, resume_pos,
+          rejoin_after_end ? "had published all its batches and ended" : "had passed it",
+          d.epoch, at);
+    // The leader says why it cannot replay (its join reply); an older one does not.
+    const std::string& why = ring->resume_refusal();
     return FailedPreconditionError(
         "consumer: resumes at epoch {} batch {} (sample {} of the epoch), but the stream it "
-        "attached to is already at epoch {} sample {}: this leader does not replay the "
-        "batches it missed. Start the leader at (or before) this position (its options "
-        "start_epoch / start_batch), or resume the trial from a batchcast serve service, "
-        "which replays a passed position to the resuming trial alone", resume_epoch,
-        options.start_batch, resume_pos, d.epoch, at);
+        "attached to is already at epoch {} sample {}: {}", resume_epoch, options.start_batch,
+        resume_pos, d.epoch, at,
+        !why.empty() ? why
+                     : std::string("this leader does not replay the batches it missed. Start "
+                                   "the leader at (or before) this position (its options "
+                                   "start_epoch / start_batch)"));
   }
   // Batches per epoch under exact or sharded carving (-1: per-producer-batch carving).
   int64_t ExactBatchesPerEpoch(uint32_t scale_den) const {

@@ -10,6 +10,7 @@
 #include "batchcast/consumer.h"
 #include "core/environment.h"
 #include "core/errors.h"
+#include "core/log.h"
 #include "node/consumer_core.h"
 #include "node/consumer_internal.h"
 #include "transport/shm/control.h"
@@ -22,6 +23,42 @@ namespace {
 uint64_t ResumeSample(const Options& o, uint32_t shard_world) {
   return static_cast<uint64_t>(o.start_batch) * static_cast<uint64_t>(o.batch_size) *
          shard_world;
+}
+
+// What this consumer's first membership receives of the position (epoch, sample of the
+// epoch): the first position addressed to it (published, still pending for it) is at or
+// before it (kCovers: it skips to the position as on any leader) or after it (kPassed: only
+// a replay gives it), or nothing was published to it yet (kUnknown).
+enum class FirstJoin { kCovers, kPassed, kUnknown };
+FirstJoin FirstJoinSees(const shm::RingConsumer& ring, uint64_t epoch, uint64_t sample) {
+  const shm::SegmentView& v = ring.view();
+  const uint64_t start = v.control->consumers[ring.id()].start_seq.load();
+  const uint64_t published = v.stream->published.load();
+  const uint64_t bit = 1ULL << ring.id();
+  for (uint64_t seq = start; start != shm::kNoSeq && seq < published &&
+                             seq < start + shm::kPositionTable; ++seq) {
+    const uint64_t entry = v.position(seq).load();
+    const uint32_t slot = shm::PositionSlot(entry);
+    if (shm::PositionSeq(entry) != seq || slot >= v.geo.max_slots) continue;
+    if ((v.pending(slot).load() & bit) == 0) continue;  // not ours
+    const shm::SlotDesc& d = v.slot(slot).desc;
+    const bool covers = d.epoch < epoch ||
+                        (d.epoch == epoch && d.batch_in_epoch * v.stream->producer_batch <= sample);
+    return covers ? FirstJoin::kCovers : FirstJoin::kPassed;
+  }
+  return FirstJoin::kUnknown;
+}
+
+// Whether a consumer that loaded a position joins again with it (the leader then settles it,
+// replaying what its stream has passed). Not when its first membership receives the position
+// anyway. A stream that runs until stopped (a service) is joined again otherwise; a stream
+// that ends (epochs) only once its first membership is known to be past the position: joined
+// again before that, the stream could move on or end before the new membership is settled
+// (a resume from an earlier epoch then misses the stream's current one).
+bool JoinAgainAt(const shm::RingConsumer& ring, uint64_t epoch, uint64_t sample) {
+  const FirstJoin seen = FirstJoinSees(ring, epoch, sample);
+  if (seen == FirstJoin::kCovers) return false;
+  return seen == FirstJoin::kPassed || ring.header()->stream_epochs == 0;
 }
 
 // The consumer's own epoch at its start position (options start_run_epoch; -1: start_epoch).
@@ -178,17 +215,29 @@ Status ConsumerAccess::StartAt(Consumer& consumer, StreamPosition position) {
     c.resuming = c.options.start_epoch != 0 || c.options.start_batch != 0;
     return st;
   }
-  if ((c.ring->leader_features() & shm::kLeaderReplaysResume) != 0) {
+  if ((c.ring->leader_features() & shm::kLeaderReplaysResume) != 0 &&
+      JoinAgainAt(*c.ring, position.epoch, ResumeSample(o, c.shard_world))) {
     // The leader settles a resume point at admission (it may replay what its stream has
     // passed): join again with it. Nothing was received yet, so nothing is lost.
+    // The first membership is kept until the second is in: a stream that ends with its
+    // consumers never sees none. A stream that ended meanwhile (it had published its rest
+    // into the ring) refuses the join: the first membership holds every batch still to come,
+    // so it stays, and the batches before the position are skipped as on any leader.
     shm::ConsumerConfig cfg = c.ring->config();
     SetJoinResume(o, c.shard_world, &cfg);
     auto ring = AttachRing(c.address, cfg, o.connect_timeout);
-    if (!ring.ok()) {
+    if (ring.ok()) {
+      c.ring = std::move(ring).value();
+    } else if (ring.status().code() == StatusCode::kUnavailable && c.ring->header() != nullptr &&
+               c.ring->header()->stream_state.load() !=
+                   static_cast<uint32_t>(shm::StreamState::kRunning)) {
+      BC_LOG(Info, Node, "consumer: the stream ended before it could join again at epoch {} "
+             "batch {}; it reads on from its first join", position.epoch, position.batch);
+      c.rejoin_after_end = true;
+    } else {
       c.status = ring.status().WithContext("consumer: joining again at the loaded position");
       return c.status;
     }
-    c.ring = std::move(ring).value();
   }
   c.options = o;
   return Status::Ok();

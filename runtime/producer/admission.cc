@@ -73,15 +73,24 @@ ResumeReplay Admission::SettleResumers(uint64_t epoch, int64_t k, int64_t bpe) {
   return {};
 }
 
+bool Admission::Addressed(const std::vector<shm::MemberInfo>& members, const ResumeReplay& r) {
+  for (const shm::MemberInfo& m : members)
+    if (shm::RingLeader::MemberBit(m.id) == r.to && m.generation == r.generation &&
+        m.state == shm::MemberState::kActive)
+      return true;
+  return false;
+}
+
+bool Admission::StillAddressed(const ResumeReplay& r) const {
+  return Addressed(ring_->Members(), r);
+}
+
 std::vector<ResumeReplay> Admission::Interleave(int64_t positions_left) {
   std::vector<ResumeReplay> out;
   if (queued_.empty()) return out;
   const std::vector<shm::MemberInfo> members = ring_->Members();
   for (auto it = queued_.begin(); it != queued_.end();) {
-    bool here = false;  // still attached: the same consumer (generation), still addressed
-    for (const shm::MemberInfo& m : members)
-      here |= shm::RingLeader::MemberBit(m.id) == it->to && m.generation == it->generation &&
-              m.state == shm::MemberState::kActive;
+    const bool here = Addressed(members, *it);
     const int64_t left = it->end - it->first;
     if (!here || left <= 0) {
       it = queued_.erase(it);
@@ -98,9 +107,46 @@ std::vector<ResumeReplay> Admission::Interleave(int64_t positions_left) {
   return out;
 }
 
+uint64_t Admission::CatchUp(uint64_t seq, uint64_t joining) {
+  if (policy_.catch_ups <= 0 || policy_.join_mid_epoch || epoch_positions_ <= 0) return joining;
+  for (const shm::MemberInfo& m : ring_->Members()) {
+    const uint64_t bit = shm::RingLeader::MemberBit(m.id);
+    if (m.state != shm::MemberState::kJoining || (joining & bit) == 0) continue;
+    if ((deferred_ & bit) != 0) continue;  // deferred once: it starts at the next epoch
+    const auto running = std::count_if(queued_.begin(), queued_.end(),
+                                       [](const ResumeReplay& r) { return r.catch_up; });
+    if (running >= policy_.catch_ups) {  // deferred: it starts at the next epoch
+      deferred_ |= bit;
+      deferrals_ += 1;
+      BC_LOG(Info, Node, "{} joined after the late-join window at epoch {}; {} late joiner(s) "
+             "are catching up already (late_join_catch_ups={}): it starts at the next epoch",
+             m.Describe(), epoch_, running, policy_.catch_ups);
+      continue;
+    }
+    const uint64_t got = ring_->AdmitJoiningMask(seq, bit);
+    if (got == 0) continue;
+    joining &= ~got;
+    catch_ups_ += 1;
+    excluded_ |= got;
+    catching_up_ |= got;
+    queued_.push_back({got, m.generation, epoch_, 0, epoch_positions_, true});
+    BC_LOG(Info, Node, "{} joined after the late-join window: catching it up with an epoch of "
+           "its own, producer batches 0..{} of epoch {} replayed to it alone between the "
+           "stream's batches; it joins the stream at its next epoch", m.Describe(),
+           epoch_positions_ - 1, epoch_);
+  }
+  return joining;
+}
+
 Settled Admission::Settle(int64_t k, int64_t bpe) {
   const uint64_t seq = ring_->next_seq();
+  if (k == 0) {  // the stream's next epoch: the deferred start, the caught up join it
+    deferred_ = catching_up_ = 0;
+    if (queued_.empty()) excluded_ = 0;
+  }
   excluded_ &= MaskOf(shm::MemberState::kActive);
+  catching_up_ &= MaskOf(shm::MemberState::kActive);
+  deferred_ &= MaskOf(shm::MemberState::kJoining);  // deferred joiners join at k == 0
   // Resuming joiners are SettleResumers' (an id not seen joining yet is left for later).
   const uint64_t plain = policy_.replay_resume ? JoinerMask(false) : ~0ULL;
   if (k == 0) ring_->AdmitJoiningMask(seq, plain);
@@ -120,7 +166,13 @@ Settled Admission::Settle(int64_t k, int64_t bpe) {
         return {Step::kReplay, got};
       }
     } else if (bpe >= 0 || policy_.join_mid_epoch) {
-      AdmitJoiners(seq, k, bpe, joining);
+      // A catch-up while the limit allows; the rest start at the next epoch (or mid-epoch).
+      // With replays between the stream's batches the next epoch's first ring position is
+      // not known yet: those stay joining until it (k == 0 admits them).
+      const uint64_t left = bpe >= 0 ? CatchUp(seq, joining) : joining;
+      if (left != 0 && (policy_.join_mid_epoch || queued_.empty()))
+        AdmitJoiners(seq, k, bpe, left);
+      if ((joining & ~left) != 0) return {Step::kCatchUp, joining & ~left};
     }  // else: the epoch's end is not known yet; admitted at the next epoch's start
   }
   return {Step::kProduce, 0};

@@ -8,7 +8,12 @@
 //     producer batches): the epoch's start is replayed to it alone by targeted publishes
 //     while the others wait (the stream is a pure function of (seed, epoch, position), so
 //     the replay is byte-identical), then everyone continues together, exactly once, or
-//   - immediately, mid-epoch, with join_mid_epoch.
+//   - immediately, mid-epoch, with join_mid_epoch, or
+//   - immediately, after the window, with an epoch of its own (catch-up, option
+//     late_join_catch_ups): the stream's current epoch is replayed to it alone between the
+//     stream's batches, as a resume from an earlier epoch is (SettleResumers), and it joins
+//     the stream at its next epoch. At most that many catch up at once; a joiner beyond
+//     them is deferred to the next epoch.
 // W is at least the ring depth in batches and never 0 (LateJoinWindow). Producers whose
 // batches cannot be replayed (batches made by the caller, batches exchanged across nodes)
 // run with no window: their joiners start at the next epoch.
@@ -41,15 +46,21 @@ struct AdmissionPolicy {
   // batch (a resume sample -> its producer batch).
   bool replay_resume = false;
   int64_t producer_batch = 0;
+  // Joiners after the window caught up at once, each with an epoch of its own (option
+  // late_join_catch_ups; 0: none). Needs a feed that can make any position of the current
+  // epoch again and an epoch of known length.
+  int catch_ups = 0;
 };
 
 // A replay to one resuming joiner: producer batches [first, end) of `epoch`, published to
 // `to` alone (the member bit of the consumer of that `generation`). to == 0: nothing.
+// catch_up: a late joiner's own epoch (Settle), else a resume (SettleResumers).
 struct ResumeReplay {
   uint64_t to = 0;
   uint64_t generation = 0;
   uint64_t epoch = 0;
   int64_t first = 0, end = 0;
+  bool catch_up = false;
 };
 
 // What to do at a position of the epoch once membership is settled.
@@ -58,6 +69,8 @@ enum class Step {
   kSkip,     // nobody receives it (only members waiting for a later epoch): publish it empty
   kIdle,     // nobody is attached or joining
   kReplay,   // replay positions [0, k) of the epoch to `replay_to` alone, then settle again
+  kCatchUp,  // late joiners `replay_to` catch up (their epochs are queued): settle again, so
+             // that their first replayed batches go out before position k
   kEnd,      // the stream ends here (the distribution decided: no consumer on any node)
 };
 
@@ -70,11 +83,18 @@ class Admission {
  public:
   Admission(shm::RingLeader* ring, const AdmissionPolicy& policy) : ring_(ring), policy_(policy) {}
 
+  // The stream begins epoch `epoch` of bpe producer batches (< 0: unknown): what a catch-up
+  // replays.
+  void BeginEpoch(uint64_t epoch, int64_t bpe) {
+    epoch_ = epoch;
+    epoch_positions_ = bpe;
+  }
   // Settles membership before position k of an epoch of bpe producer batches, which will be
   // published at ring position next_seq(): admits every joiner (at once; where it starts
-  // follows the policy: replay within LateJoinWindow(), else the next epoch) and says what
-  // to do. With bpe < 0 (unknown) a joiner after the window waits, joining, for the next
-  // epoch start.
+  // follows the policy: replay within LateJoinWindow(), else a catch-up while fewer than
+  // policy.catch_ups run, else the next epoch) and says what to do. With bpe < 0 (unknown) a
+  // joiner after the window waits, joining, for the next epoch start. (k and bpe count from
+  // the epoch's first position: a resumed stream starts mid-epoch.)
   Settled Settle(int64_t k, int64_t bpe);
   // With policy.replay_resume, before Settle: admits the joiners that resume at once (one
   // ahead of the stream skips to its position) and settles those behind it (the stream is
@@ -92,6 +112,9 @@ class Admission {
   // ceil(left / positions_left) batches (1: everything left). Consumers that have left are
   // dropped.
   std::vector<ResumeReplay> Interleave(int64_t positions_left);
+  // Whether the consumer a replay is for is still attached and addressed (the same one: its
+  // generation): a replay to one that left is not made (it would wait for the others).
+  bool StillAddressed(const ResumeReplay& r) const;
   // The `only` mask for a position of the shared stream: everyone admitted except resumers
   // waiting, after their replay, for the stream's next epoch.
   uint64_t SharedMask() const { return ~excluded_; }
@@ -119,10 +142,20 @@ class Admission {
   const AdmissionPolicy& policy() const { return policy_; }
   int64_t late_joins() const { return late_joins_; }  // consumers caught up by a replay
   int64_t resume_replays() const { return resume_replays_; }  // resumers replayed to
+  int64_t catch_ups() const { return catch_ups_; }  // late joiners given an epoch of their own
+  int64_t catch_up_deferrals() const { return deferrals_; }  // joiners deferred by the limit
+  // Member bits of the consumers catching up (their epoch not yet replayed in full) and of
+  // the joiners deferred to the next epoch by the limit.
+  uint64_t CatchingUpMask() const { return catching_up_; }
+  uint64_t DeferredMask() const { return deferred_; }
 
  private:
   // Member bits of the joining consumers that do (true) or do not (false) resume.
   uint64_t JoinerMask(bool resuming) const;
+  static bool Addressed(const std::vector<shm::MemberInfo>& members, const ResumeReplay& r);
+  // Catches up the joiners in `joining` (after the window, at ring position seq) while the
+  // limit allows; returns those left, the deferred among them marked.
+  uint64_t CatchUp(uint64_t seq, uint64_t joining);
 
   shm::RingLeader* ring_;
   AdmissionPolicy policy_;
@@ -131,6 +164,11 @@ class Admission {
   uint64_t excluded_ = 0;  // replayed resumers waiting for the stream's next epoch
   int64_t declared_ = -1;
   std::vector<ResumeReplay> queued_;  // interleaved replays: first = the next batch
+  uint64_t epoch_ = 0;            // BeginEpoch
+  int64_t epoch_positions_ = -1;  // BeginEpoch: the whole epoch's producer batches
+  int64_t catch_ups_ = 0, deferrals_ = 0;
+  uint64_t deferred_ = 0;  // joiners deferred to the next epoch by the catch-up limit
+  uint64_t catching_up_ = 0;  // late joiners receiving their own epoch (until the next)
 };
 
 // Blocks until no consumer is attached, or fails after timeout_ms (naming `who`).

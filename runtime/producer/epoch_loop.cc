@@ -17,10 +17,12 @@ AcquireWait InterruptOnJoin(const Admission& admission, const std::atomic<bool>*
 
 namespace {
 
-// Replays batches [r.first, r.end) of r.epoch to r.to alone (nothing when r.to is 0).
-Status ReplayToResumer(const EpochPolicy& policy, const ResumeReplay& r) {
-  for (int64_t j = r.first; r.to != 0 && j < r.end; ++j)
-    BC_RETURN_IF_ERROR(policy.replay(r.epoch, j, r.to).status());
+// Replays batches [r.first, r.end) of r.epoch to r.to alone (nothing when r.to is 0), while
+// that consumer is still there: a replay to one that left would only wait for the others.
+Status ReplayToResumer(const Admission& admission, const EpochPolicy& policy,
+                       const ResumeReplay& r) {
+  for (int64_t j = r.first; r.to != 0 && j < r.end && admission.StillAddressed(r); ++j)
+    BC_RETURN_IF_ERROR(policy.replay(r.epoch, j, r.to, r.catch_up).status());
   return Status::Ok();
 }
 
@@ -37,12 +39,12 @@ Status RunEpochPositions(Admission& admission, uint64_t e, int64_t bpe, const Ep
   while (More(policy, k, bpe)) {
     BC_RETURN_IF_ERROR(policy.check_stop());
     if (policy.at_position) policy.at_position(k);
-    if (policy.replay) {  // resuming joiners behind the stream (Admission::SettleResumers)
+    if (policy.replay) {  // resumers behind the stream (SettleResumers), late joiners' catch-ups
       const ResumeReplay r = admission.SettleResumers(e, k, bpe);
-      BC_RETURN_IF_ERROR(ReplayToResumer(policy, r));
+      BC_RETURN_IF_ERROR(ReplayToResumer(admission, policy, r));
       if (r.to != 0) continue;  // settle again at the same k
       for (const ResumeReplay& chunk : admission.Interleave(bpe - k))  // between the stream's
-        BC_RETURN_IF_ERROR(ReplayToResumer(policy, chunk));
+        BC_RETURN_IF_ERROR(ReplayToResumer(admission, policy, chunk));
     }
     BC_ASSIGN_OR_RETURN(const Settled settled, policy.settle(k, bpe, policy.first));
     switch (settled.step) {
@@ -63,9 +65,12 @@ Status RunEpochPositions(Admission& admission, uint64_t e, int64_t bpe, const Ep
         BC_LOG(Info, Node, "{}: late join at epoch {} batch {}: replaying {} batches to consumers "
                "0x{:x} while the others wait", policy.who, e, k, k - policy.first,
                settled.replay_to);
-        for (int64_t j = policy.first; j < k; ++j)
+        for (int64_t j = policy.first;
+             j < k && (admission.MaskOf(shm::MemberState::kActive) & settled.replay_to) != 0; ++j)
           BC_RETURN_IF_ERROR(policy.produce(j, settled.replay_to, AcquireWait{}, -1).status());
         continue;  // settle membership again at the same k
+      case Step::kCatchUp:  // their first replayed batches (Interleave) come before k
+        continue;
       case Step::kProduce:
         break;
     }
@@ -75,10 +80,17 @@ Status RunEpochPositions(Admission& admission, uint64_t e, int64_t bpe, const Ep
     if (!receivers) continue;  // a joiner arrived while every slot was held: settle it first
     ++k;
   }
-  // Interleaved replays end with the epoch: their consumers join the stream's next one.
-  if (policy.replay)
+  if (policy.replay) {
+    // Resumers that joined while the epoch's last position went out are settled now, at its
+    // end (a stream that ends here would otherwise end without them).
+    if (bpe >= 0)
+      for (ResumeReplay r = admission.SettleResumers(e, bpe, bpe); r.to != 0;
+           r = admission.SettleResumers(e, bpe, bpe))
+        BC_RETURN_IF_ERROR(ReplayToResumer(admission, policy, r));
+    // Interleaved replays end with the epoch: their consumers join the stream's next one.
     for (const ResumeReplay& chunk : admission.Interleave(1))
-      BC_RETURN_IF_ERROR(ReplayToResumer(policy, chunk));
+      BC_RETURN_IF_ERROR(ReplayToResumer(admission, policy, chunk));
+  }
   return policy.end_epoch();
 }
 

@@ -4,7 +4,8 @@
 // before each position membership is settled (the distribution's Settle: late joiners
 // admitted, a replay to them alone, or the position skipped when nobody receives it), then
 // the position is produced for its receivers. Resuming consumers behind the stream get their
-// positions replayed (Admission::SettleResumers) when the feed can make them again. The
+// positions replayed (Admission::SettleResumers) when the feed can make them again, and so do
+// late joiners caught up with an epoch of their own (Admission::Settle). The
 // producer supplies what a position holds and who receives it (`produce`), and what it does
 // when nobody is attached (`idle`).
 #pragma once
@@ -39,8 +40,10 @@ struct EpochPolicy {
   // Non-ok stops the epoch with that status (checked before every position).
   std::function<Status()> check_stop;
   // Optional: produces batch k of any `epoch` again for the consumers in `only` (a resuming
-  // joiner's replay, Admission::SettleResumers).
-  std::function<Result<std::optional<uint64_t>>(uint64_t epoch, int64_t k, uint64_t only)>
+  // joiner's replay, Admission::SettleResumers; with catch_up, a late joiner's own epoch,
+  // Admission::Settle).
+  std::function<Result<std::optional<uint64_t>>(uint64_t epoch, int64_t k, uint64_t only,
+                                                 bool catch_up)>
       replay;
   // Optional: told the position about to be settled (status displays).
   std::function<void(int64_t k)> at_position;

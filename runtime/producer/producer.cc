@@ -52,6 +52,24 @@ Result<std::shared_ptr<ProcessTelemetry>> StartTelemetry(const ProducerConfig& c
   return std::shared_ptr<ProcessTelemetry>(std::move(t));
 }
 
+// Why a producer of this feed and distribution cannot replay a passed position to a consumer
+// resuming there, and what its user does instead ("" when it can).
+static std::string ResumeRefusal(const Feed& feed, const Distribution& dist) {
+  if (!dist.late_join())
+    return fmt::format(
+        "this leader ({} across nodes) publishes the same positions on every node in step and "
+        "cannot replay a passed one to a single trainer. Resume the whole job at this position "
+        "(options start_epoch / start_batch on every rank)", dist.name());
+  if (feed.replay() != Replay::kAny)
+    return fmt::format(
+        "this leader's batches come from its {}, which cannot make a passed batch again. "
+        "Start it at (or before) this position (its options start_epoch / start_batch), or "
+        "resume from a leader of the native pipeline (batchcast serve, batchcast.Leader, the "
+        "MPI Runtime, batchcast-run), which replays it to the resuming consumer alone",
+        feed.name());
+  return std::string();
+}
+
 // Options check, sizing, ring, writer, admission: the assembly every front door shares.
 Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distribution> dist) {
   const Options& o = config_.options;
@@ -105,12 +123,11 @@ Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distributi
   rc.rank = config_.rank;
   rc.heartbeat_ms = o.heartbeat_ms;
   rc.handshake_timeout_ms = config_.handshake_timeout_ms;
-  // Resume replays: a stream that stays up for consumers coming back (end_when_empty false:
-  // a service) makes a passed position again for a resuming one. A stream that ends with its
-  // consumers is resumed with them (its start_epoch / start_batch), so it has none to replay,
-  // and a consumer's join again at a loaded position could otherwise race its end.
-  rc.replays_resume = feed->replay() == Replay::kAny && dist->late_join() &&
-                      !config_.end_when_empty;
+  // Resume replays, the same for every front door: a feed that can make any position again
+  // replays a passed position to the consumer resuming there (Admission::SettleResumers).
+  // Where the feed or the distribution cannot, consumers are told why and what to do.
+  rc.replays_resume = feed->replay() == Replay::kAny && dist->late_join();
+  rc.resume_refusal = ResumeRefusal(*feed, *dist);
   // Joins are answered from the moment the ring listens: their views too.
   groups_ = std::make_unique<ViewGroups>(groups, view_source);
   rc.view_admitter = [g = groups_.get()](const std::string& spec, uint32_t in_use) {
@@ -129,6 +146,10 @@ Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distributi
   policy.replay = feed->replay() != Replay::kNone && dist->late_join();
   policy.replay_resume = rc.replays_resume;
   policy.producer_batch = plan_.producer_batch;
+  // Catch-ups replay the current epoch (a resize schedule's feed can too).
+  if ((feed->replay() == Replay::kAny || feed->replay() == Replay::kCurrentEpoch) &&
+      dist->late_join())
+    policy.catch_ups = o.late_join_catch_ups;
   admission_ = std::make_unique<Admission>(ring_.get(), policy);
   feed_ = std::move(feed);
   distribution_ = std::move(dist);
@@ -146,7 +167,10 @@ Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distributi
                                                      batches_per_epoch() > 0 ? batches_per_epoch()
                                                                              : -1,
                                                      rc.num_slots),
-                                      rc.replays_resume ? ", resumes replayed" : ""));
+                                      rc.replays_resume ? ", resumes replayed" : "") +
+             (policy.catch_ups > 0 ? fmt::format(", later joiners caught up ({} at once)",
+                                                 policy.catch_ups)
+                                   : std::string()));
   return Status::Ok();
 }
 
@@ -194,6 +218,11 @@ void Producer::InstallHandlers() {
     st->resume_replays = static_cast<uint32_t>(resume_replays_.load());
     st->resume_replayed_batches = resume_replayed_.load();
     if (groups_ != nullptr) groups_->FillStatus(st);
+    st->catching_up = catching_up_.load();
+    st->catch_up_deferred = deferred_.load();
+    st->catch_ups = static_cast<uint32_t>(catch_ups_.load());
+    st->catch_up_limit = static_cast<uint32_t>(std::max(0, admission_->policy().catch_ups));
+    st->catch_up_deferrals = deferrals_.load();
   });
   ring_->SetLossHandler([this](const shm::MemberInfo& m, shm::LossKind kind) {
     if (kind == shm::LossKind::kDetached) {
@@ -253,6 +282,9 @@ ProducerStats Producer::stats() const {
   s.late_joins = admission_->late_joins();
   s.resume_replays = admission_->resume_replays();
   s.resume_replayed_batches = static_cast<int64_t>(resume_replayed_.load());
+  s.catch_ups = admission_->catch_ups();
+  s.catch_up_replayed_batches = static_cast<int64_t>(catch_up_replayed_.load());
+  s.catch_up_deferrals = admission_->catch_up_deferrals();
   s.idle_waits = idle_waits_;
   s.consumers_detached = detached_.load();
   s.consumers_lost = lost_.load();
@@ -365,6 +397,7 @@ Status Producer::RunStream() {
     epoch_.store(e);
     bpe_.store(static_cast<uint64_t>(std::max<int64_t>(0, *bpe)));
     admission_->SetDeclaredPositions(*bpe >= 0 ? *bpe : feed_->DeclaredPositions());
+    admission_->BeginEpoch(e, *bpe);
     if (feed_->replay() == Replay::kEpochStart)  // copies for late joiners' replays
       feed_->Retain(admission_->Window(*bpe));
     int64_t first = 0;
@@ -384,9 +417,11 @@ Status Producer::RunStream() {
   writer_->ReportSkips();
   const ProducerStats s = stats();
   BC_LOG(Info, Node, "{}: stream complete: {} epochs, {} producer batches, {} samples, {} "
-         "skipped, {} replayed to {} late joiner(s), {} to {} resuming consumer(s)", who,
+         "skipped, {} replayed to {} late joiner(s), {} to {} resuming consumer(s), {} to {} "
+         "late joiner(s) caught up ({} deferred by late_join_catch_ups)", who,
          s.epochs_started, s.producer_batches, s.samples_produced, s.samples_skipped,
-         s.replayed_batches, s.late_joins, s.resume_replayed_batches, s.resume_replays);
+         s.replayed_batches, s.late_joins, s.resume_replayed_batches, s.resume_replays,
+         s.catch_up_replayed_batches, s.catch_ups, s.catch_up_deferrals);
   if (s.view_samples > 0) {  // batches made for consumers' own views (view groups)
     const std::string views = fmt::format(
         "views: {} samples made for view groups with {} image decodes; one leader per "
@@ -426,6 +461,24 @@ Status Producer::WaitForExpected() {
   }
 }
 
+// What admission decided, for `batchcast status` (read on the control thread) and the
+// telemetry: late joiners catching up or deferred by the limit.
+void Producer::ShowAdmission() {
+  catching_up_.store(admission_->CatchingUpMask());
+  deferred_.store(admission_->DeferredMask());
+  const auto started = static_cast<uint64_t>(admission_->catch_ups());
+  const auto deferrals = static_cast<uint64_t>(admission_->catch_up_deferrals());
+  if (collector_ != nullptr) {
+    if (started > catch_ups_.load())
+      collector_->Add(telemetry::Counter::kLateJoinCatchUps, int64_t(started - catch_ups_.load()));
+    if (deferrals > deferrals_.load())
+      collector_->Add(telemetry::Counter::kLateJoinsDeferred,
+                      int64_t(deferrals - deferrals_.load()));
+  }
+  catch_ups_.store(started);
+  deferrals_.store(deferrals);
+}
+
 void Producer::Idle(int64_t k) {
   idle_.store(1);
   idle_waits_ += 1;
@@ -449,7 +502,11 @@ Status Producer::RunEpoch(uint64_t e, int64_t bpe, int64_t first, bool* ended) {
       return joined();
     };
   }
-  policy.settle = [this](int64_t k, int64_t n, int64_t f) { return distribution_->Settle(k, n, f); };
+  policy.settle = [this](int64_t k, int64_t n, int64_t f) {
+    Result<Settled> settled = distribution_->Settle(k, n, f);
+    ShowAdmission();
+    return settled;
+  };
   policy.produce = [this, e, bpe](int64_t k, uint64_t only, const AcquireWait& wait,
                                   int64_t next_k) -> Result<std::optional<uint64_t>> {
     BC_ASSIGN_OR_RETURN(std::optional<uint64_t> receivers,
@@ -479,15 +536,15 @@ Status Producer::RunEpoch(uint64_t e, int64_t bpe, int64_t first, bool* ended) {
     Status st = config_.poll ? config_.poll() : Status::Ok();
     return distribution_->CheckStop(st.ok() ? StopStatus() : st);
   };
-  if (admission_->policy().replay_resume)
-    policy.replay = [this, bpe](uint64_t epoch, int64_t k,
-                                uint64_t only) -> Result<std::optional<uint64_t>> {
+  if (admission_->policy().replay_resume || admission_->policy().catch_ups > 0)
+    policy.replay = [this, bpe](uint64_t epoch, int64_t k, uint64_t only,
+                                bool catch_up) -> Result<std::optional<uint64_t>> {
       resume_replays_.store(static_cast<uint64_t>(admission_->resume_replays()));
       BC_ASSIGN_OR_RETURN(std::optional<uint64_t> receivers,
                           feed_->Produce({epoch, k, bpe}, {}, only, AcquireWait{}, -1));
       if (receivers) {
         produced_.fetch_add(1);
-        resume_replayed_.fetch_add(1);
+        (catch_up ? catch_up_replayed_ : resume_replayed_).fetch_add(1);
         if (collector_ != nullptr) collector_->Add(telemetry::Counter::kBatchesReplayed, 1);
       }
       return receivers;

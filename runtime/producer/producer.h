@@ -13,7 +13,7 @@
 //   - the lifecycle: Run() inline or Start() on a thread, Wait(), Stop() (a clean stop),
 //     Abort() (a failure, first reason kept), waiting until every consumer has left;
 //   - the loss policy (a lost consumer is counted, or fails the stream naming it);
-//   - late join and resume replays (Admission, over what the feed can make again);
+//   - late join, catch-up and resume replays (Admission, over what the feed can make again);
 //   - the telemetry lifecycle (its own ProcessTelemetry, or the front door's collector);
 //   - the slot hook (GPU staging: AdoptSlotHook, staging_target());
 //   - the stream status `batchcast status` shows, and the statistics.
@@ -94,6 +94,9 @@ struct ProducerStats : WriterStats, FeedStats {
   int64_t late_joins = 0;                // consumers caught up by a replay
   int64_t resume_replays = 0;            // resuming consumers behind the stream, replayed to
   int64_t resume_replayed_batches = 0;   // producer batches made again for them alone
+  int64_t catch_ups = 0;                 // late joiners after the window given their own epoch
+  int64_t catch_up_replayed_batches = 0;  // producer batches made again for them alone
+  int64_t catch_up_deferrals = 0;        // joiners deferred to the next epoch by the limit
   int64_t idle_waits = 0;                // times the stream paused with nobody attached
   int64_t consumers_detached = 0;        // consumers that detached normally
   int64_t consumers_lost = 0;            // consumers that died or went silent
@@ -177,6 +180,7 @@ class Producer {
   Status RunEpoch(uint64_t epoch, int64_t bpe, int64_t first, bool* ended);
   Status StopStatus() const;
   void Idle(int64_t k);
+  void ShowAdmission();
   void InstallHandlers();
 
   ProducerConfig config_;
@@ -197,6 +201,8 @@ class Producer {
   // Shown by `batchcast status` (read on the ring's control thread).
   std::atomic<uint64_t> epoch_{0}, batch_{0}, bpe_{0}, produced_{0}, replayed_{0};
   std::atomic<uint64_t> resume_replays_{0}, resume_replayed_{0};
+  std::atomic<uint64_t> catching_up_{0}, deferred_{0}, catch_ups_{0}, deferrals_{0};
+  std::atomic<uint64_t> catch_up_replayed_{0};
   std::atomic<uint32_t> idle_{0};
   std::atomic<int64_t> detached_{0}, lost_{0};  // written by the ring's control thread
   int64_t epochs_started_ = 0, idle_waits_ = 0;

@@ -8,7 +8,7 @@ constexpr std::string_view kCounterNames[] = {
     "batches_received", "samples_received", "batches_produced", "samples_produced",
     "samples_skipped",  "bytes_shm",        "bytes_mpi",        "bytes_h2d",
     "bytes_ipc",        "bytes_nccl",       "consumers_detached", "cache_hits",
-    "cache_misses",     "batches_replayed"};
+    "cache_misses",     "batches_replayed", "late_join_catch_ups", "late_joins_deferred"};
 constexpr std::string_view kTimerNames[] = {"data_wait", "step",    "read",    "decode",
                                             "transform", "collate", "publish", "exchange",
                                             "stage",     "slot_wait", "queue_wait", "lock_wait"};

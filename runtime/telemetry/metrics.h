@@ -28,7 +28,10 @@ enum class Counter : int {
   kCacheHits,            // leader: samples taken from the decoded-sample cache (option cache)
   kCacheMisses,          // leader: samples decoded with the cache on (not, or not yet, in it)
   kBatchesReplayed,      // leader: producer batches decoded again for some consumers alone
-                         // (late-join replays; the service's resume replays)
+                         // (late-join replays, catch-ups, resume replays)
+  kLateJoinCatchUps,     // leader: late joiners given an epoch of their own (catch-up)
+  kLateJoinsDeferred,    // leader: late joiners deferred to the next epoch by the catch-up
+                         // limit (option late_join_catch_ups)
   kCount
 };
 

@@ -60,7 +60,7 @@ VALUES = {
     "drop_last": "true", "connect_timeout": "5s", "rank": "1", "world_size": "2",
     "start_epoch": "1", "start_batch": "1", "start_run_epoch": "0", "pad_last": "true",
     "cache": "1m",
-    "late_join_window": "0.5", "join_mid_epoch": "true",
+    "late_join_window": "0.5", "join_mid_epoch": "true", "late_join_catch_ups": "1",
     "view": "view(size=8)", "views_max": "2", "view_bytes": "1m",
 }
 # The parts each front door runs (address: the six consumers attach to the leader's address).

@@ -107,25 +107,37 @@ def test_resume_at_random_points_is_byte_exact(fmnist):
 
 
 def test_load_state_dict_refuses_what_it_cannot_honour(fmnist):
+    # A position before the leader's own start: the Leader replays it to this consumer alone
+    # (issue 34: every native-pipeline front door does, as batchcast serve did), byte for byte
+    # what a leader started there gives. (Given at attach: loaded afterwards, a stream that
+    # fits its ring may have ended meanwhile, which the consumer then says.)
+    with batchcast.Leader(fmnist["train"], consumers=1, epochs=1, batch_size=32,
+                          limit_samples=320) as leader:
+        loader = batchcast.Consumer(leader.address, batch_size=32)
+        want = [images.numpy().tobytes() for images, _ in loader][5:]
+        assert leader.wait(120)
     with batchcast.Leader(fmnist["train"], consumers=1, epochs=2, batch_size=32,
                           limit_samples=320, start_epoch=1, start_batch=3) as leader:
-        loader = batchcast.Consumer(leader.address, batch_size=32)
+        loader = batchcast.Consumer(leader.address, batch_size=32, with_info=True,
+                                    start_epoch=0, start_batch=5)  # before the leader's
         with pytest.raises(batchcast.InvalidArgumentError, match="start_epoch"):
             loader.load_state_dict({"epoch": 1})
         with pytest.raises(batchcast.InvalidArgumentError, match="that epoch has 10 batches"):
             loader.load_state_dict({"start_epoch": 1, "start_batch": 10})
-        loader.load_state_dict({"start_epoch": 0, "start_batch": 5})  # before the leader's
-        with pytest.raises(batchcast.FailedPreconditionError, match="already at epoch 1"):
-            next(iter(loader))
-    # A position the stream has passed: a stream that ends with its consumers (a Leader, a
-    # Producer) is resumed with them and does not replay it (batchcast serve does): refused,
-    # naming the fix, by every such front door alike.
+        got = [(info.epoch, info.index, images.numpy().tobytes()) for images, _, info in loader]
+        assert [(e, i) for e, i, _ in got] == [(0, i) for i in range(5, 10)]
+        assert [b for _, _, b in got] == want
+        assert leader.stats()["resume_replays"] == 1
+    # A producer that cannot make a passed batch again (batches from an iterable) refuses it,
+    # naming the cause and the fix.
     batches = [(np.zeros((32, 1, 4, 4), np.uint8), np.arange(32)) for _ in range(10)]
     producer = batchcast.Producer(batches, epochs=2, start_epoch=1, batch_size=32,
                                   samples_per_epoch=320).start()
     loader = batchcast.Consumer(producer.address, batch_size=32)
     loader.load_state_dict({"start_epoch": 0, "start_batch": 5})
-    with pytest.raises(batchcast.FailedPreconditionError, match="already at epoch 1"):
+    with pytest.raises(batchcast.FailedPreconditionError,
+                       match="already at epoch 1.*external iterable, which cannot make a passed "
+                             "batch again.*start_epoch / start_batch"):
         next(iter(loader))
     loader.close()
     producer.join()

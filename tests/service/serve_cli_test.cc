@@ -17,44 +17,13 @@
 namespace batchcast {
 namespace {
 
-void PutBe32(FILE* f, uint32_t v) {
-  const uint8_t b[4] = {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
-  std::fwrite(b, 1, 4, f);
-}
-
-// n images of 8x8 grey pixels and labels id % 10, in the IDX format.
-void WriteIdx(const std::string& images, const std::string& labels, int n) {
-  FILE* f = std::fopen(images.c_str(), "wb");
-  PutBe32(f, 0x00000803);
-  PutBe32(f, uint32_t(n));
-  PutBe32(f, 8);
-  PutBe32(f, 8);
-  for (int i = 0; i < n; ++i)
-    for (int p = 0; p < 64; ++p) std::fputc((i * 7 + p) & 0xff, f);
-  std::fclose(f);
-  f = std::fopen(labels.c_str(), "wb");
-  PutBe32(f, 0x00000801);
-  PutBe32(f, uint32_t(n));
-  for (int i = 0; i < n; ++i) std::fputc(i % 10, f);
-  std::fclose(f);
-}
-
-std::string RunShell(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (p != nullptr && std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
-  if (p != nullptr) pclose(p);
-  return out;
-}
-
 TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
   const int n = 200;
   const std::string dir = ::testing::TempDir() + "/bc_serve_cli_" + std::to_string(getpid());
   ASSERT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
-  WriteIdx(dir + "/img.idx", dir + "/lab.idx", n);
+  service_test::WriteIdx(dir + "/img.idx", dir + "/lab.idx", n);
   const std::string h5 = dir + "/set.h5";
-  std::string conv = RunShell(std::string(BATCHCAST_CLI) + " convert idx --images " + dir +
+  std::string conv = service_test::RunShell(std::string(BATCHCAST_CLI) + " convert idx --images " + dir +
                          "/img.idx --labels " + dir + "/lab.idx --out " + h5);
   ASSERT_EQ(access(h5.c_str(), R_OK), 0) << conv;
 
@@ -127,7 +96,7 @@ TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
   b.Release();
   resumed->reset();
   auto rj = nlohmann::json::parse(
-      RunShell(std::string(BATCHCAST_CLI) + " status --json --socket " + sock));
+      service_test::RunShell(std::string(BATCHCAST_CLI) + " status --json --socket " + sock));
   EXPECT_EQ(rj["resume_replays"], 1) << rj.dump();
   EXPECT_GE(rj["resume_replayed_batches"].get<int64_t>(), (n - 10) / 20) << rj.dump();
 
@@ -139,7 +108,7 @@ TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
   ASSERT_TRUE((*victim)->Next(&b).ok());
   EXPECT_EQ(b.images().shape[2], 6);
   auto j = nlohmann::json::parse(
-      RunShell(std::string(BATCHCAST_CLI) + " status --json --socket " + sock));
+      service_test::RunShell(std::string(BATCHCAST_CLI) + " status --json --socket " + sock));
   ASSERT_EQ(j["consumers"].size(), 1u) << j.dump();
   EXPECT_EQ(j["consumers"][0]["name"], "victim");
   EXPECT_EQ(j["stream"], "running");

@@ -11,6 +11,9 @@
 //   service_consumer SOCKET B EPOCHS SAMPLES LOG [BATCH_US] [HEARTBEAT_MS]
 //                    [START_EPOCH START_BATCH [RANK WORLD [START_RUN_EPOCH]]]
 //   (resume; mode=shard when WORLD > 1; START_RUN_EPOCH -1: start_epoch)
+// SAMPLES "real:N": a real dataset of N samples (no synthetic pixels to check). In the
+// per-batch mode an acknowledgement byte 'q' instead of 'a' stops the trial cleanly (it
+// detaches and exits 0: a trial stopped with its checkpoint saved).
 #include <unistd.h>
 
 #include <cstdio>
@@ -28,7 +31,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: service_consumer SOCKET B EPOCHS SAMPLES LOG [BATCH_US] [HB_MS]\n");
     return 2;
   }
-  const int64_t n = std::atoll(argv[4]);
+  const std::string samples = argv[4];
+  const bool synthetic = samples.rfind("real:", 0) != 0;
+  const int64_t n = std::atoll(synthetic ? samples.c_str() : samples.c_str() + 5);
   const bool per_batch = std::string(argv[5]) == "-";
   FILE* log = per_batch ? stdout : std::fopen(argv[5], "a");
   if (log == nullptr) return 2;
@@ -81,7 +86,7 @@ int main(int argc, char** argv) {
       const int64_t id = b.sample_ids()[i];
       ids += (i ? "," : "") + std::to_string(id);
       if (id < 0 || id >= n) { ++bad; continue; }
-      for (size_t k = 0; k < sb; ++k)
+      for (size_t k = 0; synthetic && k < sb; ++k)
         if (img[i * sb + k] != node::SyntheticPixel(id, k)) { ++bad; break; }
       if (i < fresh) seen[static_cast<size_t>(id)] += 1;
     }
@@ -96,6 +101,10 @@ int main(int argc, char** argv) {
                    (long long)next.run_epoch);
       char ack = 0;  // the test reads each line before this trial goes on: a kill is exact
       if (read(0, &ack, 1) != 1) return 5;
+      if (ack == 'q') {  // stopped: detaches with nothing taken after this batch
+        std::fprintf(log, "end stopped\n");
+        return 0;
+      }
     }
     if (info.last_in_epoch) {
       int64_t uniq = 0, dups = 0, missing = 0;

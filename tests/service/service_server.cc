@@ -3,7 +3,9 @@
 // service tests need no dataset and can check every byte. Prints "ready <address>" when
 // listening and one "stats {...}" line at the end; SIGTERM/SIGINT stop it like the CLI.
 //   service_server SOCKET SAMPLES PRODUCER_BATCH MAX_BATCH HEARTBEAT_MS WINDOW EPOCHS
-//                  [SLOTS] [HANDSHAKE_MS] [mid]
+//                  [SLOTS] [HANDSHAKE_MS] [mid|next] [CATCH_UPS] [TELEMETRY]
+// (CATCH_UPS: option late_join_catch_ups; absent or -1: its default. TELEMETRY: option
+// telemetry, written when the service stops)
 #include <pthread.h>
 #include <signal.h>
 
@@ -47,6 +49,8 @@ int main(int argc, char** argv) {
   cfg.options.shuffle = true;
   if (argc > 9) cfg.handshake_timeout_ms = std::atoll(argv[9]);
   cfg.options.join_mid_epoch = argc > 10 && std::string(argv[10]) == "mid";
+  if (argc > 11 && std::atoi(argv[11]) >= 0) cfg.options.late_join_catch_ups = std::atoi(argv[11]);
+  if (argc > 12) cfg.options.telemetry = argv[12];
   auto svc = producer::Producer::Create(
       cfg, std::make_unique<node::SyntheticSource>(std::atoll(argv[2]), 8, 3));
   if (!svc.ok()) {
@@ -68,13 +72,15 @@ int main(int argc, char** argv) {
   std::printf("stats {\"epochs\":%lld,\"produced\":%lld,\"replayed\":%lld,\"late_joins\":%lld,"
               "\"skipped\":%lld,\"idle_waits\":%lld,\"max_slot_wait_ms\":%lld,"
               "\"detached\":%lld,\"lost\":%lld,\"resume_replays\":%lld,"
-              "\"resume_replayed\":%lld}\n",
+              "\"resume_replayed\":%lld,\"catch_ups\":%lld,\"catch_up_replayed\":%lld,"
+              "\"catch_up_deferrals\":%lld}\n",
               (long long)x.epochs_started, (long long)x.producer_batches,
               (long long)x.replayed_batches, (long long)x.late_joins,
               (long long)x.empty_positions, (long long)x.idle_waits,
               (long long)(x.max_slot_wait_ns / 1000000), (long long)x.consumers_detached,
               (long long)x.consumers_lost, (long long)x.resume_replays,
-              (long long)x.resume_replayed_batches);
+              (long long)x.resume_replayed_batches, (long long)x.catch_ups,
+              (long long)x.catch_up_replayed_batches, (long long)x.catch_up_deferrals);
   std::fflush(stdout);
   if (!st.ok()) std::fprintf(stderr, "service_server: %s\n", st.ToString().c_str());
   return st.ok() ? 0 : 1;

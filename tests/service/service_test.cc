@@ -98,6 +98,44 @@ void StopServer(Child& server) {
   service_test::Wait(server);
 }
 
+// A service of 320 samples in producer batches of 32 (10 per epoch) with a 4-slot ring (the
+// late-join window of 0.1 is the ring's depth, 4) whose first trial A (batch 16) read
+// producer batches 0..2 and holds: the service waits at batch 7 of epoch 0 with the ring
+// full, so a trial attaching now joins after the window, at a known position. Read(): A reads
+// the rest of its epochs on a thread (Join() waits for it).
+struct HeldAtBatchSeven {
+  HeldAtBatchSeven(const std::string& sock, int epochs, int a_epochs, int catch_ups = -1,
+                   bool mid_epoch = false, const std::string& telemetry = "")
+      : server(service_test::StartServer(sock, 320, 32, 16, 1000, 0.1, epochs, 4, 5000,
+                                         mid_epoch, catch_ups, telemetry)) {
+    auto c = Consumer::Attach(sock, ConsumerOptions(16, a_epochs), -1, "a");
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (!c.ok()) return;
+    a = std::move(c).value();
+    EXPECT_TRUE(ra.Read(*a, 6).ok());  // producer batches 0..2, released
+    EXPECT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.published >= 7; }));
+  }
+  void Read() { reader = std::thread([this] { a_status = ra.Read(*a); }); }
+  Status Join() {
+    if (reader.joinable()) reader.join();
+    return a_status;
+  }
+  // A reads the rest of its epochs beside `other`, which reads its own into *out: other's
+  // status (A's: a_status).
+  Status ReadBeside(Consumer& other, std::vector<EpochLine>* out) {
+    Read();
+    Status st = ReadEpochs(other, 320, out);
+    Join().IgnoreError();  // kept in a_status
+    return st;
+  }
+  Child server;
+  std::unique_ptr<Consumer> a;
+  std::vector<EpochLine> ea;
+  EpochReader ra{320, &ea};
+  std::thread reader;
+  Status a_status;
+};
+
 // A joins; the service fills the ring (4 slots) and blocks; B joins at batch 4 of 10,
 // inside a 0.6 window: B gets the start of the epoch replayed and both see all of it.
 TEST(ServiceTest, LateJoinerWithinWindowGetsFullEpoch) {
@@ -131,32 +169,24 @@ TEST(ServiceTest, LateJoinerWithinWindowGetsFullEpoch) {
 // A 0.1 window of a 10-batch epoch is still the ring's 4 slots (never less: a trainer
 // arriving while the first filled the ring is caught up). A reads 3 producer batches, so
 // the service blocks at batch 7 with the ring full; B arriving then, outside the window,
-// waits for the next epoch and gets all of it.
+// with no catch-up (late_join_catch_ups=0) waits for the next epoch and gets all of it.
 TEST(ServiceTest, LateJoinerOutsideWindowStartsNextEpoch) {
   const std::string sock = service_test::UniqueSocket("next");
-  Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.1, 3, 4);
-  auto a = Consumer::Attach(sock, ConsumerOptions(16, 2), -1, "a");
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  std::vector<EpochLine> ea, eb;
-  EpochReader ra(320, &ea);
-  ASSERT_TRUE(ra.Read(**a, 6).ok());  // producer batches 0..2, released
-  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.published >= 7; }));
+  HeldAtBatchSeven held(sock, 3, 2, /*catch_ups=*/0);
   auto b = Consumer::Attach(sock, ConsumerOptions(16, 1), -1, "b");
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  Status sa;
-  std::thread ta([&] { sa = ra.Read(**a); });
-  Status sb = ReadEpochs(**b, 320, &eb);
-  ta.join();
-  ASSERT_TRUE(sa.ok()) << sa.ToString();
+  std::vector<EpochLine> eb;
+  Status sb = held.ReadBeside(**b, &eb);
+  ASSERT_TRUE(held.a_status.ok()) << held.a_status.ToString();
   ASSERT_TRUE(sb.ok()) << sb.ToString();
   ASSERT_EQ(eb.size(), 1u);
   EXPECT_EQ(eb[0].epoch, 1);
   ExpectFullEpoch(eb[0], 320);
-  for (const auto& e : ea) ExpectFullEpoch(e, 320);
+  for (const auto& e : held.ea) ExpectFullEpoch(e, 320);
   auto st = shm::QueryStatus(sock, 2000);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->stream.replayed_batches, 0u);
-  StopServer(server);
+  StopServer(held.server);
 }
 
 // With join_mid_epoch a joiner after the window starts at once: its first (partial) epoch
@@ -164,20 +194,12 @@ TEST(ServiceTest, LateJoinerOutsideWindowStartsNextEpoch) {
 // is full. (As above, A first reads 3 producer batches so that B arrives at batch 7.)
 TEST(ServiceTest, JoinMidEpochStartsAtOnceWithTheRestOfTheEpoch) {
   const std::string sock = service_test::UniqueSocket("mid");
-  Child server = service_test::StartServer(sock, 320, 32, 16, 1000, 0.1, 3, 4, 5000, true);
-  auto a = Consumer::Attach(sock, ConsumerOptions(16, 3), -1, "a");
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  std::vector<EpochLine> ea, eb;
-  EpochReader ra(320, &ea);
-  ASSERT_TRUE(ra.Read(**a, 6).ok());  // producer batches 0..2, released
-  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) { return r.published >= 7; }));
+  HeldAtBatchSeven held(sock, 3, 3, -1, /*mid_epoch=*/true);
   auto b = Consumer::Attach(sock, ConsumerOptions(16, 2), -1, "b");
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  Status sa;
-  std::thread ta([&] { sa = ra.Read(**a); });
-  Status sb = ReadEpochs(**b, 320, &eb);
-  ta.join();
-  ASSERT_TRUE(sa.ok()) << sa.ToString();
+  std::vector<EpochLine> eb;
+  Status sb = held.ReadBeside(**b, &eb);
+  ASSERT_TRUE(held.a_status.ok()) << held.a_status.ToString();
   ASSERT_TRUE(sb.ok()) << sb.ToString();
   ASSERT_EQ(eb.size(), 2u);
   EXPECT_EQ(eb[0].epoch, 0);
@@ -187,8 +209,8 @@ TEST(ServiceTest, JoinMidEpochStartsAtOnceWithTheRestOfTheEpoch) {
   EXPECT_EQ(eb[0].bad, 0);
   EXPECT_EQ(eb[1].epoch, 1);
   ExpectFullEpoch(eb[1], 320);
-  for (const auto& e : ea) ExpectFullEpoch(e, 320);
-  StopServer(server);
+  for (const auto& e : held.ea) ExpectFullEpoch(e, 320);
+  StopServer(held.server);
 }
 
 // SIGTERM: attached consumers fail with "service stopped"; SIGKILL: with "is gone". Both
@@ -479,7 +501,8 @@ TEST(ServiceTest, StatusShowsConsumersAndIdle) {
   std::set<std::string> names;
   for (const auto& c : j["consumers"]) {
     names.insert(c["name"].get<std::string>());
-    EXPECT_EQ(c["state"], "active");
+    // The second may have joined after the late-join window: then it catches up.
+    EXPECT_TRUE(c["state"] == "active" || c["state"] == "catch-up") << j.dump();
     EXPECT_FALSE(c["position"].is_null());
     EXPECT_GE(c["batches"].get<int>(), 1);
     EXPECT_TRUE(c.contains("batches_per_s"));
@@ -501,14 +524,15 @@ TEST(ServiceTest, StatusShowsConsumersAndIdle) {
   StopServer(server);
 }
 
-// A trial that joined after the late-join window is admitted at once but receives nothing
-// until the next epoch starts: `batchcast status` shows it as "waiting" (it showed "active",
-// issue 34), and as "active" once its first position is out. The test consumes trial a's
-// batches itself, so where the stream stands is known: 20 producer batches per epoch, a
-// window of 4 (the ring depth), a 4-slot ring ahead of a.
+// A trial that joined after the late-join window, with no catch-up (late_join_catch_ups=0),
+// is admitted at once but receives nothing until the next epoch starts: `batchcast status`
+// shows it as "waiting" (it showed "active", issue 34), and as "active" once its first
+// position is out. The test consumes trial a's batches itself, so where the stream stands is
+// known: 20 producer batches per epoch, a window of 4 (the ring depth), a 4-slot ring ahead
+// of a.
 TEST(ServiceTest, StatusShowsATrialWaitingForTheNextEpochAsWaiting) {
   const std::string sock = service_test::UniqueSocket("waiting");
-  Child server = service_test::StartServer(sock, 640, 32, 32, 1000, 0.02, 0, 4);
+  Child server = service_test::StartServer(sock, 640, 32, 32, 1000, 0.02, 0, 4, 5000, false, 0);
   auto a = Consumer::Attach(sock, ConsumerOptions(32, 1000), -1, "trial-a");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   Batch b;
@@ -580,6 +604,156 @@ TEST(ServiceTest, KilledTrialIsCountedAsLostAndFinishedOneAsDetached) {
   EXPECT_NE(stats.find("\"lost\":1,"), std::string::npos) << stats;
   EXPECT_NE(stats.find("\"detached\":1,"), std::string::npos) << stats;
   std::remove(log.c_str());
+}
+
+
+// ------------------------------------------------------------------ catch-up (issue 34.5)
+
+// The member bit of the consumer named `name` in a status reply (0: not there).
+uint64_t MemberBitOf(const shm::StatusReply& r, const std::string& name) {
+  for (uint32_t i = 0; i < r.count; ++i)
+    if (std::string(r.members[i].name) == name) return 1ULL << r.members[i].id;
+  return 0;
+}
+
+// A trial attaching after the late-join window starts at once with an epoch of its own: the
+// stream's current epoch, replayed to it alone between the stream's batches (option
+// late_join_catch_ups, default 2), then the stream's next epochs. B joins at batch 7 of 10
+// (HeldAtBatchSeven) and is shown catching up; it gets the whole of epoch 0 (before: it
+// waited for epoch 1), exactly once and byte for byte, and A is not disturbed.
+TEST(ServiceCatchUpTest, LateJoinerAfterTheWindowStartsAtOnceWithAWholeEpoch) {
+  const std::string sock = service_test::UniqueSocket("catchup");
+  HeldAtBatchSeven held(sock, 3, 3);
+  auto b = Consumer::Attach(sock, ConsumerOptions(16, 2), -1, "b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) {
+    return (r.stream.catching_up & MemberBitOf(r, "b")) != 0;
+  }));
+  auto j = nlohmann::json::parse(RunCli("status --json --socket " + sock));
+  for (const auto& c : j["consumers"])
+    EXPECT_EQ(c["state"], c["name"] == "b" ? "catch-up" : "active") << j.dump();
+  EXPECT_EQ(j["catch_ups"], 1) << j.dump();
+  EXPECT_EQ(j["catch_up_limit"], 2) << j.dump();
+  const std::string table = RunCli("status --socket " + sock);
+  EXPECT_NE(table.find("catch-up"), std::string::npos) << table;
+  EXPECT_NE(table.find("1 caught up with an epoch of their own (1 now, at most 2 at once"),
+            std::string::npos) << table;
+  std::vector<EpochLine> eb;
+  Status sb = held.ReadBeside(**b, &eb);
+  ASSERT_TRUE(held.a_status.ok()) << held.a_status.ToString();
+  ASSERT_TRUE(sb.ok()) << sb.ToString();
+  ASSERT_EQ(eb.size(), 2u);
+  EXPECT_EQ(eb[0].epoch, 0);  // its own epoch: the one it joined in, not the next
+  EXPECT_EQ(eb[1].epoch, 1);  // then the stream's
+  for (const auto& e : eb) ExpectFullEpoch(e, 320);
+  ASSERT_EQ(held.ea.size(), 3u);
+  for (const auto& e : held.ea) ExpectFullEpoch(e, 320);
+  kill(held.server.pid, SIGTERM);
+  const std::string stats = service_test::ReadLineWith(held.server, "stats");
+  service_test::Wait(held.server);
+  EXPECT_NE(stats.find("\"catch_ups\":1,\"catch_up_replayed\":10,\"catch_up_deferrals\":0"),
+            std::string::npos) << stats;
+}
+
+// The bound: with late_join_catch_ups=1, B catches up and C, joining while B does, is
+// deferred to the next epoch (status: "deferred", counted), and gets that epoch whole. B's
+// first replayed batches go out once A frees the ring (A reads its 4 published batches), then
+// the service settles C while B's epoch is still being replayed, and waits for A again. The
+// service's telemetry counts the catch-up, the deferral and the replayed batches.
+TEST(ServiceCatchUpTest, JoinersBeyondTheCatchUpLimitWaitForTheNextEpoch) {
+  const std::string sock = service_test::UniqueSocket("catchup-limit");
+  const std::string json =
+      ::testing::TempDir() + "/bc_catchup_" + std::to_string(getpid()) + ".json";
+  std::remove(json.c_str());
+  HeldAtBatchSeven held(sock, 3, 3, /*catch_ups=*/1, false,
+                        "telemetry(json=" + json + ",summary=off)");
+  auto b = Consumer::Attach(sock, ConsumerOptions(16, 1), -1, "b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) {
+    return (r.stream.catching_up & MemberBitOf(r, "b")) != 0;
+  }));
+  auto c = Consumer::Attach(sock, ConsumerOptions(16, 1), -1, "c");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(held.ra.Read(*held.a, 8).ok());  // producer batches 3..6: B's first replays go out
+  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) {
+    return (r.stream.catch_up_deferred & MemberBitOf(r, "c")) != 0;
+  }));
+  auto j = nlohmann::json::parse(RunCli("status --json --socket " + sock));
+  for (const auto& m : j["consumers"]) {
+    const std::string want = m["name"] == "b" ? "catch-up" : m["name"] == "c" ? "deferred"
+                                                                             : "active";
+    EXPECT_EQ(m["state"], want) << j.dump();
+  }
+  EXPECT_EQ(j["catch_up_deferrals"], 1) << j.dump();
+  EXPECT_EQ(j["catch_up_limit"], 1) << j.dump();
+  std::vector<EpochLine> eb, ec;
+  Status sb;
+  held.Read();
+  std::thread tb([&] { sb = ReadEpochs(**b, 320, &eb); });
+  Status sc = ReadEpochs(**c, 320, &ec);
+  tb.join();
+  ASSERT_TRUE(held.Join().ok()) << held.a_status.ToString();
+  ASSERT_TRUE(sb.ok()) << sb.ToString();
+  ASSERT_TRUE(sc.ok()) << sc.ToString();
+  ASSERT_EQ(eb.size(), 1u);
+  EXPECT_EQ(eb[0].epoch, 0);  // caught up
+  ExpectFullEpoch(eb[0], 320);
+  ASSERT_EQ(ec.size(), 1u);
+  EXPECT_EQ(ec[0].epoch, 1);  // deferred: the next epoch, whole
+  ExpectFullEpoch(ec[0], 320);
+  for (const auto& e : held.ea) ExpectFullEpoch(e, 320);
+  kill(held.server.pid, SIGTERM);
+  const std::string stats = service_test::ReadLineWith(held.server, "stats");
+  service_test::Wait(held.server);
+  EXPECT_NE(stats.find("\"catch_ups\":1,\"catch_up_replayed\":10,\"catch_up_deferrals\":1"),
+            std::string::npos) << stats;
+  std::FILE* tf = std::fopen(json.c_str(), "r");
+  ASSERT_NE(tf, nullptr) << "the service wrote no telemetry file";
+  const nlohmann::json tj = nlohmann::json::parse(tf);
+  std::fclose(tf);
+  std::remove(json.c_str());
+  ASSERT_EQ(tj["ranks"].size(), 1u);
+  auto total = [&tj](const char* series) {
+    int64_t sum = 0;
+    for (const auto& v : tj["ranks"][0]["series"][series]) sum += v.get<int64_t>();
+    return sum;
+  };
+  EXPECT_EQ(total("late_join_catch_ups"), 1) << tj["ranks"][0]["series"].dump();
+  EXPECT_EQ(total("late_joins_deferred"), 1) << tj["ranks"][0]["series"].dump();
+  EXPECT_GE(total("batches_replayed"), 10) << tj["ranks"][0]["series"].dump();
+}
+
+// A stream's last epoch: a trial joining after the window used to be admitted at the next
+// epoch, which does not come, and failed ("the stream ended after this consumer completed 0
+// of the 1 epochs"). Caught up, it trains that epoch whole; with late_join_catch_ups=0 the
+// old refusal stays, naming the fix.
+TEST(ServiceCatchUpTest, LateJoinerInTheLastEpochIsCaughtUpInsteadOfRefused) {
+  for (int limit : {-1, 0}) {
+    SCOPED_TRACE(limit < 0 ? "default late_join_catch_ups" : "late_join_catch_ups=0");
+    const std::string sock = service_test::UniqueSocket("catchup-last" + std::to_string(limit));
+    HeldAtBatchSeven held(sock, 1, 1, limit);
+    auto b = Consumer::Attach(sock, ConsumerOptions(16, 1), -1, "b");
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    std::vector<EpochLine> eb;
+    Status sb = held.ReadBeside(**b, &eb);
+    ASSERT_TRUE(held.a_status.ok()) << held.a_status.ToString();
+    ASSERT_EQ(held.ea.size(), 1u);
+    ExpectFullEpoch(held.ea[0], 320);
+    if (limit < 0) {
+      ASSERT_TRUE(sb.ok()) << sb.ToString();
+      ASSERT_EQ(eb.size(), 1u);
+      EXPECT_EQ(eb[0].epoch, 0);
+      ExpectFullEpoch(eb[0], 320);
+    } else {
+      EXPECT_EQ(sb.code(), StatusCode::kFailedPrecondition) << sb.ToString();
+      EXPECT_NE(sb.message().find("completed 0 of the 1 epochs"), std::string::npos)
+          << sb.message();
+      EXPECT_TRUE(eb.empty());
+    }
+    b->reset();
+    held.a.reset();
+    StopServer(held.server);
+  }
 }
 
 }  // namespace

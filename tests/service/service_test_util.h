@@ -89,12 +89,16 @@ inline int Wait(Child& c) {
 
 inline Child StartServer(const std::string& socket, int samples, int p, int max_b, int hb_ms,
                          double window, int epochs, int slots = 6, int handshake_ms = 5000,
-                         bool mid_epoch = false) {
-  Child c = Spawn({SERVICE_SERVER, socket, std::to_string(samples), std::to_string(p),
-                   std::to_string(max_b), std::to_string(hb_ms), std::to_string(window),
-                   std::to_string(epochs), std::to_string(slots), std::to_string(handshake_ms),
-                   mid_epoch ? "mid" : "next"},
-                  true);
+                         bool mid_epoch = false, int catch_ups = -1,
+                         const std::string& telemetry = "") {
+  std::vector<std::string> args = {SERVICE_SERVER, socket, std::to_string(samples),
+                                   std::to_string(p), std::to_string(max_b),
+                                   std::to_string(hb_ms), std::to_string(window),
+                                   std::to_string(epochs), std::to_string(slots),
+                                   std::to_string(handshake_ms), mid_epoch ? "mid" : "next",
+                                   std::to_string(catch_ups)};
+  if (!telemetry.empty()) args.push_back(telemetry);
+  Child c = Spawn(args, true);
   ReadLineWith(c, "ready");
   return c;
 }
@@ -132,6 +136,37 @@ inline bool ParseEpoch(const std::string& line, EpochLine* e) {
                      "bad_pixels %lld",
                      &e->epoch, &e->first_batch, &e->samples, &e->dups, &e->missing,
                      &e->bad) == 6;
+}
+
+inline void PutBe32(FILE* f, uint32_t v) {
+  const uint8_t b[4] = {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
+  std::fwrite(b, 1, 4, f);
+}
+
+// n images of 8x8 grey pixels (a real dataset: `batchcast convert idx`) and labels id % 10, in the IDX format.
+inline void WriteIdx(const std::string& images, const std::string& labels, int n) {
+  FILE* f = std::fopen(images.c_str(), "wb");
+  PutBe32(f, 0x00000803);
+  PutBe32(f, uint32_t(n));
+  PutBe32(f, 8);
+  PutBe32(f, 8);
+  for (int i = 0; i < n; ++i)
+    for (int p = 0; p < 64; ++p) std::fputc((i * 7 + p) & 0xff, f);
+  std::fclose(f);
+  f = std::fopen(labels.c_str(), "wb");
+  PutBe32(f, 0x00000801);
+  PutBe32(f, uint32_t(n));
+  for (int i = 0; i < n; ++i) std::fputc(i % 10, f);
+  std::fclose(f);
+}
+
+inline std::string RunShell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (p != nullptr && std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  if (p != nullptr) pclose(p);
+  return out;
 }
 
 }  // namespace batchcast::service_test

@@ -254,6 +254,9 @@ py::dict ProducerStatsDict(producer::Producer& p) {
   d["late_joins"] = s.late_joins;
   d["resume_replays"] = s.resume_replays;
   d["resume_replayed_batches"] = s.resume_replayed_batches;
+  d["catch_ups"] = s.catch_ups;
+  d["catch_up_replayed_batches"] = s.catch_up_replayed_batches;
+  d["catch_up_deferrals"] = s.catch_up_deferrals;
   d["consumers_lost"] = s.consumers_lost;
   d["lost_consumers"] = p.lost_consumers();
   d["producer_batch"] = p.producer_batch();

@@ -106,9 +106,16 @@ struct BATCHCAST_API Options {
   int64_t cache = 0;
   // Late join (docs/data-plane.md "Joining"): a consumer joining within this fraction of an
   // epoch (at least the ring depth in producer batches) gets the epoch's start replayed to it
-  // alone; later joiners start at the next epoch, or at once with join_mid_epoch.
+  // alone; later joiners: a catch-up (late_join_catch_ups), the next epoch, or join_mid_epoch.
   double late_join_window = 0.02;
   bool join_mid_epoch = false;
+  // Catch-up (docs/service.md "Admission and late join"): at most this many consumers that
+  // join after the window are caught up at once, each with a whole epoch of its own (the
+  // stream's current one, replayed to it alone between the stream's batches); a joiner
+  // beyond them waits for the next epoch. 0: every joiner after the window waits (or starts
+  // mid-epoch with join_mid_epoch, which takes precedence). Only leaders that can make any
+  // batch again (the native pipeline on one node) catch up.
+  int late_join_catch_ups = 2;
   // Views (docs/pipeline.md "Views through the Producer"). A consumer's own view of the
   // leader's samples, a spec over the leader's view such as "view(size=160,flip=0)" (""
   // = the leader's own): consumers with equal views form a group, and the leader decodes

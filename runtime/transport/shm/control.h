@@ -22,7 +22,9 @@ constexpr uint32_t kControlMagic = 0x42434331;  // "BCC1"
 // leader's features; the status reply counts resume replays. 4: a join may carry the consumer
 // flag kLoopHoldsBatch (the pool reserves the batch a Python `for` loop holds). 5: a join
 // carries the consumer's view spec; the join reply names its view group (docs/pipeline.md
-// "Views through the Producer").
+// "Views through the Producer") and, from a leader without kLeaderReplaysResume, why it
+// cannot replay a passed position; the status reply carries view groups and late joiners'
+// catch-ups (StreamStatus).
 constexpr uint32_t kProtocolVersion = 5;
 // The header every message starts with (magic, version, type): a peer of another protocol
 // version is recognised by it, whatever the size of the rest.
@@ -85,6 +87,9 @@ struct JoinReply {
   uint32_t reserved;
   uint64_t view_key;
   char message[512];
+  // Accepted by a leader without kLeaderReplaysResume: why it cannot replay a passed position
+  // and what to do (the consumer's refusal of such a resume names it).
+  char resume_refusal[256];
 };
 
 // What a joined member sends: kLeave (it is gone: free everything it holds) or kDrain
@@ -155,6 +160,14 @@ struct StreamStatus {
   uint32_t views_max;
   uint64_t view_room_bytes, view_room_used_bytes;
   GroupStatus groups[kMaxStatusGroups];
+  // Late joiners after the window (option late_join_catch_ups, docs/service.md): member bits
+  // of the consumers receiving their own epoch now (catching up), and of the joiners waiting
+  // for the next epoch because that many were catching up already (deferred).
+  uint64_t catching_up;
+  uint64_t catch_up_deferred;
+  uint32_t catch_ups;          // late joiners caught up so far
+  uint32_t catch_up_limit;     // late_join_catch_ups (0: joiners after the window wait)
+  uint64_t catch_up_deferrals;  // joiners deferred to the next epoch by the limit so far
 };
 
 struct StatusReply {

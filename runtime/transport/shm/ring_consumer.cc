@@ -112,6 +112,8 @@ Status RingConsumer::Join(const std::string& socket_name) {
   if (group_ >= kMaxViewGroups)
     return CorruptDataError("joining {}: the leader assigned view group {} (at most {})",
                             DisplayAddress(socket_name), group_, kMaxViewGroups - 1);
+  reply.resume_refusal[sizeof(reply.resume_refusal) - 1] = '\0';
+  if ((leader_features_ & kLeaderReplaysResume) == 0) resume_refusal_ = reply.resume_refusal;
   if (id_ >= kMaxConsumers) return CorruptDataError("leader assigned consumer id {}", id_);
   entry_ = &view_.control->consumers[id_];
   heartbeat_ms_ = view_.stream->heartbeat_ms > 0 ? view_.stream->heartbeat_ms : config_.heartbeat_ms;

@@ -91,6 +91,9 @@ class RingConsumer {
   // the join reply; "" for the leader's view).
   uint32_t group() const { return group_; }
   const std::string& view_spec() const { return view_spec_; }
+  // Without kLeaderReplaysResume: why that leader cannot replay a passed position and what to
+  // do ("" from a leader that does not say).
+  const std::string& resume_refusal() const { return resume_refusal_; }
   // The leader's heartbeat period, which this consumer follows.
   int64_t heartbeat_ms() const { return heartbeat_ms_; }
   void RecordBatch();  // bookkeeping shown by the leader (batches taken)
@@ -126,6 +129,7 @@ class RingConsumer {
   uint64_t view_key_ = 0;
   std::string view_spec_;
   std::vector<std::unique_ptr<SlotDesc>> group_descs_;  // slot -> GroupDescOf's copy
+  std::string resume_refusal_;
   uint64_t position_ = 0;
   uint32_t mapped_slots_ = 0;  // data slots [0, mapped_slots_) are in our page tables
   int64_t heartbeat_ms_ = 10000;

@@ -287,6 +287,9 @@ void RingLeader::HandleJoin(int fd, const JoinRequest& req) {
   JoinReply r = MakeReply(Status::Ok());
   r.consumer_id = static_cast<uint32_t>(id);
   r.features = config_.replays_resume ? uint32_t(kLeaderReplaysResume) : 0u;
+  if (!config_.replays_resume)
+    std::snprintf(r.resume_refusal, sizeof(r.resume_refusal), "%s",
+                  config_.resume_refusal.c_str());
   r.generation = generation;
   r.segment_bytes = geo_.stream_bytes;
   r.control_bytes = geo_.control_bytes;

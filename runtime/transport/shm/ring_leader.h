@@ -75,6 +75,10 @@ struct RingConfig {
   // Resolves joiners' views to groups (producer::ViewGroups). Unset: a join with a view is
   // refused (this leader makes its own view only).
   ViewAdmitter view_admitter;
+  // Without replays_resume: why this producer cannot make a passed position again and what
+  // its user does instead, for the message of a consumer resuming behind the stream (sent in
+  // the join reply).
+  std::string resume_refusal;
 };
 
 struct MemberInfo {

@@ -57,6 +57,28 @@ TEST(OptionsTest, BadValuesNameTheOption) {
   EXPECT_NE(r4.status().message().find("image_size"), std::string::npos);
 }
 
+// late_join_catch_ups bounds the catch-ups' extra decode: outside 0..64 it is refused, naming
+// the option, the range and what it costs; a Python Producer, which cannot catch up (its
+// batches come from an iterable), refuses it as an option it does not read.
+TEST(OptionsTest, LateJoinCatchUpsIsBoundedAndReadOnlyWhereACatchUpIsPossible) {
+  for (const char* bad : {"--late-join-catch-ups=-1", "--late-join-catch-ups=65"}) {
+    auto r = ResolveOptions({bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("option 'late_join_catch_ups' must be between 0"),
+              std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("extra decode"), std::string::npos) << r.status().message();
+  }
+  auto ok = ResolveOptions({"--late-join-catch-ups=0"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->late_join_catch_ups, 0);
+  EXPECT_EQ(Options().late_join_catch_ups, 2);
+  for (FrontDoor d : {FrontDoor::kServe, FrontDoor::kMpiRuntime, FrontDoor::kPythonLeader,
+                      FrontDoor::kLauncher, FrontDoor::kCApiLeader})
+    EXPECT_TRUE(FrontDoorReads(d, "late_join_catch_ups"));
+  EXPECT_FALSE(FrontDoorReads(FrontDoor::kPythonProducer, "late_join_catch_ups"));
+  EXPECT_FALSE(FrontDoorReads(FrontDoor::kMultinode, "late_join_catch_ups"));
+}
+
 TEST(OptionsTest, BadEnvironmentValueNamesTheVariable) {
   ScopedEnv env({{"BATCHCAST_EPOCHS", std::string("many")}});
   auto r = ResolveOptions({});

@@ -1252,9 +1252,10 @@ struct LateJoinRun {
 // external: the producer's batches come from an iterable (the Python Producer's feed), and B
 // attaches while position join_at is written.
 void RunLateJoin(int64_t n, int epochs, int join_at, int b_epochs, LateJoinRun* out,
-                 bool external = false) {
+                 bool external = false, int catch_ups = -1) {
   Options o = BaseOptions(epochs, 16);
   o.batch_size = 16;
+  if (catch_ups >= 0) o.late_join_catch_ups = catch_ups;
   producer::ProducerConfig cfg;
   cfg.options = o;
   cfg.expected_consumers = 1;
@@ -1320,18 +1321,22 @@ struct LateJoinCase {
   int join_at;             // B attaches while this position is filled
   int b_epochs;            // epochs B asks for
   uint64_t b_first_epoch;  // the first epoch B receives
-  int64_t replayed;        // batches replayed to B
+  int64_t replayed;        // batches replayed to B within the late-join window
+  int64_t caught_up = 0;   // batches replayed to B as its own epoch (catch-up)
+  int catch_ups = -1;      // option late_join_catch_ups (-1: its default)
 };
 
 void ExpectLateJoin(const LateJoinCase& c, bool external = false) {
   LateJoinRun r;
-  RunLateJoin(c.n, 2, c.join_at, c.b_epochs, &r, external);
+  RunLateJoin(c.n, 2, c.join_at, c.b_epochs, &r, external, c.catch_ups);
   ExpectExactlyOnce(r.a, c.n, 2, 16);
   ExpectExactlyOnce(r.b, c.n, c.b_epochs, 8);
   ASSERT_FALSE(r.b.counts.empty());
   EXPECT_EQ(r.b.counts.begin()->first, c.b_first_epoch);
   EXPECT_EQ(r.stats.replayed_batches, c.replayed);
   EXPECT_EQ(r.stats.late_joins, c.replayed > 0 ? 1 : 0);
+  EXPECT_EQ(r.stats.catch_up_replayed_batches, c.caught_up);
+  EXPECT_EQ(r.stats.catch_ups, c.caught_up > 0 ? 1 : 0);
 }
 
 // Joined while position 2 of 10 was being filled: inside the window (>= 4 ring slots), so
@@ -1342,9 +1347,15 @@ TEST(DataPlaneTest, LateJoinerWithinWindowGetsTheEpochStartReplayed) {
 }
 
 // Joined while position 9 of 20 was being filled: past the window (4 batches), so it is
-// admitted at once and starts at epoch 1's first position; nothing is replayed.
-TEST(DataPlaneTest, JoinerAfterTheWindowStartsAtTheNextEpoch) {
-  ExpectLateJoin({320, 9, 1, 1, 0});
+// caught up at once with an epoch of its own: epoch 0, all 20 positions replayed to it alone
+// between the stream's (option late_join_catch_ups, default 2).
+TEST(DataPlaneTest, JoinerAfterTheWindowIsCaughtUpWithAnEpochOfItsOwn) {
+  ExpectLateJoin({320, 9, 1, 0, 0, 20});
+}
+
+// With late_join_catch_ups=0 it starts at epoch 1's first position; nothing is replayed.
+TEST(DataPlaneTest, JoinerAfterTheWindowWithoutCatchUpStartsAtTheNextEpoch) {
+  ExpectLateJoin({320, 9, 1, 1, 0, 0, 0});
 }
 
 // The same through the Python Producer's feed (batches from an iterable, which cannot be made

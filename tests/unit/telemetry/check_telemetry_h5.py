@@ -15,7 +15,8 @@ import numpy as np
 
 COUNTERS = ["batches_received", "samples_received", "batches_produced", "samples_produced",
             "samples_skipped", "bytes_shm", "bytes_mpi", "bytes_h2d", "bytes_ipc", "bytes_nccl",
-            "consumers_detached", "cache_hits", "cache_misses", "batches_replayed"]
+            "consumers_detached", "cache_hits", "cache_misses", "batches_replayed",
+            "late_join_catch_ups", "late_joins_deferred"]
 TIMERS = ["data_wait", "step", "read", "decode", "transform", "collate", "publish", "exchange"]
 GAUGES = ["buffer_occupancy", "ring_occupancy", "ring_slots", "worker_threads",
           "consumers_attached"]
