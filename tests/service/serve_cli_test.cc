@@ -123,7 +123,8 @@ TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
   EXPECT_EQ(j["view_groups"][1]["members"], 1);
   EXPECT_EQ(j["view_groups"][1]["slot_bytes"], j["view_room_used_bytes"]) << j.dump();
   EXPECT_GT(j["view_room_used_bytes"].get<int64_t>(), 0) << j.dump();
-  const std::string table = RunShell(std::string(BATCHCAST_CLI) + " status --socket " + sock);
+  const std::string table =
+      service_test::RunShell(std::string(BATCHCAST_CLI) + " status --socket " + sock);
   EXPECT_NE(table.find("view groups: 2 of views_max=2, view room "), std::string::npos) << table;
   EXPECT_NE(table.find("  group 1: 1 consumer, "), std::string::npos) << table;
 
