@@ -326,7 +326,7 @@ Status MultiModelTrainer::Impl::LoadResumePoint(ModelState& m, const ModelStateF
   if (st.partial.is_null()) return Status::Ok();
   try {
     m.mid_file = st.partial.at("file").get<std::string>();  // removed at the next checkpoint
-    if (!options.resume_mid_epoch) {  // a service does not replay behind its stream
+    if (!options.resume_mid_epoch) {  // train-many against a service: at epoch starts
       BC_LOG(Info, Init,
              "train-many: model '{}' was checkpointed inside epoch {}; this front door resumes "
              "at epoch starts, so the epoch is trained again from its start",

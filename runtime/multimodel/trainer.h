@@ -28,8 +28,9 @@ struct TrainManyOptions {
   std::string address;    // the leader's or service's address
   int torch_threads = 1;  // LibTorch intra-op threads (per process)
   // Resume each model at the stream position of its checkpoint, inside an epoch too (the MPI
-  // front door, whose leader starts at the earliest position). Off: a model checkpointed
-  // inside an epoch trains that epoch again from its start (a service does not replay).
+  // front door, whose leader starts at the earliest position). Off (train-many against a
+  // service): a model checkpointed inside an epoch trains that epoch again from its start;
+  // the service would replay the passed position now (issue 34), train-many does not ask yet.
   bool resume_mid_epoch = false;
   // Optional (the `telemetry` option): named series per model (model/NAME/loss, accuracy,
   // step_ms, samples_per_s per step; epoch_loss, epoch_accuracy, lr, peak_rss_mib per epoch)

@@ -211,7 +211,13 @@ class Run:
         """The six consumers against a leader started by start_leader(expect) -> (proc, name)."""
         leader, address = start_leader(5)
         first, go, attached = self.fifo("first"), self.fifo("go"), self.fifo("attached")
-        procs = {"A": self.consumer(door, "A", address, ["--notify-first", first, "--wait", go])}
+        a_attached = self.fifo("a-attached")
+        procs = {"A": self.consumer(door, "A", address, ["--notify-attached", a_attached,
+                                                           "--notify-first", first, "--wait", go])}
+        # A joins first. A leader without expected consumers (batchcast serve) starts its
+        # stream with its first member: were R (resuming at epoch 1) first, the stream would
+        # start there and could end before A attached ("the stream has already ended").
+        self.signal(a_attached, procs["A"], f"{door} consumer A")
         for part in ("B", "S0", "S1", "R"):
             procs[part] = self.consumer(door, part, address)
         # A has its first batch and holds: the stream is in epoch 0.
