@@ -36,7 +36,9 @@ void ExpectPasses(const Scenario& s) {
   std::vector<std::string> v = engine.Run();
   std::string all;
   for (const auto& why : v) all += "  - " + why + "\n";
-  EXPECT_TRUE(v.empty()) << "violations:\n" << all;
+  // The dump keeps the leader's last stdout lines (its `done ...` line says how Run() ended)
+  // and each process's state: a rare failure can be read from its one log.
+  EXPECT_TRUE(v.empty()) << "violations:\n" << all << engine.Dump();
 }
 
 ProducerSpec Spec(ProducerKind kind, int64_t samples, int64_t p, uint32_t max_b, int epochs,
