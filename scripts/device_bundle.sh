@@ -23,6 +23,10 @@ bundle=${2:-$root/device/bundle}
 build=$(cd "$build" && pwd)
 jobs=${JOBS:-2}
 max_mib=48
+xz_level=${BUNDLE_XZ:-6}
+[[ $xz_level =~ ^[0-9]$ ]] || {
+  echo "device_bundle: BUNDLE_XZ=$xz_level is not an xz level (0 to 9; 6 for the device, 1 for" \
+       "the quick check)" >&2; exit 2; }
 
 grep -q 'BATCHCAST_HAVE_CUDA=1' "$build/runtime/CMakeFiles/bc_transport.dir/flags.make" 2>/dev/null || {
   echo "device_bundle: $build is not a CUDA build (needs nvcc and nccl.h, e.g. /usr/local/cuda);" \
@@ -142,7 +146,7 @@ dirty=$(git -C "$root" status --porcelain 2>/dev/null | grep -q . && echo "+chan
 raw=$(du -sm "$p" | cut -f1)
 rm -rf "$bundle"
 mkdir -p "$bundle"
-tar -C "$stage" -cf - payload | xz -T"$jobs" -"${BUNDLE_XZ:-6}" >"$bundle/payload.tar.xz"
+tar -C "$stage" -cf - payload | xz -T"$jobs" -"$xz_level" >"$bundle/payload.tar.xz"
 mib=$(( ($(stat -c %s "$bundle/payload.tar.xz") + 1048575) / 1048576 ))
 python3 - "$bundle/MANIFEST.json" "$commit$dirty" "$raw" "$mib" "$p" <<'PY'
 import json, os, sys
