@@ -87,7 +87,7 @@ probe=$("$W/bin/bc_device_probe" 2>&1)
 devices=$(echo "$probe" | sed -n 's/.*"devices":\([0-9]*\).*/\1/p')
 [ -n "$devices" ] || devices=0
 cause=$(echo "$probe" | sed -n 's/.*"cause":"\([^"]*\)".*/\1/p')
-env_data="{\"probe\": ${probe:-null}, \"cores\": $cores, \"python\": $(json_str "$PY"), \"torch_dir\": $(json_str "$torch_dir"), \"nccl_dir\": $(json_str "$nccl_dir"), \"ld_library_path\": $(json_str "$LD_LIBRARY_PATH"), \"uname\": $(json_str "$(uname -srm)"), \"gpu\": $(json_str "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)")}"
+env_data="{\"probe\": ${probe:-null}, \"cores\": $cores, \"python\": $(json_str "$PY"), \"torch_dir\": $(json_str "$torch_dir"), \"nccl_dir\": $(json_str "$nccl_dir"), \"ld_library_path\": $(json_str "$LD_LIBRARY_PATH"), \"uname\": $(json_str "$(uname -srm)"), \"cxx\": $(json_str "$( (${CXX:-g++} --version | head -1; ld --version | head -1) 2>/dev/null | tr '\n' ';')"), \"gpu\": $(json_str "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)")}"
 echo "$probe" | grep -q '"built_with_cuda"' && st=pass || st=fail
 emit environment cpu $st $(elapsed) 10 "devices: $devices${cause:+ ($cause)}" "$env_data"
 
@@ -171,6 +171,7 @@ echo "{\"item\": \"summary\", \"pass\": $p, \"fail\": $f, \"skip\": $s, \"second
 if [ -n "$out" ]; then
   mkdir -p "$out"
   cp "$results" "$out/device-proof.jsonl"
-  tar -C "$work" -czf "$out/logs.tar.gz" logs data 2>/dev/null || true
+  # Logs and JSON only (the photo sets under data/ are megabytes and can be remade).
+  ( cd "$work" && tar -czf "$out/logs.tar.gz" logs $(ls data/*.json torch/*.log tmp/*.log tmp/*.out 2>/dev/null) ) 2>/dev/null || true
 fi
 exit 0

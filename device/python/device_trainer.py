@@ -33,12 +33,16 @@ NUMPY = {0: np.uint8, 1: np.float32, 2: np.int64, 3: np.float16, 4: np.int32, 5:
 
 
 class DeviceArray:
-    """__cuda_array_interface__ (v3) over one device view; the slot stays valid until release."""
+    """__cuda_array_interface__ (v3) over one device view; the slot stays valid until release.
+
+    The slot is shared by every trainer and must not be written, but the read-only flag stays
+    False: torch refuses read-only CUDA arrays ("the read only flag is not supported", seen
+    with torch 2.11 on the GPU machine). Nothing here writes into the tensor."""
 
     def __init__(self, view):
         shape = tuple(int(view.shape[i]) for i in range(view.ndim))
         self.__cuda_array_interface__ = {"shape": shape, "typestr": TYPESTR[view.dtype],
-                                         "data": (int(view.data), True), "version": 3,
+                                         "data": (int(view.data), False), "version": 3,
                                          "strides": None, "stream": None}
 
 

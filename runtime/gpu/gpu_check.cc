@@ -94,4 +94,9 @@ std::string FallbackWarning(const std::string& who, const Status& failure) {
       who, failure.message());
 }
 
+std::string TrainerHostPathWarning(const Status& why) {
+  return fmt::format("gpu=auto: host path for this trainer: {}. Its batches arrive in host "
+                     "memory; the other trainers keep the device path", why.message());
+}
+
 }  // namespace batchcast::gpu

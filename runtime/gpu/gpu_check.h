@@ -44,4 +44,9 @@ Result<std::unique_ptr<cuda::DeviceMap>> OpenCheckedMap(GpuMode mode, const Devi
 // to report it.
 std::string FallbackWarning(const std::string& who, const Status& failure);
 
+// The WARN for a trainer that takes the host path under gpu=auto by its own configuration
+// (its batches cannot be mapped: `why` says which option and what to change); the node's
+// other trainers keep the device path.
+std::string TrainerHostPathWarning(const Status& why);
+
 }  // namespace batchcast::gpu

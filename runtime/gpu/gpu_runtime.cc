@@ -257,10 +257,8 @@ Result<std::unique_ptr<GpuRuntime>> GpuRuntime::Setup(const GpuRuntimeInput& in)
 }
 
 Result<std::unique_ptr<cuda::DeviceMap>> GpuRuntime::OpenConsumerMap() {
-  if (local_rank_ >= static_cast<int>(plan_.source.size()))
-    return std::unique_ptr<cuda::DeviceMap>();
+  if (!trainer_on_device_path()) return std::unique_ptr<cuda::DeviceMap>();
   const int source = plan_.source[local_rank_];
-  if (source < 0) return std::unique_ptr<cuda::DeviceMap>();
   auto open = [&]() -> Result<std::unique_ptr<cuda::DeviceMap>> {
     if (source == 0 && stager_) return stager_->OpenLocalMap();  // the leader also trains
     if (source > 0 && relay_ && relay_index_ == source - 1)

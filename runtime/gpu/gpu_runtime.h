@@ -76,6 +76,11 @@ class GpuRuntime {
   Status Shutdown();
 
   const NodeGpuPlan& plan() const { return plan_; }
+  GpuMode mode() const { return mode_; }
+  // True when the plan gives this rank's trainer a device map to open (OpenConsumerMap).
+  bool trainer_on_device_path() const {
+    return local_rank_ < static_cast<int>(plan_.source.size()) && plan_.source[local_rank_] >= 0;
+  }
   int device() const { return device_; }
 
  private:

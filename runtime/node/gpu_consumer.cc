@@ -155,6 +155,14 @@ Result<std::unique_ptr<GpuConsumer>> AttachChecked(Consumer& consumer, const std
   if (internal::ConsumerAccess::Segment(consumer) == nullptr)
     return FailedPreconditionError("gpu: consumer of {} has no mapped ring; attach it first",
                                    address);
+  if (mode == gpu::GpuMode::kAuto) {  // batches that cannot be mapped: this trainer's host path
+    Status carving = internal::ConsumerAccess::CheckDeviceCarving(consumer);
+    if (!carving.ok()) {
+      *fallback = carving;
+      BC_LOG(Warn, Cuda, "gpu consumer of {}: {}", address, gpu::TrainerHostPathWarning(carving));
+      return std::unique_ptr<GpuConsumer>();
+    }
+  }
   auto open = [&] { return cuda::DeviceMap::Open(gpu::GpuHandleSocket(address), device, 60000); };
   auto map = gpu::OpenCheckedMap(mode, open, mode == gpu::GpuMode::kAuto ? "gpu: trainer" : "",
                                  fallback);

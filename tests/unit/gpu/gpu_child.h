@@ -28,6 +28,7 @@ struct ChildJob {
   int rank = 0;
   int epochs = 1;
   int batch_size = 8;
+  int buffer_depth = 2;
 };
 
 inline pid_t SpawnChild(const ChildJob& job) {
@@ -39,6 +40,7 @@ inline pid_t SpawnChild(const ChildJob& job) {
   env.push_back("BC_GPU_CHILD_RANK=" + std::to_string(job.rank));
   env.push_back("BC_GPU_CHILD_EPOCHS=" + std::to_string(job.epochs));
   env.push_back("BC_GPU_CHILD_BATCH=" + std::to_string(job.batch_size));
+  env.push_back("BC_GPU_CHILD_DEPTH=" + std::to_string(job.buffer_depth));
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);

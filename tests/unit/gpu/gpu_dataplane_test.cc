@@ -9,11 +9,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <thread>
 #include <vector>
@@ -118,6 +120,7 @@ struct GpuJob {
   int64_t samples = 96;
   int ring_slots = 4;
   std::string mode = "check";
+  int buffer_depth = 2;  // each consumer's; must be below ring_slots (the leader refuses more)
 };
 
 struct GpuJobResult {
@@ -141,7 +144,7 @@ GpuJobResult RunGpuJob(const GpuJob& job) {
   cfg.max_consumer_batch = 8;
   cfg.socket_name = UniqueSocket("gpu");
   cfg.job = "gputest";
-  cfg.join_timeout_ms = 60000;
+  cfg.join_timeout_ms = 30000;
   auto leader = producer::Producer::Create(cfg, std::make_unique<node::SyntheticSource>(job.samples, 16));
   if (!leader.ok()) {
     r.leader = leader.status();
@@ -161,6 +164,7 @@ GpuJobResult RunGpuJob(const GpuJob& job) {
     cj.mode = job.mode;
     cj.rank = i;
     cj.epochs = job.epochs;
+    cj.buffer_depth = job.buffer_depth;
     outs.push_back(cj.out);
     pids.push_back(gputest::SpawnChild(cj));
   }
@@ -170,6 +174,12 @@ GpuJobResult RunGpuJob(const GpuJob& job) {
     r.results.push_back(gputest::ReadResult(outs[i]));
     std::remove(outs[i].c_str());
   }
+  // A leader that failed (no consumer joined, say) is explained by what its consumers said.
+  if (!r.leader.ok())
+    for (size_t i = 0; i < r.results.size(); ++i)
+      if (r.results[i].count("error"))
+        r.leader = r.leader.WithContext("consumer " + std::to_string(i) + " said: " +
+                                        r.results[i]["error"]);
   (void)(*stager)->ring().Synchronize();
   r.ring = (*stager)->ring().stats();
 #if BATCHCAST_HAVE_CUDA
@@ -230,9 +240,10 @@ TEST(GpuDataPlaneTest, ConsumerPointerAliasesTheLeaderAllocation) {
 
 TEST(GpuDataPlaneTest, ReleaseOrderingUnderConcurrentDeviceWork) {
   BC_REQUIRE_DEVICE();
-  // "late": each consumer queues a large memset before reading the batch and releases the
-  // batch before that work has run; a 2-slot ring makes the leader want the slot at once.
-  GpuJobResult r = RunGpuJob({2, 2, 96, 2, "late"});
+  // "late": each consumer queues a large memset before reading the batch (into pinned host
+  // memory, so the reads are asynchronous) and releases the batch before that work has run;
+  // a 2-slot ring (buffer_depth 1) makes the leader want the slot at once.
+  GpuJobResult r = RunGpuJob({2, 2, 96, 2, "late", 1});
   ExpectExactlyOnce(r, 2, 96);
 }
 
@@ -242,7 +253,7 @@ TEST(GpuDataPlaneTest, NoDeviceMemoryGrowthOverManyEpochs) {
   ExpectExactlyOnce(r, 20, 48);
   for (const auto& kv : r.results) {
     EXPECT_LE(Get(kv, "handles"), 4);                // opened once per slot, cached
-    EXPECT_LE(Get(kv, "growth_bytes"), 2 << 20);     // device free memory, epoch 1 vs last
+    EXPECT_LE(Get(kv, "growth_bytes"), 2 << 20);     // device free memory, epoch 2 vs last
   }
 }
 
@@ -271,13 +282,18 @@ TEST(GpuDataPlaneTest, StreamWaitsOnAnIpcMappedSequenceWord) {
   std::remove(waiting.c_str());
   pid_t pid = gputest::SpawnChild(cj);
   ASSERT_GT(pid, 0);
-  // The child says when its stream waits (or that it failed); 120 s bounds a broken child.
+  // The child says when its stream waits (or that it failed); 30 s bounds a broken child,
+  // which is then killed (a child blocked in CUDA would outlive the test otherwise).
   bool ready = false;
-  for (int i = 0; i < 12000 && !ready; ++i) {
+  for (int i = 0; i < 3000 && !ready; ++i) {
     ready = std::ifstream(waiting).good() || std::ifstream(cj.out).good();
     if (!ready) usleep(10000);
   }
-  ASSERT_TRUE(ready) << "the consumer process never reported";
+  if (!ready) {
+    kill(pid, SIGKILL);
+    gputest::WaitChild(pid);
+  }
+  ASSERT_TRUE(ready) << "the consumer process never reported within 30 s (killed)";
   Status st = (*ring)->Stage(0, 0, {}, nullptr, [](uint8_t* memory, void* stream) -> Status {
     if (cudaMemsetAsync(memory, 0x5C, 64, static_cast<cudaStream_t>(stream)) != cudaSuccess)
       return InternalError("memset");
@@ -308,12 +324,19 @@ std::string RunSeqwordChild(const std::string& socket, const std::string& out) {
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return "error=stream";
   auto memory = (*map)->Acquire(0, 0, {}, stream);  // IPC open + StreamWaitValue(word >= 1)
   if (!memory.ok()) return "error=acquire:" + memory.status().message();
-  uint8_t value = 0;
-  if (cudaMemcpyAsync(&value, *memory, 1, cudaMemcpyDeviceToHost, stream) != cudaSuccess)
+  // Pinned: a copy into pageable memory returns only when it has run, which here would be
+  // never (the stream waits for the word the parent writes after it hears from us).
+  void* pinned_byte = nullptr;
+  if (cudaMallocHost(&pinned_byte, 1) != cudaSuccess) return "error=pinned";
+  std::unique_ptr<void, cudaError_t (*)(void*)> pinned(pinned_byte, cudaFreeHost);
+  auto* value_ptr = static_cast<uint8_t*>(pinned_byte);
+  *value_ptr = 0;
+  if (cudaMemcpyAsync(value_ptr, *memory, 1, cudaMemcpyDeviceToHost, stream) != cudaSuccess)
     return "error=read";
   const bool blocked = cudaStreamQuery(stream) == cudaErrorNotReady;
   std::ofstream(out + ".waiting") << "1\n";
   if (cudaStreamSynchronize(stream) != cudaSuccess) return "error=sync";
+  const uint8_t value = *value_ptr;
   Status st = (*map)->Release(0, stream);
   if (!st.ok()) return "error=release:" + st.message();
   cudaStreamSynchronize(stream);
@@ -327,6 +350,7 @@ std::string RunChild(const std::string& mode, int epochs) {
   if (mode == "seqword") return RunSeqwordChild(address, std::getenv("BC_GPU_CHILD_OUT"));
   Options o;
   o.batch_size = std::atoi(std::getenv("BC_GPU_CHILD_BATCH"));
+  o.buffer_depth = std::atoi(std::getenv("BC_GPU_CHILD_DEPTH"));
   o.epochs = epochs;
   auto consumer = Consumer::Attach(address, o, std::atoi(std::getenv("BC_GPU_CHILD_RANK")));
   if (!consumer.ok()) return "error=" + consumer.status().message();
@@ -343,25 +367,44 @@ std::string RunChild(const std::string& mode, int epochs) {
   size_t free_first = 0, free_last = 0, total = 0;
   uint64_t epoch = ~0ULL;
   std::string alias;
+  // Pinned host buffers: copies into pageable memory would return only when they have run,
+  // so the "late" release below would come after the reads instead of before them.
+  using Pinned = std::unique_ptr<void, cudaError_t (*)(void*)>;
+  Pinned pixel_buffer(nullptr, cudaFreeHost), label_buffer(nullptr, cudaFreeHost);
+  size_t pixel_capacity = 0, label_capacity = 0;
+  auto pinned = [](Pinned* p, size_t* capacity, size_t bytes) {
+    if (bytes <= *capacity) return true;
+    void* q = nullptr;
+    if (cudaMallocHost(&q, bytes) != cudaSuccess) return false;
+    p->reset(q);
+    *capacity = bytes;
+    return true;
+  };
   DeviceBatch b;
   for (;;) {
     Status st = (*gpu)->Next(stream, &b);
     if (st.code() == StatusCode::kEndOfStream) break;
     if (!st.ok()) return "error=next:" + st.message();
     if (b.info().epoch != epoch) {
-      if (epochs_seen == 1) cudaMemGetInfo(&free_first, &total);  // after epoch 1
+      // Device memory is counted for the whole device: measure from the third epoch on, when
+      // every process of the job has its context (the ring's back-pressure holds this
+      // consumer within ring_slots producer batches of the slowest one, less than an epoch).
+      if (epochs_seen == 2) cudaMemGetInfo(&free_first, &total);
       epoch = b.info().epoch;
       ++epochs_seen;
     }
     const int64_t n = b.size();
     const size_t sb = b.images().nbytes / size_t(n);
-    std::vector<uint8_t> pixels(b.images().nbytes);
-    std::vector<int64_t> labels(static_cast<size_t>(n));
+    if (!pinned(&pixel_buffer, &pixel_capacity, b.images().nbytes) ||
+        !pinned(&label_buffer, &label_capacity, size_t(n) * sizeof(int64_t)))
+      return "error=pinned";
+    auto* pixels = static_cast<uint8_t*>(pixel_buffer.get());
+    auto* labels = static_cast<int64_t*>(label_buffer.get());
     std::vector<int64_t> ids(b.host().sample_ids(), b.host().sample_ids() + n);
     if (mode == "late")  // device work queued ahead of the reads, still pending at release
       for (int i = 0; i < 8; ++i) cudaMemsetAsync(scratch, i, scratch_bytes, stream);
-    cudaMemcpyAsync(pixels.data(), b.images().data, pixels.size(), cudaMemcpyDeviceToHost, stream);
-    cudaMemcpyAsync(labels.data(), b.labels().data, labels.size() * sizeof(int64_t),
+    cudaMemcpyAsync(pixels, b.images().data, b.images().nbytes, cudaMemcpyDeviceToHost, stream);
+    cudaMemcpyAsync(labels, b.labels().data, size_t(n) * sizeof(int64_t),
                     cudaMemcpyDeviceToHost, stream);
     if (mode == "alias" && alias.empty()) {
       cudaMemsetAsync(b.images().data, 0xAB, 4, stream);  // visible in the leader's allocation?
@@ -396,7 +439,7 @@ std::string RunChild(const std::string& mode, int epochs) {
          " missing=" + std::to_string(missing) + " bad_pixels=" + std::to_string(bad_pixels) +
          " bad_labels=" + std::to_string(bad_labels) + " handles=" +
          std::to_string(gs.handles_opened) + " peer=" + std::to_string(int(gs.peer)) +
-         " growth_bytes=" + std::to_string(epochs_seen > 1 ? growth : 0) + alias;
+         " growth_bytes=" + std::to_string(free_first != 0 ? growth : 0) + alias;
 }
 #endif
 
