@@ -172,6 +172,6 @@ if [ -n "$out" ]; then
   mkdir -p "$out"
   cp "$results" "$out/device-proof.jsonl"
   # Logs and JSON only (the photo sets under data/ are megabytes and can be remade).
-  ( cd "$work" && tar -czf "$out/logs.tar.gz" logs $(ls data/*.json torch/*.log tmp/*.log tmp/*.out 2>/dev/null) ) 2>/dev/null || true
+  ( cd "$work" && tar -czf "$out/logs.tar.gz" logs $(ls data/*.json torch/*.log tmp/*.log tmp/*.out tmp/lddebug.* 2>/dev/null) ) 2>/dev/null || true
 fi
 exit 0

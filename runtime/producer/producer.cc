@@ -249,6 +249,9 @@ Producer::~Producer() {
   if (feed_ != nullptr) feed_->Drain().IgnoreError();
   if (ring_ != nullptr && !ended_ && !ring_->failed())
     ring_->Fail(config_.who + ": destroyed before the end of the stream");
+  // An adopted hook (GPU staging) goes first: it unhooks itself from the writer and its
+  // device ring unregisters the ring's host slots, so both must still exist.
+  owned_hook_.reset();
   writer_.reset();
   ring_.reset();  // joins the control thread, whose handlers read this object
 }

@@ -425,6 +425,10 @@ TEST(GpuHostRingTest, ServiceStagesEveryFilledSlot) {
   HostRing* host_ring = ring.get();
   auto stager = GpuStager::CreateWithRing((*service)->staging_target(), sc, std::move(ring));
   ASSERT_TRUE(stager.ok()) << stager.status().ToString();
+  // The service owns its stager (node::CreateNodeProducer), and destroys it with itself at
+  // the end of this test: the stager unhooks itself from a writer that must still exist
+  // (`batchcast serve --gpu=on` crashed at exit on the GPU machine when it did not).
+  (*service)->AdoptSlotHook(std::move(stager).value());
   ConsumerResult r;
   std::thread t(Consume, cfg.socket_name, 8, 2, 1, 0, std::ref(*host_ring), nullptr, &r);
   Status run = (*service)->Run();
