@@ -328,6 +328,20 @@ serve_bg() {  # SOCKET ARGS...: batchcast serve in the background; waits for "li
   fail "batchcast serve $* did not start"
 }
 
+serve_wait() {  # SOCK: the service ends with its stream; its exit status (killed after 30 s)
+  local pid i
+  pid=$(cat "$BC_WORK/tmp/serve-$1.pid")
+  for i in $(seq 1 300); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"; wait "$pid"
+    fail "batchcast serve did not end 30 s after its stream (killed)"
+  fi
+  wait "$pid"
+}
+
 item_python_trainer() {  # Python 3.12 + torch 2.11 consuming device batches (ctypes shim)
   local set sock=bc-device-py-$$
   photos 96 64 48
@@ -337,7 +351,7 @@ item_python_trainer() {  # Python 3.12 + torch 2.11 consuming device batches (ct
   BATCHCAST_DEBUG=WARN "$BC_PY" "$BC_REPO/device/python/device_trainer.py" --shim "$BC_W/lib/libbc_device_shim.so" \
     --address "$sock" --epochs 2 --batch-size 8 --samples 96 --json "$BC_WORK/data/python_trainer.json" ||
     fail "the Python trainer failed"
-  wait "$(cat "$BC_WORK/tmp/serve-$sock.pid")" || fail "batchcast serve exited $?"
+  serve_wait "$sock" || fail "batchcast serve exited $?: $(tail -n 3 "$BC_WORK/tmp/serve-$sock.log")"
   echo "OK: $(cut -c1-300 "$BC_WORK/data/python_trainer.json")"
 }
 
@@ -362,7 +376,8 @@ PY
     --address="$sock" >"$BC_WORK/tmp/train_many.out" 2>&1
   local rc=$?
   cat "$BC_WORK/tmp/train_many.out"
-  kill "$(cat "$BC_WORK/tmp/serve-$sock.pid")" 2>/dev/null
-  [ "$rc" -eq 0 ] || fail "batchcast-train-many exited $rc: $(tail -n 3 "$BC_WORK/tmp/train_many.out")"
+  [ "$rc" -eq 0 ] || { kill "$(cat "$BC_WORK/tmp/serve-$sock.pid")" 2>/dev/null
+                       fail "batchcast-train-many exited $rc: $(tail -n 3 "$BC_WORK/tmp/train_many.out")"; }
+  serve_wait "$sock" || fail "batchcast serve exited $?: $(tail -n 3 "$BC_WORK/tmp/serve-$sock.log")"
   echo "OK: two models trained on cuda in one process: $(tail -n 1 "$BC_WORK/tmp/train_many.out" | cut -c1-200)"
 }
