@@ -126,7 +126,9 @@ BATCHCAST_API Result<int> SelectGpu(const GpuPlacement& placement);
 // stages none (its gpu=off, or no GPU on its side): fall back to the host Batch then.
 // The device path is checked as in GpuConsumer::Attach; with options.gpu=auto a failed
 // check logs one WARN and returns kUnavailable "gpu=auto: host path: ..." (use the host
-// Batch), with gpu=on the error says "gpu=on, but ..." (fail the trainer).
+// Batch), with gpu=on the error says "gpu=on, but ..." (fail the trainer). The same under
+// gpu=auto for a consumer whose batches cannot be mapped (its batch_size does not divide
+// the producer batch, pad_last, mode=shard): kUnavailable naming that, without a check.
 BATCHCAST_API Result<std::unique_ptr<GpuConsumer>> AttachGpuFromEnvironment(
     Consumer& consumer, const Options& options);
 
