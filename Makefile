@@ -86,7 +86,8 @@ demo: deps-debian
 # CI sets): a user's make demo, cmake or pip install never does (docs/testing.md).
 # The torch 2 venv (about 3.5 GB from PyPI, mostly waiting on the network) is created in the
 # background while the main tree builds; the torch 2 tree's build waits for it (a lock in
-# scripts/torch2_venv.sh). Each phase prints its wall time ("make test: ... s").
+# scripts/torch2_venv.sh). Each phase prints its wall time ("make test: ... s"); the last lines
+# summarise every step (ok, or FAILED with its failed tests) for a reader of the tail.
 test: deps-debian
 	@start=$$(date +%s); mkdir -p $(BUILD); \
 	if [ "$(TORCH2)" != OFF ]; then bash scripts/torch2_venv.sh >$(BUILD)/torch2-venv.log 2>&1 & fi; \
@@ -98,8 +99,12 @@ test: deps-debian
 	  bash scripts/test_all.sh $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_TORCH2) \
 	  || status=1; \
 	echo "make test: suite, torch 2, sanitizers and fuzzing done at $$(( $$(date +%s) - start )) s"; \
-	CHECK_TORCH=$(TEST_DEVICE_TORCH) $(MAKE) --no-print-directory device-bundle-check || status=1; \
+	CHECK_TORCH=$(TEST_DEVICE_TORCH) $(MAKE) --no-print-directory device-bundle-check \
+	  && device=ok || { device=FAILED; status=1; }; \
 	echo "make test: device bundle checked at $$(( $$(date +%s) - start )) s (exit $$status)"; \
+	echo "=== make test: summary ==="; cat $(BUILD)/test-summary.txt 2>/dev/null; \
+	echo "make test: the device bundle check: $$device"; \
+	echo "make test: $$( [ $$status = 0 ] && echo PASSED || echo FAILED ) in $$(( $$(date +%s) - start )) s"; \
 	exit $$status
 
 # The second PyTorch generation alone: its tree (torch_tests) and its `torch`-labelled tests.

@@ -49,15 +49,34 @@ chain=$!
 exec 4<"$stages"
 rm -f "$stages"
 
+# One line per step for the end of `make test` (CI shows only the last lines of the output):
+# ok, or FAILED with the tree's failed tests.
+summary=$build/test-summary.txt
+: >"$summary"
+note() {  # STEP RC [TREE]
+  local step=$1 rc=$2 tree=${3:-} failed
+  if [ "$rc" = 0 ]; then echo "make test: $step: ok (at ${SECONDS} s)" >>"$summary"; return; fi
+  echo "make test: $step: FAILED (exit $rc, at ${SECONDS} s)" >>"$summary"
+  failed=${tree:+$tree/Testing/Temporary/LastTestsFailed.log}
+  if [ -n "$failed" ] && [ -s "$failed" ]; then
+    head -n 20 "$failed" | sed 's/^/make test:   failed: /' >>"$summary"
+  fi
+}
+
 status=0
 torch2_pid=
-bash "$src/scripts/test.sh" "$build" || status=1
+rm -f "$build/Testing/Temporary/LastTestsFailed.log"
+bash "$src/scripts/test.sh" "$build"
+rc=$?
+note "the normal suite" "$rc" "$build"
+[ "$rc" = 0 ] || status=1
 echo "test_all: the normal suite ended at ${SECONDS} s"
 
 for expected in $steps; do
   if ! read -r -u 4 step rc built_at; then
     echo "test_all: the background builds stopped before '$expected' was built; log:" >&2
     cat "$log"
+    note "building $expected" "stopped"
     status=1
     break
   fi
@@ -65,26 +84,37 @@ for expected in $steps; do
   if [ "$rc" != 0 ]; then
     echo "test_all: building '$step' failed (exit $rc); log:" >&2
     cat "$log"
+    note "building $step" "$rc"
     status=1
     continue
   fi
   case $step in
     # The second torch generation's tests run beside the sanitizer steps (they mostly wait on
     # processes, as the normal suite does); their output is printed when they end.
-    torch2) bash "$src/scripts/torch2_tree.sh" test "$torch2" >"$build/torch2-tests.log" 2>&1 &
+    torch2) rm -f "$torch2/Testing/Temporary/LastTestsFailed.log"
+            bash "$src/scripts/torch2_tree.sh" test "$torch2" >"$build/torch2-tests.log" 2>&1 &
             torch2_pid=$! ;;
-    tsan) JOBS=$jobs bash "$src/scripts/sanitize.sh" thread "$tsan" || status=1 ;;
-    asan) JOBS=$jobs bash "$src/scripts/sanitize.sh" address "$asan" || status=1 ;;
+    tsan) rm -f "$tsan/Testing/Temporary/LastTestsFailed.log"
+          JOBS=$jobs bash "$src/scripts/sanitize.sh" thread "$tsan"; rc=$?
+          note "ThreadSanitizer" "$rc" "$tsan" ;;
+    asan) rm -f "$asan/Testing/Temporary/LastTestsFailed.log"
+          JOBS=$jobs bash "$src/scripts/sanitize.sh" address "$asan"; rc=$?
+          note "ASan+UBSan" "$rc" "$asan" ;;
     fuzz) JOBS=$jobs FUZZ_CI_SECONDS=${FUZZ_CI_SECONDS:-8} \
-            bash "$src/scripts/fuzz.sh" ci "$fuzz" || status=1 ;;
+            bash "$src/scripts/fuzz.sh" ci "$fuzz"; rc=$?
+          note "fuzzing" "$rc" ;;
   esac
+  [ "${rc:-0}" = 0 ] || status=1
+  rc=0
 done
 exec 4<&-
 echo "test_all: sanitizer and fuzzing steps ended at ${SECONDS} s"
 wait "$chain" || true
 if [ -n "${torch2_pid:-}" ]; then
-  wait "$torch2_pid" || status=1
+  wait "$torch2_pid"; rc=$?
+  [ "$rc" = 0 ] || status=1
   echo "=== the second PyTorch generation's tests ($torch2, ctest -L torch) ==="
   cat "$build/torch2-tests.log"
+  note "torch 2 tests" "$rc" "$torch2"
 fi
 exit $status
