@@ -95,15 +95,20 @@ test: deps-debian
 	cmake -DBATCHCAST_WERROR=ON $(BUILD) >/dev/null && \
 	$(MAKE) --no-print-directory build || exit 1; \
 	echo "make test: main tree built at $$(( $$(date +%s) - start )) s"; \
+	( CHECK_TORCH=$(TEST_DEVICE_TORCH) $(MAKE) --no-print-directory device-bundle-check \
+	    >$(BUILD)/device-bundle-check.log 2>&1; \
+	  echo "$$? $$(( $$(date +%s) - start ))" >$(BUILD)/device-bundle-check.rc ) & device_pid=$$!; \
 	status=0; SANITIZE_JOBS=$(SANITIZE_JOBS) FUZZ_CI_SECONDS=$(FUZZ_CI_SECONDS) TORCH2=$(TORCH2) \
 	  bash scripts/test_all.sh $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_TORCH2) \
 	  || status=1; \
 	echo "make test: suite, torch 2, sanitizers and fuzzing done at $$(( $$(date +%s) - start )) s"; \
-	CHECK_TORCH=$(TEST_DEVICE_TORCH) $(MAKE) --no-print-directory device-bundle-check \
-	  && device=ok || { device=FAILED; status=1; }; \
-	echo "make test: device bundle checked at $$(( $$(date +%s) - start )) s (exit $$status)"; \
+	wait $$device_pid; read device_rc device_at <$(BUILD)/device-bundle-check.rc; \
+	echo "=== the device bundle check (beside the suite, from the main tree's build on) ==="; \
+	tail -n 40 $(BUILD)/device-bundle-check.log; \
+	[ "$$device_rc" = 0 ] && device=ok || { device="FAILED (exit $$device_rc; $(BUILD)/device-bundle-check.log)"; status=1; }; \
+	echo "make test: device bundle checked at $$device_at s (exit $$device_rc)"; \
 	echo "=== make test: summary ==="; cat $(BUILD)/test-summary.txt 2>/dev/null; \
-	echo "make test: the device bundle check: $$device"; \
+	echo "make test: the device bundle check: $$device (at $$device_at s)"; \
 	echo "make test: $$( [ $$status = 0 ] && echo PASSED || echo FAILED ) in $$(( $$(date +%s) - start )) s"; \
 	exit $$status
 
