@@ -22,9 +22,9 @@
 namespace batchcast::shm {
 namespace {
 
-RingConfig SmallRing(const std::string& tag) {
+RingConfig SmallRing(const std::string& tag, uint32_t slots = 2) {
   RingConfig rc;
-  rc.num_slots = 2;
+  rc.num_slots = slots;
   rc.slot_bytes = 4096;
   rc.max_consumer_batch = 4;
   rc.socket_name = "batchcast-test-ring-" + tag + "-" + std::to_string(getpid());
@@ -143,8 +143,7 @@ TEST(RingTest, ReusedSlotOfATargetedPublishIsNotReadAsAnotherPosition) {
 // skipping them and failed one batch short of its end. Deterministic: the consumer skips
 // only after it has seen the leader's connection close.
 TEST(RingTest, AnEndedStreamIsReadToItsEndPastOthersPositionsAfterTheLeaderExited) {
-  RingConfig rc = SmallRing("ended-gone");
-  rc.num_slots = 4;
+  const RingConfig rc = SmallRing("ended-gone", 4);
   std::unique_ptr<RingLeader> l;
   std::vector<std::unique_ptr<RingConsumer>> c;
   ASSERT_NO_FATAL_FAILURE(StartAdmitted(rc, 2, &l, &c));
