@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "transport/shm/control.h"
 
 namespace batchcast::producer {
 namespace {

@@ -93,6 +93,7 @@ class Engine {
   const ConsumerRun& consumer(int i) const { return runs_[size_t(i)]; }
   int consumers() const { return static_cast<int>(runs_.size()); }
   pid_t leader_pid() const { return leader_pid_; }
+  bool leader_exited() const { return leader_exited_; }  // reaped (Tick runs before on_tick)
   void Fail(const std::string& why) { violations_.push_back(why); }
   int64_t ElapsedMs() const;
   // Others have moved on: every consumer but i exited, is parked, or received `more`

@@ -172,6 +172,7 @@ Result<LeaderView> QueryLeader(const std::string& socket, int64_t timeout_ms) {
     mv.pid = m.pid;
     mv.addressed = m.state == static_cast<uint32_t>(shm::MemberState::kJoining) ||
                    m.state == static_cast<uint32_t>(shm::MemberState::kActive);
+    mv.admitted = m.state == static_cast<uint32_t>(shm::MemberState::kActive);
     mv.attached_ms = m.attached_ns > 0 ? uint64_t(m.attached_ns / 1000000) : 0;
     v.members.push_back(mv);
   }

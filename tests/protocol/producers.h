@@ -58,6 +58,7 @@ struct MemberView {
   uint32_t id = 0;                 // member id (its bit in a slot's pending mask)
   int pid = 0;
   bool addressed = false;          // receives batches (joining or active)
+  bool admitted = false;           // active: admission settled where its stream starts
   uint64_t attached_ms = 0;
 };
 struct LeaderView {

@@ -324,6 +324,44 @@ TEST(Case7LateJoin, ServiceJoinerAMomentAfterTheFirstIsNotSilentlyEmpty) {
   ExpectPasses(s);
 }
 
+TEST(Case7LateJoin, ServiceJoinerCaughtUpAndTheFirstReadsItsEndAfterTheLeaderExited) {
+  // The case above as it failed (issue 34), made deterministic. A takes two batches and
+  // waits: the stream stalls with positions 0..4 out (4 slots ahead of A's oldest held).
+  // Then B attaches and A waits until the leader has admitted it, at position 5: past the
+  // window of 4, so B is caught up with an epoch of its own, replayed to it alone between
+  // the stream's batches, and the epoch's last position for A comes after B's last replays.
+  // A takes its batches up to that point and waits until the leader has ended the stream
+  // and exited (this front door's Run() does not wait for its consumers); then A must still
+  // read its last batch and the end, stepping over B's positions, not fail with "leader
+  // (...) is gone".
+  Scenario s;
+  s.producer = Spec(ProducerKind::kService, 64, 8, 8, 1, 1);
+  s.producer.late_join_window = 0.02;
+  s.consumers.push_back(Plan(8, 2, 1, "n,r,n,s:join,r,n,r,n,r,n,r,n,r,n,r,s:gone", "drain",
+                             Expect::kComplete, 1));
+  ConsumerPlan b = Plan(8, 2, 1, "", "drain", Expect::kComplete, 1);
+  b.late_after = -2;
+  s.consumers.push_back(b);
+  s.on_sync = [](Engine&, int, const std::string& name) { return name == "join" || name == "gone"; };
+  s.on_tick = [](Engine& e) {
+    const ConsumerRun& a = e.consumer(0);
+    if (a.parked == "join") {
+      auto v = e.Query();
+      if (!v.ok()) return;
+      if (!e.consumer(1).started) {
+        if (v->published >= 5) e.StartConsumer(1);  // the leader waits at position 5
+        return;
+      }
+      for (const auto& m : v->members)
+        if (m.pid == e.consumer(1).pid && m.admitted) e.Go(0);  // B settled at position 5
+    } else if (a.parked == "gone" && e.leader_exited()) {
+      e.Go(0);
+    }
+  };
+  s.deadline_ms = 30000;
+  ExpectPasses(s);
+}
+
 // --- case 8: nobody can impersonate a leader ---
 TEST(Case8Impostor, ImpostorIsRefusedNamingItsUidAndPid) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run an impostor as uid 65534";

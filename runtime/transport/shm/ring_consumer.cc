@@ -202,6 +202,11 @@ Status RingConsumer::CheckAlive() const {
   if (drained_.load())
     return FailedPreconditionError("this consumer has drained (its epochs are complete or it "
                                    "was detached); it receives no more batches");
+  // A normally ended stream: what the leader published stays readable (this process maps
+  // it) although the leader may have exited since. Positions addressed to others are then
+  // still skipped on the way to this consumer's own last ones (a late joiner's catch-up
+  // replays come before them) and the stream's end is read as its end, not as a dead leader.
+  if (h->stream_state.load() == static_cast<uint32_t>(StreamState::kEnded)) return Status::Ok();
   if (leader_gone_.load())
     return UnavailableError(
         "leader (rank {}, pid {}, host {}) is gone: its control connection closed (did the "

@@ -79,6 +79,9 @@ class RingConsumer {
 
   // Ok while the leader still addresses this consumer; the eviction error otherwise.
   Status CheckAddressed() const;
+  // Whether the leader's control connection has closed (its process exited or died); after
+  // a normal end this is no error: what was published is still read to the end.
+  bool leader_gone() const { return leader_gone_.load(); }
 
   uint64_t position() const { return position_; }
   uint32_t id() const { return id_; }
@@ -104,6 +107,9 @@ class RingConsumer {
   Status CheckLeader(int fd, const std::string& socket_name) const;
   Status MapSegments(int stream_fd, int control_fd, uint64_t stream_bytes,
                      uint64_t control_bytes);
+  // Ok unless the stream failed, this consumer was detached, evicted or drained, or the
+  // leader of a stream still running died or stopped beating (an ended stream's leader may
+  // have exited: what it published is read to the end).
   Status CheckAlive() const;
   Result<const SlotDesc*> AcquireAt(uint64_t seq, uint32_t* slot, int64_t* waited_ns);
   // Maps the slots the leader has prepared (StreamHeader::prepared_slots) into this

@@ -22,9 +22,9 @@
 namespace batchcast::shm {
 namespace {
 
-RingConfig SmallRing(const std::string& tag) {
+RingConfig SmallRing(const std::string& tag, uint32_t slots = 2) {
   RingConfig rc;
-  rc.num_slots = 2;
+  rc.num_slots = slots;
   rc.slot_bytes = 4096;
   rc.max_consumer_batch = 4;
   rc.socket_name = "batchcast-test-ring-" + tag + "-" + std::to_string(getpid());
@@ -133,6 +133,58 @@ TEST(RingTest, ReusedSlotOfATargetedPublishIsNotReadAsAnotherPosition) {
   EXPECT_EQ(got_a->desc->epoch, 101u);
   (*a)->Release(*got_a);
   (*leader)->End();
+}
+
+// Issue 34 (Case7LateJoin.ServiceJoinerAMomentAfterTheFirstIsNotSilentlyEmpty, 2 in ~300
+// runs under load): a late joiner's catch-up replays are published to it alone right before
+// the epoch's last position for everyone. The leader ended the stream and exited (a
+// front door whose Run() does not wait for its consumers) while a slow consumer had not yet
+// stepped over those replays; it read the closed control connection as a dead leader while
+// skipping them and failed one batch short of its end. Deterministic: the consumer skips
+// only after it has seen the leader's connection close.
+TEST(RingTest, AnEndedStreamIsReadToItsEndPastOthersPositionsAfterTheLeaderExited) {
+  const RingConfig rc = SmallRing("ended-gone", 4);
+  std::unique_ptr<RingLeader> l;
+  std::vector<std::unique_ptr<RingConsumer>> c;
+  ASSERT_NO_FATAL_FAILURE(StartAdmitted(rc, 2, &l, &c));
+  RingConsumer& a = *c[0];
+  RingConsumer& b = *c[1];
+  const uint64_t bit_a = RingLeader::MemberBit(a.id());
+  const uint64_t bit_b = RingLeader::MemberBit(b.id());
+  // 0: both; 1, 2: b's catch-up replays; 3: the epoch's last position, both.
+  const uint64_t to[] = {bit_a | bit_b, bit_b, bit_b, bit_a | bit_b};
+  for (uint64_t p = 0; p < 4; ++p) {
+    auto w = l->AcquireSlot(5000);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    w->desc->epoch = 100 + p;
+    ASSERT_EQ(l->Publish(*w, to[p]), to[p]);
+  }
+  l->End();
+  for (uint64_t p : {0, 1, 2, 3}) {  // b is quick: it reads everything before the leader goes
+    auto got = b.Acquire(nullptr);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->desc->epoch, 100 + p);
+    b.Release(*got);
+  }
+  l.reset();  // the leader's process exits: its control connections close
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!a.leader_gone() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(a.leader_gone()) << "the consumer never saw the leader's connection close";
+  // a, slow, reads on: its two positions, skipping b's between them, then the end.
+  for (uint64_t p : {0, 3}) {
+    auto got = a.Acquire(nullptr);
+    ASSERT_TRUE(got.ok()) << "position " << p << ": " << got.status().ToString();
+    EXPECT_EQ(got->seq, p);
+    EXPECT_EQ(got->desc->epoch, 100 + p);
+    a.Release(*got);
+  }
+  auto end = a.Acquire(nullptr);
+  EXPECT_EQ(end.status().code(), StatusCode::kEndOfStream) << end.status().ToString();
+  auto again = b.Acquire(nullptr);
+  EXPECT_EQ(again.status().code(), StatusCode::kEndOfStream) << again.status().ToString();
+  // A leader that dies before the end still fails its consumers naming it (dataplane_test,
+  // a SIGKILLed leader: "is gone").
 }
 
 // Holding never blocks the stream: a consumer keeps its first batch while the leader
