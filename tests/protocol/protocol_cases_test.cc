@@ -265,10 +265,11 @@ INSTANTIATE_TEST_SUITE_P(Producers, Case5Ids, PRODUCERS);
 // --- case 7: late join ---
 TEST(Case7LateJoin, LateJoinerToALeaderWaitsWithoutDeadline) {
   // A parks (the stream stalls at the ring's end, within epoch 0); L attaches and waits for
-  // admission for more than 10 heartbeats; then A goes on. L must start at the next epoch
-  // and complete it.
+  // admission for more than 4 heartbeats; then A goes on. L must start at the next epoch
+  // and complete it. (A 300 ms heartbeat evicted both consumers once in 40 runs on a machine
+  // loaded past its cores: a stall longer than a heartbeat is no sign of death there.)
   Scenario s;
-  s.producer = Spec(ProducerKind::kLeader, 128, 8, 8, 3, 1, 300);
+  s.producer = Spec(ProducerKind::kLeader, 128, 8, 8, 3, 1, 1000);
   s.consumers.push_back(Plan(8, 2, 2, "n,r,s:hold", "drain", Expect::kComplete, 2));
   ConsumerPlan l = Plan(8, 2, 1, "", "drain", Expect::kComplete, 2);
   l.late_after = -2;
@@ -286,7 +287,7 @@ TEST(Case7LateJoin, LateJoinerToALeaderWaitsWithoutDeadline) {
     if (auto v = e.Query(); v.ok())
       for (const auto& m : v->members)
         if (m.pid == e.consumer(1).pid) waited_ms = m.attached_ms;
-    if (failed || waited_ms > 10 * 300) e.Go(0);
+    if (failed || waited_ms > 4 * 1000) e.Go(0);
   };
   s.deadline_ms = 30000;
   ExpectPasses(s);
