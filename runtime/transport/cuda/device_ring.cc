@@ -156,8 +156,8 @@ Status CudaDeviceRing::Init() {
                                      &table_.release_event[i][l], "gpu: release event"));
   }
   BC_RETURN_IF_ERROR(StageCanary());
-  BC_LOG(Info, Cuda, "gpu: device ring of {} slots x {} MiB on device {} ({}), host ring {}",
-         c.num_slots, table_.slot_bytes >> 20, c.device, table_.pci_bus_id,
+  BC_LOG(Info, Cuda, "gpu: device ring of {} slots x {:.3g} MiB on device {} ({}), host ring {}",
+         c.num_slots, double(table_.slot_bytes) / (1 << 20), c.device, table_.pci_bus_id,
          c.host_slots == nullptr ? "none (receive-only)" : registered_ ? "pinned" : "NOT pinned");
   return Status::Ok();
 }
