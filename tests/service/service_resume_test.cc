@@ -42,8 +42,11 @@ bool KillAndResume(uint32_t world, uint64_t seed, bool* same_epoch) {
                                     << kill_after << " batches, stream moved on by " << extra
                                     << " batches of the pacer");
   const std::string sock = service_test::UniqueSocket("resume" + std::to_string(seed % 1000));
+  // The first batch waits for both joins: started one after the other, the trial could join
+  // past the late-join window (seen under TSan) and begin with a catch-up, not epoch 0.
   service_test::Child server = service_test::StartServer(sock, kSamples, kProducerBatch, kBatch,
-                                                         1000, 0.02, 0, kSlots);
+                                                         1000, 0.02, 0, kSlots, 5000, false, -1,
+                                                         "", 2);
   EXPECT_GT(server.pid, 0);
   bool behind = false;
   {
@@ -160,8 +163,10 @@ Door ServeDoor() {
   d.name = "batchcast serve";
   d.start = [](const std::string& tag, std::string* socket) {
     *socket = service_test::UniqueSocket(tag);
+    // The pacer and the trial start the stream together (see KillAndResume).
     service_test::Child c = service_test::StartServer(*socket, kSamples, kProducerBatch, kBatch,
-                                                      1000, 0.02, 0, kSlots);
+                                                      1000, 0.02, 0, kSlots, 5000, false, -1,
+                                                      "", 2);
     return Trial{c.pid, c.out, -1};
   };
   d.finish = [](Trial& server) {

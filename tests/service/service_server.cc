@@ -50,7 +50,11 @@ int main(int argc, char** argv) {
   if (argc > 9) cfg.handshake_timeout_ms = std::atoll(argv[9]);
   cfg.options.join_mid_epoch = argc > 10 && std::string(argv[10]) == "mid";
   if (argc > 11 && std::atoi(argv[11]) >= 0) cfg.options.late_join_catch_ups = std::atoi(argv[11]);
-  if (argc > 12) cfg.options.telemetry = argv[12];
+  if (argc > 12 && std::string(argv[12]) != "-") cfg.options.telemetry = argv[12];
+  // Joins to wait for before the first batch (a test that needs its consumers to start
+  // together at position 0, whatever the machine's load; `batchcast serve` starts with the
+  // first).
+  if (argc > 13) cfg.expected_consumers = std::atoi(argv[13]);
   auto svc = producer::Producer::Create(
       cfg, std::make_unique<node::SyntheticSource>(std::atoll(argv[2]), 8, 3));
   if (!svc.ok()) {

@@ -90,14 +90,16 @@ inline int Wait(Child& c) {
 inline Child StartServer(const std::string& socket, int samples, int p, int max_b, int hb_ms,
                          double window, int epochs, int slots = 6, int handshake_ms = 5000,
                          bool mid_epoch = false, int catch_ups = -1,
-                         const std::string& telemetry = "") {
+                         const std::string& telemetry = "", int expected_consumers = 0) {
   std::vector<std::string> args = {SERVICE_SERVER, socket, std::to_string(samples),
                                    std::to_string(p), std::to_string(max_b),
                                    std::to_string(hb_ms), std::to_string(window),
                                    std::to_string(epochs), std::to_string(slots),
                                    std::to_string(handshake_ms), mid_epoch ? "mid" : "next",
                                    std::to_string(catch_ups)};
-  if (!telemetry.empty()) args.push_back(telemetry);
+  if (!telemetry.empty() || expected_consumers > 0)
+    args.push_back(telemetry.empty() ? "-" : telemetry);
+  if (expected_consumers > 0) args.push_back(std::to_string(expected_consumers));
   Child c = Spawn(args, true);
   ReadLineWith(c, "ready");
   return c;
