@@ -63,12 +63,8 @@ inline void ConsumeResized(Consumer* c, int stream_epochs, int channels,
   for (int e = 0; e <= stream_epochs; ++e)
     seen->announced.push_back(c->BatchesPerEpoch(uint64_t(e)));
   Batch batch;
-  for (;;) {
-    Status st = c->Next(&batch);
-    if (!st.ok()) {
-      if (st.code() != StatusCode::kEndOfStream) seen->status = st;
-      break;
-    }
+  Status st;
+  while ((st = c->Next(&batch)).ok()) {
     const BatchInfo& info = batch.info();
     if (info.index == 0) seen->current[info.epoch] = c->BatchesPerEpoch();
     const TensorView& img = batch.images();
@@ -91,6 +87,7 @@ inline void ConsumeResized(Consumer* c, int stream_epochs, int channels,
     }
     seen->batches.push_back(std::move(sb));
   }
+  if (st.code() != StatusCode::kEndOfStream) seen->status = st;
   seen->stats = c->stats();
 }
 
