@@ -60,6 +60,10 @@ static std::string ResumeRefusal(const Feed& feed, const Distribution& dist) {
         "this leader ({} across nodes) publishes the same positions on every node in step and "
         "cannot replay a passed one to a single trainer. Resume the whole job at this position "
         "(options start_epoch / start_batch on every rank)", dist.name());
+  if (feed.resize_schedule() != nullptr)
+    return "this leader runs a resize schedule, planned one epoch at a time: it remakes a "
+           "passed batch only for a late joiner of the current epoch. Resume at an epoch start "
+           "the stream has not passed, or restart the leader at that epoch (start_epoch)";
   if (feed.replay() != Replay::kAny)
     return fmt::format(
         "this leader's batches come from its {}, which cannot make a passed batch again. "
