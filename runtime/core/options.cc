@@ -94,7 +94,7 @@ const std::vector<Entry>& Registry() {
       BC_ENUM(gpu, kNative, "auto|off|on", "GPU data plane (docs/gpu.md): auto = trainers that see a CUDA device get device batches (one H2D copy per GPU, CUDA IPC, NCCL to other GPUs), else the host path with one log line; on = the same but no device is an error; off = host path only"),
       BC_OPT(trainers_per_gpu, kInt, M | N | R, "trainers sharing one GPU: trainer with local index r uses GPU r / k (0 = spread the node's trainers evenly over the visible GPUs)"),
       BC_OPT(gpu_finish, kBool, kNative, "with the GPU data plane: turn uint8 images into normalised float32 CHW (mean/std options) once per GPU by a CUDA kernel instead of per trainer"),
-      BC_OPT(resize, kString, M | L | R | C, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
+      BC_OPT(resize, kString, M | S | L | R | C, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
       BC_OPT(stage, kString, kNative, "model stages the leader runs on each producer batch after the pipeline, e.g. model(path=encoder.pt,input=images,output=embedding); ';' chains several (docs/model-stage.md; needs a build with LibTorch)"),
       BC_OPT(telemetry, kString, kEvery, "telemetry sinks: dir:RUN = a run directory, one file per process named <kind>-<host>-<pid>.h5 (docs/telemetry.md); or telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled. Every path is checked when the run starts"),
       BC_OPT(experiment, kString, kEvery, "telemetry tag: experiment name (e.g. the sweep)"),
@@ -567,6 +567,31 @@ const std::vector<FrontDoorInfo> kFrontDoors = {
      "Give it to the leader (batchcast.Leader(...), batchcast serve, batchcast-run)", "", ""},
 };
 
+// Why a front door cannot read an option (the cause in its refusal), where the table's
+// "not read by" alone would not tell the user what is missing.
+struct NotRead {
+  const char* key;
+  FrontDoor door;
+  const char* cause;
+};
+const NotRead kNotRead[] = {
+    {"resize", FrontDoor::kMultinode,
+     "a progressive-resizing schedule changes each producer batch's image size and sample "
+     "count; the multi-node leader's exchange (every node decodes its share of a fixed-size "
+     "batch and receives the rest in fixed-size chunks) and its shard parts (W x b samples per "
+     "global batch) are planned for one size and do not carry per-batch sizes yet"},
+    {"resize", FrontDoor::kPythonProducer,
+     "a progressive-resizing schedule decides which samples are decoded at which image size in "
+     "each batch; batchcast.Producer publishes the batches its iterable makes, in the "
+     "iterable's order and at its sizes, so it cannot follow one"},
+};
+
+const char* NotReadCause(std::string_view key, FrontDoor door) {
+  for (const NotRead& n : kNotRead)
+    if (key == n.key && door == n.door) return n.cause;
+  return nullptr;
+}
+
 const Entry* FindEntry(std::string_view key) {
   for (const auto& e : Registry())
     if (key == e.key) return &e;
@@ -648,9 +673,11 @@ Status CheckFrontDoorOptions(const Options& options, FrontDoor door, std::string
           "{}: option '{}' is each consumer's own (set {}): how it carves its batches, waits "
           "for and checks its leader; {} never reads it. Give it to the consumers ({}). Read "
           "by: {}", name, key, Where(source, key), name, d.consumers, FrontDoorsReading(key));
-    return InvalidArgumentError("{}: option '{}' (set {}) is not read by {} ({}). {}. Read by: {} "
-                                "(docs/configuration.md)", name, key, Where(source, key), name,
-                                d.what, d.instead, FrontDoorsReading(key));
+    const char* cause = NotReadCause(key, door);
+    return InvalidArgumentError("{}: option '{}' (set {}) is not read by {} ({}){}. {}. Read by: "
+                                "{} (docs/configuration.md)", name, key, Where(source, key), name,
+                                d.what, cause != nullptr ? std::string(": ") + cause : "",
+                                d.instead, FrontDoorsReading(key));
   }
   return Status::Ok();
 }

@@ -15,11 +15,7 @@ std::string DefaultServiceSocket() { return "batchcast-" + std::to_string(getuid
 Result<std::unique_ptr<producer::Producer>> CreateNodeProducer(
     const producer::ProducerConfig& config, std::string* staged, bool* refused) {
   // Before the dataset opens: a refused option or output path is the first error.
-  Status checked;
-  if (config.front_door) {
-    checked = ValidateOptions(config.options).WithContext(config.who);
-    if (checked.ok()) checked = CheckFrontDoorOptions(config.options, *config.front_door);
-  }
+  Status checked = producer::CheckConfig(config);
   producer::ProducerConfig cfg = config;
   if (checked.ok() && cfg.telemetry == nullptr) {
     auto telemetry = producer::StartTelemetry(cfg);

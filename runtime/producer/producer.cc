@@ -60,6 +60,10 @@ static std::string ResumeRefusal(const Feed& feed, const Distribution& dist) {
         "this leader ({} across nodes) publishes the same positions on every node in step and "
         "cannot replay a passed one to a single trainer. Resume the whole job at this position "
         "(options start_epoch / start_batch on every rank)", dist.name());
+  if (feed.resize_schedule() != nullptr)
+    return "this leader runs a resize schedule, planned one epoch at a time: it remakes a "
+           "passed batch only for a late joiner of the current epoch. Resume at an epoch start "
+           "the stream has not passed, or restart the leader at that epoch (start_epoch)";
   if (feed.replay() != Replay::kAny)
     return fmt::format(
         "this leader's batches come from its {}, which cannot make a passed batch again. "
@@ -70,18 +74,33 @@ static std::string ResumeRefusal(const Feed& feed, const Distribution& dist) {
   return std::string();
 }
 
+Status CheckConfig(const ProducerConfig& config) {
+  const Options& o = config.options;
+  const std::string& who = config.who;
+  if (config.front_door) {
+    BC_RETURN_IF_ERROR(ValidateOptions(o).WithContext(who));
+    BC_RETURN_IF_ERROR(CheckFrontDoorOptions(o, *config.front_door));
+  }
+  if (!config.until_stopped && o.start_epoch >= o.epochs)
+    return InvalidArgumentError("{}: option 'start_epoch' ({}) must be below 'epochs' ({}): "
+                                "epochs counts the whole run, start_epoch where it resumes",
+                                who, o.start_epoch, o.epochs);
+  // A schedule is planned over the run: upgrades per epoch, its last final_epochs at full
+  // size, and every consumer rebuilds its batch counts from (spec, epochs).
+  if (config.until_stopped && !o.resize.empty())
+    return InvalidArgumentError(
+        "{}: option 'resize' plans progressive resizing over the run's epochs (samples move up "
+        "a size each epoch, the last final_epochs train at full size), but this stream runs "
+        "until stopped: no 'epochs' was given. Give the run's epochs (batchcast serve --epochs "
+        "N, BATCHCAST_EPOCHS=N or epochs = N in the config file), or unset 'resize'", who);
+  return Status::Ok();
+}
+
 // Options check, sizing, ring, writer, admission: the assembly every front door shares.
 Status Producer::Assemble(std::unique_ptr<Feed> feed, std::unique_ptr<Distribution> dist) {
   const Options& o = config_.options;
   const std::string& who = config_.who;
-  if (config_.front_door) {
-    BC_RETURN_IF_ERROR(ValidateOptions(o).WithContext(who));
-    BC_RETURN_IF_ERROR(CheckFrontDoorOptions(o, *config_.front_door));
-  }
-  if (!config_.until_stopped && o.start_epoch >= o.epochs)
-    return InvalidArgumentError("{}: option 'start_epoch' ({}) must be below 'epochs' ({}): "
-                                "epochs counts the whole run, start_epoch where it resumes",
-                                who, o.start_epoch, o.epochs);
+  BC_RETURN_IF_ERROR(CheckConfig(config_));
   if (config_.socket_name.empty()) config_.socket_name = NewSocketName(who);
   collector_ = config_.collector;
   if (collector_ == nullptr) {

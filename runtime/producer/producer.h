@@ -107,6 +107,10 @@ struct ProducerStats : WriterStats, FeedStats {
 // path created or refused now.
 Result<std::shared_ptr<ProcessTelemetry>> StartTelemetry(const ProducerConfig& config);
 
+// The checks of `config` that need no dataset (a front door runs them before it opens one):
+// the options' values, the front-door table, and what a stream until stopped cannot run.
+Status CheckConfig(const ProducerConfig& config);
+
 // "batchcast-<uid>-<pid>-<kind>-<n>": a socket name unique in this process (kind: the front
 // door's key, or the producer's `who`).
 std::string NewSocketName(const std::string& kind);

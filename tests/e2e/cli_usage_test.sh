@@ -34,7 +34,8 @@ case $case in
     # before another flag, as batchcast-run and a trainer's ResolveOptions take it.
     expect 0 '"source": "flag"' info -c --flip --epochs 1
     expect 0 'serve +batchcast serve +the always-on' info
-    expect 2 "batchcast serve: .*option 'resize' \(set on the command line\) is not read by batchcast serve" serve --socket bc-cli-usage-$$ --flip --epochs 1 --resize 'resize(min=8,max=16,step=8)'
+    # A schedule is planned over the run's epochs: a service until stopped has none.
+    expect 2 "batchcast serve: .*service: option 'resize' plans progressive resizing over the run's epochs.*batchcast serve --epochs N" serve --socket bc-cli-usage-$$ --flip --resize 'resize(min=8,max=16,step=8)'
     expect 1 'batchcast inspect: .*/nonexistent/x.h5' inspect /nonexistent/x.h5
     ;;
   run)

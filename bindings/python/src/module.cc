@@ -13,6 +13,8 @@
 #include "bindings/python/src/bindings.h"
 #include "core/dtype.h"
 #include "core/environment.h"
+#include "schedule/resize_schedule.h"
+#include "schedule/resize_spec.h"
 
 namespace batchcast::python {
 namespace {
@@ -199,6 +201,42 @@ PYBIND11_MODULE(_batchcast, m) {
         "This process's rank from its launcher (RANK, OMPI_COMM_WORLD_RANK, ...); -1 if none.");
   m.def("_leader_address", &batchcast::env::LeaderAddress,
         "BATCHCAST_ADDRESS (or BATCHCAST_SOCKET); None when unset.");
+  // What a leader's progressive-resizing schedule trains (docs/progressive-resizing.md),
+  // rebuilt from its inputs: tests and tools check a stream against it.
+  m.def("_resize_plan", [](const std::string& spec_text, uint64_t seed, int64_t num_samples,
+                           int epochs, int64_t consumer_batch) {
+    namespace sc = batchcast::schedule;
+    auto spec = sc::ParseResizeSpec(spec_text);
+    ThrowIfError(spec.status());
+    sc::ResizeScheduleParams params;
+    params.spec = *spec;
+    params.seed = seed;
+    params.num_samples = num_samples;
+    params.total_epochs = epochs;
+    params.base_batch_size = consumer_batch;
+    auto s = sc::ResizeSchedule::Create(params);
+    ThrowIfError(s.status());
+    py::list per_epoch;
+    for (int e = 0; e < epochs; ++e) {
+      auto plan = (*s)->PlanEpoch(e);
+      ThrowIfError(plan.status());
+      py::dict sizes;
+      for (int b = 0; b < (*s)->num_buckets(); ++b)
+        for (int64_t id : plan->buckets[b].samples) sizes[py::int_(id)] = (*s)->bucket_sizes()[b];
+      per_epoch.append(sizes);
+    }
+    py::dict batch, lr;
+    for (int b = 0; b < (*s)->num_buckets(); ++b) {
+      batch[py::int_((*s)->bucket_sizes()[b])] = (*s)->ScaledBatchSize(consumer_batch, b);
+      lr[py::int_((*s)->bucket_sizes()[b])] = (*s)->LrFactor(consumer_batch, b);
+    }
+    py::dict out;
+    out["epochs"] = per_epoch;
+    out["batch"] = batch;
+    out["lr"] = lr;
+    return out;
+  }, "A resize schedule's plan: per epoch {sample: image size}, per size the scaled batch "
+     "and LR factor of a consumer of full-size batch consumer_batch.");
   m.attr("DLPACK_VERSION") = DLPACK_VERSION;
   BindConsumer(m);
   BindProducer(m);

@@ -34,15 +34,39 @@ producer::ProducerConfig ServiceWith(int64_t epochs) {
   return c;
 }
 
-TEST(FrontDoorTest, ServiceRefusesProgressiveResizing) {
-  producer::ProducerConfig c = ServiceWith(2);
-  ASSERT_TRUE(SetOption(&c.options, "resize", "resize(min=96,max=224,step=32)").ok());
-  auto s = producer::Producer::Create(c, std::make_unique<SyntheticSource>(64));
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.status().message().find("batchcast serve: option 'resize' (set in code) is not "
-                                      "read by batchcast serve"),
-            std::string::npos) << s.status().message();
+// batchcast serve runs a schedule over the epochs it is given; until stopped it has no run
+// to plan over. The front doors that cannot run one say why (the table's cause).
+TEST(FrontDoorTest, ServiceRunsProgressiveResizingOverItsEpochsAndOthersSayWhyNot) {
+  producer::ProducerConfig c = ServiceWith(0);
+  ASSERT_TRUE(SetOption(&c.options, "resize", "resize(sizes=8:16,upgrade=0.5)").ok());
+  auto until_stopped = producer::Producer::Create(c, std::make_unique<SizedSource>(64, 16, 3));
+  ASSERT_FALSE(until_stopped.ok());
+  EXPECT_EQ(until_stopped.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(until_stopped.status().message().find(
+                "service: option 'resize' plans progressive resizing over the run's epochs"),
+            std::string::npos) << until_stopped.status().message();
+  EXPECT_NE(until_stopped.status().message().find("batchcast serve --epochs N"),
+            std::string::npos) << until_stopped.status().message();
+  EXPECT_FALSE(producer::CheckConfig(c).ok());  // before any dataset opens
+
+  c = ServiceWith(3);
+  ASSERT_TRUE(SetOption(&c.options, "resize", "resize(sizes=8:16,upgrade=0.5)").ok());
+  c.print_plan = false;
+  auto svc = producer::Producer::Create(c, std::make_unique<SizedSource>(64, 16, 3));
+  ASSERT_TRUE(svc.ok()) << svc.status().ToString();
+  ASSERT_NE((*svc)->resize_schedule(), nullptr);
+  EXPECT_EQ((*svc)->ring().config().resize_spec.rfind("resize(sizes=8:16", 0), 0u)
+      << (*svc)->ring().config().resize_spec;
+  EXPECT_EQ((*svc)->ring().config().stream_epochs, 3u);
+
+  for (auto [door, cause] : {std::pair{FrontDoor::kMultinode, "do not carry per-batch sizes yet"},
+                             std::pair{FrontDoor::kPythonProducer, "cannot follow one"}}) {
+    Status st = CheckFrontDoorOptions(c.options, door);
+    ASSERT_FALSE(st.ok()) << FrontDoorOf(door).key;
+    EXPECT_NE(st.message().find("option 'resize' (set in code) is not read by"),
+              std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(cause), std::string::npos) << st.message();
+  }
 }
 
 TEST(FrontDoorTest, LateJoinWindowOutsideZeroToOneIsRefused) {

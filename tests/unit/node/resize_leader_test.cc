@@ -17,10 +17,15 @@
 #include "producer/producer.h"
 #include "schedule/resize_schedule.h"
 #include "schedule/resize_spec.h"
+#include "tests/unit/node/resize_checks.h"
 #include "tests/unit/node/synthetic_source.h"
 
 namespace batchcast::node {
 namespace {
+
+using testing::ExpectFollowsSchedule;
+using testing::ResizeSeen;
+using testing::SeenBatch;
 
 std::string UniqueSocket() {
   static std::atomic<int> n{0};
@@ -67,55 +72,17 @@ std::unique_ptr<RunningLeader> StartLeader(const Options& o, int consumers, uint
   return r;
 }
 
-// One batch as a consumer saw it.
-struct SeenBatch {
-  uint64_t epoch;
-  int image_size;
-  int64_t size;
-  float lr_factor;
-  int32_t repeats;
-  std::vector<int64_t> ids;
-};
-
-struct ResizeSeen {
-  std::vector<SeenBatch> batches;
-  std::vector<int64_t> announced;        // BatchesPerEpoch(e) asked before the first batch
-  std::map<uint64_t, int64_t> current;   // BatchesPerEpoch() asked during epoch e
-  int64_t bad_pixels = 0, bad_shapes = 0, bad_labels = 0;
-  ConsumerStats stats;
-  Status status;
-};
+// The pixels and label SizedSource gives sample `id` at `size`.
+bool SizedSample(int64_t id, int size, const uint8_t* px, size_t bytes, int64_t label,
+                 bool* label_ok) {
+  *label_ok = label == id % 10;
+  for (size_t b = 0; b < bytes; ++b)
+    if (px[b] != SizedPixel(id, size, b)) return false;
+  return true;
+}
 
 void ConsumeResized(Consumer* c, int epochs, ResizeSeen* seen) {
-  for (int e = 0; e <= epochs; ++e) seen->announced.push_back(c->BatchesPerEpoch(uint64_t(e)));
-  Batch batch;
-  for (;;) {
-    Status st = c->Next(&batch);
-    if (!st.ok()) {
-      if (st.code() != StatusCode::kEndOfStream) seen->status = st;
-      break;
-    }
-    const BatchInfo& info = batch.info();
-    if (info.index == 0) seen->current[info.epoch] = c->BatchesPerEpoch();
-    const TensorView& img = batch.images();
-    const int s = info.image_size;
-    if (img.shape[0] != batch.size() || img.shape[1] != 3 || img.shape[2] != s ||
-        img.shape[3] != s || img.nbytes != size_t(batch.size()) * 3 * s * s)
-      ++seen->bad_shapes;
-    SeenBatch sb{info.epoch, s, batch.size(), info.lr_factor, info.repeats, {}};
-    const size_t bytes = size_t(3) * s * s;
-    const auto* px = static_cast<const uint8_t*>(img.data);
-    const auto* labels = static_cast<const int64_t*>(batch.labels().data);
-    for (int64_t i = 0; i < batch.size(); ++i) {
-      const int64_t id = batch.sample_ids()[i];
-      sb.ids.push_back(id);
-      for (size_t b = 0; b < bytes; ++b)
-        if (px[size_t(i) * bytes + b] != SizedPixel(id, s, b)) ++seen->bad_pixels;
-      if (labels[i] != id % 10) ++seen->bad_labels;
-    }
-    seen->batches.push_back(std::move(sb));
-  }
-  seen->stats = c->stats();
+  testing::ConsumeResized(c, epochs, 3, SizedSample, seen);
 }
 
 // Runs a leader and one consumer per batch size to the end of the stream.
@@ -146,77 +113,8 @@ std::vector<ResizeSeen> RunStream(const Options& o, const std::vector<int>& size
   return seen;
 }
 
-// The schedule the leader executes, rebuilt independently from the same inputs.
 std::unique_ptr<schedule::ResizeSchedule> Expected(const Options& o, int64_t n) {
-  auto spec = schedule::ParseResizeSpec(o.resize);
-  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
-  schedule::ResizeScheduleParams p;
-  p.spec = *spec;
-  p.seed = o.seed;
-  p.num_samples = n;
-  p.total_epochs = o.epochs;
-  p.base_batch_size = o.producer_batch;
-  auto s = schedule::ResizeSchedule::Create(p);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return std::move(s).value();
-}
-
-int BucketOf(const schedule::ResizeSchedule& s, int image_size) {
-  for (int b = 0; b < s.num_buckets(); ++b)
-    if (s.bucket_sizes()[b] == image_size) return b;
-  return -1;
-}
-
-// Every sample trained in `epoch` exactly once (plus the reported fill repeats), at the
-// size the schedule gives it, with the consumer's scaled batch size and LR factor.
-void ExpectFollowsSchedule(const ResizeSeen& seen, const schedule::ResizeSchedule& s, int base_b,
-                           int epochs) {
-  ASSERT_TRUE(seen.status.ok()) << seen.status.ToString();
-  EXPECT_EQ(seen.bad_pixels, 0);
-  EXPECT_EQ(seen.bad_shapes, 0);
-  EXPECT_EQ(seen.bad_labels, 0);
-  std::map<uint64_t, std::map<int64_t, int>> counts;
-  std::map<uint64_t, std::map<int64_t, int>> size_of;
-  std::map<uint64_t, int64_t> repeats;
-  for (const SeenBatch& b : seen.batches) {
-    const int bucket = BucketOf(s, b.image_size);
-    ASSERT_GE(bucket, 0) << "image size " << b.image_size << " is not a bucket";
-    EXPECT_EQ(b.size, s.ScaledBatchSize(base_b, bucket)) << "at size " << b.image_size;
-    EXPECT_NEAR(b.lr_factor, s.LrFactor(base_b, bucket), 1e-5) << "at size " << b.image_size;
-    repeats[b.epoch] += b.repeats;
-    for (int64_t id : b.ids) {
-      counts[b.epoch][id] += 1;
-      auto [it, fresh] = size_of[b.epoch].emplace(id, b.image_size);
-      EXPECT_EQ(it->second, b.image_size) << "sample " << id << " seen at two sizes";
-    }
-  }
-  ASSERT_EQ(static_cast<int>(counts.size()), epochs);
-  for (const auto& [epoch, c] : counts) {
-    SCOPED_TRACE("epoch " + std::to_string(epoch));
-    auto plan = s.PlanEpoch(static_cast<int>(epoch));
-    ASSERT_TRUE(plan.ok());
-    std::map<int64_t, int> expected_size;
-    for (int b = 0; b < s.num_buckets(); ++b)
-      for (int64_t id : plan->buckets[b].samples) expected_size[id] = s.bucket_sizes()[b];
-    ASSERT_EQ(c.size(), expected_size.size()) << "samples trained this epoch";
-    int64_t extra = 0;
-    for (const auto& [id, k] : c) {
-      ASSERT_TRUE(expected_size.count(id)) << "sample " << id << " is not in this epoch";
-      EXPECT_EQ(size_of[epoch][id], expected_size[id]) << "sample " << id;
-      extra += k - 1;
-    }
-    EXPECT_EQ(extra, repeats[epoch]) << "repeats must be exactly the reported fill repeats";
-  }
-  EXPECT_EQ(seen.stats.epochs_completed, epochs);
-  // BatchesPerEpoch is exact per epoch, before the stream starts and while it runs.
-  std::map<uint64_t, int64_t> batches_in;
-  for (const SeenBatch& b : seen.batches) batches_in[b.epoch] += 1;
-  ASSERT_EQ(static_cast<int>(seen.announced.size()), epochs + 1);
-  for (int e = 0; e < epochs; ++e) {
-    EXPECT_EQ(seen.announced[e], batches_in[e]) << "BatchesPerEpoch(" << e << ")";
-    EXPECT_EQ(seen.current.at(e), batches_in[e]) << "BatchesPerEpoch() during epoch " << e;
-  }
-  EXPECT_EQ(seen.announced[epochs], 0) << "no batches past the last epoch";
+  return testing::ExpectedSchedule(o, n);
 }
 
 TEST(ResizeLeaderTest, MixedModeTrainsEverySampleOncePerEpochAtItsSize) {
