@@ -98,7 +98,8 @@ test: deps-debian
 	( CHECK_TORCH=$(TEST_DEVICE_TORCH) $(MAKE) --no-print-directory device-bundle-check \
 	    >$(BUILD)/device-bundle-check.log 2>&1; \
 	  echo "$$? $$(( $$(date +%s) - start ))" >$(BUILD)/device-bundle-check.rc ) & device_pid=$$!; \
-	status=0; SANITIZE_JOBS=$(SANITIZE_JOBS) FUZZ_CI_SECONDS=$(FUZZ_CI_SECONDS) TORCH2=$(TORCH2) \
+	status=0; TEST_ALL_OFFSET=$$(( $$(date +%s) - start )) \
+	  SANITIZE_JOBS=$(SANITIZE_JOBS) FUZZ_CI_SECONDS=$(FUZZ_CI_SECONDS) TORCH2=$(TORCH2) \
 	  bash scripts/test_all.sh $(BUILD) $(BUILD_TSAN) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_TORCH2) \
 	  || status=1; \
 	echo "make test: suite, torch 2, sanitizers and fuzzing done at $$(( $$(date +%s) - start )) s"; \

@@ -53,10 +53,11 @@ rm -f "$stages"
 # ok, or FAILED with the tree's failed tests.
 summary=$build/test-summary.txt
 : >"$summary"
+# Times are make test's (TEST_ALL_OFFSET: the seconds it had run before this script).
 note() {  # STEP RC [TREE]
-  local step=$1 rc=$2 tree=${3:-} failed
-  if [ "$rc" = 0 ]; then echo "make test: $step: ok (at ${SECONDS} s)" >>"$summary"; return; fi
-  echo "make test: $step: FAILED (exit $rc, at ${SECONDS} s)" >>"$summary"
+  local step=$1 rc=$2 tree=${3:-} failed at=$((SECONDS + ${TEST_ALL_OFFSET:-0}))
+  if [ "$rc" = 0 ]; then echo "make test: $step: ok (at $at s)" >>"$summary"; return; fi
+  echo "make test: $step: FAILED (exit $rc, at $at s)" >>"$summary"
   failed=${tree:+$tree/Testing/Temporary/LastTestsFailed.log}
   if [ -n "$failed" ] && [ -s "$failed" ]; then
     head -n 20 "$failed" | sed 's/^/make test:   failed: /' >>"$summary"
