@@ -541,12 +541,21 @@ TEST(ServiceTest, StatusShowsATrialWaitingForTheNextEpochAsWaiting) {
   ASSERT_EQ(b.info().index, 7u);
   auto late = Consumer::Attach(sock, ConsumerOptions(32, 1000), -1, "late");
   ASSERT_TRUE(late.ok()) << late.status().ToString();
-  ASSERT_TRUE((*a)->Next(&b).ok());  // frees a slot: the leader settles membership
-  ASSERT_TRUE(WaitStatus(sock, [](const shm::StatusReply& r) {
-    for (uint32_t i = 0; i < r.count; ++i)
-      if (std::string(r.members[i].name) == "late") return r.members[i].start_seq != shm::kNoSeq;
+  // The leader settles the late trial's membership when it publishes its next producer
+  // batch, which needs a free slot: a reads (and frees) until it is settled. One read was
+  // not always enough (under TSan the join arrived after the publish that read freed, the
+  // ring stayed full and the wait never ended).
+  auto late_settled = [&sock] {
+    auto r = shm::QueryStatus(sock, 2000);
+    if (!r.ok()) return false;
+    for (uint32_t i = 0; i < r->count; ++i)
+      if (std::string(r->members[i].name) == "late") return r->members[i].start_seq != shm::kNoSeq;
     return false;
-  }));
+  };
+  do {
+    ASSERT_TRUE((*a)->Next(&b).ok());
+    ASSERT_EQ(b.info().epoch, 0u) << "epoch 0 ended before the late trial's membership settled";
+  } while (!late_settled());
   auto j = nlohmann::json::parse(RunCli("status --json --socket " + sock));
   ASSERT_EQ(j["consumers"].size(), 2u) << j.dump();
   for (const auto& c : j["consumers"]) {
