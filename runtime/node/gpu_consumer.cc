@@ -124,6 +124,16 @@ Status GpuConsumerCore::ToDevice(std::shared_ptr<GpuConsumerCore> self, Batch&& 
   return Status::Ok();
 }
 
+bool TrainerTakesHostPath(const Consumer& consumer, gpu::GpuMode mode, const std::string& who,
+                          Status* why) {
+  if (mode != gpu::GpuMode::kAuto) return false;
+  Status carving = ConsumerAccess::CheckDeviceCarving(consumer);
+  if (carving.ok()) return false;
+  BC_LOG(Warn, Cuda, "{}: {}", who, gpu::TrainerHostPathWarning(carving));
+  *why = std::move(carving);
+  return true;
+}
+
 Result<std::unique_ptr<GpuConsumer>> GpuConsumerFactory::Make(
     Consumer& consumer, std::unique_ptr<cuda::DeviceMap> map) {
   auto core = std::make_shared<GpuConsumerCore>();
@@ -155,14 +165,8 @@ Result<std::unique_ptr<GpuConsumer>> AttachChecked(Consumer& consumer, const std
   if (internal::ConsumerAccess::Segment(consumer) == nullptr)
     return FailedPreconditionError("gpu: consumer of {} has no mapped ring; attach it first",
                                    address);
-  if (mode == gpu::GpuMode::kAuto) {  // batches that cannot be mapped: this trainer's host path
-    Status carving = internal::ConsumerAccess::CheckDeviceCarving(consumer);
-    if (!carving.ok()) {
-      *fallback = carving;
-      BC_LOG(Warn, Cuda, "gpu consumer of {}: {}", address, gpu::TrainerHostPathWarning(carving));
-      return std::unique_ptr<GpuConsumer>();
-    }
-  }
+  if (internal::TrainerTakesHostPath(consumer, mode, "gpu consumer of " + address, fallback))
+    return std::unique_ptr<GpuConsumer>();
   auto open = [&] { return cuda::DeviceMap::Open(gpu::GpuHandleSocket(address), device, 60000); };
   auto map = gpu::OpenCheckedMap(mode, open, mode == gpu::GpuMode::kAuto ? "gpu: trainer" : "",
                                  fallback);

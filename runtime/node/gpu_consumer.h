@@ -6,10 +6,12 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "batchcast/consumer.h"
 #include "batchcast/gpu.h"
 #include "batchcast/status.h"
+#include "gpu/gpu_plan.h"
 #include "transport/cuda/device_map.h"
 
 namespace batchcast::internal {
@@ -18,5 +20,12 @@ struct GpuConsumerFactory {
   static Result<std::unique_ptr<GpuConsumer>> Make(Consumer& consumer,
                                                    std::unique_ptr<cuda::DeviceMap> map);
 };
+
+// gpu=auto and batches the device path cannot map (they would be joined in private host
+// memory: ConsumerAccess::CheckDeviceCarving): this trainer alone takes the host path. Logs
+// the one WARN as `who`, sets *why and returns true; false (nothing logged) otherwise, and
+// always under gpu=on, where Make refuses such a consumer with the same cause.
+bool TrainerTakesHostPath(const Consumer& consumer, gpu::GpuMode mode, const std::string& who,
+                          Status* why);
 
 }  // namespace batchcast::internal

@@ -14,7 +14,6 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "core/mpi_status.h"
-#include "gpu/gpu_check.h"
 #include "node/gpu_consumer.h"
 #include "node/runtime_state.h"
 #include "telemetry/spec.h"
@@ -220,13 +219,11 @@ Status SetupGpu(RuntimeState* s, const std::string& address) {
 // A trainer whose batches cannot be mapped (they would be joined in private host memory)
 // takes the host path alone under gpu=auto, saying why; under gpu=on that is the error.
 Status AttachGpuConsumer(RuntimeState* s) {
-  if (s->gpu_plane->mode() == gpu::GpuMode::kAuto && s->gpu_plane->trainer_on_device_path()) {
-    Status carving = ConsumerAccess::CheckDeviceCarving(*s->consumer);
-    if (!carving.ok()) {
-      BC_LOG(Warn, Cuda, "gpu: rank {}: {}", s->world_rank, gpu::TrainerHostPathWarning(carving));
-      return Status::Ok();
-    }
-  }
+  Status why;
+  if (s->gpu_plane->trainer_on_device_path() &&
+      TrainerTakesHostPath(*s->consumer, s->gpu_plane->mode(),
+                           fmt::format("gpu: rank {}", s->world_rank), &why))
+    return Status::Ok();
   BC_ASSIGN_OR_RETURN(std::unique_ptr<cuda::DeviceMap> map, s->gpu_plane->OpenConsumerMap());
   if (map == nullptr) return Status::Ok();  // the host path
   BC_ASSIGN_OR_RETURN(s->gpu_consumer,
