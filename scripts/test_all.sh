@@ -53,14 +53,26 @@ rm -f "$stages"
 # ok, or FAILED with the tree's failed tests.
 summary=$build/test-summary.txt
 : >"$summary"
+# A failed test's first output lines that say what failed (from ctest's LastTest.log), so that
+# the summary a CI reader sees names the cause, not only the test.
+failure_lines() {  # TREE TEST_NAME
+  awk -v n="$2" '$2 == "Testing:" && $NF == n { on = 1; next }
+                 on && index($0, "\"" n "\" end time") == 1 { exit }
+                 on' "$1/Testing/Temporary/LastTest.log" 2>/dev/null |
+    grep -m 3 -E 'FAIL|Failure|[Ee]rror|timed out|Expected|Which is|Value of' | cut -c1-240
+}
+
 # Times are make test's (TEST_ALL_OFFSET: the seconds it had run before this script).
 note() {  # STEP RC [TREE]
-  local step=$1 rc=$2 tree=${3:-} failed at=$((SECONDS + ${TEST_ALL_OFFSET:-0}))
+  local step=$1 rc=$2 tree=${3:-} failed at=$((SECONDS + ${TEST_ALL_OFFSET:-0})) t
   if [ "$rc" = 0 ]; then echo "make test: $step: ok (at $at s)" >>"$summary"; return; fi
   echo "make test: $step: FAILED (exit $rc, at $at s)" >>"$summary"
   failed=${tree:+$tree/Testing/Temporary/LastTestsFailed.log}
   if [ -n "$failed" ] && [ -s "$failed" ]; then
-    head -n 20 "$failed" | sed 's/^/make test:   failed: /' >>"$summary"
+    head -n 20 "$failed" | while IFS= read -r t; do
+      echo "make test:   failed: $t"
+      failure_lines "$tree" "${t#*:}" | sed 's/^/make test:     /'
+    done >>"$summary"
   fi
 }
 
@@ -103,7 +115,10 @@ for expected in $steps; do
           note "ASan+UBSan" "$rc" "$asan" ;;
     fuzz) JOBS=$jobs FUZZ_CI_SECONDS=${FUZZ_CI_SECONDS:-8} \
             bash "$src/scripts/fuzz.sh" ci "$fuzz"; rc=$?
-          note "fuzzing" "$rc" ;;
+          note "fuzzing" "$rc"
+          # Which target failed, and its sanitizer or libFuzzer report's first lines.
+          [ "$rc" = 0 ] || grep -h -A 4 'FAILED' "$fuzz"/logs/summary/*.txt 2>/dev/null |
+            head -n 12 | cut -c1-240 | sed 's/^/make test:   /' >>"$summary" ;;
   esac
   [ "${rc:-0}" = 0 ] || status=1
   rc=0

@@ -41,6 +41,8 @@
 
 namespace {
 
+constexpr int kHoldTag = 7301;  // the probe rank tells the hold rank it holds the batch too
+
 using batchcast::Batch;
 using batchcast::Options;
 using batchcast::Status;
@@ -59,6 +61,7 @@ struct Args {
   int kill_rank = -1, kill_after = 0;      // raise(SIGKILL) after this many batches
   int hold_rank = -1, hold_at = 2, hold_ms = 1000;  // hold a batch (stalls the stream)
   int probe_rank = -1;                     // report + check idle CPU of this rank's waits
+                                           // (with hold_rank: the hold starts when it has the batch)
   std::string stage_mean;                  // a model stage's output: each image's channel means
 };
 
@@ -338,6 +341,16 @@ class Checker {
     }
     int64_t us = args_.step_us * (rank_ == args_.slow_rank ? args_.slow_factor : 1);
     if (args_.jitter_us > 0) us += int64_t(rng_() % unsigned(args_.jitter_us));
+    // The stall starts only once the probe rank has consumed the held batch too (an MPI message
+    // from it), so the probe's wait covers the hold whatever the two ranks' start times were
+    // (on a loaded machine the probe started late and waited less than half of it).
+    if (args_.probe_rank >= 0 && v_.batches == args_.hold_at) {
+      int word = 0;
+      if (rank_ == args_.probe_rank)
+        MPI_Send(&word, 1, MPI_INT, args_.hold_rank, kHoldTag, MPI_COMM_WORLD);
+      if (rank_ == args_.hold_rank)
+        MPI_Recv(&word, 1, MPI_INT, args_.probe_rank, kHoldTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
     if (rank_ == args_.hold_rank && v_.batches == args_.hold_at) us += args_.hold_ms * 1000LL;
     if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
     (void)batch;
