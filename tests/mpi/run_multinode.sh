@@ -118,14 +118,19 @@ $total times over 2 epochs (epoch 0: $e0, epoch 1: $e1; expected once per epoch,
 epoch 0 has no good sample" ;;
   replicate_resize_2 | replicate_resize_3)
     # Progressive resizing across 2 / 3 virtual nodes, 5 epochs of 229 samples, three sizes
-    # (16, 24, 32 px; producer batches of 96, 42 and 24 samples), mixed mode: every trainer
-    # gets what a consumer of one node's leader with this schedule gets (multinode_mpi.cc
-    # CheckResized: resize_checks.h, the schedule's order and sizes, every sample's pixels
-    # against a reference decode at its scheduled size, exactly once per epoch).
-    if [ "$case" = replicate_resize_2 ]; then layout=(-n 7); rpn=4; else layout=(-n 8); rpn=3; fi
-    run 200 "${layout[@]}" "$prog" "${common[@]}" --epochs=5 \
-      --resize="resize(sizes=16:24:32,upgrade=0.4)" --mode=replicate --producer_batch=24 \
-      --ranks_per_node=$rpn && expect_pass
+    # (16, 24, 32 px; producer batches of 96, 42 and 24 samples): every trainer gets what a
+    # consumer of one node's leader with this schedule gets (multinode_mpi.cc CheckResized:
+    # resize_checks.h, the schedule's order and sizes, every sample's pixels against a
+    # reference decode at its scheduled size, exactly once per epoch). 2 nodes: mixed mode,
+    # linear LR; 3 nodes: exhaustive mode (epochs of fewer than 229 samples), sqrt LR and
+    # max_batch=20 (consumer batches of 32 capped at 20; producer batches of 80 at 16 px).
+    if [ "$case" = replicate_resize_2 ]; then
+      layout=(-n 7); rpn=4; spec="resize(sizes=16:24:32,upgrade=0.4)"
+    else
+      layout=(-n 8); rpn=3; spec="resize(sizes=16:24:32,upgrade=0.4,mode=exhaustive,lr=sqrt,max_batch=20)"
+    fi
+    run 200 "${layout[@]}" "$prog" "${common[@]}" --epochs=5 --resize="$spec" --mode=replicate \
+      --producer_batch=24 --ranks_per_node=$rpn && expect_pass
     # One plan per job on stdout (node 0's leader), as on one node.
     plans=$(grep -c "^batchcast: progressive resizing resize(" "$log")
     [ "$plans" -eq 1 ] || fail "the plan was printed $plans times (expected once, by node 0)" ;;
