@@ -27,7 +27,6 @@ enum MetaField : int64_t {
 };
 constexpr int kTagBase = 4100;  // images: kTagBase, metadata: kTagBase + 1
 
-
 class ExchangeFeed final : public Feed {
  public:
   ExchangeFeed(std::unique_ptr<BatchSource> source, const ExchangeConfig& config)
