@@ -94,7 +94,7 @@ const std::vector<Entry>& Registry() {
       BC_ENUM(gpu, kNative, "auto|off|on", "GPU data plane (docs/gpu.md): auto = trainers that see a CUDA device get device batches (one H2D copy per GPU, CUDA IPC, NCCL to other GPUs), else the host path with one log line; on = the same but no device is an error; off = host path only"),
       BC_OPT(trainers_per_gpu, kInt, M | N | R, "trainers sharing one GPU: trainer with local index r uses GPU r / k (0 = spread the node's trainers evenly over the visible GPUs)"),
       BC_OPT(gpu_finish, kBool, kNative, "with the GPU data plane: turn uint8 images into normalised float32 CHW (mean/std options) once per GPU by a CUDA kernel instead of per trainer"),
-      BC_OPT(resize, kString, M | S | L | R | C, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
+      BC_OPT(resize, kString, M | N | S | L | R | C, "progressive-resizing schedule, e.g. resize(min=96,max=224,step=32,upgrade=0.25,mode=mixed); empty = off (docs/progressive-resizing.md)"),
       BC_OPT(stage, kString, kNative, "model stages the leader runs on each producer batch after the pipeline, e.g. model(path=encoder.pt,input=images,output=embedding); ';' chains several (docs/model-stage.md; needs a build with LibTorch)"),
       BC_OPT(telemetry, kString, kEvery, "telemetry sinks: dir:RUN = a run directory, one file per process named <kind>-<host>-<pid>.h5 (docs/telemetry.md); or telemetry(hdf5=run.h5,csv=run.csv,json=run.json,trace=run.trace.json,interval=1s); on = summary only; empty or off = disabled. Every path is checked when the run starts"),
       BC_OPT(experiment, kString, kEvery, "telemetry tag: experiment name (e.g. the sweep)"),
@@ -568,18 +568,26 @@ const std::vector<FrontDoorInfo> kFrontDoors = {
 };
 
 // Why a front door cannot read an option (the cause in its refusal), where the table's
-// "not read by" alone would not tell the user what is missing.
+// "not read by" alone would not tell the user what is missing. With when_key, the front
+// door reads the option except when option when_key has the value when_value; then it is
+// refused with this cause and `instead` (what to do) in place of the front door's.
 struct NotRead {
   const char* key;
   FrontDoor door;
   const char* cause;
+  const char* when_key = nullptr;
+  const char* when_value = nullptr;
+  const char* instead = nullptr;
 };
 const NotRead kNotRead[] = {
     {"resize", FrontDoor::kMultinode,
-     "a progressive-resizing schedule changes each producer batch's image size and sample "
-     "count; the multi-node leader's exchange (every node decodes its share of a fixed-size "
-     "batch and receives the rest in fixed-size chunks) and its shard parts (W x b samples per "
-     "global batch) are planned for one size and do not carry per-batch sizes yet"},
+     "a progressive-resizing schedule scales each producer batch by its image size (B_S = "
+     "(full / size)^2), but a shard-mode global batch is trainers x batch_size samples cut into "
+     "one part of batch_size per trainer (DDP steps in lockstep), and parts scaled per size "
+     "are not planned",
+     "mode", "shard",
+     "Use mode=replicate (every node leader runs the schedule and every trainer gets every "
+     "sample), or unset 'resize'"},
     {"resize", FrontDoor::kPythonProducer,
      "a progressive-resizing schedule decides which samples are decoded at which image size in "
      "each batch; batchcast.Producer publishes the batches its iterable makes, in the "
@@ -588,7 +596,16 @@ const NotRead kNotRead[] = {
 
 const char* NotReadCause(std::string_view key, FrontDoor door) {
   for (const NotRead& n : kNotRead)
-    if (key == n.key && door == n.door) return n.cause;
+    if (key == n.key && door == n.door && n.when_key == nullptr) return n.cause;
+  return nullptr;
+}
+
+// The entry that makes a front door which reads `key` refuse it with these options.
+const NotRead* NotReadWith(const Options& options, std::string_view key, FrontDoor door) {
+  for (const NotRead& n : kNotRead)
+    if (key == n.key && door == n.door && n.when_key != nullptr &&
+        GetOption(options, n.when_key) == n.when_value)
+      return &n;
   return nullptr;
 }
 
@@ -652,11 +669,16 @@ Status CheckFrontDoorOptions(const Options& options, FrontDoor door, std::string
   const FrontDoorInfo& d = FrontDoorOf(door);
   const std::string name = as.empty() ? std::string(d.name) : std::string(as);
   for (const auto& [key, source] : options.sources) {
-    if (source == "default" || FrontDoorReads(door, key)) continue;
+    const NotRead* with = source == "default" ? nullptr : NotReadWith(options, key, door);
+    if (source == "default" || (with == nullptr && FrontDoorReads(door, key))) continue;
     const bool explicit_value = source == "code" || source == "flag";
     const bool consumers_read = ConsumerReadsOption(key);
     // A job-wide value (environment, config file) another process of the job reads.
     if (!explicit_value && (d.leader ? consumers_read && !OwnsConsumers(door) : true)) continue;
+    if (with != nullptr)
+      return InvalidArgumentError("{}: option '{}' (set {}) is not read by {} with {}={}: {}. {}",
+                                  name, key, Where(source, key), name, with->when_key,
+                                  with->when_value, with->cause, with->instead);
     if (!d.leader) {
       std::string accepted;
       for (const auto& e : Registry())

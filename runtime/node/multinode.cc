@@ -27,6 +27,7 @@ Result<std::unique_ptr<producer::Producer>> CreateMultinodeProducer(
   ex.rank = config.rank;
   ex.exchange_depth = multi.exchange_depth;
   ex.decode_slices = multi.decode_slices;
+  ex.print_plan = config.print_plan && multi.node_index == 0;  // one copy of the plan per job
   auto [feed, distribution] = producer::MakeReplicateAcrossNodes(std::move(source), ex);
   return producer::Producer::Create(config, std::move(feed), std::move(distribution));
 }

@@ -7,7 +7,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
-#include "producer/stream_plan.h"
+#include "producer/batch_plan.h"
 #include "telemetry/collector.h"
 #include "telemetry/metrics.h"
 #include "transport/mpi/batch_exchange.h"
@@ -17,12 +17,15 @@
 namespace batchcast::producer {
 namespace {
 
-// Per node and producer batch, the metadata block that travels with its share:
-// {failed, has consumers, world rank, samples in the share}, labels[count], ids[count].
-constexpr int64_t kMetaHeader = 4;
+// Per node and producer batch, the metadata block that travels with its share: a header
+// {failed, has consumers, world rank, samples in the share, and what the sender planned: epoch,
+// position, samples of the producer batch, image size, bytes per sample}, then labels[count],
+// ids[count]. The receiver checks the planned fields against its own plan.
+enum MetaField : int64_t {
+  kFailed, kHasConsumers, kRank, kCount, kEpoch, kPosition, kBatchSamples, kImageSize,
+  kSampleBytes, kMetaHeader
+};
 constexpr int kTagBase = 4100;  // images: kTagBase, metadata: kTagBase + 1
-
-int64_t MaxShare(int64_t n, int nodes) { return (n + nodes - 1) / nodes; }
 
 class ExchangeFeed final : public Feed {
  public:
@@ -35,27 +38,28 @@ class ExchangeFeed final : public Feed {
   FeedStats stats() const override { return stats_; }
   // Every node finds an epoch without a good sample at the same batch, when it publishes it.
   Status EndEpoch(uint64_t) override { return Status::Ok(); }
+  const schedule::ResizeSchedule* resize_schedule() const override {
+    return plan_ == nullptr ? nullptr : plan_->resize_schedule();
+  }
 
+  // The same plan as one node's (BatchPlan): every node leader derives the same producer
+  // batches, with a schedule each at its image size, from the same options.
   Status Plan(const Options& o, uint32_t max_consumer_batch, std::string_view who,
               FeedPlan* plan) override {
     who_ = std::string(who);
-    if (!o.resize.empty())
-      return InvalidArgumentError("{}: progressive resizing ('resize') is not supported across "
-                                  "nodes; unset it or run on one node", who);
-    BC_ASSIGN_OR_RETURN(BatchSizes sizes, ResolveBatchSizes(o, max_consumer_batch, who));
-    int64_t n = source_->num_samples();
-    if (o.limit_samples > 0) n = std::min(n, o.limit_samples);
-    if (n <= 0) return InvalidArgumentError("{}: the dataset has no samples", who);
-    plan_ = std::make_unique<StreamPlan>(n, sizes.producer_batch, o.seed, o.shuffle);
-    layout_ = source_->MaxLayout();
-    plan->num_samples = n;
-    plan->producer_batch = sizes.producer_batch;
-    plan->max_consumer_batch = sizes.max_consumer_batch;
-    plan->sample = layout_;
+    BC_ASSIGN_OR_RETURN(plan_, BatchPlan::Create(o, max_consumer_batch, *source_, who,
+                                                 config_.print_plan, plan));
     return Status::Ok();
   }
 
-  Result<int64_t> BeginEpoch(uint64_t) override { return plan_->BatchesPerEpoch(); }
+  void Attach(SlotWriter* writer, telemetry::Collector* collector) override {
+    Feed::Attach(writer, collector);
+    plan_->Annotate(collector);
+  }
+
+  Result<int64_t> BeginEpoch(uint64_t epoch) override {
+    return plan_->BeginEpoch(epoch, collector_);
+  }
 
   // Once, before the stream: {failed, has consumers, -depth} under MPI_MAX, so that every
   // leader learns whether to start and uses the same window (the smallest proposed).
@@ -100,7 +104,7 @@ class ExchangeFeed final : public Feed {
                                           uint64_t only, const AcquireWait&, int64_t) override {
     if (!part.empty())
       return FailedPreconditionError("{}: replicated batches are not cut into parts", who_);
-    BC_RETURN_IF_ERROR(StartReplicated(p.epoch, p.k, p.bpe, index_++));
+    BC_RETURN_IF_ERROR(StartReplicated(p, index_++));
     return std::optional<uint64_t>(only);  // published in order as the exchanges complete
   }
 
@@ -116,8 +120,9 @@ class ExchangeFeed final : public Feed {
  private:
   struct InFlight {
     shm::SlotWrite w;
-    uint64_t epoch = 0;
-    int64_t k = 0, bpe = 0, n = 0;
+    // The plan's batch: image size, layout and descriptor (its samples only while starting).
+    ProduceRequest req;
+    int64_t n = 0;                   // samples of the producer batch
     uint64_t index = 0;              // producer batches started before it in this run
     std::vector<int64_t> meta;       // one block per node: flags, labels, ids of its share
     mpi::BatchExchange exchange;
@@ -161,12 +166,12 @@ class ExchangeFeed final : public Feed {
   // decodes this node's share into it slice by slice (progressing between slices), and posts
   // its exchange. After a local failure it still takes part, from scratch memory, with its
   // failed flag set, so that the other leaders' messages find their matches.
-  Status StartReplicated(uint64_t epoch, int64_t k, int64_t bpe, uint64_t index) {
+  Status StartReplicated(const Position& p, uint64_t index) {
     auto f = std::make_unique<InFlight>();
-    f->epoch = epoch;
-    f->k = k;
-    f->bpe = bpe;
+    f->req = plan_->Request(p, p.k);
     f->index = index;
+    const uint64_t epoch = p.epoch;
+    const int64_t k = p.k;
     shm::RingLeader& ring = writer_->ring();
     // After a stop is known (the batches still started then are drained, never published) or
     // a local failure, the batch goes through scratch memory: its slot position may be taken.
@@ -197,7 +202,8 @@ class ExchangeFeed final : public Feed {
       f->scratch.resize(ring.config().slot_bytes);
       f->data = f->scratch.data();
     }
-    std::span<const int64_t> samples = plan_->Batch(epoch, k);
+    const std::span<const int64_t> samples = f->req.samples;
+    f->req.samples = {};  // the plan's epoch may change while the exchange is in flight
     f->n = static_cast<int64_t>(samples.size());
     const int N = config_.num_nodes, me = config_.node_index;
     const SampleRange mine = ReplicateShare(f->n, N, me);
@@ -211,8 +217,8 @@ class ExchangeFeed final : public Feed {
       const SampleRange r = ChunkOf(mine, slices, c);
       if (local_error_.ok() && stop_at_ == UINT64_MAX) {
         uint32_t written = 0;
-        Status st = writer_->Fill(*source_, f->epoch, 0,
-                                  samples.subspan(size_t(r.begin), size_t(r.count)), layout_,
+        Status st = writer_->Fill(*source_, epoch, f->req.image_size,
+                                  samples.subspan(size_t(r.begin), size_t(r.count)), f->req.sample,
                                   f->data, r.begin, &f->record, &written);
         if (!st.ok())
           local_error_ = st.WithContext(fmt::format("{}: epoch {} producer batch {}", who_, epoch, k));
@@ -221,33 +227,84 @@ class ExchangeFeed final : public Feed {
       }
       if (c + 1 < slices) BC_RETURN_IF_ERROR(Progress());
     }
-    // This node's metadata block; the others' blocks are received at their offsets.
-    const int64_t stride = kMetaHeader + 2 * MaxShare(f->n, N);
+    // This node's metadata block; the others' blocks are received at their offsets. A block
+    // has room for a whole slot's samples, so a peer that planned a larger share is caught by
+    // the check of its header (CheckPeer) instead of failing the receive.
+    const int64_t stride = MetaStride();
+    const uint64_t sb = f->req.sample.bytes();
     f->meta.assign(size_t(stride) * size_t(N), 0);
     int64_t* block = f->meta.data() + size_t(stride) * size_t(me);
-    block[0] = local_error_.ok() ? 0 : 1;
-    block[1] = (ring.CountMembers(shm::MemberState::kActive) +
-                ring.CountMembers(shm::MemberState::kJoining)) > 0 ? 1 : 0;
-    block[2] = config_.rank;
-    block[3] = mine.count;
+    block[kFailed] = local_error_.ok() ? 0 : 1;
+    block[kHasConsumers] = (ring.CountMembers(shm::MemberState::kActive) +
+                            ring.CountMembers(shm::MemberState::kJoining)) > 0 ? 1 : 0;
+    block[kRank] = config_.rank;
+    block[kCount] = mine.count;
+    block[kEpoch] = static_cast<int64_t>(epoch);
+    block[kPosition] = k;
+    block[kBatchSamples] = f->n;
+    block[kImageSize] = f->req.image_size;
+    block[kSampleBytes] = static_cast<int64_t>(sb);
     std::copy(labels + mine.begin, labels + mine.begin + mine.count, block + kMetaHeader);
     std::copy(ids + mine.begin, ids + mine.begin + mine.count, block + kMetaHeader + mine.count);
+    // Each batch's shares are sized by its own samples and image size (with a schedule they
+    // change from batch to batch); a receive may take up to the end of the slot's images.
     mpi::ExchangeArray arrays[2];
     arrays[0].base = f->data;
     arrays[1].base = reinterpret_cast<uint8_t*>(f->meta.data());
-    const uint64_t sb = layout_.bytes();
+    const uint64_t images_room = writer_->layout().images_bytes;
     for (int j = 0; j < N; ++j) {
       const SampleRange r = ReplicateShare(f->n, N, j);
       arrays[0].counts.push_back(uint64_t(r.count) * sb);
       arrays[0].displs.push_back(uint64_t(r.begin) * sb);
+      arrays[0].room.push_back(images_room - std::min(images_room, arrays[0].displs.back()));
       arrays[1].counts.push_back(uint64_t(kMetaHeader + 2 * r.count) * sizeof(int64_t));
       arrays[1].displs.push_back(uint64_t(stride) * uint64_t(j) * sizeof(int64_t));
+      arrays[1].room.push_back(uint64_t(stride) * sizeof(int64_t));
     }
     BC_RETURN_IF_ERROR(f->exchange.Start(config_.leaders, arrays, kTagBase).WithContext(who_));
     f->posted_ns = shm::MonotonicNs();
     if (in_flight_.empty()) busy_since_ = f->posted_ns;
     in_flight_.push_back(std::move(f));
     return Progress();
+  }
+
+  // int64 entries of one node's metadata block: the header and a whole slot's labels and ids.
+  int64_t MetaStride() const {
+    return kMetaHeader + 2 * static_cast<int64_t>(writer_->layout().capacity_samples);
+  }
+
+  // Whether node j's block of batch f says what this node's plan says of the batch (and its
+  // messages are the sizes the header says): else the node leaders plan different streams
+  // (e.g. other options, another dataset), and the batch's bytes must not be read.
+  Status CheckPeer(const InFlight& f, int j, const int64_t* block) const {
+    const SampleRange r = ReplicateShare(f.n, config_.num_nodes, j);
+    const int64_t sb = static_cast<int64_t>(f.req.sample.bytes());
+    const uint64_t meta_got = f.exchange.received(1, j);
+    const bool header = meta_got >= uint64_t(kMetaHeader) * sizeof(int64_t);
+    if (header && block[kEpoch] == int64_t(f.req.contents.epoch) &&
+        block[kPosition] == f.req.contents.batch && block[kBatchSamples] == f.n &&
+        block[kCount] == r.count && block[kImageSize] == f.req.image_size &&
+        block[kSampleBytes] == sb &&
+        meta_got == uint64_t(kMetaHeader + 2 * r.count) * sizeof(int64_t) &&
+        f.exchange.received(0, j) == uint64_t(r.count * sb))
+      return Status::Ok();
+    const std::string mine = fmt::format(
+        "producer batch {} of epoch {}: {} samples, a share of {} at image size {} ({} bytes "
+        "per sample)", f.req.contents.batch, f.req.contents.epoch, f.n, r.count,
+        f.req.image_size, sb);
+    const std::string theirs =
+        !header ? fmt::format("a metadata block of {} bytes", meta_got)
+                : fmt::format("producer batch {} of epoch {}: {} samples, a share of {} at "
+                              "image size {} ({} bytes per sample; {} image bytes sent)",
+                              block[kPosition], block[kEpoch], block[kBatchSamples],
+                              block[kCount], block[kImageSize], block[kSampleBytes],
+                              f.exchange.received(0, j));
+    return FailedPreconditionError(
+        "{}: node leader {} (rank {}) sent {}, but node {}'s plan has {}: the node leaders plan "
+        "different streams and this batch's bytes cannot be read. Give every rank the same "
+        "options (dataset, limit_samples, seed, shuffle, epochs, batch sizes, resize, "
+        "image_size and the image options)", who_, j, header ? block[kRank] : -1, theirs,
+        config_.node_index, mine);
   }
 
   // Tests every in-flight exchange and finishes the completed ones at the front, in order.
@@ -284,13 +341,14 @@ class ExchangeFeed final : public Feed {
     busy_since_ = -1;
   }
 
-  // Reads every node's flags for the batch (the agreement), then, unless the stream stops at
-  // or before it, copies the other nodes' labels and ids into the slot, compacts skipped
-  // samples away (the same on every node) and publishes.
+  // Reads every node's flags for the batch (the agreement) and checks every node's header
+  // against this node's plan; then, unless the stream stops at or before it, copies the
+  // other nodes' labels and ids into the slot, compacts skipped samples away (the same on
+  // every node) and publishes.
   Status FinishReplicated(InFlight* f) {
     const int64_t done_ns = shm::MonotonicNs();
     const int N = config_.num_nodes;
-    const int64_t stride = kMetaHeader + 2 * MaxShare(f->n, N);
+    const int64_t stride = MetaStride();
     stats_.exchange_bytes += f->exchange.bytes_received();
     if (collector_ != nullptr) {
       collector_->Add(telemetry::Counter::kBytesMpi, f->exchange.bytes_received());
@@ -300,13 +358,22 @@ class ExchangeFeed final : public Feed {
       collector_->Span(telemetry::SpanKind::kExchange, f->w.seq, f->posted_ns, done_ns);
     }
     bool any_failed = false, any_consumers = false;
+    Status mismatch;
     for (int j = 0; j < N; ++j) {
       const int64_t* block = f->meta.data() + size_t(stride) * size_t(j);
-      if (block[0] != 0 && !any_failed) {
+      if (j != config_.node_index && mismatch.ok()) mismatch = CheckPeer(*f, j, block);
+      if (block[kFailed] != 0 && !any_failed) {
         any_failed = true;
-        if (stop_at_ == UINT64_MAX || !stop_failed_) failed_rank_ = int(block[2]), failed_node_ = j;
+        if (stop_at_ == UINT64_MAX || !stop_failed_)
+          failed_rank_ = int(block[kRank]), failed_node_ = j;
       }
-      any_consumers = any_consumers || block[1] != 0;
+      any_consumers = any_consumers || block[kHasConsumers] != 0;
+    }
+    // Plans that differ are seen by every node at the same batch (each checks every other's
+    // header), so all stop there together, failing, as after a leader's failure.
+    if (!mismatch.ok()) {
+      NoteLocalError(mismatch);
+      any_failed = true;
     }
     if ((any_failed || !any_consumers) && stop_at_ == UINT64_MAX) {
       stop_at_ = f->index;
@@ -322,29 +389,25 @@ class ExchangeFeed final : public Feed {
       std::copy(block + kMetaHeader, block + kMetaHeader + r.count, labels + r.begin);
       std::copy(block + kMetaHeader + r.count, block + kMetaHeader + 2 * r.count, ids + r.begin);
     }
-    const uint32_t published = Compact(f->data, static_cast<uint32_t>(f->n));
-    SlotContents c;
-    c.epoch = f->epoch;
-    c.batch = f->k;
-    c.batches_in_epoch = f->bpe;
-    c.samples_in_epoch = static_cast<uint64_t>(plan_->num_samples());
+    const pipeline::SampleLayout& sample = f->req.sample;
+    const uint32_t published = Compact(f->data, static_cast<uint32_t>(f->n), sample.bytes());
+    SlotContents c = f->req.contents;  // epoch, position, with a schedule its size and scaling
     c.num_samples = published;
     c.skipped = static_cast<uint32_t>(f->n) - published;
-    c.layout = layout_;
+    c.layout = sample;
     BC_RETURN_IF_ERROR(writer_->Publish(f->w, c, ~0ULL, f->record).status());
-    if (f->k + 1 != f->bpe) return Status::Ok();
+    if (c.batch + 1 != c.batches_in_epoch) return Status::Ok();
     stats_.epoch_end_ns.push_back(shm::MonotonicNs());
     // Every node publishes the same batches, so every node finds an epoch without a good
     // sample at the same batch and fails the same way.
-    return writer_->EndEpoch(f->epoch);
+    return writer_->EndEpoch(c.epoch);
   }
 
   // Removes positions whose id is -1 (samples skipped on some node), keeping the order.
   // Every node does the same on the same data, so all nodes publish the same batch.
-  uint32_t Compact(uint8_t* data, uint32_t n) {
+  uint32_t Compact(uint8_t* data, uint32_t n, uint64_t sb) {
     int64_t* labels = writer_->layout().labels(data);
     int64_t* ids = writer_->layout().ids(data);
-    const uint64_t sb = layout_.bytes();
     uint32_t out = 0;
     for (uint32_t i = 0; i < n; ++i) {
       if (ids[i] < 0) continue;
@@ -361,8 +424,7 @@ class ExchangeFeed final : public Feed {
   std::unique_ptr<BatchSource> source_;
   ExchangeConfig config_;
   std::string who_;
-  std::unique_ptr<StreamPlan> plan_;
-  pipeline::SampleLayout layout_;
+  std::unique_ptr<BatchPlan> plan_;
   FeedStats stats_;
   std::deque<std::unique_ptr<InFlight>> in_flight_;
   int depth_ = 1;

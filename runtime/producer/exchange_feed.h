@@ -10,6 +10,11 @@
 // decode slices. The agreement rides on the exchange: batch b's flags decide, on every node
 // alike, whether batch b+depth is started (go on; end when no node has a consumer; fail when a
 // leader failed, naming its rank).
+// The producer batches are planned as on one node (batch_plan.h), with option 'resize' by the
+// progressive-resizing schedule: each batch has its own samples and image size, so its
+// shares and messages are sized per batch, and every message carries what its sender planned
+// (epoch, position, samples, image size, bytes per sample), which the receiver checks against
+// its own plan before it reads the batch (a mismatch stops every node, naming both plans).
 //
 // It is a feed (the exchange) and a distribution (every node the same positions; joiners at
 // the next epoch; the stream ends when the leaders agree) of producer::Producer's one loop.
@@ -36,6 +41,7 @@ struct ExchangeConfig {
   // the in-flight exchanges are progressed.
   int exchange_depth = 3;
   int decode_slices = 4;
+  bool print_plan = true;            // print a resize schedule's plan to stdout
 };
 
 // The exchange feed over `source` and its distribution.

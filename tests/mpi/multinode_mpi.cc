@@ -34,6 +34,14 @@
 //   MULTINODE_TEST_STOP_AFTER=k     every trainer leaves after k batches: the leaders must
 //                                   agree to end and the job must finish cleanly (only the
 //                                   batches received are checked).
+// With option 'resize' (replicate mode; CheckResized): every trainer gets exactly what a
+// consumer of one node's leader running the same schedule gets: the checks of
+// tests/unit/node/resize_checks.h (every sample of each epoch exactly once plus the reported
+// repeats, at the size the schedule gives it, in batches of the scaled size with the LR
+// factor, BatchesPerEpoch exact; each sample's pixels and label equal a reference decode at
+// its scheduled size), and, per epoch, its fresh samples in the order of the schedule's
+// producer batches (ResizeSchedule::ProducerBatches with the leader's producer batch and
+// carve unit), so every node published the same batches at the same sizes.
 #include <fmt/format.h>
 #include <mpi.h>
 #include <signal.h>
@@ -44,7 +52,9 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -54,7 +64,10 @@
 #include "producer/distribution.h"
 #include "producer/stream_plan.h"
 #include "pipeline/pipeline.h"
+#include "schedule/resize_schedule.h"
+#include "schedule/resize_spec.h"
 #include "tests/mpi/stage_mean.h"
+#include "tests/unit/node/resize_checks.h"
 
 namespace {
 
@@ -324,6 +337,131 @@ std::string CheckUnion(MPI_Comm trainers, Checker& c, int64_t* total_repeats) {
   return "";
 }
 
+// Progressive resizing across nodes (replicate mode): reads the stream to its end and holds it
+// against the schedule rebuilt here from the same options (see the file comment). Returns the
+// first failure ("" when every check passed); *checksummed counts the samples whose pixels
+// were compared with the reference decode.
+std::string CheckResized(batchcast::Consumer& consumer, const Options& o, int64_t* batches,
+                         int64_t* repeats, int64_t* checksummed) {
+  auto reader = batchcast::data::DatasetReader::Open(o.dataset);
+  if (!reader.ok()) return reader.status().message();
+  int64_t n = reader.value()->info().num_samples;
+  if (o.limit_samples > 0) n = std::min(n, o.limit_samples);
+  Options ref_options = o;
+  ref_options.threads = 1;
+  auto ref = batchcast::pipeline::Pipeline::Create(ref_options, std::move(reader).value());
+  if (!ref.ok()) return ref.status().message();
+  batchcast::pipeline::Pipeline& reference = *ref.value();
+  // The reference decode of sample `id` of `epoch` at `size` (pixels and label).
+  std::vector<uint8_t> ref_image;
+  int64_t ref_label = -1;
+  auto decode = [&](uint64_t epoch, int64_t id, int size) {
+    batchcast::pipeline::BatchRequest req;
+    req.epoch = epoch;
+    req.samples = std::span<const int64_t>(&id, 1);
+    req.image_size = size;
+    ref_image.assign(reference.OutputLayout(size).bytes(), 0);
+    req.images = ref_image.data();
+    req.labels = &ref_label;
+    batchcast::pipeline::BatchResult res;
+    return reference.RunBatch(req, &res);
+  };
+  // Labels do not depend on the epoch: judged as the batches arrive (pixels below, per epoch).
+  std::map<int64_t, int64_t> labels;
+  auto label_check = [&](int64_t id, int size, const uint8_t*, size_t, int64_t label,
+                         bool* label_ok) {
+    auto it = labels.find(id);
+    if (it == labels.end()) {
+      if (!decode(0, id, size).ok()) return false;
+      it = labels.emplace(id, ref_label).first;
+    }
+    *label_ok = label == it->second;
+    return true;
+  };
+  const int channels = static_cast<int>(reference.OutputLayout(0).channels);
+  batchcast::testing::ResizeSeen seen;
+  batchcast::testing::ConsumeResized(&consumer, o.epochs, channels, label_check, &seen);
+  *batches = static_cast<int64_t>(seen.batches.size());
+  *repeats = seen.stats.repeats;
+  auto schedule = batchcast::testing::ExpectedSchedule(o, n);
+  if (schedule == nullptr) return "the resize spec does not give a schedule";
+  batchcast::testing::ExpectFollowsSchedule(seen, *schedule, o.batch_size, o.epochs);
+  const ::testing::TestResult& checks = ::testing::UnitTest::GetInstance()->ad_hoc_test_result();
+  for (int i = 0; i < checks.total_part_count(); ++i)
+    if (checks.GetTestPartResult(i).failed())
+      return std::string("resize_checks.h: ") + checks.GetTestPartResult(i).message();
+  // The order of one node's leader: the schedule's producer batches with the leader's
+  // producer batch and carve unit (the largest consumer batch: every trainer's here).
+  batchcast::schedule::ResizeScheduleParams params;
+  params.spec = schedule->spec();
+  params.seed = o.seed;
+  params.num_samples = n;
+  params.total_epochs = o.epochs;
+  params.base_batch_size = o.producer_batch;
+  params.carve_unit = o.batch_size;
+  auto leader = batchcast::schedule::ResizeSchedule::Create(params);
+  if (!leader.ok()) return leader.status().message();
+  std::map<uint64_t, std::vector<std::pair<int64_t, int>>> fresh;  // (id, size) per epoch
+  for (const auto& b : seen.batches)
+    for (size_t i = 0; i + size_t(b.repeats) < b.ids.size(); ++i)
+      fresh[b.epoch].emplace_back(b.ids[i], b.image_size);
+  for (int e = 0; e < o.epochs; ++e) {
+    auto pbs = leader.value()->ProducerBatches(e, o.producer_batch);
+    if (!pbs.ok()) return pbs.status().message();
+    std::vector<std::pair<int64_t, int>> want;
+    for (const auto& pb : *pbs)
+      for (int64_t id : pb.samples) want.emplace_back(id, pb.image_size);
+    const auto& got = fresh[uint64_t(e)];
+    if (got != want) {
+      size_t i = 0;
+      while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+      return fmt::format("epoch {}: fresh sample {} of {} is {} at {} px, but the schedule's "
+                         "producer batches have {} at {} px there ({} samples)", e, i,
+                         got.size(), i < got.size() ? got[i].first : -1,
+                         i < got.size() ? got[i].second : 0, i < want.size() ? want[i].first : -1,
+                         i < want.size() ? want[i].second : 0, want.size());
+    }
+  }
+  // Every sample's pixels against the reference decode of its epoch at its scheduled size.
+  for (const auto& b : seen.batches)
+    for (size_t i = 0; i < b.ids.size(); ++i) {
+      Status st = decode(b.epoch, b.ids[i], b.image_size);
+      if (!st.ok()) return "reference decode failed: " + st.message();
+      const uint64_t want = batchcast::testing::Fnv1a(ref_image.data(), ref_image.size());
+      if (b.digests[i] != want)
+        return fmt::format("epoch {}: sample {} at {} px: pixel checksum {:016x}, reference "
+                           "{:016x}", b.epoch, b.ids[i], b.image_size, b.digests[i], want);
+      *checksummed += 1;
+    }
+  return "";
+}
+
+// Trainer 0 prints every trainer's line, then `extra` (trainer 0's, may be empty) and the
+// verdict: PASS when no trainer failed and extra_failed is false (trainer 0's). Collective.
+bool Verdict(MPI_Comm trainers, const Options& o, const std::string& mine, bool failed,
+             const std::string& extra, bool extra_failed) {
+  int t = 0, T = 0;
+  MPI_Comm_rank(trainers, &t);
+  MPI_Comm_size(trainers, &T);
+  char line[512] = {0};
+  std::snprintf(line, sizeof(line), "%s", mine.c_str());
+  std::vector<char> all(t == 0 ? sizeof(line) * size_t(T) : 0);
+  MPI_Gather(line, sizeof(line), MPI_CHAR, all.data(), sizeof(line), MPI_CHAR, 0, trainers);
+  int bad = failed ? 1 : 0, bad_total = 0;
+  MPI_Allreduce(&bad, &bad_total, 1, MPI_INT, MPI_SUM, trainers);
+  int extra_bad = extra_failed ? 1 : 0;
+  MPI_Bcast(&extra_bad, 1, MPI_INT, 0, trainers);
+  const bool ok = bad_total == 0 && extra_bad == 0;
+  if (t == 0) {
+    for (int r = 0; r < T; ++r) std::printf("%s\n", &all[size_t(r) * sizeof(line)]);
+    if (!extra.empty()) std::printf("%s\n", extra.c_str());
+    std::printf("%s mpi_multinode mode=%s%s: %d trainers, %d failed\n", ok ? "PASS" : "FAIL",
+                o.mode.c_str(), o.resize.empty() ? "" : " resize", T, bad_total + extra_bad);
+    std::fflush(stdout);
+  }
+  return ok;
+}
+
 int RunJob(int argc, char** argv) {
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -357,6 +495,19 @@ int RunJob(int argc, char** argv) {
   int t = 0, T = 0;
   MPI_Comm_rank(trainers, &t);
   MPI_Comm_size(trainers, &T);
+  if (!o.resize.empty()) {  // a progressive-resizing schedule (replicate mode)
+    int64_t batches = 0, repeats = 0, checksummed = 0;
+    const std::string error =
+        CheckResized(runtime.consumer(), o, &batches, &repeats, &checksummed);
+    runtime.consumer().Detach().IgnoreError();
+    const std::string line = fmt::format(
+        "  rank {} (trainer {}, node {}): batches={} repeats={} checksummed={} {}{}", world_rank,
+        t, runtime.node_id(), batches, repeats, checksummed, error.empty() ? "ok" : "FAIL: ",
+        error);
+    const bool ok = Verdict(trainers, o, line, !error.empty(), "", false);
+    Status fin = runtime.Finalize();
+    return ok && fin.ok() ? 0 : 1;
+  }
   const int64_t p = o.mode == "shard" ? int64_t(T) * o.batch_size
                                       : (o.producer_batch > 0 ? o.producer_batch : 2 * o.batch_size);
   Checker checker(o, t, T, p);
@@ -452,30 +603,18 @@ int RunJob(int argc, char** argv) {
   int64_t total_repeats = 0;
   std::string union_error =
       o.mode == "shard" && stop_after < 0 ? CheckUnion(trainers, checker, &total_repeats) : "";
-  char line[512];
-  std::snprintf(line, sizeof(line), "  rank %d (trainer %d, node %d): batches=%lld repeats=%lld "
-                "checksummed=%lld lead=%lld leader_rss_kib=%lld..%lld %s%s", world_rank, t,
-                runtime.node_id(), (long long)checker.batches(), (long long)checker.repeats(),
-                (long long)checker.checksummed(), (long long)lead, (long long)rss_warm,
-                (long long)rss_max, checker.error().empty() ? "ok" : "FAIL: ",
-                checker.error().c_str());
-  std::vector<char> all(t == 0 ? sizeof(line) * size_t(T) : 0);
-  MPI_Gather(line, sizeof(line), MPI_CHAR, all.data(), sizeof(line), MPI_CHAR, 0, trainers);
-  int bad = checker.error().empty() ? 0 : 1, bad_total = 0;
-  MPI_Allreduce(&bad, &bad_total, 1, MPI_INT, MPI_SUM, trainers);
-  int union_bad = union_error.empty() ? 0 : 1;
-  MPI_Bcast(&union_bad, 1, MPI_INT, 0, trainers);
-  const bool ok = bad_total == 0 && union_bad == 0;
-  if (t == 0) {
-    for (int r = 0; r < T; ++r) std::printf("%s\n", &all[size_t(r) * sizeof(line)]);
-    if (o.mode == "shard")
-      std::printf("  union over %d trainers: %s (%lld reported repeats)\n", T,
-                  union_error.empty() ? "every sample exactly once" : union_error.c_str(),
-                  (long long)total_repeats);
-    std::printf("%s mpi_multinode mode=%s: %d trainers, %d failed\n", ok ? "PASS" : "FAIL",
-                o.mode.c_str(), T, bad_total + union_bad);
-    std::fflush(stdout);
-  }
+  const std::string line = fmt::format(
+      "  rank {} (trainer {}, node {}): batches={} repeats={} checksummed={} lead={} "
+      "leader_rss_kib={}..{} {}{}", world_rank, t, runtime.node_id(), checker.batches(),
+      checker.repeats(), checker.checksummed(), lead, rss_warm, rss_max,
+      checker.error().empty() ? "ok" : "FAIL: ", checker.error());
+  const std::string union_line =
+      o.mode != "shard" ? ""
+                        : fmt::format("  union over {} trainers: {} ({} reported repeats)", T,
+                                      union_error.empty() ? "every sample exactly once"
+                                                          : union_error, total_repeats);
+  const bool ok = Verdict(trainers, o, line, !checker.error().empty(), union_line,
+                          !union_error.empty());
   Status fin = runtime.Finalize();
   return ok && fin.ok() ? 0 : 1;
 }

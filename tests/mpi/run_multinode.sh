@@ -5,7 +5,8 @@
 # CASE: shard_2 shard_3 replicate_2 replicate_3 shard_unequal_b thread_single
 #       replicate_skip_2 replicate_skip_3 shard_short_last replicate_slow_node
 #       replicate_leader_killed replicate_ucx_2 replicate_early_end replicate_decode_error
-#       resize_refused shard_resume replicate_resume shard_no_good_sample
+#       replicate_resize_2 replicate_resize_3 replicate_resize_mismatch shard_resize_refused
+#       shard_resume replicate_resume shard_no_good_sample
 # Layouts (leader = first rank of each virtual node; the others train):
 #   2 nodes: -n 7, ranks_per_node=4 -> 3 + 2 trainers;  3 nodes: -n 8, ranks_per_node=3 -> 2+2+1.
 set -uo pipefail
@@ -115,12 +116,42 @@ $total times over 2 epochs (epoch 0: $e0, epoch 1: $e1; expected once per epoch,
       --ranks_per_node=4
     expect_fail "node [01]'s shard \(trainers at world ranks [0-9, ]+\): multinode leader: \
 epoch 0 has no good sample" ;;
-  resize_refused)
-    # Progressive resizing is not supported across nodes: every rank fails at start-up
-    # with the front-door table's refusal (docs/configuration.md), which names the cause.
-    run 60 -n 6 "$prog" "${common[@]}" --image_size=32 --resize="resize(min=16,max=32,step=16)" \
+  replicate_resize_2 | replicate_resize_3)
+    # Progressive resizing across 2 / 3 virtual nodes, 5 epochs of 229 samples, three sizes
+    # (16, 24, 32 px; producer batches of 96, 42 and 24 samples): every trainer gets what a
+    # consumer of one node's leader with this schedule gets (multinode_mpi.cc CheckResized:
+    # resize_checks.h, the schedule's order and sizes, every sample's pixels against a
+    # reference decode at its scheduled size, exactly once per epoch). 2 nodes: mixed mode,
+    # linear LR; 3 nodes: exhaustive mode (epochs of fewer than 229 samples), sqrt LR and
+    # max_batch=20 (consumer batches of 32 capped at 20; producer batches of 80 at 16 px).
+    if [ "$case" = replicate_resize_2 ]; then
+      layout=(-n 7); rpn=4; spec="resize(sizes=16:24:32,upgrade=0.4)"
+    else
+      layout=(-n 8); rpn=3; spec="resize(sizes=16:24:32,upgrade=0.4,mode=exhaustive,lr=sqrt,max_batch=20)"
+    fi
+    run 200 "${layout[@]}" "$prog" "${common[@]}" --epochs=5 --resize="$spec" --mode=replicate \
+      --producer_batch=24 --ranks_per_node=$rpn && expect_pass
+    # One plan per job on stdout (node 0's leader), as on one node.
+    plans=$(grep -c "^batchcast: progressive resizing resize(" "$log")
+    [ "$plans" -eq 1 ] || fail "the plan was printed $plans times (expected once, by node 0)" ;;
+  replicate_resize_mismatch)
+    # Node 1 is given another schedule (MPMD): the node leaders plan different producer
+    # batches. Each checks the sizes in every other node's metadata against its own plan,
+    # so both fail at the first batch naming both plans, instead of reading its bytes.
+    run 60 -n 3 "$prog" "${common[@]}" --resize="resize(sizes=16:32,upgrade=0.5)" \
+      --mode=replicate --producer_batch=24 --ranks_per_node=3 : \
+      -n 3 "$prog" "${common[@]}" --resize="resize(sizes=24:32,upgrade=0.5)" \
       --mode=replicate --producer_batch=24 --ranks_per_node=3
-    expect_fail "multi-node leader: option 'resize' \(set on the command line\) is not read by multi-node leader .*do not carry per-batch sizes yet" ;;
+    expect_fail "node leader 1 \(rank 3\) sent producer batch 0 of epoch 0: .* at image size 24 .*but node 0's plan has producer batch 0 of epoch 0: .* at image size 16 .*the node leaders plan different streams"
+    expect_fail "node leader 0 \(rank 0\) sent producer batch 0 of epoch 0: .* at image size 16 .*but node 1's plan has .* at image size 24" ;;
+  shard_resize_refused)
+    # Shard mode does not run a schedule: every rank fails at start-up with the front-door
+    # table's refusal (docs/configuration.md), naming the cause and what to do.
+    run 60 -n 6 "$prog" "${common[@]}" --resize="resize(min=16,max=32,step=16)" \
+      --mode=shard --ranks_per_node=3
+    expect_fail "multi-node leader: option 'resize' \(set on the command line\) is not read by multi-node leader with mode=shard: .*parts scaled per size are not planned\. Use mode=replicate"
+    n=$(grep -c "runtime create failed: .*multi-node leader: option 'resize'" "$log")
+    [ "$n" -eq 6 ] || fail "$n of 6 ranks refused the schedule at start-up" ;;
   replicate_ucx_2)
     # The same as replicate_2 with Open MPI's UCX pml selected (no RDMA device here: the
     # two 'any' settings let UCX use shared memory / TCP).

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "batchcast/status.h"
@@ -28,10 +29,13 @@
 namespace batchcast::mpi {
 
 // One array of one exchange: rank j's part is bytes [displs[j], displs[j] + counts[j]) of
-// base. Every rank passes the same counts and displacements.
+// base. Every rank should pass the same counts and displacements; `room` (empty: counts) is
+// what a receive of rank j's part may take from displs[j] on, so that a peer that planned a
+// larger part than this rank did is seen in received() instead of failing the receive.
+// Every part is one message, also an empty one, so messages always match in order.
 struct ExchangeArray {
   uint8_t* base = nullptr;
-  std::vector<uint64_t> counts, displs;
+  std::vector<uint64_t> counts, displs, room;
 };
 
 class BatchExchange {
@@ -50,11 +54,19 @@ class BatchExchange {
   // Blocks until it completes.
   [[nodiscard]] Status Wait();
   bool done() const { return requests_.empty(); }
-  // Bytes this rank receives from the others (all arrays).
+  // Bytes this rank received from the others (all arrays), once done.
   int64_t bytes_received() const { return bytes_received_; }
+  // Bytes of rank j's part of array a that arrived, once done (this rank's own: its count).
+  uint64_t received(size_t a, int j) const { return received_[a][size_t(j)]; }
 
  private:
+  // Reads the received sizes from the completed requests' statuses.
+  Status Completed();
+
   std::vector<MPI_Request> requests_;
+  std::vector<MPI_Status> statuses_;
+  std::vector<std::pair<size_t, int>> receives_;  // (array, rank) of requests_[i], i < size
+  std::vector<std::vector<uint64_t>> received_;   // per array and rank
   int64_t bytes_received_ = 0;
 };
 

@@ -59,14 +59,28 @@ TEST(FrontDoorTest, ServiceRunsProgressiveResizingOverItsEpochsAndOthersSayWhyNo
       << (*svc)->ring().config().resize_spec;
   EXPECT_EQ((*svc)->ring().config().stream_epochs, 3u);
 
-  for (auto [door, cause] : {std::pair{FrontDoor::kMultinode, "do not carry per-batch sizes yet"},
-                             std::pair{FrontDoor::kPythonProducer, "cannot follow one"}}) {
-    Status st = CheckFrontDoorOptions(c.options, door);
-    ASSERT_FALSE(st.ok()) << FrontDoorOf(door).key;
-    EXPECT_NE(st.message().find("option 'resize' (set in code) is not read by"),
-              std::string::npos) << st.message();
-    EXPECT_NE(st.message().find(cause), std::string::npos) << st.message();
+  // The multi-node leader runs it in replicate mode (tests/mpi: mpi_multinode_replicate_resize_*)
+  // and refuses it in shard mode, naming the cause and what to do instead.
+  EXPECT_TRUE(CheckFrontDoorOptions(c.options, FrontDoor::kMultinode).ok());
+  Options shard = c.options;
+  ASSERT_TRUE(SetOption(&shard, "mode", "shard").ok());
+  Options shard_env = shard;  // a job-wide setting: refused all the same
+  for (auto& [key, source] : shard_env.sources)
+    if (key == "resize") source = "env";
+  for (const Options& o : {shard, shard_env}) {
+    Status st = CheckFrontDoorOptions(o, FrontDoor::kMultinode);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    for (const char* part : {"multi-node leader: option 'resize' (set ",
+                             "is not read by multi-node leader with mode=shard: ",
+                             "parts scaled per size are not planned", "Use mode=replicate"})
+      EXPECT_NE(st.message().find(part), std::string::npos) << part << " in " << st.message();
   }
+  Status st = CheckFrontDoorOptions(c.options, FrontDoor::kPythonProducer);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("option 'resize' (set in code) is not read by"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("cannot follow one"), std::string::npos) << st.message();
 }
 
 TEST(FrontDoorTest, LateJoinWindowOutsideZeroToOneIsRefused) {
