@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "core/errors.h"
+#include "pipeline/crop_decode.h"
 
 namespace batchcast::pipeline {
 namespace {
@@ -58,6 +59,23 @@ struct SpngCtxDeleter {
   void operator()(spng_ctx* ctx) const { spng_ctx_free(ctx); }
 };
 
+// Whether tjDecompress2, asked for the output size of scale_num/8, decodes at scale_num/8.
+// TurboJPEG 2 takes the scale from the output size (the largest of its factors whose output
+// fits), and on an image under 8 pixels on a side two factors can give one size: a 2x4 image
+// is 1x1 at 1/8 and at 1/4, and it would take 1/4. (fuzz_image found it: the crop decoder,
+// which sets the scale itself, disagreed with the full decode of a 2x4 image.)
+bool TurboJpegTakesScale(int width, int height, int scale_num) {
+  const int w = ScaledDim(width, scale_num), h = ScaledDim(height, scale_num);
+  int n = 0;
+  const tjscalingfactor* factors = tjGetScalingFactors(&n);  // largest first
+  for (int i = 0; factors != nullptr && i < n; ++i) {
+    const tjscalingfactor f = factors[i];
+    if (TJSCALED(width, f) <= w && TJSCALED(height, f) <= h)
+      return f.num * kScaleDenom == scale_num * f.denom;
+  }
+  return false;
+}
+
 }  // namespace
 
 ImageFormat DetectFormat(std::span<const uint8_t> bytes) {
@@ -99,6 +117,8 @@ void ConvertChannels(const uint8_t* src, int width, int height, int src_channels
   }
 }
 
+ImageDecoder::ImageDecoder(void* tj) : tj_(tj) {}
+
 Result<ImageDecoder> ImageDecoder::Create() {
   tjhandle tj = tjInitDecompress();
   if (tj == nullptr)
@@ -108,7 +128,10 @@ Result<ImageDecoder> ImageDecoder::Create() {
 }
 
 ImageDecoder::ImageDecoder(ImageDecoder&& other) noexcept
-    : tj_(other.tj_), scratch_(std::move(other.scratch_)), gray_(std::move(other.gray_)) {
+    : tj_(other.tj_),
+      scratch_(std::move(other.scratch_)),
+      gray_(std::move(other.gray_)),
+      exact_(std::move(other.exact_)) {
   other.tj_ = nullptr;
 }
 
@@ -119,6 +142,7 @@ ImageDecoder& ImageDecoder::operator=(ImageDecoder&& other) noexcept {
     other.tj_ = nullptr;
     scratch_ = std::move(other.scratch_);
     gray_ = std::move(other.gray_);
+    exact_ = std::move(other.exact_);
   }
   return *this;
 }
@@ -179,6 +203,19 @@ Status ImageDecoder::Decode(std::span<const uint8_t> bytes, const ImageHeader& h
 Status ImageDecoder::DecodeJpeg(std::span<const uint8_t> bytes, const ImageHeader& header,
                                 int scale_num, int channels, DecodedImage* out) {
   const int w = ScaledDim(header.width, scale_num), h = ScaledDim(header.height, scale_num);
+  if (!TurboJpegTakesScale(header.width, header.height, scale_num)) {
+    // The whole image as the crop decoder's box: libjpeg's API at exactly this scale, the
+    // same errors on warnings and scan limits, the same CMYK and gray conversions.
+    if (exact_ == nullptr) {
+      BC_ASSIGN_OR_RETURN(JpegCropDecoder exact, JpegCropDecoder::Create());
+      exact_ = std::make_unique<JpegCropDecoder>(std::move(exact));
+    }
+    CropBox in;
+    BC_RETURN_IF_ERROR(
+        exact_->Decode(bytes, header, scale_num, channels, CropBox{0, 0, w, h}, out, &in));
+    out->pixels.resize(size_t(w) * h * channels);  // it grows its buffers only
+    return Status::Ok();
+  }
   // CMYK has no libjpeg conversion to RGB: decode to CMYK, then convert.
   const bool cmyk = header.cmyk;
   const int decoded_channels = cmyk ? 4 : channels;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -54,6 +55,8 @@ inline int ScaledDim(int dim, int scale_num) {
 // covers at least out_w x out_h pixels; 8 (no scaling) when none does.
 int ChooseScaleNum(int box_w, int box_h, int out_w, int out_h);
 
+class JpegCropDecoder;  // crop_decode.h
+
 class ImageDecoder {
  public:
   static Result<ImageDecoder> Create();
@@ -70,7 +73,7 @@ class ImageDecoder {
                 int channels, DecodedImage* out);
 
  private:
-  explicit ImageDecoder(void* tj) : tj_(tj) {}
+  explicit ImageDecoder(void* tj);
   // Replaces the TurboJPEG handle after an error (see decode.cc).
   Status RecreateHandle();
   Status DecodeJpeg(std::span<const uint8_t> bytes, const ImageHeader& header, int scale_num,
@@ -81,6 +84,9 @@ class ImageDecoder {
   void* tj_ = nullptr;             // tjhandle
   std::vector<uint8_t> scratch_;   // CMYK or RGB pixels before a channel conversion
   DecodedImage gray_;              // CMYK -> RGB before RGB -> gray
+  // libjpeg's API at an exact scale, for the images TurboJPEG 2 would decode at another
+  // scale (TurboJpegTakesScale in decode.cc); made at the first such image.
+  std::unique_ptr<JpegCropDecoder> exact_;
 };
 
 // Converts packed HWC pixels between 1, 3 and 4 (RGBA; alpha dropped) channels into *out.
