@@ -70,6 +70,10 @@ bool LeaderReadsOption(std::string_view key);
 // Where option `key` of `options` was set: "default", "file", "env", "flag" or "code".
 std::string OptionSource(const Options& options, std::string_view key);
 
+// `bytes` as the value of a size option, rounded up to whole MiB ("64m"): what a message
+// tells the user to set (cache=, view_bytes=).
+std::string SizeOptionValue(double bytes);
+
 // The first option `door` does not read, set where the rule above refuses it, as an error
 // naming the option, where it was set, `door`, and the front doors that read it. Ok when
 // there is none. `as` names the front door in the message instead of its table name.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -657,6 +658,10 @@ bool ConsumerReadsOption(std::string_view key) { return FrontDoorReads(FrontDoor
 bool LeaderReadsOption(std::string_view key) {
   const Entry* e = FindEntry(key);
   return e != nullptr && (e->doors & kLeaders) != 0;
+}
+
+std::string SizeOptionValue(double bytes) {
+  return fmt::format("{}m", static_cast<int64_t>(std::ceil(bytes / double(1 << 20))));
 }
 
 std::string OptionSource(const Options& options, std::string_view key) {

@@ -25,8 +25,6 @@
 namespace batchcast::data {
 namespace {
 
-constexpr char kFix[] = "re-create it with `batchcast convert`";
-
 uint64_t NextPrime(uint64_t n) {
   auto prime = [](uint64_t v) {
     if (v < 2) return false;
@@ -148,7 +146,7 @@ Status Hdf5DatasetReader::OpenFile(const std::string& path) {
   if (!file_.valid())
     return Hdf5Error(StatusCode::kCorruptData,
                      fmt::format("cannot open {} (truncated, or left by a conversion that did "
-                                 "not finish? {})", path, kFix));
+                                 "not finish? {})", path, kRecreateWithConvert));
   // Chunk addresses are relative to HDF5's base address: the user block's end.
   H5Id fcpl(H5Fget_create_plist(file_.get()));
   hsize_t user_block = 0;
@@ -169,7 +167,8 @@ Status Hdf5DatasetReader::OpenBuckets(const ReaderOptions& options) {
   H5G_info_t gi{};
   if (!group.valid() || H5Gget_info(group.get(), &gi) < 0)
     return Hdf5Error(StatusCode::kCorruptData,
-                     fmt::format("'buckets' in {} is not a group; {}", info_.path, kFix));
+                     fmt::format("'buckets' in {} is not a group; {}", info_.path,
+                                 kRecreateWithConvert));
   std::vector<std::pair<int, std::string>> found;
   for (hsize_t i = 0; i < gi.nlinks && i < hsize_t(layout::kMaxBuckets); ++i) {
     char name[64] = {};
@@ -179,7 +178,7 @@ Status Hdf5DatasetReader::OpenBuckets(const ReaderOptions& options) {
     long size = std::strtol(name, &end, 10);
     if (end == name || *end != '\0' || size < 1 || size > 16384)
       return CorruptDataError("hdf5: 'buckets/{}' in {} is not an image size; {}", name,
-                              info_.path, kFix);
+                              info_.path, kRecreateWithConvert);
     found.emplace_back(int(size), name);
   }
   std::sort(found.begin(), found.end());
@@ -194,7 +193,8 @@ Status Hdf5DatasetReader::OpenBucket(int size, const std::string& group,
   H5Id ds(H5Dopen2(file_.get(), path.c_str(), H5P_DEFAULT));
   if (!ds.valid())
     return Hdf5Error(StatusCode::kCorruptData,
-                     fmt::format("cannot open dataset '{}' in {}; {}", path, info_.path, kFix));
+                     fmt::format("cannot open dataset '{}' in {}; {}", path, info_.path,
+                                 kRecreateWithConvert));
   H5Id type(H5Dget_type(ds.get()));
   H5Id space(H5Dget_space(ds.get()));
   hsize_t n = 0;
@@ -210,7 +210,7 @@ Status Hdf5DatasetReader::OpenBucket(int size, const std::string& group,
                             indexed ? "uint8 (layout version 2: bytes + index)" : "vlen uint8",
                             indexed ? "one row per byte and " + std::to_string(info_.num_samples)
                                           + " indexed samples" : std::to_string(info_.num_samples),
-                            DescribeType(type.get()), n, kFix);
+                            DescribeType(type.get()), n, kRecreateWithConvert);
   if (info_.bucket_encoding.empty() && HasAttribute(ds.get(), layout::kEncodingAttr)) {
     BC_ASSIGN_OR_RETURN(info_.bucket_encoding,
                         ReadStringAttribute(ds.get(), layout::kEncodingAttr, info_.path));
@@ -248,12 +248,13 @@ Status Hdf5DatasetReader::CheckRoot() {
   const std::string& path = info_.path;
   if (!HasAttribute(file_.get(), layout::kSchemaAttr))
     return CorruptDataError("hdf5: {} has no '{}' attribute, so it is not a Batchcast dataset; {}",
-                            path, layout::kSchemaAttr, kFix);
+                            path, layout::kSchemaAttr, kRecreateWithConvert);
   BC_ASSIGN_OR_RETURN(int64_t version, ReadIntAttribute(file_.get(), layout::kSchemaAttr, path));
   if (version < layout::kOldestSchemaVersion || version > layout::kSchemaVersion)
     return CorruptDataError("hdf5: {} has schema version {}, this build reads versions {} to {}; "
                             "{} (or read it with a newer Batchcast)", path, version,
-                            layout::kOldestSchemaVersion, layout::kSchemaVersion, kFix);
+                            layout::kOldestSchemaVersion, layout::kSchemaVersion,
+                            kRecreateWithConvert);
   info_.schema_version = int(version);
   if (HasAttribute(file_.get(), layout::kCreatedByAttr)) {
     BC_ASSIGN_OR_RETURN(info_.created_by,
@@ -261,14 +262,16 @@ Status Hdf5DatasetReader::CheckRoot() {
   }
   if (!HasAttribute(file_.get(), layout::kCompleteAttr))
     return CorruptDataError("hdf5: {} is incomplete (no '{}' attribute): the conversion that "
-                            "wrote it did not finish; {}", path, layout::kCompleteAttr, kFix);
+                            "wrote it did not finish; {}", path, layout::kCompleteAttr,
+                            kRecreateWithConvert);
   return Status::Ok();
 }
 
 Status Hdf5DatasetReader::OpenImages(const ReaderOptions& options) {
   const std::string& path = info_.path;
   if (H5Lexists(file_.get(), layout::kImages, H5P_DEFAULT) <= 0)
-    return CorruptDataError("hdf5: dataset 'images' is missing in {}; {}", path, kFix);
+    return CorruptDataError("hdf5: dataset 'images' is missing in {}; {}", path,
+                            kRecreateWithConvert);
   H5Id dapl(H5Pcreate(H5P_DATASET_ACCESS));
   {
     H5Id probe(H5Dopen2(file_.get(), layout::kImages, H5P_DEFAULT));
@@ -366,7 +369,7 @@ Status Hdf5DatasetReader::LoadIndex(const std::string& group, uint64_t total_byt
             : fmt::format("past the end of the dataset, which holds {} bytes", total_bytes);
     return CorruptDataError("hdf5: the index of {}images in {} puts sample {} at bytes [{}, {} + "
                             "{}), {}: the sample index is damaged; {}", group, info_.path, i,
-                            off, off, len, why, kFix);
+                            off, off, len, why, kRecreateWithConvert);
   }
   return Status::Ok();
 }
@@ -407,7 +410,7 @@ Status Hdf5DatasetReader::CheckImagesType(hid_t type, hid_t space) {
   }
   if (!u8 && !vlen_u8)
     return CorruptDataError("hdf5: dataset 'images' in {} has dtype {}, expected uint8 or vlen "
-                            "uint8; {}", path, DescribeType(type), kFix);
+                            "uint8; {}", path, DescribeType(type), kRecreateWithConvert);
   int rank = H5Sget_simple_extent_ndims(space);
   hsize_t dims[4] = {0, 0, 0, 0};
   if (rank >= 1 && rank <= 4) H5Sget_simple_extent_dims(space, dims, nullptr);
@@ -423,7 +426,8 @@ Status Hdf5DatasetReader::CheckImagesType(hid_t type, hid_t space) {
     info_.num_samples = H5Sget_simple_extent_npoints(offsets_space.get());
     if (info_.num_samples < 0 || info_.num_samples > layout::kMaxSamples)
       return CorruptDataError("hdf5: dataset '{}' in {} declares {} samples; {}",
-                              layout::kSampleOffsets, path, info_.num_samples, kFix);
+                              layout::kSampleOffsets, path, info_.num_samples,
+                              kRecreateWithConvert);
     return Status::Ok();
   }
   if (u8 && rank == 1) {  // stored pixels of per-sample shapes (--store decoded|resized)
@@ -434,15 +438,15 @@ Status Hdf5DatasetReader::CheckImagesType(hid_t type, hid_t space) {
     return CorruptDataError("hdf5: dataset 'images' in {} is vlen uint8 (layout version 1) but "
                             "the file says layout version {}, where encoded samples are uint8 "
                             "bytes with '{}' and '{}'; {}", path, info_.schema_version,
-                            layout::kSampleOffsets, layout::kSampleLengths, kFix);
+                            layout::kSampleOffsets, layout::kSampleLengths, kRecreateWithConvert);
   BC_RETURN_IF_ERROR(CheckDims(u8, dims));
   if (vlen_u8 && rank != 1)
     return CorruptDataError("hdf5: dataset 'images' in {} (vlen uint8) has rank {}, expected 1 "
-                            "(one encoded image per sample); {}", path, rank, kFix);
+                            "(one encoded image per sample); {}", path, rank, kRecreateWithConvert);
   if (u8 && (rank != 4 || dims[1] == 0 || dims[2] == 0 || dims[3] == 0))
     return CorruptDataError("hdf5: dataset 'images' in {} (uint8) has rank {}, expected 4 "
                             "(N x H x W x C with H, W, C > 0) or 1 (stored pixels); {}", path,
-                            rank, kFix);
+                            rank, kRecreateWithConvert);
   info_.kind = u8 ? SampleKind::kRaw : SampleKind::kEncoded;
   info_.num_samples = int64_t(dims[0]);
   if (u8) {
@@ -459,13 +463,14 @@ Status Hdf5DatasetReader::CheckDims(bool raw, const hsize_t dims[4]) const {
   if (dims[0] > hsize_t(layout::kMaxSamples))
     return CorruptDataError("hdf5: dataset 'images' in {} declares {} samples, more than the "
                             "{} a file may hold; {}", info_.path, dims[0], layout::kMaxSamples,
-                            kFix);
+                            kRecreateWithConvert);
   if (!raw) return Status::Ok();
   if (dims[1] > hsize_t(layout::kMaxRawSide) || dims[2] > hsize_t(layout::kMaxRawSide) ||
       dims[3] > 4)
     return CorruptDataError("hdf5: dataset 'images' in {} declares raw samples of {}x{}x{}; "
                             "at most {}x{}x4 are allowed; {}", info_.path, dims[1], dims[2],
-                            dims[3], layout::kMaxRawSide, layout::kMaxRawSide, kFix);
+                            dims[3], layout::kMaxRawSide, layout::kMaxRawSide,
+                            kRecreateWithConvert);
   return Status::Ok();
 }
 
@@ -484,7 +489,8 @@ Status Hdf5DatasetReader::CheckStorage(hid_t ds, const char* name, int64_t eleme
     uint64_t expected = 1;  // chunks the dataspace needs (each dimension rounded up)
     for (int i = 0; i < rank && i < 4; ++i) {
       if (chunk[i] == 0) return CorruptDataError("hdf5: dataset '{}' in {} has a chunk "
-                                                 "dimension of 0; {}", name, info_.path, kFix);
+                                                 "dimension of 0; {}", name, info_.path,
+                                                 kRecreateWithConvert);
       if (__builtin_mul_overflow(expected, (dims[i] + chunk[i] - 1) / chunk[i], &expected))
         expected = ~0ULL;
     }
@@ -494,7 +500,8 @@ Status Hdf5DatasetReader::CheckStorage(hid_t ds, const char* name, int64_t eleme
     if (nchunks < expected)
       return CorruptDataError("hdf5: dataset '{}' in {} stores {} of the {} chunks its {} "
                               "elements need: the file is truncated or its dimensions are "
-                              "corrupt; {}", name, info_.path, nchunks, expected, elements, kFix);
+                              "corrupt; {}", name, info_.path, nchunks, expected, elements,
+                              kRecreateWithConvert);
     return Status::Ok();
   }
   if (kind == H5D_CONTIGUOUS) {
@@ -503,7 +510,7 @@ Status Hdf5DatasetReader::CheckStorage(hid_t ds, const char* name, int64_t eleme
     if (__builtin_mul_overflow(uint64_t(elements), uint64_t(element_bytes), &need) || stored < need)
       return CorruptDataError("hdf5: dataset '{}' in {} stores {} bytes but its {} elements need "
                               "{}: the file is truncated or its dimensions are corrupt; {}", name,
-                              info_.path, stored, elements, need, kFix);
+                              info_.path, stored, elements, need, kRecreateWithConvert);
   }
   return Status::Ok();
 }
@@ -528,7 +535,7 @@ Status Hdf5DatasetReader::ReadEncoding() {
                             raw      ? "'raw' for uint8 pixels"
                             : pixels ? "'pixels' for 1-D stored pixels"
                                      : "jpeg, png or mixed",
-                            kFix);
+                            kRecreateWithConvert);
   return Status::Ok();
 }
 
@@ -536,19 +543,20 @@ Result<H5Id> Hdf5DatasetReader::OpenVector(const char* name, H5T_class_t want,
                                            const char* want_name) {
   const std::string& path = info_.path;
   if (H5Lexists(file_.get(), name, H5P_DEFAULT) <= 0)
-    return CorruptDataError("hdf5: dataset '{}' is missing in {}; {}", name, path, kFix);
+    return CorruptDataError("hdf5: dataset '{}' is missing in {}; {}", name, path,
+                            kRecreateWithConvert);
   H5Id ds(H5Dopen2(file_.get(), name, H5P_DEFAULT));
   if (!ds.valid())
     return Hdf5Error(StatusCode::kCorruptData, fmt::format("cannot open dataset '{}' in {}", name, path));
   H5Id type(H5Dget_type(ds.get()));
   if (H5Tget_class(type.get()) != want)
     return CorruptDataError("hdf5: dataset '{}' in {} has dtype {}, expected {}; {}", name, path,
-                            DescribeType(type.get()), want_name, kFix);
+                            DescribeType(type.get()), want_name, kRecreateWithConvert);
   H5Id space(H5Dget_space(ds.get()));
   int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank != 1)
     return CorruptDataError("hdf5: dataset '{}' in {} has rank {}, expected 1; {}", name, path,
-                            rank, kFix);
+                            rank, kRecreateWithConvert);
   return ds;
 }
 
@@ -558,7 +566,7 @@ Status Hdf5DatasetReader::LoadIntVector(const char* name, hid_t mem_type, void* 
   int64_t n = H5Sget_simple_extent_npoints(space.get());
   if (n != info_.num_samples)
     return CorruptDataError("hdf5: dataset '{}' in {} has {} entries but 'images' has {}; {}",
-                            name, info_.path, n, info_.num_samples, kFix);
+                            name, info_.path, n, info_.num_samples, kRecreateWithConvert);
   H5Id type(H5Dget_type(ds.get()));
   BC_RETURN_IF_ERROR(CheckStorage(ds.get(), name, n, int64_t(H5Tget_size(type.get()))));
   if (n > 0 && H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
@@ -619,10 +627,10 @@ Status Hdf5DatasetReader::CheckLabels() const {
     if (labels_[i] < 0 || labels_[i] >= classes)
       return CorruptDataError("hdf5: dataset 'labels' in {} has labels[{}] = {}, outside the {} "
                               "classes of 'class_names'; {}", info_.path, i, labels_[i], classes,
-                              kFix);
+                              kRecreateWithConvert);
     if (widths_[i] <= 0 || heights_[i] <= 0)
       return CorruptDataError("hdf5: sample {} in {} has original size {}x{}; {}", i, info_.path,
-                              widths_[i], heights_[i], kFix);
+                              widths_[i], heights_[i], kRecreateWithConvert);
   }
   return Status::Ok();
 }
@@ -649,7 +657,7 @@ Status Hdf5DatasetReader::ReadVlen(hid_t ds, int64_t first, int64_t count,
     outs[i].assign(p, p + vl[size_t(i)].len);
     if (vl[size_t(i)].len == 0 && st.ok())
       st = CorruptDataError("hdf5: {} {} in {} is empty (0 bytes); {}", what, first + i,
-                            info_.path, kFix);
+                            info_.path, kRecreateWithConvert);
   }
   H5Dvlen_reclaim(vlen_type_.get(), mem.get(), H5P_DEFAULT, vl.data());
   return st;
@@ -661,7 +669,7 @@ Status Hdf5DatasetReader::ReadIndexed(const IndexedBytes& bytes, int64_t index,
   const uint64_t len = bytes.lengths[size_t(index)];
   if (len == 0)
     return CorruptDataError("hdf5: {} {} in {} is empty (0 bytes); {}", what, index, info_.path,
-                            kFix);
+                            kRecreateWithConvert);
   out->resize(size_t(len));
   Status st = bytes.store->Read(bytes.offsets[size_t(index)], len, out->data());
   if (!st.ok()) return st.WithContext(fmt::format("{} {}", what, index));
@@ -676,7 +684,7 @@ Status Hdf5DatasetReader::VerifySample(int64_t index, std::span<const uint8_t> b
   return CorruptDataError("hdf5: sample {} of {} fails its checksum (stored {:016x}, computed "
                           "{:016x} over its {} bytes and label {}): the sample or its label "
                           "changed after conversion; {}", index, info_.path, want, got,
-                          bytes.size(), labels_[size_t(index)], kFix);
+                          bytes.size(), labels_[size_t(index)], kRecreateWithConvert);
 }
 
 // The per-sample shapes of stored pixels, read at Open (before LoadMetadata, which needs
@@ -689,7 +697,8 @@ Status Hdf5DatasetReader::LoadPixelShapes(uint64_t pixel_bytes) {
   }
   if (info_.num_samples < 0 || info_.num_samples > layout::kMaxSamples)
     return CorruptDataError("hdf5: dataset '{}' in {} declares {} samples; {}",
-                            layout::kStoredWidths, info_.path, info_.num_samples, kFix);
+                            layout::kStoredWidths, info_.path, info_.num_samples,
+                            kRecreateWithConvert);
   const size_t n = size_t(info_.num_samples);
   stored_w_.resize(n);
   stored_h_.resize(n);
@@ -704,13 +713,13 @@ Status Hdf5DatasetReader::LoadPixelShapes(uint64_t pixel_bytes) {
         (c != 1 && c != 3 && c != 4))
       return CorruptDataError("hdf5: sample {} in {} has stored shape {}x{}x{} (W x H x C), "
                               "expected sides in [1, {}] and 1, 3 or 4 channels; {}", i,
-                              info_.path, w, h, c, layout::kMaxRawSide, kFix);
+                              info_.path, w, h, c, layout::kMaxRawSide, kRecreateWithConvert);
     offsets_[i + 1] = offsets_[i] + uint64_t(w) * uint64_t(h) * uint64_t(c);
   }
   if (offsets_[n] != pixel_bytes)
     return CorruptDataError("hdf5: dataset 'images' in {} holds {} bytes but the stored shapes "
                             "of its {} samples add up to {}; {}", info_.path, pixel_bytes, n,
-                            offsets_[n], kFix);
+                            offsets_[n], kRecreateWithConvert);
   return Status::Ok();
 }
 

@@ -40,6 +40,9 @@ using batchcast::WriteStringAttribute;
 // path) names the file, the field and what to do. Needs no Hdf5Lock().
 Status CheckHdf5Superblock(const std::string& path);
 
+// What an error about a damaged or unfinished dataset file tells the user to do.
+inline constexpr char kRecreateWithConvert[] = "re-create it with `batchcast convert`";
+
 // Chunk filters `batchcast convert --compression` can write, besides HDF5's own deflate.
 inline constexpr int kLz4FilterId = 32004;  // registered HDF5 filter; hdf5-filter-plugin
 // Fails when filter `id` can be neither found in HDF5 nor loaded as a plugin (Debian's HDF5

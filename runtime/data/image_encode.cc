@@ -1,12 +1,8 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "data/image_encode.h"
 
-#include <spng.h>
-#include <turbojpeg.h>
-
-#include <memory>
-
 #include "core/errors.h"
+#include "data/image_codec_handles.h"
 
 namespace batchcast::data {
 namespace {
@@ -21,19 +17,12 @@ Status CheckPixels(std::span<const uint8_t> pixels, int width, int height, int c
   return Status::Ok();
 }
 
-struct SpngDeleter {
-  void operator()(spng_ctx* c) const { spng_ctx_free(c); }
-};
-struct TjDeleter {
-  void operator()(void* h) const { tjDestroy(h); }
-};
-
 }  // namespace
 
 Result<std::vector<uint8_t>> EncodePng(std::span<const uint8_t> pixels, int width, int height,
                                        int channels) {
   BC_RETURN_IF_ERROR(CheckPixels(pixels, width, height, channels));
-  std::unique_ptr<spng_ctx, SpngDeleter> ctx(spng_ctx_new(SPNG_CTX_ENCODER));
+  SpngContext ctx(spng_ctx_new(SPNG_CTX_ENCODER));
   if (!ctx) return InternalError("png: cannot create an encoder context");
   spng_set_option(ctx.get(), SPNG_ENCODE_TO_BUFFER, 1);
   spng_ihdr ihdr{};
@@ -59,7 +48,7 @@ Result<std::vector<uint8_t>> EncodeJpeg(std::span<const uint8_t> pixels, int wid
   BC_RETURN_IF_ERROR(CheckPixels(pixels, width, height, channels));
   if (quality < 1 || quality > 100)
     return InvalidArgumentError("encode: jpeg quality {} is outside 1..100", quality);
-  thread_local std::unique_ptr<void, TjDeleter> tj(tjInitCompress());
+  thread_local TurboJpegHandle tj(tjInitCompress());
   if (!tj) return InternalError("jpeg: cannot create a TurboJPEG compressor");
   unsigned char* buf = nullptr;
   unsigned long size = 0;  // NOLINT(runtime/int): TurboJPEG's type

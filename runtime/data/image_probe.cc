@@ -1,14 +1,11 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
 #include "data/image_probe.h"
 
-#include <spng.h>
-#include <turbojpeg.h>
-
 #include <algorithm>
 #include <cstring>
-#include <memory>
 
 #include "core/errors.h"
+#include "data/image_codec_handles.h"
 
 namespace batchcast::data {
 namespace {
@@ -17,11 +14,6 @@ constexpr uint8_t kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 constexpr uint8_t kPngIendTail[8] = {'I', 'E', 'N', 'D', 0xae, 0x42, 0x60, 0x82};
 // An end-of-image marker may be followed by padding some cameras add; look this far back.
 constexpr size_t kJpegTrailerWindow = 4096;
-
-struct TjDeleter {
-  void operator()(void* h) const { tjDestroy(h); }
-};
-
 
 bool HasJpegEndMarker(std::span<const uint8_t> b) {
   // In entropy-coded data 0xFF is always followed by 0x00 or a restart marker, so FF D9
@@ -37,7 +29,7 @@ Result<ImageHeader> ProbeJpeg(std::span<const uint8_t> b) {
   // leaves a bad marker unread after an error and reports it again for the next image, so
   // a per-thread handle made every later good file of that thread "bad" after one damaged
   // file (dropped by `convert --skip-bad`; ImageProbeTest.ABadHeaderDoesNotSpoil...).
-  std::unique_ptr<void, TjDeleter> handle(tjInitDecompress());
+  TurboJpegHandle handle(tjInitDecompress());
   tjhandle tj = handle.get();
   if (tj == nullptr) return InternalError("jpeg: cannot create a TurboJPEG decompressor");
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
@@ -51,10 +43,6 @@ Result<ImageHeader> ProbeJpeg(std::span<const uint8_t> b) {
   return hdr;
 }
 
-struct SpngDeleter {
-  void operator()(spng_ctx* c) const { spng_ctx_free(c); }
-};
-
 int PngChannels(const spng_ihdr& ihdr) {
   switch (ihdr.color_type) {
     case SPNG_COLOR_TYPE_GRAYSCALE: return 1;
@@ -65,7 +53,7 @@ int PngChannels(const spng_ihdr& ihdr) {
 }
 
 Result<ImageHeader> ProbePng(std::span<const uint8_t> b) {
-  std::unique_ptr<spng_ctx, SpngDeleter> ctx(spng_ctx_new(0));
+  SpngContext ctx(spng_ctx_new(0));
   if (!ctx) return InternalError("png: cannot create a decoder context");
   spng_ihdr ihdr{};
   int rc = spng_set_png_buffer(ctx.get(), b.data(), b.size());

@@ -14,7 +14,6 @@
 namespace batchcast::data {
 namespace {
 
-constexpr char kFix[] = "re-create it with `batchcast convert`";
 // The blocks path of storage that is not chunked (external files, compact): rows per block.
 constexpr uint64_t kUnchunkedBlockBytes = 1 << 20;
 // The blocks path reads at most this many bytes per HDF5 call (a larger chunk is read in
@@ -56,7 +55,8 @@ Result<std::unique_ptr<ByteStore>> ByteStore::Open(const StoreFile* file, hid_t 
   uint64_t total = 0;
   if (__builtin_mul_overflow(s->rows_, s->row_bytes_, &total) || total > (1ULL << 62))
     return CorruptDataError("hdf5: dataset '{}' in {} declares {} rows of {} bytes, more than a "
-                            "file can hold; {}", name, file->path, rows, row_bytes, kFix);
+                            "file can hold; {}", name, file->path, rows, row_bytes,
+                            kRecreateWithConvert);
   s->dataset_ = ds;
   H5Id space(H5Dget_space(ds));
   s->rank_ = H5Sget_simple_extent_ndims(space.get());
@@ -102,7 +102,7 @@ Status ByteStore::MapChunks(hid_t ds) {
   H5Sget_simple_extent_dims(space.get(), dims, nullptr);
   if (rank < 1 || chunk[0] == 0)
     return CorruptDataError("hdf5: dataset '{}' in {} has a chunk dimension of 0; {}", name_,
-                            file_->path, kFix);
+                            file_->path, kRecreateWithConvert);
   block_rows_ = uint64_t(chunk[0]);
   num_blocks_ = (rows_ + block_rows_ - 1) / block_rows_;
   bool whole_rows = true;
@@ -133,13 +133,14 @@ Status ByteStore::MapChunks(hid_t ds) {
       return Hdf5Error(StatusCode::kCorruptData,
                        fmt::format("dataset '{}' in {} lacks chunk {} of its {}: the file is "
                                    "truncated or damaged; {}", name_, file_->path, b,
-                                   num_blocks_, kFix));
+                                   num_blocks_, kRecreateWithConvert));
     unfiltered_[size_t(b)] = (mask & 1) != 0;  // the deflate filter was skipped for it
     const bool raw = path_ == ReadPath::kDirect || unfiltered_[size_t(b)];
     if (raw ? uint64_t(size) != block_bytes : size == 0)
       return CorruptDataError("hdf5: chunk {} of dataset '{}' in {} stores {} bytes where its "
                               "chunk shape holds {}{}: the file is damaged; {}", b, name_,
-                              file_->path, size, block_bytes, raw ? "" : " compressed", kFix);
+                              file_->path, size, block_bytes, raw ? "" : " compressed",
+                              kRecreateWithConvert);
     stored_bytes_[size_t(b)] = uint64_t(size);
     if (__builtin_add_overflow(uint64_t(addr), file_->base_address, &address_[size_t(b)]))
       address_[size_t(b)] = ~0ULL;  // refused by CheckExtents
@@ -159,7 +160,8 @@ Status ByteStore::MapContiguous(hid_t ds) {
   const haddr_t addr = H5Dget_offset(ds);  // absolute (HDF5 adds the base address)
   if (addr == HADDR_UNDEF)
     return CorruptDataError("hdf5: dataset '{}' in {} declares {} bytes but has no storage in "
-                            "the file: it is damaged; {}", name_, file_->path, total_bytes(), kFix);
+                            "the file: it is damaged; {}", name_, file_->path, total_bytes(),
+                            kRecreateWithConvert);
   path_ = ReadPath::kDirect;
   block_rows_ = rows_;
   num_blocks_ = 1;
@@ -185,7 +187,7 @@ Status ByteStore::CheckExtents() {
       return CorruptDataError("hdf5: {} is damaged: chunk {} of dataset '{}' lies at bytes "
                               "[{}, {}) of a {}-byte file (truncated, or a damaged chunk "
                               "index); {}", file_->path, b, name_, a, a + len, file_->bytes,
-                              kFix);
+                              kRecreateWithConvert);
     if (path_ != ReadPath::kDirect) continue;
     run_bytes_[size_t(b)] = len;
     if (b + 1 < num_blocks_ && len == block && address_[size_t(b) + 1] == end)
@@ -346,7 +348,8 @@ Status ByteStore::Inflate(uint64_t b, std::vector<uint8_t>* out) const {
   if (rc != Z_OK || uint64_t(got) != chunk)
     return CorruptDataError("hdf5: chunk {} of dataset '{}' in {} does not inflate to its {} "
                             "bytes (zlib: {}, {} bytes): the file is damaged; {}", b, name_,
-                            file_->path, chunk, rc == Z_OK ? "ok" : zError(rc), got, kFix);
+                            file_->path, chunk, rc == Z_OK ? "ok" : zError(rc), got,
+                            kRecreateWithConvert);
   out->resize(size_t(used));
   return Status::Ok();
 }

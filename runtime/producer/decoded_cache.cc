@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/option_scope.h"
 
 namespace batchcast::producer {
 
@@ -20,11 +21,6 @@ namespace {
 // "12.3 MB", or "45.6 kB" under a megabyte (MNIST-sized samples).
 std::string Megabytes(double bytes) {
   return bytes < 1e6 ? fmt::format("{:.1f} kB", bytes / 1e3) : fmt::format("{:.1f} MB", bytes / 1e6);
-}
-
-// A size as the option `cache` takes it, rounded up to whole megabytes.
-std::string SizeOption(double bytes) {
-  return fmt::format("{}m", static_cast<int64_t>(bytes / double(1 << 20)) + 1);
 }
 
 }  // namespace
@@ -138,12 +134,12 @@ Status CheckCacheBudget(const Options& options, pipeline::Pipeline& pipeline,
         "x about {} = {}): it would save almost nothing; set cache=0 (off), or cache={} to keep "
         "the whole dataset (about {})",
         cache.budget(), info.path, producer_batch, Megabytes(mean), Megabytes(batch_bytes),
-        SizeOption(all), Megabytes(all));
+        SizeOptionValue(all), Megabytes(all));
   if (held < 0.25)
     BC_LOG(Warn, Pipe, "cache={} holds about {:.0f}% of the decoded samples of {} (about {} in "
            "all): later epochs still decode the other {:.0f}%; set cache={} to keep them all",
            Megabytes(double(cache.budget())), 100 * held, info.path, Megabytes(all),
-           100 * (1 - held), SizeOption(all));
+           100 * (1 - held), SizeOptionValue(all));
   else
     BC_LOG(Info, Pipe, "cache: {} for about {} of decoded samples of {} ({:.0f}% kept; admit "
            "until full, no eviction)", Megabytes(double(cache.budget())), Megabytes(all),

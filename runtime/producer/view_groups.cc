@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/option_scope.h"
 #include "transport/shm/control.h"
 
 namespace batchcast::producer {
@@ -23,9 +24,6 @@ std::string Describe(const pipeline::SampleLayout& l) {
                      l.dtype == pipeline::DType::kFloat32 ? "float32" : "uint8",
                      l.layout == pipeline::Layout::kHWC ? "hwc" : "chw");
 }
-
-// "64m" (rounded up to MiB): a size for an option value.
-std::string SizeOption(uint64_t bytes) { return fmt::format("{}m", (bytes + (1 << 20) - 1) >> 20); }
 
 }  // namespace
 
@@ -141,7 +139,7 @@ Result<shm::ViewGroupAnswer> ViewGroups::NewGroupLocked(const core::View& view,
         "view {} needs {} bytes per slot ({} images of {}); {} of {} are left (in pieces "
         "between the other groups'); start the {} with view_bytes={}", canonical, bytes,
         config_.capacity_samples, Describe(*sample), FreeRoomLocked(), config_.room_option,
-        config_.who, SizeOption(taken + bytes));
+        config_.who, SizeOptionValue(double(taken + bytes)));
   }
   uint32_t g = 1;
   while (groups_[g].used) ++g;  // used < views_max <= kMaxViewGroups: one is free

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "core/option_scope.h"
 #include "tests/unit/core/scoped_env.h"
@@ -107,6 +108,20 @@ TEST(OptionsTest, SizesDurationsAndBareBooleans) {
   EXPECT_EQ(r->heartbeat_ms, 2000);
   EXPECT_TRUE(r->flip);
   EXPECT_FALSE(r->shuffle);
+}
+
+// A size a message suggests (cache=, view_bytes=) is never less than what is needed, and reads
+// back as that many MiB.
+TEST(OptionsTest, SuggestedSizesRoundUpToWholeMegabytesAndParseBack) {
+  const std::pair<double, const char*> cases[] = {
+      {1, "1m"}, {1 << 20, "1m"}, {(1 << 20) + 1, "2m"}, {5.5 * (1 << 20), "6m"},
+      {double(3ULL << 30), "3072m"}};
+  for (const auto& [bytes, text] : cases) {
+    EXPECT_EQ(SizeOptionValue(bytes), text) << bytes;
+    auto r = ResolveOptions({std::string("--max-pixels=") + SizeOptionValue(bytes)});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_GE(double(r->max_pixels), bytes);
+  }
 }
 
 TEST(OptionsTest, RestCollectsNonOptions) {

@@ -1,6 +1,7 @@
 // Copyright (c) Batchcast authors. SPDX-License-Identifier: Apache-2.0
-// Shared helpers of the data tests: temporary directories, file I/O, Fashion-MNIST paths,
-// and a builder of hand-made (possibly broken) layout files through the HDF5 C API.
+// Shared helpers of the data tests: temporary directories, file I/O, message checks,
+// Fashion-MNIST paths, and a builder of hand-made (possibly broken) layout files through the
+// HDF5 C API.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -47,6 +48,11 @@ inline void WriteBytes(const std::string& path, const std::vector<uint8_t>& byte
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream f(path, std::ios::binary);
   f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+}
+
+// A failure (the test goes on) when `text` does not contain `part`; the message shows both.
+inline void ExpectContains(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
 }
 
 inline std::vector<uint8_t> ReadBytes(const std::string& path) {

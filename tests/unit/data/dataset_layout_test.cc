@@ -27,6 +27,7 @@
 
 namespace batchcast::data {
 namespace {
+using testing::ExpectContains;
 using testing::LayoutSpec;
 using testing::ReadBytes;
 using testing::TempDir;
@@ -76,10 +77,6 @@ std::string OpenError(const std::string& path) {
   auto r = DatasetReader::Open(path);
   EXPECT_FALSE(r.ok()) << path << " opened but should not";
   return r.ok() ? "" : r.status().message();
-}
-
-void ExpectContains(const std::string& text, const std::string& part) {
-  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
 }
 
 TEST(DatasetLayoutTest, RawRoundTripWithAndWithoutCompression) {

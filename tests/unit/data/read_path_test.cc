@@ -26,6 +26,7 @@
 
 namespace batchcast::data::read_path_test {  // named: the unit build merges test files
 namespace {
+using testing::ExpectContains;
 using testing::TempDir;
 
 std::vector<uint8_t> Bytes(size_t n, int seed) {
@@ -117,10 +118,6 @@ std::vector<std::vector<uint8_t>> ReadAll(const DatasetReader& r) {
 }
 
 int64_t Acquisitions() { return ThisThreadHdf5LockTimes().acquisitions; }
-
-void ExpectContains(const std::string& text, const std::string& part) {
-  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
-}
 
 TEST(ReadPathTest, EncodedLayoutsReadTheSameBytesVersion2WithoutTheLock) {
   TempDir dir;
