@@ -344,7 +344,7 @@ class Checker {
     // The stall starts only once the probe rank has consumed the held batch too (an MPI message
     // from it), so the probe's wait covers the hold whatever the two ranks' start times were
     // (on a loaded machine the probe started late and waited less than half of it).
-    if (args_.probe_rank >= 0 && v_.batches == args_.hold_at) {
+    if (args_.probe_rank >= 0 && args_.hold_rank >= 0 && v_.batches == args_.hold_at) {
       int word = 0;
       if (rank_ == args_.probe_rank)
         MPI_Send(&word, 1, MPI_INT, args_.hold_rank, kHoldTag, MPI_COMM_WORLD);
