@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/option_scope.h"
 #include "core/suggest.h"
+#include "core/units.h"
 
 namespace batchcast {
 namespace {
@@ -195,45 +196,6 @@ Status ParseBool(const std::string& text, bool* out) {
   return Status::Ok();
 }
 
-// "64m", "2g", "512k", "1048576" → count (binary multiples; a trailing 'b' is allowed).
-Status ParseSize(const std::string& text, int64_t* out) {
-  std::string t = NormalizeKey(text);
-  if (!t.empty() && t.back() == 'b') t.pop_back();
-  int64_t mult = 1;
-  if (!t.empty()) {
-    switch (t.back()) {
-      case 'k': mult = 1LL << 10; break;
-      case 'm': mult = 1LL << 20; break;
-      case 'g': mult = 1LL << 30; break;
-      case 't': mult = 1LL << 40; break;
-      default: break;
-    }
-    if (mult != 1) t.pop_back();
-  }
-  int64_t v = 0;
-  if (Status s = ParseNumber(t, &v); !s.ok() || v < 0)
-    return InvalidArgumentError("'{}' is not a size (e.g. 4096, 64k, 128m, 2g)", text);
-  *out = v * mult;
-  return Status::Ok();
-}
-
-// "500ms", "10s", "2m", "1500" (ms) → milliseconds.
-Status ParseDuration(const std::string& text, int64_t* out) {
-  std::string t = NormalizeKey(text);
-  int64_t mult = 1;
-  auto ends_with = [&](const char* s) {
-    size_t n = std::strlen(s);
-    return t.size() > n && t.compare(t.size() - n, n, s) == 0;
-  };
-  if (ends_with("ms")) t.resize(t.size() - 2);
-  else if (ends_with("s")) { t.pop_back(); mult = 1000; }
-  else if (ends_with("m")) { t.pop_back(); mult = 60000; }
-  int64_t v = 0;
-  if (Status s = ParseNumber(t, &v); !s.ok() || v < 0)
-    return InvalidArgumentError("'{}' is not a duration (e.g. 500ms, 10s, 2m)", text);
-  *out = v * mult;
-  return Status::Ok();
-}
 
 Status Assign(const Entry& e, Options* o, const std::string& value) {
   void* f = e.field(*o);

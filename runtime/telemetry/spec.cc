@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/units.h"
 
 namespace batchcast::telemetry {
 namespace {
@@ -24,15 +25,9 @@ bool ParseInt(std::string_view s, int64_t* out) {
   return ec == std::errc() && p == s.data() + s.size() && *out >= 0;
 }
 
-// "250ms", "1s", "2m", "500" (ms) → milliseconds.
+// "250ms", "1s", "2m", "500" (ms) → milliseconds, by the options registry's rule.
 bool ParseMs(std::string_view s, int64_t* out) {
-  int64_t mult = 1;
-  if (s.size() > 2 && s.substr(s.size() - 2) == "ms") s.remove_suffix(2);
-  else if (s.size() > 1 && s.back() == 's') { s.remove_suffix(1); mult = 1000; }
-  else if (s.size() > 1 && s.back() == 'm') { s.remove_suffix(1); mult = 60000; }
-  if (!ParseInt(s, out)) return false;
-  *out *= mult;
-  return true;
+  return ParseDuration(s, out).ok();
 }
 
 bool ParseFlag(std::string_view s, bool* out) {

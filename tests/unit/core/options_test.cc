@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/option_scope.h"
+#include "core/units.h"
 #include "tests/unit/core/scoped_env.h"
 
 namespace batchcast {
@@ -108,6 +109,26 @@ TEST(OptionsTest, SizesDurationsAndBareBooleans) {
   EXPECT_EQ(r->heartbeat_ms, 2000);
   EXPECT_TRUE(r->flip);
   EXPECT_FALSE(r->shuffle);
+}
+
+// A size or duration past int64 after its unit is an error naming the value, never a wrapped
+// number (the fuzzer found the telemetry spec's copy of this rule overflowing).
+TEST(OptionsTest, SizesAndDurationsBeyondInt64AreRefused) {
+  auto size = ResolveOptions({"--max-pixels=9000000000000t"});
+  ASSERT_FALSE(size.ok());
+  EXPECT_NE(size.status().message().find("'9000000000000t' is too large"), std::string::npos)
+      << size.status().ToString();
+  auto ms = ResolveOptions({"--heartbeat-ms=20000000209482764s"});
+  ASSERT_FALSE(ms.ok());
+  EXPECT_NE(ms.status().message().find("'20000000209482764s' is too long"), std::string::npos)
+      << ms.status().ToString();
+  int64_t v = 0;
+  ASSERT_TRUE(ParseSize("8388607t", &v).ok());
+  EXPECT_EQ(v, 8388607LL << 40);
+  EXPECT_FALSE(ParseSize("8388608t", &v).ok());
+  ASSERT_TRUE(ParseDuration("153722867280912m", &v).ok());
+  EXPECT_EQ(v, 153722867280912LL * 60000);
+  EXPECT_FALSE(ParseDuration("153722867280913m", &v).ok());
 }
 
 // A size a message suggests (cache=, view_bytes=) is never less than what is needed, and reads

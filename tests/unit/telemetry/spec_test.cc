@@ -52,6 +52,11 @@ TEST(TelemetrySpecTest, ErrorsPointAtThePosition) {
   EXPECT_FALSE(ParseTelemetrySpec("interval=1ms").ok());
   EXPECT_FALSE(ParseTelemetrySpec("hdf5").ok());
   EXPECT_FALSE(ParseTelemetrySpec("hdf5=").ok());
+  // The fuzzer's input: an interval that overflows int64 in milliseconds.
+  auto huge = ParseTelemetrySpec("interval=20000000209482764s");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("bad value '20000000209482764s' for 'interval'"),
+            std::string::npos) << huge.status().ToString();
 }
 
 TEST(TelemetrySpecTest, RunDirectoryForms) {
