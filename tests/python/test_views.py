@@ -13,33 +13,11 @@ import batchcast
 SAMPLES = 320
 
 
-def read_all(consumer, out):
-    """(sample id -> image bytes) and the images' shapes of one epoch."""
-    seen, shapes = {}, set()
-    for images, labels, info in consumer:
-        arr = images.numpy() if hasattr(images, "numpy") else images
-        ids = [int(x) for x in info.sample_ids]
-        for i, sid in enumerate(ids[: len(ids) - info.repeats]):
-            assert int(sid) not in seen, f"sample {sid} twice"
-            seen[int(sid)] = arr[i].tobytes()
-        shapes.add(tuple(arr.shape[1:]))
-    out.append((seen, shapes))
-
-
 def run(fmnist, views, **leader_options):
-    """One leader, one consumer per view in `views` ("" = the leader's): what each read."""
-    with batchcast.Leader(fmnist["train"], consumers=len(views), epochs=1, batch_size=32,
-                          limit_samples=SAMPLES, seed=5, **leader_options) as leader:
-        consumers = [batchcast.Consumer(leader.address, batch_size=32, epochs=1, view=v,
-                                        with_info=True) for v in views]
-        outs = [[] for _ in views]
-        threads = [threading.Thread(target=read_all, args=(c, o)) for c, o in zip(consumers, outs)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert leader.wait(60)
-        return [o[0] for o in outs]
+    """One leader, one consumer per view in `views` ("" = the leader's), one epoch: what each
+    read (sample id -> image bytes) and the images' shapes."""
+    got = run_epochs(fmnist, [(v, 32) for v in views], 1, **leader_options)
+    return [(epochs[0][0], epochs[0][1]) for epochs in got]
 
 
 def test_each_consumer_gets_its_views_tensor_once_per_sample(fmnist):
@@ -80,18 +58,20 @@ def test_views_are_refused_with_their_cause(fmnist):
                          resize="resize(min=16,max=28,step=4)")
 
 
-def read_epochs(consumer, out):
-    """Per epoch: (sample id -> image bytes), the images' shapes and info.image_size values."""
+def read_epochs(consumer, count, out):
+    """Per epoch of `count` (one pass over the consumer each, like a DataLoader): (sample id ->
+    image bytes), the images' shapes and info.image_size values."""
     epochs = {}
-    for images, labels, info in consumer:
-        arr = images.numpy() if hasattr(images, "numpy") else images
-        seen, shapes, sizes = epochs.setdefault(int(info.epoch), ({}, set(), set()))
-        ids = [int(x) for x in info.sample_ids]
-        for i, sid in enumerate(ids[: len(ids) - info.repeats]):
-            assert sid not in seen, f"sample {sid} twice in epoch {info.epoch}"
-            seen[sid] = arr[i].tobytes()
-        shapes.add(tuple(arr.shape[1:]))
-        sizes.add(int(info.image_size))
+    for _ in range(count):
+        for images, labels, info in consumer:
+            arr = images.numpy() if hasattr(images, "numpy") else images
+            seen, shapes, sizes = epochs.setdefault(int(info.epoch), ({}, set(), set()))
+            ids = [int(x) for x in info.sample_ids]
+            for i, sid in enumerate(ids[: len(ids) - info.repeats]):
+                assert sid not in seen, f"sample {sid} twice in epoch {info.epoch}"
+                seen[sid] = arr[i].tobytes()
+            shapes.add(tuple(arr.shape[1:]))
+            sizes.add(int(info.image_size))
     out.append(epochs)
 
 
@@ -102,7 +82,7 @@ def run_epochs(fmnist, views, epochs, **leader_options):
         consumers = [batchcast.Consumer(leader.address, batch_size=b, epochs=epochs, view=v,
                                         with_info=True) for v, b in views]
         outs = [[] for _ in views]
-        threads = [threading.Thread(target=read_epochs, args=(c, o))
+        threads = [threading.Thread(target=read_epochs, args=(c, epochs, o))
                    for c, o in zip(consumers, outs)]
         for t in threads:
             t.start()

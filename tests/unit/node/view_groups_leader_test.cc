@@ -132,6 +132,15 @@ std::unique_ptr<Leader> StartLeader(const Options& o, int expected,
   return l;
 }
 
+// Joins the consumers' threads, then the leader's: the leader and every consumer ended well.
+void JoinAll(Leader* leader, std::initializer_list<std::thread*> threads,
+             std::initializer_list<const Status*> statuses) {
+  for (std::thread* t : threads) t->join();
+  leader->thread.join();
+  EXPECT_TRUE(leader->status.ok()) << leader->status.ToString();
+  for (const Status* s : statuses) EXPECT_TRUE(s->ok()) << s->ToString();
+}
+
 struct Want {
   std::string view;     // "" = the leader's
   int batch_size = 8;
@@ -252,6 +261,18 @@ class ViewGroupsLeaderTest : public ::testing::Test {
     o_.views_max = 4;
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Why a leader of `leader_options` refuses a consumer of view `spec` ("" if it does not).
+  std::string refused(const Options& leader_options, const std::string& spec) {
+    auto leader = StartLeader(leader_options, 0);
+    if (leader == nullptr) return "no leader";
+    Options co = o_;
+    co.view = spec;
+    auto c = Consumer::Attach(leader->producer->address(), co, 0);
+    leader->producer->Stop("test over");
+    if (c.ok()) return "";
+    return c.status().message();
+  }
 
   static constexpr int kSamples = 45;
   std::filesystem::path dir_;
@@ -418,13 +439,7 @@ TEST_F(ViewGroupsLeaderTest, GroupsComeAndGoAndEveryoneStillGetsEachSampleOncePe
   std::thread tb(Drain, b->get(), &sb, &st_b, -1);
   std::thread tc(Drain, c->get(), &sc, &st_c, 3);
   std::thread ta(Drain, a->get(), &sa, &st_a, -1);
-  ta.join();
-  tb.join();
-  tc.join();
-  leader->thread.join();
-  EXPECT_TRUE(leader->status.ok()) << leader->status.ToString();
-  EXPECT_TRUE(st_a.ok() && st_b.ok() && st_c.ok())
-      << st_a.ToString() << " / " << st_b.ToString() << " / " << st_c.ToString();
+  JoinAll(leader.get(), {&ta, &tb, &tc}, {&st_a, &st_b, &st_c});
   // a: 3 whole epochs less the first batch it took above; b: whole epochs only.
   ExpectExactlyOnce(sb, kSamples, "late joiner with a new view");
   EXPECT_GE(sb.size(), size_t(kSamples));
@@ -483,16 +498,6 @@ TEST_F(ViewGroupsLeaderTest, AJoinerMidEpochGetsItsGroupFromItsFirstBatch) {
 }
 
 TEST_F(ViewGroupsLeaderTest, ViewsTheLeaderCannotServeAreRefusedAtAttach) {
-  auto refused = [&](const Options& leader_options, const std::string& spec) -> std::string {
-    auto leader = StartLeader(leader_options, 0);
-    if (leader == nullptr) return "no leader";
-    Options co = o_;
-    co.view = spec;
-    auto c = Consumer::Attach(leader->producer->address(), co, 0);
-    leader->producer->Stop("test over");
-    if (c.ok()) return "";
-    return c.status().message();
-  };
   Options one = o_;
   one.views_max = 1;
   EXPECT_NE(refused(one, "view(size=24)").find("views_max=1"), std::string::npos);
@@ -599,13 +604,7 @@ TEST_F(ViewGroupsLeaderTest, AScheduledGroupJoinsMidScheduleAndAnotherConsumerLe
   Stream rest;
   Sizes zrest;
   std::thread ta(DrainSized, a->get(), &rest, &st_a, -1, &zrest);
-  ta.join();
-  tb.join();
-  tc.join();
-  leader->thread.join();
-  EXPECT_TRUE(leader->status.ok()) << leader->status.ToString();
-  EXPECT_TRUE(st_a.ok() && st_b.ok() && st_c.ok())
-      << st_a.ToString() << " / " << st_b.ToString() << " / " << st_c.ToString();
+  JoinAll(leader.get(), {&ta, &tb, &tc}, {&st_a, &st_b, &st_c});
   EXPECT_EQ(sc.size(), size_t(3 * 4));  // three batches of 4, then it left
   // a: epoch 0 whole, epoch 1 less the batch it dropped, epochs 2 and 3 whole.
   Stream whole_a = sa;
@@ -670,16 +669,6 @@ TEST_F(ViewGroupsLeaderTest, StatusAndTelemetryShowAScheduledGroupsSizeNow) {
 
 // What a scheduled view cannot be, refused at Attach (or at the leader's start) by message.
 TEST_F(ViewGroupsLeaderTest, ScheduledViewsTheLeaderCannotServeAreRefusedWithCauseAndFix) {
-  auto refused = [&](const Options& leader_options, const std::string& spec) -> std::string {
-    auto leader = StartLeader(leader_options, 0);
-    if (leader == nullptr) return "no leader";
-    Options co = o_;
-    co.view = spec;
-    auto c = Consumer::Attach(leader->producer->address(), co, 0);
-    leader->producer->Stop("test over");
-    if (c.ok()) return "";
-    return c.status().message();
-  };
   // The room holds the largest scheduled size.
   Options tight = o_;
   tight.view_bytes = 16 * 24 * 24 * 3 * 2;  // a few 24-px images per slot: not 32 px
