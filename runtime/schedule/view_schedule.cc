@@ -124,8 +124,9 @@ Result<ViewSchedule> ParseViewSchedule(std::string_view value, size_t column) {
     step.first_epoch = next_epoch;
     if (sign != std::string_view::npos) {
       const std::string_view epoch = StepTrim(item.substr(sign + 1));
-      if (!StepInt(epoch, &step.first_epoch))
-        return bad(fmt::format("epoch '{}' is not a non-negative integer", epoch), at);
+      if (!StepInt(epoch, &step.first_epoch) || step.first_epoch >= kMaxViewEpoch)
+        return bad(fmt::format("epoch '{}' is not an integer in [0, {}]", epoch,
+                               kMaxViewEpoch - 1), at);
       if (out.steps.empty() && step.first_epoch != 0)
         return bad(fmt::format("the first size starts at epoch 0 (the size before epoch {} "
                                "would be unknown), got {}@{}", step.first_epoch, step.size,
@@ -135,6 +136,9 @@ Result<ViewSchedule> ParseViewSchedule(std::string_view value, size_t column) {
                                step.size, step.first_epoch, out.steps.back().size,
                                out.steps.back().first_epoch), at);
     }
+    if (step.first_epoch >= kMaxViewEpoch)  // an implicit step after the last epoch allowed
+      return bad(fmt::format("size {} would start at epoch {}, past the last one a step may "
+                             "start at ({})", step.size, step.first_epoch, kMaxViewEpoch - 1), at);
     if (out.steps.empty() || out.steps.back().size != step.size) out.steps.push_back(step);
     next_epoch = step.first_epoch + 1;
     pos = stop + 1;

@@ -26,6 +26,7 @@
 namespace batchcast::schedule {
 
 inline constexpr int kMaxViewSteps = 64;
+inline constexpr uint64_t kMaxViewEpoch = uint64_t(1) << 32;  // steps start before this epoch
 
 struct ViewStep {
   uint64_t first_epoch = 0;

@@ -93,6 +93,9 @@ TEST(ViewScheduleTest, RefusalsNameTheColumnTheCauseAndTheFix) {
   EXPECT_NE(Refusal("view(resize=0:24)").find("size '0' is not an integer in [1, 16384]"),
             std::string::npos);
   EXPECT_NE(Refusal("view(resize=16@x)").find("epoch 'x'"), std::string::npos);
+  EXPECT_NE(Refusal("view(resize=16@0:24@4294967296:32)").find("epoch '4294967296' is not an "
+                                                               "integer in [0, 4294967295]"),
+            std::string::npos);
   EXPECT_NE(Refusal("view(resize=16,resize=24)").find("duplicate key 'resize'"),
             std::string::npos);
   // The rest of the spec is core::ParseView's, columns unchanged by the schedule.
