@@ -24,16 +24,6 @@ class PipelineFeed final : public Feed {
     return plan_ == nullptr ? nullptr : plan_->resize_schedule();
   }
   BatchSource* ViewSource(std::string* why) override {
-    if (resize_schedule() != nullptr) {
-      // docs/progressive-resizing.md "A schedule per view": why not, and what to run instead.
-      *why = "its progressive-resizing schedule (option 'resize') moves samples between sizes "
-             "within an epoch and scales each producer batch and every consumer's batch size "
-             "and LR with them, which another view's consumers cannot follow (all groups share "
-             "the leader's batches); to serve trials on their own schedules from one decode, "
-             "start the leader without 'resize' and give each trial its sizes by epoch as a "
-             "view (view(resize=96@0:160@2:224@4))";
-      return nullptr;
-    }
     if (source_->own_view() == nullptr) {
       *why = "its batch source makes one kind of image";
       return nullptr;

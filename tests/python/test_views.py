@@ -52,10 +52,11 @@ def test_views_are_refused_with_their_cause(fmnist):
             batchcast.Consumer(leader.address, batch_size=32, epochs=1, view="view(szie=16)")
     with pytest.raises(batchcast.Error, match="views_max"):
         batchcast.Leader(fmnist["train"], epochs=1, batch_size=32, views_max=17)
-    with pytest.raises(batchcast.Error, match="start the leader without 'resize' and give each "
-                       r"trial its sizes by epoch as a view \(view\(resize="):
-        batchcast.Leader(fmnist["train"], epochs=2, batch_size=32, views_max=2,
-                         resize="resize(min=16,max=28,step=4)")
+    with pytest.raises(batchcast.Error, match="not a leader's resize"):
+        with batchcast.Leader(fmnist["train"], consumers=0, end_when_empty=False, epochs=2,
+                              batch_size=32, limit_samples=SAMPLES, views_max=2) as leader:
+            batchcast.Consumer(leader.address, batch_size=32, epochs=2,
+                               view="view(resize=resize(min=16,max=28,step=4))")
 
 
 def read_epochs(consumer, count, out):
@@ -123,3 +124,19 @@ def test_a_view_on_its_own_schedule_changes_size_at_epoch_boundaries(fmnist):
                 assert seen == ref[epoch][0], (spec, epoch, size)
                 compared += 1
         assert compared > 0
+
+
+def test_a_leader_on_its_own_schedule_serves_other_views_at_their_sizes(fmnist):
+    """A Leader with resize= serves views beside its own schedule: its consumers get its
+    schedule's sizes; a fixed view and a view with its own schedule get theirs, every sample
+    once per epoch."""
+    own, fixed, grown = run_epochs(
+        fmnist, [("", 32), ("view(size=20)", 32), ("view(resize=12:24)", 16)], 2, views_max=3,
+        resize="resize(sizes=16:28,upgrade=0.5)")
+    assert own[0][1] == {(1, 16, 16)}  # the leader's epoch 0: all at its smallest size
+    for got, sizes in ((fixed, [20, 20]), (grown, [12, 24])):
+        assert sorted(got) == [0, 1]
+        for epoch, (seen, shapes, infos) in got.items():
+            assert shapes == {(1, sizes[epoch], sizes[epoch])}, (epoch, shapes)
+            assert infos == {sizes[epoch]}
+            assert sorted(seen) == list(range(SAMPLES))

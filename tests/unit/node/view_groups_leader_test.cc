@@ -60,20 +60,38 @@ void ExpectExactlyOnce(const Stream& s, int64_t num_samples, const std::string& 
 }
 
 // Per epoch: the image sizes a consumer saw (BatchInfo::image_size and the images' height).
-using Sizes = std::map<uint64_t, std::set<std::pair<int64_t, int64_t>>>;
+struct EpochSeen {
+  std::set<std::pair<int64_t, int64_t>> sizes;  // (BatchInfo::image_size, the images' height)
+  std::set<float> lr;                           // BatchInfo::lr_factor
+  int64_t batches = 0;                          // delivered
+  int64_t foreseen = -1;                        // Consumer::BatchesPerEpoch at its first batch
+  std::map<uint64_t, std::map<int64_t, uint64_t>> fresh;  // producer seq -> id -> checksum
+  std::vector<std::tuple<uint64_t, int64_t, uint64_t>> repeats;  // (producer seq, id, checksum)
+};
+using Sizes = std::map<uint64_t, EpochSeen>;
 
 // Reads `c` to its end; after `stop_after` batches (>= 0) it leaves (Detach).
 // Adds the batch's fresh samples to `s` (and its sizes to `sizes`, if not null).
 void RecordBatch(const Batch& batch, Stream* s, Sizes* sizes) {
-  if (sizes != nullptr)  // chw: [n, c, h, w]
-    (*sizes)[batch.info().epoch].insert({batch.info().image_size, batch.images().shape[2]});
+  if (sizes != nullptr) {  // chw: [n, c, h, w]
+    EpochSeen& seen = (*sizes)[batch.info().epoch];
+    seen.sizes.insert({batch.info().image_size, batch.images().shape[2]});
+    seen.lr.insert(batch.info().lr_factor);
+    seen.batches += 1;
+  }
   const size_t sb = batch.images().nbytes / static_cast<size_t>(batch.size());
   const auto* px = static_cast<const uint8_t*>(batch.images().data);
   const auto* labels = static_cast<const int64_t*>(batch.labels().data);
-  for (int64_t i = 0; i < batch.size() - int64_t(batch.info().repeats); ++i) {
+  const int64_t fresh = batch.size() - int64_t(batch.info().repeats);
+  for (int64_t i = 0; i < batch.size(); ++i) {
     uint64_t h = HashCombine(Mix64(uint64_t(labels[i])), sb);
     for (size_t k = 0; k < sb; ++k) h = HashCombine(h, px[i * sb + k]);
-    s->emplace_back(batch.info().epoch, batch.sample_ids()[i], h);
+    const int64_t id = batch.sample_ids()[i];
+    if (i < fresh) s->emplace_back(batch.info().epoch, id, h);
+    if (sizes == nullptr) continue;
+    EpochSeen& seen = (*sizes)[batch.info().epoch];
+    if (i < fresh) seen.fresh[batch.info().producer_seq][id] = h;
+    else seen.repeats.emplace_back(batch.info().producer_seq, id, h);
   }
 }
 
@@ -89,6 +107,8 @@ void DrainSized(Consumer* c, Stream* s, Status* status, int stop_after, Sizes* s
       if (st.code() != StatusCode::kEndOfStream) *status = st;
       return;
     }
+    if (sizes != nullptr && (*sizes)[batch.info().epoch].foreseen < 0)
+      (*sizes)[batch.info().epoch].foreseen = c->BatchesPerEpoch(batch.info().epoch);
     RecordBatch(batch, s, sizes);
   }
 }
@@ -182,6 +202,23 @@ std::vector<Stream> RunLeader(const Options& o, const std::vector<Want>& wants,
 
 Options ReferenceFor(const Options& o, const std::string& spec, uint64_t epoch = 0);
 
+// Every fill repeat a consumer got (per-producer-batch carving) is a copy of a sample of its
+// own producer batch, label and pixels: the leader wrote a tail long enough for it. Returns
+// the repeats checked.
+int64_t ExpectRepeatsOfTheirProducerBatch(const Sizes& sizes, const std::string& who) {
+  int64_t n = 0;
+  for (const auto& [epoch, seen] : sizes)
+    for (const auto& [seq, id, h] : seen.repeats) {
+      auto batch = seen.fresh.find(seq);
+      const bool found = batch != seen.fresh.end() && batch->second.count(id) != 0;
+      EXPECT_TRUE(found) << who << ": epoch " << epoch << ": a repeat of sample " << id
+                         << " that producer batch " << seq << " did not give it";
+      if (found) EXPECT_EQ(batch->second.at(id), h) << who << ": repeat of " << id;
+      n += 1;
+    }
+  return n;
+}
+
 // Each epoch of `got` (a consumer of view `spec` on the leader of `o`) against a one-view
 // leader at that epoch's size: the same pixels per (epoch, sample), and only that size seen.
 void ExpectScheduledView(const Options& o, const std::string& spec, const Stream& got,
@@ -195,7 +232,7 @@ void ExpectScheduledView(const Options& o, const std::string& spec, const Stream
   for (const auto& [epoch, id, h] : got) epochs_at[v->schedule.SizeAt(epoch)].insert(epoch);
   for (const auto& [epoch, seen] : sizes) {
     const int want = v->schedule.SizeAt(epoch);
-    EXPECT_EQ(seen, (std::set<std::pair<int64_t, int64_t>>{{want, want}}))
+    EXPECT_EQ(seen.sizes, (std::set<std::pair<int64_t, int64_t>>{{want, want}}))
         << who << ": epoch " << epoch << " should be all at " << want;
   }
   for (const auto& [size, epochs] : epochs_at) {
@@ -545,7 +582,7 @@ TEST_F(ViewGroupsLeaderTest, GroupsOnDifferentSchedulesShareOneDecodeAndMatchOne
     ExpectExactlyOnce(got[i], kSamples, names[i]);
     EXPECT_EQ(sizes[i].size(), 4u) << names[i];
   }
-  EXPECT_EQ(sizes[0][3], (std::set<std::pair<int64_t, int64_t>>{{40, 40}}));
+  EXPECT_EQ(sizes[0][3].sizes, (std::set<std::pair<int64_t, int64_t>>{{40, 40}}));
   ExpectScheduledView(o_, grow, got[1], sizes[1], 8, names[1]);
   ExpectScheduledView(o_, grow, got[2], sizes[2], 5, names[2]);
   ExpectScheduledView(o_, shrink, got[3], sizes[3], 16, names[3]);
@@ -610,7 +647,7 @@ TEST_F(ViewGroupsLeaderTest, AScheduledGroupJoinsMidScheduleAndAnotherConsumerLe
   Stream whole_a = sa;
   for (const auto& x : rest)
     if (std::get<0>(x) != 1) whole_a.push_back(x);
-  for (const auto& [e, z] : zrest) za[e].insert(z.begin(), z.end());
+  for (const auto& [e, z] : zrest) za[e].sizes.insert(z.sizes.begin(), z.sizes.end());
   ExpectExactlyOnce(whole_a, kSamples, "first scheduled group");
   EXPECT_EQ(whole_a.size(), size_t(3 * kSamples));
   sa.insert(sa.end(), rest.begin(), rest.end());
@@ -684,27 +721,50 @@ TEST_F(ViewGroupsLeaderTest, ScheduledViewsTheLeaderCannotServeAreRefusedWithCau
   const std::string spec = refused(o_, "view(resize=resize(min=16,max=32))");
   EXPECT_NE(spec.find("not a leader's resize(...) schedule"), std::string::npos) << spec;
   EXPECT_NE(spec.find("scales batch sizes"), std::string::npos) << spec;
-  // A leader with its own resize= schedule serves its own view only: at its start with
-  // views_max > 1, at Attach with views_max=1; both say why and what to run instead.
-  Options scheduled = o_;
-  scheduled.resize = "resize(sizes=16:24:40,upgrade=0.5)";
-  producer::ProducerConfig cfg;
-  cfg.options = scheduled;
-  cfg.socket_name = "batchcast-test-" + std::to_string(getpid()) + "-views-resize";
-  cfg.job = "test";
-  auto source = producer::MakePipelineSource(scheduled);
-  ASSERT_TRUE(source.ok()) << source.status().ToString();
-  auto p = producer::Producer::Create(cfg, std::move(source).value());
-  ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("option 'views_max' (4) serves consumers' own views, but "
-                                      "its progressive-resizing schedule"),
-            std::string::npos) << p.status().message();
-  EXPECT_NE(p.status().message().find("view(resize=96@0:160@2:224@4)"), std::string::npos);
-  scheduled.views_max = 1;
-  const std::string own = refused(scheduled, "view(resize=16@0:24@1)");
-  EXPECT_NE(own.find("the leader makes its own view only (its progressive-resizing schedule"),
-            std::string::npos) << own;
-  EXPECT_NE(own.find("start the leader without 'resize'"), std::string::npos) << own;
+}
+
+// A leader on its own progressive-resizing schedule (option 'resize') serves other views: its
+// group 0 follows its plan (scaled batches, LR factors, its sizes per batch) exactly as
+// without them, and each other group gets its own size per epoch (fixed, or its own schedule)
+// in the same producer batches at its consumers' own batch sizes, LR factor 1, every sample
+// once per epoch, BatchesPerEpoch exact, pixels those of a one-view leader without a
+// schedule at that size.
+TEST_F(ViewGroupsLeaderTest, ALeaderOnItsOwnResizeScheduleServesOtherViewsAtTheirSizes) {
+  o_.epochs = 3;
+  o_.resize = "resize(sizes=16:24:40,upgrade=0.5)";
+  const std::string fixed = "view(size=24)";
+  const std::string grow = "view(resize=16@0:32@2)";
+  std::vector<Sizes> seen;
+  const auto got = RunLeader(o_, {{"", 8}, {fixed, 5}, {grow, 6}}, &seen);
+  ASSERT_EQ(got.size(), 3u);
+  const char* names[] = {"leader's group", "fixed 24", "grow"};
+  for (size_t i = 0; i < got.size(); ++i) {
+    ExpectExactlyOnce(got[i], kSamples, names[i]);
+    EXPECT_EQ(got[i].size(), size_t(3 * kSamples)) << names[i];
+    ASSERT_EQ(seen[i].size(), 3u) << names[i];
+    for (const auto& [epoch, z] : seen[i])
+      EXPECT_EQ(z.batches, z.foreseen) << names[i] << " epoch " << epoch;
+    EXPECT_GT(ExpectRepeatsOfTheirProducerBatch(seen[i], names[i]), 0) << names[i];
+  }
+  // The leader's group: its schedule's sizes and scaled LR factors (epoch 0 all at 16).
+  EXPECT_EQ(seen[0][0].sizes, (std::set<std::pair<int64_t, int64_t>>{{16, 16}}));
+  EXPECT_GT(*seen[0][0].lr.begin(), 1.0f);
+  // The other groups: their own size per epoch, batches of their own size, LR factor 1.
+  for (size_t i = 1; i < got.size(); ++i)
+    for (const auto& [epoch, z] : seen[i])
+      EXPECT_EQ(z.lr, std::set<float>{1.0f}) << names[i] << " epoch " << epoch;
+  Options plain = o_;  // the references: one-view leaders without a schedule
+  plain.resize = "";
+  const auto ref = RunLeader(ReferenceFor(plain, fixed), {{"", 5}});
+  ASSERT_EQ(ref.size(), 1u);
+  EXPECT_TRUE(DigestOf(got[1]) == DigestOf(ref[0]));
+  for (const auto& [epoch, z] : seen[1])
+    EXPECT_EQ(z.sizes, (std::set<std::pair<int64_t, int64_t>>{{24, 24}})) << epoch;
+  ExpectScheduledView(plain, grow, got[2], seen[2], 6, names[2]);
+  // Group 0 is what the leader makes without other groups, batch for batch.
+  const auto alone = RunLeader(o_, {{"", 8}});
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_EQ(got[0], alone[0]);
 }
 
 }  // namespace
