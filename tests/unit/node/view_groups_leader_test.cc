@@ -213,7 +213,9 @@ int64_t ExpectRepeatsOfTheirProducerBatch(const Sizes& sizes, const std::string&
       const bool found = batch != seen.fresh.end() && batch->second.count(id) != 0;
       EXPECT_TRUE(found) << who << ": epoch " << epoch << ": a repeat of sample " << id
                          << " that producer batch " << seq << " did not give it";
-      if (found) EXPECT_EQ(batch->second.at(id), h) << who << ": repeat of " << id;
+      if (found) {
+        EXPECT_EQ(batch->second.at(id), h) << who << ": repeat of " << id;
+      }
       n += 1;
     }
   return n;
@@ -765,6 +767,59 @@ TEST_F(ViewGroupsLeaderTest, ALeaderOnItsOwnResizeScheduleServesOtherViewsAtThei
   const auto alone = RunLeader(o_, {{"", 8}});
   ASSERT_EQ(alone.size(), 1u);
   EXPECT_EQ(got[0], alone[0]);
+}
+
+// Beside the leader's own schedule, a view group joins once the stream is in epoch 1 and a
+// consumer of another group leaves after two batches: the joiner gets whole stream epochs at
+// its own schedule's size (LR 1, BatchesPerEpoch exact, repeats from their own producer
+// batch), the leader's consumer still gets every sample once per epoch.
+TEST_F(ViewGroupsLeaderTest, BesideTheLeadersScheduleAGroupJoinsLateAndAnotherLeavesEarly) {
+  o_.epochs = 3;
+  o_.resize = "resize(sizes=16:24:40,upgrade=0.5)";
+  auto leader = StartLeader(o_, 2);
+  ASSERT_NE(leader, nullptr);
+  const std::string& at = leader->producer->address();
+  auto a = Consumer::Attach(at, o_, 0);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  Options oc = o_;
+  oc.view = "view(size=24,crop=center)";
+  oc.batch_size = 4;
+  auto c = Consumer::Attach(at, oc, 2);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  Stream sa, sb, sc;
+  Sizes za, zb;
+  Status st_a, st_b, st_c;
+  std::thread tc(Drain, c->get(), &sc, &st_c, 2);
+  Batch batch;
+  do {  // a reads until it holds the first batch of epoch 1; then b joins
+    ASSERT_TRUE((*a)->Next(&batch).ok());
+    RecordBatch(batch, &sa, &za);
+  } while (batch.info().epoch == 0);
+  const std::string late = "view(resize=24@0:16@2,flip=0)";
+  Options ob = o_;
+  ob.view = late;
+  ob.batch_size = 7;
+  ob.epochs = kEpochsUntilStreamEnds;
+  auto b = Consumer::Attach(at, ob, 1);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  batch = Batch();
+  std::thread tb(DrainSized, b->get(), &sb, &st_b, -1, &zb);
+  std::thread ta(DrainSized, a->get(), &sa, &st_a, -1, &za);
+  JoinAll(leader.get(), {&ta, &tb, &tc}, {&st_a, &st_b, &st_c});
+  EXPECT_EQ(sc.size(), size_t(2 * 4));
+  ExpectExactlyOnce(sa, kSamples, "leader's group");
+  EXPECT_EQ(sa.size(), size_t(3 * kSamples));
+  ASSERT_FALSE(sb.empty());
+  EXPECT_GE(std::get<0>(sb.front()), 1u);
+  ExpectExactlyOnce(sb, kSamples, "late group");
+  for (const auto& [epoch, z] : zb) {
+    EXPECT_EQ(z.batches, z.foreseen) << "epoch " << epoch;
+    EXPECT_EQ(z.lr, std::set<float>{1.0f}) << "epoch " << epoch;
+  }
+  ExpectRepeatsOfTheirProducerBatch(zb, "late group");
+  Options plain = o_;
+  plain.resize = "";
+  ExpectScheduledView(plain, late, sb, zb, 7, "late group");
 }
 
 }  // namespace
