@@ -278,6 +278,55 @@ Options ReferenceFor(const Options& o, const std::string& spec, uint64_t epoch) 
   return r;
 }
 
+// A leader of `o` with consumer a (view `va`, o's batch size) and consumer c (view `vc`,
+// batch 4, leaving after `c_batches`) attached before it starts; once a holds the first batch
+// of epoch 1, consumer b (view `vb`, batch `bb`) joins; all read to the end.
+struct ViewsLateJoinRun {
+  Stream sa, sb, sc;
+  Sizes za, zb;
+};
+ViewsLateJoinRun RunViewsLateJoin(const Options& o, const std::string& va, const std::string& vc,
+                        int c_batches, const std::string& vb, int bb) {
+  ViewsLateJoinRun r;
+  auto leader = StartLeader(o, 2);
+  if (leader == nullptr) return r;
+  const std::string& at = leader->producer->address();
+  Options oa = o, oc = o, ob = o;
+  oa.view = va;
+  oc.view = vc;
+  oc.batch_size = 4;
+  ob.view = vb;
+  ob.batch_size = bb;
+  ob.epochs = kEpochsUntilStreamEnds;
+  auto a = Consumer::Attach(at, oa, 0);
+  auto c = Consumer::Attach(at, oc, 2);
+  if (!a.ok() || !c.ok()) {
+    ADD_FAILURE() << a.status().ToString() << " / " << c.status().ToString();
+    leader->producer->Abort("a consumer could not attach");
+    return r;
+  }
+  Status st_a, st_b, st_c;
+  std::thread tc(Drain, c->get(), &r.sc, &st_c, c_batches);
+  Batch batch;
+  do {
+    Status st = (*a)->Next(&batch);
+    if (!st.ok()) {
+      ADD_FAILURE() << st.ToString();
+      break;
+    }
+    RecordBatch(batch, &r.sa, &r.za);
+  } while (batch.info().epoch == 0);
+  auto b = Consumer::Attach(at, ob, 1);
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  batch = Batch();
+  std::thread tb;
+  if (b.ok()) tb = std::thread(DrainSized, b->get(), &r.sb, &st_b, -1, &r.zb);
+  std::thread ta(DrainSized, a->get(), &r.sa, &st_a, -1, &r.za);
+  if (!tb.joinable()) tb = std::thread([] {});
+  JoinAll(leader.get(), {&ta, &tb, &tc}, {&st_a, &st_b, &st_c});
+  return r;
+}
+
 class ViewGroupsLeaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -610,56 +659,17 @@ TEST_F(ViewGroupsLeaderTest, AScheduledGroupJoinsMidScheduleAndAnotherConsumerLe
   o_.views_max = 3;
   const std::string first = "view(resize=16@0:32@2)";
   const std::string late = "view(resize=24@0:16@2:32@3,flip=0)";
-  auto leader = StartLeader(o_, 2);
-  ASSERT_NE(leader, nullptr);
-  const std::string& at = leader->producer->address();
-  Options oa = o_;
-  oa.view = first;
-  auto a = Consumer::Attach(at, oa, 0);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  Options oc = oa;
-  oc.batch_size = 4;
-  auto c = Consumer::Attach(at, oc, 2);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  Stream sa, sb, sc;
-  Sizes za, zb;
-  Status st_a, st_b, st_c;
-  std::thread tc(Drain, c->get(), &sc, &st_c, 3);
-  // a reads until it holds the first batch of epoch 1; then b joins.
-  Batch batch;
-  while (true) {
-    ASSERT_TRUE((*a)->Next(&batch).ok());
-    if (batch.info().epoch == 1) break;
-    RecordBatch(batch, &sa, &za);
-  }
-  Options ob = o_;
-  ob.view = late;
-  ob.batch_size = 6;
-  ob.epochs = kEpochsUntilStreamEnds;
-  auto b = Consumer::Attach(at, ob, 1);
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-  batch = Batch();  // a's epoch-1 batch goes back unread: a's epoch 1 is checked as partial
-  std::thread tb(DrainSized, b->get(), &sb, &st_b, -1, &zb);
-  Stream rest;
-  Sizes zrest;
-  std::thread ta(DrainSized, a->get(), &rest, &st_a, -1, &zrest);
-  JoinAll(leader.get(), {&ta, &tb, &tc}, {&st_a, &st_b, &st_c});
-  EXPECT_EQ(sc.size(), size_t(3 * 4));  // three batches of 4, then it left
-  // a: epoch 0 whole, epoch 1 less the batch it dropped, epochs 2 and 3 whole.
-  Stream whole_a = sa;
-  for (const auto& x : rest)
-    if (std::get<0>(x) != 1) whole_a.push_back(x);
-  for (const auto& [e, z] : zrest) za[e].sizes.insert(z.sizes.begin(), z.sizes.end());
-  ExpectExactlyOnce(whole_a, kSamples, "first scheduled group");
-  EXPECT_EQ(whole_a.size(), size_t(3 * kSamples));
-  sa.insert(sa.end(), rest.begin(), rest.end());
-  ExpectScheduledView(o_, first, sa, za, 8, "first scheduled group");
+  const ViewsLateJoinRun r = RunViewsLateJoin(o_, first, first, 3, late, 6);
+  EXPECT_EQ(r.sc.size(), size_t(3 * 4));  // three batches of 4, then it left
+  ExpectExactlyOnce(r.sa, kSamples, "first scheduled group");
+  EXPECT_EQ(r.sa.size(), size_t(4 * kSamples));
+  ExpectScheduledView(o_, first, r.sa, r.za, 8, "first scheduled group");
   // b: only whole epochs from a stream epoch >= 1, at its schedule's size for that epoch.
-  ASSERT_FALSE(sb.empty());
-  EXPECT_GE(std::get<0>(sb.front()), 1u) << "b joined once the stream was in epoch 1";
-  ExpectExactlyOnce(sb, kSamples, "late scheduled group");
-  EXPECT_EQ(zb.rbegin()->first, 3u);
-  ExpectScheduledView(o_, late, sb, zb, 6, "late scheduled group");
+  ASSERT_FALSE(r.sb.empty());
+  EXPECT_GE(std::get<0>(r.sb.front()), 1u) << "b joined once the stream was in epoch 1";
+  ExpectExactlyOnce(r.sb, kSamples, "late scheduled group");
+  EXPECT_EQ(r.zb.rbegin()->first, 3u);
+  ExpectScheduledView(o_, late, r.sb, r.zb, 6, "late scheduled group");
 }
 
 TEST_F(ViewGroupsLeaderTest, StatusAndTelemetryShowAScheduledGroupsSizeNow) {
@@ -776,50 +786,22 @@ TEST_F(ViewGroupsLeaderTest, ALeaderOnItsOwnResizeScheduleServesOtherViewsAtThei
 TEST_F(ViewGroupsLeaderTest, BesideTheLeadersScheduleAGroupJoinsLateAndAnotherLeavesEarly) {
   o_.epochs = 3;
   o_.resize = "resize(sizes=16:24:40,upgrade=0.5)";
-  auto leader = StartLeader(o_, 2);
-  ASSERT_NE(leader, nullptr);
-  const std::string& at = leader->producer->address();
-  auto a = Consumer::Attach(at, o_, 0);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  Options oc = o_;
-  oc.view = "view(size=24,crop=center)";
-  oc.batch_size = 4;
-  auto c = Consumer::Attach(at, oc, 2);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  Stream sa, sb, sc;
-  Sizes za, zb;
-  Status st_a, st_b, st_c;
-  std::thread tc(Drain, c->get(), &sc, &st_c, 2);
-  Batch batch;
-  do {  // a reads until it holds the first batch of epoch 1; then b joins
-    ASSERT_TRUE((*a)->Next(&batch).ok());
-    RecordBatch(batch, &sa, &za);
-  } while (batch.info().epoch == 0);
   const std::string late = "view(resize=24@0:16@2,flip=0)";
-  Options ob = o_;
-  ob.view = late;
-  ob.batch_size = 7;
-  ob.epochs = kEpochsUntilStreamEnds;
-  auto b = Consumer::Attach(at, ob, 1);
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-  batch = Batch();
-  std::thread tb(DrainSized, b->get(), &sb, &st_b, -1, &zb);
-  std::thread ta(DrainSized, a->get(), &sa, &st_a, -1, &za);
-  JoinAll(leader.get(), {&ta, &tb, &tc}, {&st_a, &st_b, &st_c});
-  EXPECT_EQ(sc.size(), size_t(2 * 4));
-  ExpectExactlyOnce(sa, kSamples, "leader's group");
-  EXPECT_EQ(sa.size(), size_t(3 * kSamples));
-  ASSERT_FALSE(sb.empty());
-  EXPECT_GE(std::get<0>(sb.front()), 1u);
-  ExpectExactlyOnce(sb, kSamples, "late group");
-  for (const auto& [epoch, z] : zb) {
+  const ViewsLateJoinRun r = RunViewsLateJoin(o_, "", "view(size=24,crop=center)", 2, late, 7);
+  EXPECT_EQ(r.sc.size(), size_t(2 * 4));
+  ExpectExactlyOnce(r.sa, kSamples, "leader's group");
+  EXPECT_EQ(r.sa.size(), size_t(3 * kSamples));
+  ASSERT_FALSE(r.sb.empty());
+  EXPECT_GE(std::get<0>(r.sb.front()), 1u);
+  ExpectExactlyOnce(r.sb, kSamples, "late group");
+  for (const auto& [epoch, z] : r.zb) {
     EXPECT_EQ(z.batches, z.foreseen) << "epoch " << epoch;
     EXPECT_EQ(z.lr, std::set<float>{1.0f}) << "epoch " << epoch;
   }
-  ExpectRepeatsOfTheirProducerBatch(zb, "late group");
+  ExpectRepeatsOfTheirProducerBatch(r.zb, "late group");
   Options plain = o_;
   plain.resize = "";
-  ExpectScheduledView(plain, late, sb, zb, 7, "late group");
+  ExpectScheduledView(plain, late, r.sb, r.zb, 7, "late group");
 }
 
 }  // namespace
