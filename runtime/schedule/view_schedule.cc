@@ -180,8 +180,6 @@ Result<ScheduledView> ParseScheduledView(std::string_view text, const core::View
   }
   BC_ASSIGN_OR_RETURN(out.view, core::ParseView(rest, base));
   if (out.schedule.steps.size() == 1) out.schedule.steps.clear();  // one size: a fixed view
-  if (!out.schedule.empty() && out.view.image_size == 0)
-    return InvalidArgumentError("view spec: 'resize' needs sizes > 0");
   return out;
 }
 
