@@ -77,6 +77,7 @@ nlohmann::json ToJson(const std::string& socket, const shm::StatusReply& r) {
     e["view_key"] = fmt::format("{:016x}", g.view_key);
     e["members"] = members[g.group];
     e["slot_bytes"] = g.slot_bytes;
+    e["image_size"] = g.image_size;  // now (a view's schedule changes it by epoch); 0: leader's
     j["view_groups"].push_back(e);
   }
   j["consumers"] = nlohmann::json::array();
@@ -132,10 +133,14 @@ void PrintTable(const nlohmann::json& j) {
                 j["view_groups"].size(), j["views_max"].get<unsigned>(),
                 j["view_room_used_bytes"].get<unsigned long long>(),
                 j["view_room_bytes"].get<unsigned long long>());
-    for (const auto& g : j["view_groups"])
-      std::printf("  group %u: %d consumer%s, %llu bytes per slot, %s\n", g["group"].get<unsigned>(),
-                  g["members"].get<int>(), g["members"].get<int>() == 1 ? "" : "s",
-                  g["slot_bytes"].get<unsigned long long>(), g["view"].get<std::string>().c_str());
+    for (const auto& g : j["view_groups"]) {
+      const unsigned size = g["image_size"].get<unsigned>();
+      std::printf("  group %u: %d consumer%s, %llu bytes per slot, %s%s\n",
+                  g["group"].get<unsigned>(), g["members"].get<int>(),
+                  g["members"].get<int>() == 1 ? "" : "s",
+                  g["slot_bytes"].get<unsigned long long>(), g["view"].get<std::string>().c_str(),
+                  size > 0 ? fmt::format(", {} px now", size).c_str() : "");
+    }
   }
   std::printf("%-4s %-20s %-8s %-8s %5s %6s %10s %9s %8s %7s %9s\n", "id", "name", "pid", "state",
               "group", "batch", "position", "batches", "batch/s", "wait%", "attached");

@@ -93,7 +93,9 @@ void ConsumerAccess::SetCollector(Consumer& c, telemetry::Collector* collector) 
 namespace {
 
 // Batches per epoch of a consumer of base batch `b` under the resize schedule in `h`.
-std::vector<int64_t> ResizeBatchesPerEpoch(const shm::StreamHeader* h, int64_t b) {
+// `scaled` false: a consumer of another view group than the leader's, whose batch size the
+// schedule does not scale.
+std::vector<int64_t> ResizeBatchesPerEpoch(const shm::StreamHeader* h, int64_t b, bool scaled) {
   auto spec = schedule::ParseResizeSpec(std::string(h->resize_spec, strnlen(h->resize_spec,
                                                                            sizeof(h->resize_spec))));
   schedule::ResizeScheduleParams params;
@@ -111,7 +113,8 @@ std::vector<int64_t> ResizeBatchesPerEpoch(const shm::StreamHeader* h, int64_t b
     return {};
   }
   std::vector<int64_t> out;
-  for (const auto& summary : *summaries) out.push_back((*s)->ConsumerBatches(summary, 0, b));
+  for (const auto& summary : *summaries)
+    out.push_back((*s)->ConsumerBatches(summary, 0, b, scaled));
   return out;
 }
 
@@ -132,7 +135,7 @@ int64_t Consumer::BatchesPerEpoch(uint64_t epoch) const {
     auto& c = *core_;
     std::lock_guard<std::mutex> lock(c.resize_mu);
     if (!c.resize_derived) {
-      c.resize_batches = ResizeBatchesPerEpoch(h, c.options.batch_size);
+      c.resize_batches = ResizeBatchesPerEpoch(h, c.options.batch_size, c.ring->group() == 0);
       c.resize_derived = true;
     }
     return epoch < c.resize_batches.size() ? c.resize_batches[epoch] : 0;

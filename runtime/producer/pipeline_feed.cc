@@ -24,11 +24,6 @@ class PipelineFeed final : public Feed {
     return plan_ == nullptr ? nullptr : plan_->resize_schedule();
   }
   BatchSource* ViewSource(std::string* why) override {
-    if (resize_schedule() != nullptr) {
-      *why = "with progressive resizing (resize=) the leader makes its own view only; "
-             "per-view schedules are not wired yet";
-      return nullptr;
-    }
     if (source_->own_view() == nullptr) {
       *why = "its batch source makes one kind of image";
       return nullptr;

@@ -209,6 +209,7 @@ Status Producer::PlanViews(Feed& feed, SlotLayout* slot, ViewGroupsConfig* group
   groups->views_max = o.views_max;
   groups->own_view_only = why;
   groups->capacity_samples = slot->capacity_samples;
+  groups->epochs = config_.until_stopped ? 0 : static_cast<uint64_t>(std::max<int64_t>(0, o.epochs));
   if (o.views_max <= 1) return Status::Ok();
   // Reserved now: the ring's slot size is fixed when it is created. The ring prepares whole
   // slots, so the room costs memory in every slot used: views_max is 1 unless asked for.

@@ -64,7 +64,10 @@ uint32_t TailForReceivers(const shm::RingLeader& ring, uint64_t seq, uint64_t on
   uint32_t tail = 0;
   for (const auto& r : ring.Receivers(seq)) {
     if ((shm::RingLeader::MemberBit(r.id) & only) == 0) continue;
-    uint32_t b = shm::ScaledConsumerBatch(r.batch_size, c.scale_num, c.scale_den, c.scale_cap);
+    // A view group's consumer keeps its batch size under a schedule (RingConsumer::GroupDescOf).
+    uint32_t b = r.group != 0 ? r.batch_size
+                              : shm::ScaledConsumerBatch(r.batch_size, c.scale_num, c.scale_den,
+                                                         c.scale_cap);
     tail = std::max(tail, shm::TailNeeded(c.num_samples, b, r.flags, c.scale_den));
   }
   return tail;

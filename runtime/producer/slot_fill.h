@@ -25,6 +25,7 @@ struct GroupRegion {
   int source_view = 0;            // its id at the batch source (BatchSource::AddView)
   uint64_t offset = 0;            // of its images in the slot
   pipeline::SampleLayout sample;  // of its images in this batch
+  int image_size = 0;             // its size in this batch (a view's schedule; 0: the view's)
 };
 
 struct SlotContents {

@@ -86,7 +86,7 @@ void SlotWriter::StartFill(BatchSource& source, uint64_t epoch, int image_size,
   req.labels = layout_.labels(data) + pos;
   std::vector<pipeline::GroupTarget> targets;  // the source copies them at Start
   for (const GroupRegion& r : groups)
-    targets.push_back({r.source_view, r.group == 0 ? image_size : 0,
+    targets.push_back({r.source_view, r.group == 0 ? image_size : r.image_size,
                        data + r.offset + uint64_t(pos) * r.sample.bytes()});
   if (!targets.empty()) {
     req.images = nullptr;
@@ -233,7 +233,8 @@ namespace {
 
 bool SameRegion(const GroupRegion& a, const GroupRegion& b) {
   return a.group == b.group && a.view_key == b.view_key && a.source_view == b.source_view &&
-         a.offset == b.offset && a.sample.bytes() == b.sample.bytes();
+         a.offset == b.offset && a.sample.bytes() == b.sample.bytes() &&
+         a.image_size == b.image_size;
 }
 
 bool SameBatch(const ProduceRequest& a, const ProduceRequest& b) {
@@ -294,7 +295,8 @@ Result<ProduceRequest> SlotWriter::WithGroups(const ProduceRequest& request, uin
                                               uint64_t only) {
   ProduceRequest r = request;
   if (groups_ == nullptr) return r;
-  BC_ASSIGN_OR_RETURN(r.groups, groups_->RegionsFor(ring_->Receivers(seq), only, r.sample));
+  BC_ASSIGN_OR_RETURN(r.groups, groups_->RegionsFor(ring_->Receivers(seq), only, r.sample,
+                                                     r.contents.epoch));
   return r;
 }
 
@@ -305,12 +307,10 @@ Result<std::optional<uint64_t>> SlotWriter::Produce(BatchSource& source,
   // The groups of this position's receivers (membership is settled for it); the look-ahead
   // guesses the next position has the same receivers (else it is dropped and filled again).
   BC_ASSIGN_OR_RETURN(const ProduceRequest request, WithGroups(given, ring_->next_seq(), only));
+  // (at its own epoch: a view's schedule may change size there).
   std::optional<ProduceRequest> next_groups;
   if (given_next != nullptr) {
-    next_groups = *given_next;
-    next_groups->groups = request.groups;
-    for (GroupRegion& r : next_groups->groups)
-      if (r.group == 0) r.sample = given_next->sample;
+    BC_ASSIGN_OR_RETURN(next_groups, WithGroups(*given_next, ring_->next_seq(), only));
   }
   const ProduceRequest* next = next_groups ? &*next_groups : nullptr;
   BatchRecord record;
@@ -414,6 +414,7 @@ void SlotWriter::RecordViews(const SlotContents& c, const BatchRecord& r,
     record(key + "/members", members[g.group]);
     record(key + "/samples", double(it->second.samples));
     record(key + "/transform_ns", double(it->second.transform_ns));
+    record(key + "/image_size", double(g.sample.height));  // a view's schedule changes it
   }
   record("views/decodes", double(stats_.view_decodes));
   record("views/decodes_one_leader_per_view", double(stats_.view_decodes_one_leader_per_view));

@@ -12,17 +12,22 @@
 // holds one region of the slots' view room (capacity_samples images at its view's size);
 // a group whose last member is gone (its entry freed: no member of it holds a slot) gives
 // its index and region back at the next join.
+// A view may carry its own schedule of sizes by stream epoch (schedule/view_schedule.h,
+// `view(resize=96@0:160@2:224@4)`): its region holds its largest size, and the batches of
+// each epoch are made at that epoch's size (one pipeline view, a per-batch size).
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "batchcast/status.h"
 #include "core/view.h"
 #include "producer/batch_source.h"
 #include "producer/slot_fill.h"
+#include "schedule/view_schedule.h"
 #include "transport/shm/ring_leader.h"
 
 namespace batchcast::producer {
@@ -34,6 +39,7 @@ struct ViewGroupsConfig {
   uint64_t room_offset = 0;        // the slots' view room (SlotLayout::views_offset)
   uint64_t room_bytes = 0;
   std::string room_option;         // how the room was set, for refusals ("view_bytes=64m")
+  uint64_t epochs = 0;             // the run's epochs, for view schedules (0: until stopped)
   // Non-empty: why this producer serves its own view only (a refusal's cause).
   std::string own_view_only;
 };
@@ -52,12 +58,14 @@ class ViewGroups {
   // data plane stages the leader's view only).
   void RefuseViews(const std::string& why);
 
-  // The producer thread: the regions of the groups of the receivers in `only` (the leader's
-  // view at `leader_sample`). Empty when they all take the leader's view: the slot is filled
-  // as without views. Adds a group's view to the source at its first fill.
+  // The producer thread: the regions of the groups of the receivers in `only` in a batch of
+  // stream epoch `epoch` (the leader's view at `leader_sample`; a scheduled view at its size
+  // for `epoch`). Empty when they all take the leader's view: the slot is filled as without
+  // views. Adds a group's view to the source at its first fill.
   Result<std::vector<GroupRegion>> RegionsFor(const std::vector<shm::MemberInfo>& receivers,
                                               uint64_t only,
-                                              const pipeline::SampleLayout& leader_sample);
+                                              const pipeline::SampleLayout& leader_sample,
+                                              uint64_t epoch);
 
   // Groups in use now (the leader's included), for logs and telemetry.
   int groups() const;
@@ -71,17 +79,23 @@ class ViewGroups {
  private:
   struct Group {
     bool used = false;
-    core::View view;
+    core::View view;                  // with a schedule: at its largest size
+    schedule::ViewSchedule schedule;  // empty: a fixed view
     uint64_t key = 0;
     std::string canonical;
-    pipeline::SampleLayout sample;
+    pipeline::SampleLayout sample;    // at view.image_size
+    std::vector<std::pair<int, pipeline::SampleLayout>> sized;  // with a schedule: per size
     uint64_t offset = 0, bytes = 0;  // its region of every slot
     int source_view = -1;            // BatchSource::AddView's id (-1: not added yet)
   };
   // A free piece of the view room of `bytes` (first fit), or false.
   bool FindRoomLocked(uint64_t bytes, uint64_t* offset) const;
   uint64_t FreeRoomLocked() const;
-  Result<shm::ViewGroupAnswer> NewGroupLocked(const core::View& view, const std::string& spec);
+  Result<shm::ViewGroupAnswer> NewGroupLocked(const schedule::ScheduledView& view,
+                                              const std::string& canonical, uint64_t key,
+                                              const std::string& spec);
+  // The size and layout of group g's images in a batch of `epoch`.
+  std::pair<int, pipeline::SampleLayout> SizedLocked(const Group& g, uint64_t epoch) const;
 
   ViewGroupsConfig config_;
   BatchSource* source_;
@@ -90,8 +104,10 @@ class ViewGroups {
   mutable std::mutex mu_;
   std::string refused_;  // RefuseViews (under mu_)
   std::vector<Group> groups_;  // kMaxViewGroups entries; [0]: the leader's
-  std::vector<uint64_t> made_;  // keys of the views given to groups > 0 since the start
-  std::vector<std::string> made_views_;  // their canonical specs, in made_'s order
+  std::vector<uint64_t> made_;  // core::ViewKey of the views given to groups > 0 since the start
+  std::vector<uint64_t> named_;  // the group keys given since the start (ScheduledViewKey)
+  std::vector<std::string> names_;  // their canonical specs, in named_'s order
+  uint64_t epoch_ = 0;  // of the latest batch made for view groups (status: current sizes)
 };
 
 }  // namespace batchcast::producer

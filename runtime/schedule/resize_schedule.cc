@@ -348,14 +348,14 @@ int64_t ResizeSchedule::ProducerChunk(int64_t producer_base, int bucket) const {
 }
 
 int64_t ResizeSchedule::ConsumerBatches(const EpochSummary& summary, int64_t producer_base,
-                                        int64_t consumer_base) const {
+                                        int64_t consumer_base, bool scaled_batches) const {
   if (producer_base <= 0) producer_base = params_.base_batch_size;
   int64_t batches = 0;
   for (int b = 0; b < num_buckets() && b < static_cast<int>(summary.trained.size()); ++b) {
     const int64_t n = summary.trained[static_cast<size_t>(b)];
     if (n == 0) continue;
     const int64_t chunk = ProducerChunk(producer_base, b);
-    const int64_t scaled = ScaledBatchSize(consumer_base, b);
+    const int64_t scaled = scaled_batches ? ScaledBatchSize(consumer_base, b) : consumer_base;
     const int64_t full = n / chunk, rest = n % chunk;
     batches += full * ((chunk + scaled - 1) / scaled) + (rest + scaled - 1) / scaled;
   }

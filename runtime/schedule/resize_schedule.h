@@ -141,9 +141,11 @@ class ResizeSchedule {
   // `summary` when the leader's producer batch is `producer_base`: per bucket, the trained
   // samples in producer batches of ProducerChunk (the last short), each carved into
   // ceil(n / ScaledBatchSize(consumer_base, bucket)) consumer batches. Exact for a stream
-  // without skipped samples (Consumer::BatchesPerEpoch).
+  // without skipped samples (Consumer::BatchesPerEpoch). `scaled` false: a consumer of
+  // another view group, whose batch keeps its size (docs/progressive-resizing.md "A schedule
+  // per view"): ceil(n / consumer_base) per producer batch.
   int64_t ConsumerBatches(const EpochSummary& summary, int64_t producer_base,
-                          int64_t consumer_base) const;
+                          int64_t consumer_base, bool scaled = true) const;
 
  private:
   explicit ResizeSchedule(const ResizeScheduleParams& params);

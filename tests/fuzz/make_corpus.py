@@ -149,6 +149,9 @@ SPECS = [
     "telemetry(csv=run.csv,json=run.json,trace=trace.json,interval=250ms,)",
     "on",
     "off",
+    "view(resize=96@0:160@2:224@4,crop=random,scale=0.25:1,flip=1)",
+    "view(resize=96:128:160:224,normalize=1,mean=0.5,std=0.25,dtype=float32)",
+    "view( resize = 32@0 : 16@3 , crop=center , draw=7 )",
 ]
 
 

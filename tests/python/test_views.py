@@ -13,33 +13,11 @@ import batchcast
 SAMPLES = 320
 
 
-def read_all(consumer, out):
-    """(sample id -> image bytes) and the images' shapes of one epoch."""
-    seen, shapes = {}, set()
-    for images, labels, info in consumer:
-        arr = images.numpy() if hasattr(images, "numpy") else images
-        ids = [int(x) for x in info.sample_ids]
-        for i, sid in enumerate(ids[: len(ids) - info.repeats]):
-            assert int(sid) not in seen, f"sample {sid} twice"
-            seen[int(sid)] = arr[i].tobytes()
-        shapes.add(tuple(arr.shape[1:]))
-    out.append((seen, shapes))
-
-
 def run(fmnist, views, **leader_options):
-    """One leader, one consumer per view in `views` ("" = the leader's): what each read."""
-    with batchcast.Leader(fmnist["train"], consumers=len(views), epochs=1, batch_size=32,
-                          limit_samples=SAMPLES, seed=5, **leader_options) as leader:
-        consumers = [batchcast.Consumer(leader.address, batch_size=32, epochs=1, view=v,
-                                        with_info=True) for v in views]
-        outs = [[] for _ in views]
-        threads = [threading.Thread(target=read_all, args=(c, o)) for c, o in zip(consumers, outs)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert leader.wait(60)
-        return [o[0] for o in outs]
+    """One leader, one consumer per view in `views` ("" = the leader's), one epoch: what each
+    read (sample id -> image bytes) and the images' shapes."""
+    got = run_epochs(fmnist, [(v, 32) for v in views], 1, **leader_options)
+    return [(epochs[0][0], epochs[0][1]) for epochs in got]
 
 
 def test_each_consumer_gets_its_views_tensor_once_per_sample(fmnist):
@@ -74,6 +52,91 @@ def test_views_are_refused_with_their_cause(fmnist):
             batchcast.Consumer(leader.address, batch_size=32, epochs=1, view="view(szie=16)")
     with pytest.raises(batchcast.Error, match="views_max"):
         batchcast.Leader(fmnist["train"], epochs=1, batch_size=32, views_max=17)
-    with pytest.raises(batchcast.Error, match="per-view schedules are not wired"):
-        batchcast.Leader(fmnist["train"], epochs=2, batch_size=32, views_max=2,
-                         resize="resize(min=16,max=28,step=4)")
+    with pytest.raises(batchcast.Error, match="not a leader's resize"):
+        with batchcast.Leader(fmnist["train"], consumers=0, end_when_empty=False, epochs=2,
+                              batch_size=32, limit_samples=SAMPLES, views_max=2) as leader:
+            batchcast.Consumer(leader.address, batch_size=32, epochs=2,
+                               view="view(resize=resize(min=16,max=28,step=4))")
+
+
+def read_epochs(consumer, count, out):
+    """Per epoch of `count` (one pass over the consumer each, like a DataLoader): (sample id ->
+    image bytes), the images' shapes and info.image_size values."""
+    epochs = {}
+    for _ in range(count):
+        for images, labels, info in consumer:
+            arr = images.numpy() if hasattr(images, "numpy") else images
+            seen, shapes, sizes = epochs.setdefault(int(info.epoch), ({}, set(), set()))
+            ids = [int(x) for x in info.sample_ids]
+            for i, sid in enumerate(ids[: len(ids) - info.repeats]):
+                assert sid not in seen, f"sample {sid} twice in epoch {info.epoch}"
+                seen[sid] = arr[i].tobytes()
+            shapes.add(tuple(arr.shape[1:]))
+            sizes.add(int(info.image_size))
+    out.append(epochs)
+
+
+def run_epochs(fmnist, views, epochs, **leader_options):
+    """One leader, one consumer per view: what each read per epoch."""
+    with batchcast.Leader(fmnist["train"], consumers=len(views), epochs=epochs, batch_size=32,
+                          limit_samples=SAMPLES, seed=5, **leader_options) as leader:
+        consumers = [batchcast.Consumer(leader.address, batch_size=b, epochs=epochs, view=v,
+                                        with_info=True) for v, b in views]
+        outs = [[] for _ in views]
+        threads = [threading.Thread(target=read_epochs, args=(c, epochs, o))
+                   for c, o in zip(consumers, outs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert leader.wait(60)
+        return [o[0] for o in outs]
+
+
+def test_a_view_on_its_own_schedule_changes_size_at_epoch_boundaries(fmnist):
+    """docs/progressive-resizing.md "A schedule per view": two trials on different schedules
+    and one on the leader's view share one leader; each epoch of a scheduled view is at its
+    schedule's size (tensor shape and info.image_size), every sample once per epoch, and the
+    pixels are a one-view leader's at that size (draw=leader: the leader's draws)."""
+    grow = "view(resize=16@0:24@1:20@2,draw=leader)"
+    shrink = "view(resize=24:12@2,draw=leader)"
+    own, grown, shrunk = run_epochs(fmnist, [("", 32), (grow, 32), (shrink, 20)], 3,
+                                    views_max=3)
+    want = {grow: [16, 24, 20], shrink: [24, 24, 12]}
+    for spec, got in ((grow, grown), (shrink, shrunk)):
+        assert sorted(got) == [0, 1, 2]
+        for epoch, (seen, shapes, sizes) in got.items():
+            size = want[spec][epoch]
+            assert shapes == {(1, size, size)}, (spec, epoch, shapes)
+            assert sizes == {size}, (spec, epoch, sizes)
+            assert sorted(seen) == list(range(SAMPLES)), (spec, epoch)
+    for epoch, (seen, shapes, _) in own.items():
+        assert shapes == {(1, 28, 28)}
+        assert sorted(seen) == list(range(SAMPLES))
+    # Against one-view leaders at each size (same seed, the leader's draws).
+    for size in (12, 16, 20, 24):
+        ref, = run_epochs(fmnist, [("", 32)], 3, image_size=size)
+        compared = 0
+        for spec, got in ((grow, grown), (shrink, shrunk)):
+            for epoch, (seen, _, _) in got.items():
+                if want[spec][epoch] != size:
+                    continue
+                assert seen == ref[epoch][0], (spec, epoch, size)
+                compared += 1
+        assert compared > 0
+
+
+def test_a_leader_on_its_own_schedule_serves_other_views_at_their_sizes(fmnist):
+    """A Leader with resize= serves views beside its own schedule: its consumers get its
+    schedule's sizes; a fixed view and a view with its own schedule get theirs, every sample
+    once per epoch."""
+    own, fixed, grown = run_epochs(
+        fmnist, [("", 32), ("view(size=20)", 32), ("view(resize=12:24)", 16)], 2, views_max=3,
+        resize="resize(sizes=16:28,upgrade=0.5)")
+    assert own[0][1] == {(1, 16, 16)}  # the leader's epoch 0: all at its smallest size
+    for got, sizes in ((fixed, [20, 20]), (grown, [12, 24])):
+        assert sorted(got) == [0, 1]
+        for epoch, (seen, shapes, infos) in got.items():
+            assert shapes == {(1, sizes[epoch], sizes[epoch])}, (epoch, shapes)
+            assert infos == {sizes[epoch]}
+            assert sorted(seen) == list(range(SAMPLES))

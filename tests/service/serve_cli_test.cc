@@ -122,11 +122,14 @@ TEST(ServeCliTest, ServesARealDatasetReportsStatusAndStopsOnSigterm) {
   EXPECT_EQ(j["view_groups"][1]["group"], 1);
   EXPECT_EQ(j["view_groups"][1]["members"], 1);
   EXPECT_EQ(j["view_groups"][1]["slot_bytes"], j["view_room_used_bytes"]) << j.dump();
+  EXPECT_EQ(j["view_groups"][1]["image_size"], 6) << j.dump();  // its size now
+  EXPECT_EQ(j["view_groups"][0]["image_size"], 0) << j.dump();  // the leader's: each batch's
   EXPECT_GT(j["view_room_used_bytes"].get<int64_t>(), 0) << j.dump();
   const std::string table =
       service_test::RunShell(std::string(BATCHCAST_CLI) + " status --socket " + sock);
   EXPECT_NE(table.find("view groups: 2 of views_max=2, view room "), std::string::npos) << table;
   EXPECT_NE(table.find("  group 1: 1 consumer, "), std::string::npos) << table;
+  EXPECT_NE(table.find(", 6 px now\n"), std::string::npos) << table;
 
   kill(serve.pid, SIGTERM);
   std::string stopped = service_test::ReadLineWith(serve, "batchcast serve: stopped");

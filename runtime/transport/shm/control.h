@@ -136,7 +136,8 @@ struct MemberStatus {
 // One view group a leader serves (docs/pipeline.md "Views through the Producer").
 struct GroupStatus {
   uint32_t group;        // its index (0: the leader's own view)
-  uint32_t reserved;
+  uint32_t image_size;   // its images' size now (a view's schedule at the epoch being made;
+                         // 0 for the leader's own group, whose size is each batch's)
   uint64_t view_key;     // core::ViewKey of its view
   uint64_t slot_bytes;   // its region of every slot (group 0: the leader's images, 0 here)
   char view[232];        // its canonical spec, NUL-terminated (cut to fit)

@@ -390,6 +390,15 @@ Result<const SlotDesc*> RingConsumer::GroupDescOf(uint32_t s, const SlotDesc& sh
   own->height = g.height;
   own->width = g.width;
   own->image_size = g.image_size;
+  // Under the leader's progressive-resizing schedule only its own group's batches scale: a
+  // view group's consumers carve each producer batch at their own batch size, LR factor 1
+  // (docs/progressive-resizing.md "A schedule per view"; the leader's tail follows suit).
+  if (own->scale_den != 0) {
+    own->scale_num = own->scale_den = 1;
+    own->scale_cap = 0;
+    own->lr_rule = kLrGiven;
+    own->lr_factor = 1.0f;
+  }
   return own.get();
 }
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/shm/control.h"
+
 namespace batchcast::producer {
 namespace {
 
@@ -158,7 +160,7 @@ TEST(ViewGroupsTest, AGroupWithoutMembersGivesItsIndexAndRoomToTheNextView) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->group, 1u);
   std::vector<shm::MemberInfo> members = {Member(0, 0), Member(3, 1), Member(5, 2)};
-  auto regions = g.RegionsFor(members, ~0ULL, source.Layout(64));
+  auto regions = g.RegionsFor(members, ~0ULL, source.Layout(64), 0);
   ASSERT_TRUE(regions.ok()) << regions.status().ToString();
   ASSERT_EQ(regions->size(), 3u);
   const GroupRegion& r1 = (*regions)[1];
@@ -177,7 +179,7 @@ TEST(ViewGroupsTest, AGroupWithoutMembersGivesItsIndexAndRoomToTheNextView) {
   EXPECT_EQ((*regions)[0].offset, 0u);  // the leader's view: at the front
   // Each view was given to the source once, at its first fill.
   EXPECT_EQ(source.added.size(), 2u);
-  ASSERT_TRUE(g.RegionsFor(members, ~0ULL, source.Layout(64)).ok());
+  ASSERT_TRUE(g.RegionsFor(members, ~0ULL, source.Layout(64), 0).ok());
   EXPECT_EQ(source.added.size(), 2u);
 }
 
@@ -189,7 +191,7 @@ TEST(ViewGroupsTest, APositionIsMadeForTheGroupsOfItsReceiversOnly) {
   const std::vector<shm::MemberInfo> members = {Member(0, 0), Member(1, 1), Member(2, 2)};
   auto groups_of = [&](uint64_t only) {
     std::vector<uint32_t> out;
-    auto r = g.RegionsFor(members, only, source.Layout(64));
+    auto r = g.RegionsFor(members, only, source.Layout(64), 0);
     EXPECT_TRUE(r.ok());
     if (r.ok())
       for (const GroupRegion& x : *r) out.push_back(x.group);
@@ -199,6 +201,64 @@ TEST(ViewGroupsTest, APositionIsMadeForTheGroupsOfItsReceiversOnly) {
   EXPECT_EQ(groups_of(1ULL << 0), std::vector<uint32_t>{});  // the leader's view alone
   EXPECT_EQ(groups_of(1ULL << 2), (std::vector<uint32_t>{2}));  // a replay to one joiner
   EXPECT_EQ(groups_of((1ULL << 0) | (1ULL << 1)), (std::vector<uint32_t>{0, 1}));
+}
+
+// A view with a schedule of sizes by epoch: one group whatever spelling, a region of its
+// largest size, each epoch's regions at that epoch's size from one view given to the source
+// (made at a per-batch size), and the room refusal naming its largest size.
+TEST(ViewGroupsTest, AScheduledViewIsOneGroupMadeAtEachEpochsSize) {
+  ViewSource source;
+  ViewGroupsConfig config = Config(3, Bytes(32) + Bytes(24));
+  config.epochs = 6;
+  ViewGroups g(config, &source);
+  auto a = g.Admit("view(resize=16@0:32@2:24@4)", 1);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto same = g.Admit("view( resize = 16 : 16@1 : 32@2 : 24@4 )", 0b11);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ(same->group, a->group);
+  EXPECT_EQ(same->view_key, a->view_key);
+  EXPECT_EQ(a->canonical.rfind("view(resize=16@0:32@2:24@4,crop=random,", 0), 0u) << a->canonical;
+  // A fixed view of one of its sizes is another group; it does not fit beside a 32-px region.
+  auto fixed = g.Admit("view(size=32)", 0b11);
+  ASSERT_FALSE(fixed.ok());
+  auto small = g.Admit("view(size=24)", 0b11);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_NE(small->group, a->group);
+  const std::vector<shm::MemberInfo> members = {Member(0, 0), Member(1, a->group)};
+  const int want[] = {16, 16, 32, 32, 24, 24};
+  for (uint64_t epoch = 0; epoch < 6; ++epoch) {
+    auto r = g.RegionsFor(members, ~0ULL, source.Layout(64), epoch);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->size(), 2u);
+    const GroupRegion& region = (*r)[1];
+    EXPECT_EQ(region.image_size, want[epoch]) << "epoch " << epoch;
+    EXPECT_EQ(region.sample.height, want[epoch]) << "epoch " << epoch;
+    EXPECT_EQ(region.view_key, a->view_key);
+  }
+  ASSERT_EQ(source.added.size(), 1u);  // one view, at its largest size
+  EXPECT_EQ(source.added[0].rfind("view(size=32,", 0), 0u) << source.added[0];
+  // Status: its size at the epoch last made.
+  shm::StreamStatus st{};
+  g.FillStatus(&st);
+  ASSERT_EQ(st.view_groups, 3u);
+  EXPECT_EQ(st.groups[1].image_size, 24u);
+  EXPECT_EQ(st.groups[2].image_size, 24u);  // the fixed view
+  EXPECT_EQ(st.groups[1].slot_bytes, Bytes(32));
+  // Refusals: no room for its largest size; a step past the run; a size the source refuses.
+  ViewGroups tight(Config(3, Bytes(24)), &source);
+  auto room = tight.Admit("view(resize=16@0:32@2)", 1);
+  ASSERT_FALSE(room.ok());
+  EXPECT_NE(room.status().message().find("3x32x32 uint8 chw, its largest scheduled size"),
+            std::string::npos) << room.status().message();
+  auto past = g.Admit("view(resize=16@0:24@6)", 0b11);
+  ASSERT_FALSE(past.ok());
+  EXPECT_NE(past.status().message().find("its size 24 from epoch 6 is never made: the leader "
+                                         "runs 6 epochs (0..5)"),
+            std::string::npos) << past.status().message();
+  auto large = g.Admit("view(resize=16@0:300@2)", 0b11);
+  ASSERT_FALSE(large.ok());
+  EXPECT_NE(large.status().message().find("size 300 is too large here"), std::string::npos)
+      << large.status().message();
 }
 
 }  // namespace
