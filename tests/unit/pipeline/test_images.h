@@ -26,9 +26,17 @@ struct Image {
   uint8_t at(int y, int x, int c) const { return pixels[(size_t(y) * width + x) * channels + c]; }
 };
 
+// The whole file in one read (empty when it cannot be read). Byte by byte through
+// istreambuf_iterator this was most of a sanitizer test's CPU (Photo below, session 14).
 inline std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return {};
+  const std::streamsize size = in.tellg();
+  if (size <= 0) return {};
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  in.seekg(0);
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) return {};
+  return bytes;
 }
 
 inline void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
@@ -42,22 +50,35 @@ inline std::string TempDir() {
   return dir.string();
 }
 
+// scikit-image's chelsea.png decoded to RGB, once per process (nullptr when it is not
+// installed or does not decode): every Photo is cut from it, and tests make dozens.
+inline const pipeline::DecodedImage* ChelseaPhoto() {
+  static const auto* const photo = []() -> const pipeline::DecodedImage* {
+    auto bytes = ReadFile("/usr/lib/python3/dist-packages/skimage/data/chelsea.png");
+    if (bytes.empty()) return nullptr;
+    auto decoder = pipeline::ImageDecoder::Create();
+    auto header = decoder->ReadHeader(bytes, 1 << 30);
+    auto* d = new pipeline::DecodedImage;  // lives as long as the process
+    if (!header.ok() || !decoder->Decode(bytes, *header, 8, 3, d).ok()) {
+      delete d;
+      return nullptr;
+    }
+    return d;
+  }();
+  return photo;
+}
+
 // A width x height RGB crop of a real photo (synthetic texture when none is installed).
 inline Image Photo(int width, int height) {
   Image img{width, height, 3, std::vector<uint8_t>(size_t(width) * height * 3)};
-  auto bytes = ReadFile("/usr/lib/python3/dist-packages/skimage/data/chelsea.png");
-  if (!bytes.empty()) {
-    auto decoder = pipeline::ImageDecoder::Create();
-    auto header = decoder->ReadHeader(bytes, 1 << 30);
-    pipeline::DecodedImage d;
-    if (header.ok() && decoder->Decode(bytes, *header, 8, 3, &d).ok()) {
-      for (int y = 0; y < height; ++y)
-        for (int x = 0; x < width; ++x)
-          for (int c = 0; c < 3; ++c)
-            img.pixels[(size_t(y) * width + x) * 3 + c] =
-                d.pixels[(size_t(y % d.height) * d.width + x % d.width) * 3 + c];
-      return img;
-    }
+  if (const pipeline::DecodedImage* photo = ChelseaPhoto()) {
+    const pipeline::DecodedImage& d = *photo;
+    for (int y = 0; y < height; ++y)
+      for (int x = 0; x < width; ++x)
+        for (int c = 0; c < 3; ++c)
+          img.pixels[(size_t(y) * width + x) * 3 + c] =
+              d.pixels[(size_t(y % d.height) * d.width + x % d.width) * 3 + c];
+    return img;
   }
   for (int y = 0; y < height; ++y)
     for (int x = 0; x < width; ++x)
