@@ -196,7 +196,6 @@ Status ParseBool(const std::string& text, bool* out) {
   return Status::Ok();
 }
 
-
 Status Assign(const Entry& e, Options* o, const std::string& value) {
   void* f = e.field(*o);
   Status s;

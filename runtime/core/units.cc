@@ -20,11 +20,12 @@ std::string Lower(std::string_view text) {
 }
 
 bool EndsWith(const std::string& t, std::string_view suffix) {
-  return t.size() > suffix.size() && t.compare(t.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return t.size() > suffix.size() &&
+         t.compare(t.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// `digits` × `mult` into `out`, untouched on failure: false when `digits` is not a whole non-negative number or the
-// product leaves int64.
+// `digits` × `mult` into `out`, untouched on failure: false when `digits` is not a whole
+// non-negative number or the product leaves int64.
 bool Scaled(std::string_view digits, int64_t mult, int64_t* out) {
   int64_t v = 0;
   auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
