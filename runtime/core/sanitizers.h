@@ -4,6 +4,7 @@
 // sanitizer trees of make test build ThreadSanitizer with GCC and ASan+UBSan with clang).
 //   BC_SANITIZE_ADDRESS   1 under AddressSanitizer, else 0
 //   BC_SANITIZE_THREAD    1 under ThreadSanitizer, else 0
+//   BC_SANITIZED          1 under either (tests that repeat one code path run fewer rounds)
 #pragma once
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -27,3 +28,5 @@
 #ifndef BC_SANITIZE_THREAD
 #define BC_SANITIZE_THREAD 0
 #endif
+
+#define BC_SANITIZED (BC_SANITIZE_ADDRESS || BC_SANITIZE_THREAD)

@@ -60,7 +60,7 @@ void InstallPreviousHandler() {
 // AddressSanitizer and ThreadSanitizer install their own SIGSEGV handlers in every process
 // they run (and report the expected fault as a finding): the death tests run in the normal
 // build only.
-#if BC_SANITIZE_ADDRESS || BC_SANITIZE_THREAD
+#if BC_SANITIZED
 #define SKIP_UNDER_ASAN() GTEST_SKIP() << "the sanitizer owns SIGSEGV; run in the normal build"
 #else
 #define SKIP_UNDER_ASAN() (void)0

@@ -2,11 +2,15 @@
 // Converter round trips on the real Fashion-MNIST (Debian's dataset-fashion-mnist):
 // every sample of both splits, labels intact, pixels equal to the IDX files, the PNG
 // variant decoding to the same pixels, and output independent of the thread count.
+// Under a sanitizer the train split's round trip uses the test split (the same code with
+// 10000 samples instead of 60000) and the PNG split is converted with 2 threads only: the
+// full runs took 33 s of the two sanitizer trees' CPU; the normal build runs them all.
 #include <gtest/gtest.h>
 #include <spng.h>
 
 #include <memory>
 
+#include "core/sanitizers.h"
 #include "data/convert.h"
 #include "data/dataset_inspect.h"
 #include "data/dataset_reader.h"
@@ -27,6 +31,7 @@ class FashionMnistConvertTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     for (const char* name : {"train", "t10k"}) {
+      if (BC_SANITIZED && std::string(name) == "train") continue;  // not used there
       auto images = ReadIdxFile(FashionPath(std::string(name) + "-images-idx3-ubyte.gz"));
       auto labels = ReadIdxFile(FashionPath(std::string(name) + "-labels-idx1-ubyte.gz"));
       ASSERT_TRUE(images.ok() && labels.ok());
@@ -84,10 +89,11 @@ std::vector<uint8_t> DecodePngGray(const std::vector<uint8_t>& png) {
 }
 
 TEST_F(FashionMnistConvertTest, RawTrainSplitRoundTripsEverySample) {
-  auto rep = Convert("train", "raw", *dir_ / "train.h5", 2);
+  const bool train = !BC_SANITIZED;
+  auto rep = Convert(train ? "train" : "t10k", "raw", *dir_ / "train.h5", 2);
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();
-  EXPECT_EQ(rep->samples, 60000);
-  ExpectRawEqualsIdx(*dir_ / "train.h5", train_);
+  EXPECT_EQ(rep->samples, train ? 60000 : 10000);
+  ExpectRawEqualsIdx(*dir_ / "train.h5", train ? train_ : test_);
 }
 
 TEST_F(FashionMnistConvertTest, RawTestSplitRoundTripsAndIsBalanced) {
@@ -103,9 +109,8 @@ TEST_F(FashionMnistConvertTest, RawTestSplitRoundTripsAndIsBalanced) {
 }
 
 TEST_F(FashionMnistConvertTest, PngTestSplitDecodesToIdxPixelsWhateverTheThreads) {
-  auto one = Convert("t10k", "png", *dir_ / "png1.h5", 1);
   auto two = Convert("t10k", "png", *dir_ / "png2.h5", 2);
-  ASSERT_TRUE(one.ok() && two.ok()) << one.status().ToString() << two.status().ToString();
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
   auto r = DatasetReader::Open(*dir_ / "png2.h5");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)->info().encoding, "png");
@@ -121,6 +126,9 @@ TEST_F(FashionMnistConvertTest, PngTestSplitDecodesToIdxPixelsWhateverTheThreads
     }
   }
   EXPECT_EQ(mismatches, 0);
+  if (BC_SANITIZED) return;
+  auto one = Convert("t10k", "png", *dir_ / "png1.h5", 1);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
   auto a = InspectDataset(*dir_ / "png1.h5");
   auto b = InspectDataset(*dir_ / "png2.h5");
   ASSERT_TRUE(a.ok() && b.ok());

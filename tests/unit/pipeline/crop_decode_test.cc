@@ -223,7 +223,7 @@ TEST(CropDecodeTest, AUnionOfBoxesGivesEachBoxTheBytesOfItsOwnCropDecode) {
   int compared = 0;
   // Under a sanitizer one odd size of the three (the same paths; 21 s of TSan CPU for all).
   const std::vector<std::pair<int, int>> sizes =
-      BC_SANITIZE_ADDRESS || BC_SANITIZE_THREAD
+      BC_SANITIZED
           ? std::vector<std::pair<int, int>>{{257, 95}}
           : std::vector<std::pair<int, int>>{{173, 131}, {257, 95}, {500, 375}};
   for (const Kind& kind : kKinds) {

@@ -73,7 +73,7 @@ TEST(TransformKernelsTest, LinearResizeIsOpenCvInterLinearByteForByte) {
   int64_t values = 0, differ = 0;
   // A quarter of the rounds under a sanitizer (the same code paths; -O0 ASan made this test
   // 24 s of make test's CPU); the normal build checks all 400 random boxes.
-  const int rounds = BC_SANITIZE_ADDRESS || BC_SANITIZE_THREAD ? 100 : 400;
+  const int rounds = BC_SANITIZED ? 100 : 400;
   for (int round = 0; round < rounds; ++round) {
     const int channels = round % 4 == 0 ? 1 : (round % 4 == 1 ? 4 : 3);
     const int box_w = uniform(1, round % 5 == 0 ? 12 : 300);

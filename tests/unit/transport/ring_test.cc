@@ -279,7 +279,7 @@ int TouchPages(const uint8_t* p, size_t bytes) {
 // faults (one minor fault per 16 pages before, in every woken consumer while the others
 // waited for the CPU).
 TEST(RingTest, PreparedSlotsAreFilledAndReadWithoutPageFaults) {
-#if BC_SANITIZE_ADDRESS || BC_SANITIZE_THREAD
+#if BC_SANITIZED
   // The sanitizers' shadow memory is paged in on first use: the faults counted here would be
   // theirs, not the slots'. The normal build runs this test.
   GTEST_SKIP() << "page-fault counts need a build without a sanitizer's shadow memory";
