@@ -24,6 +24,12 @@ UNITY ?= ON
 # -g, for CI's 20-minute budget; docs/testing.md "Session 11"); an existing tree is kept as it is.
 DEBUG_INFO ?= lines
 TEST_DEBUG_INFO ?= none
+# Whether `all` builds every benchmark (CMake option BATCHCAST_BENCHMARKS_IN_ALL). A tree that
+# `make test` configures gets TEST_BENCHMARKS_IN_ALL (OFF: only the GPU proof bundle's three;
+# the other seven, which no test runs, cost 35 CPU-s of CI's budget); make bench builds the
+# one it runs either way.
+BENCHMARKS_IN_ALL ?= ON
+TEST_BENCHMARKS_IN_ALL ?= OFF
 # The second PyTorch generation's tree (scripts/torch2_tree.sh); TORCH2=OFF leaves it out.
 BUILD_TORCH2 ?= build-torch2
 TORCH2 ?= ON
@@ -62,7 +68,7 @@ deps-debian:
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=$(UNITY) \
-	  -DBATCHCAST_DEBUG_INFO=$(DEBUG_INFO) \
+	  -DBATCHCAST_DEBUG_INFO=$(DEBUG_INFO) -DBATCHCAST_BENCHMARKS_IN_ALL=$(BENCHMARKS_IN_ALL) \
 	  $(CMAKE_LAUNCHERS) $(CMAKE_FLAGS)
 
 configure: $(BUILD)/CMakeCache.txt
@@ -91,7 +97,8 @@ demo: deps-debian
 test: deps-debian
 	@start=$$(date +%s); mkdir -p $(BUILD); \
 	if [ "$(TORCH2)" != OFF ]; then bash scripts/torch2_venv.sh >$(BUILD)/torch2-venv.log 2>&1 & fi; \
-	$(MAKE) --no-print-directory configure DEBUG_INFO=$(TEST_DEBUG_INFO) && \
+	$(MAKE) --no-print-directory configure DEBUG_INFO=$(TEST_DEBUG_INFO) \
+	  BENCHMARKS_IN_ALL=$(TEST_BENCHMARKS_IN_ALL) && \
 	cmake -DBATCHCAST_WERROR=ON $(BUILD) >/dev/null && \
 	$(MAKE) --no-print-directory build || exit 1; \
 	echo "make test: main tree built at $$(( $$(date +%s) - start )) s"; \

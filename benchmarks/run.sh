@@ -5,8 +5,18 @@ build=${1:?usage: benchmarks/run.sh BUILD_DIR NAME [ARGS...]}
 name=${2:?usage: benchmarks/run.sh BUILD_DIR NAME [ARGS...]}
 shift 2
 bin="$build/benchmarks/bench_$name"
+# Builds the targets a benchmark runs: a tree that `make test` configured leaves the benchmarks
+# that no test runs out of `all` (BATCHCAST_BENCHMARKS_IN_ALL=OFF), and bench_stage (a slow
+# LibTorch translation unit) is never in it.
+build_targets() {
+  local log
+  log=$(cmake --build "$build" --target "$@" 2>&1) || {
+    echo "$log" | tail -n 30 >&2
+    echo "bench: building $* in $build failed (above)" >&2; exit 2; }
+}
 if [ "$name" = python ]; then
   # The Python bindings against the C++ consumer (needs _batchcast and bench_python_consumer).
+  build_targets bench_python_consumer _batchcast
   exec /usr/bin/python3 "$(dirname "$0")/bench_python.py" --build "$build" "$@"
 fi
 if [ "$name" = multimodel ]; then
@@ -22,15 +32,10 @@ if [ ! -f "$(dirname "$0")/bench_$name.cc" ]; then
   echo "bench: unknown benchmark '$name' (known: ${known:-none})" >&2
   exit 2
 fi
-if [ "$name" = stage ]; then
-  # Not part of `all` (a slow LibTorch translation unit): built here, on demand.
-  cmake --build "$build" --target bench_stage >/dev/null || {
-    echo "bench: bench_stage needs a build with LibTorch (-DBATCHCAST_TORCH=ON)" >&2; exit 2; }
+if [ "$name" = stage ] && ! grep -q '^bench_stage:' <(cmake --build "$build" --target help 2>/dev/null | sed 's/^\.\.\. //; s/ .*//; s/$/:/'); then
+  echo "bench: bench_stage needs a build with LibTorch (-DBATCHCAST_TORCH=ON)" >&2; exit 2
 fi
-if [ ! -x "$bin" ]; then
-  echo "bench: $bin is not built (run 'make build' or: cmake --build $build --target bench_$name)" >&2
-  exit 2
-fi
+build_targets "bench_$name"
 case "$name" in
   decode)
     # A real-photo JPEG set built once and cached in the build directory.
