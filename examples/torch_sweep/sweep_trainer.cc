@@ -21,9 +21,19 @@
 // (gauge eval_accuracy and an annotation) so `batchcast report` draws accuracy over time.
 #include <mpi.h>
 #include <sys/resource.h>
-#include <torch/torch.h>
 #include <time.h>
 #include <unistd.h>
+
+// The parts of LibTorch's C++ frontend this trainer uses; <torch/torch.h> (all of it) works
+// as well and took a quarter longer to compile, which make demo waits for.
+#include <ATen/Parallel.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/functional/upsampling.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
 
 #include <chrono>
 #include <climits>
