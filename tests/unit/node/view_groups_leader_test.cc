@@ -779,6 +779,46 @@ TEST_F(ViewGroupsLeaderTest, ALeaderOnItsOwnResizeScheduleServesOtherViewsAtThei
   EXPECT_EQ(got[0], alone[0]);
 }
 
+// The fill tail of a producer batch covers each group at its own carving (TailForReceivers):
+// under the leader's schedule its own consumers carve at scaled batch sizes, another group's
+// at their own. Epoch 0 is one producer batch of all 45 samples at size 16; the leader's
+// consumers' batch of 8 scales to 15 (max_batch=15), which divides 45: no tail. The other
+// group's batch of 7 does not: its last batch holds 4 repeats, which the tail must hold (a
+// tail sized by 7 scaled like the leader's, 15 too, would be empty, and that batch would
+// read 4 positions the leader never wrote).
+TEST_F(ViewGroupsLeaderTest, AGroupsFillTailFollowsItsOwnBatchSizeBesideTheLeadersSchedule) {
+  o_.epochs = 3;
+  o_.resize = "resize(sizes=16:24:40,upgrade=0.5,max_batch=15)";
+  const std::string fixed = "view(size=24)";
+  std::vector<Sizes> seen;
+  const auto got = RunLeader(o_, {{"", 8}, {fixed, 7}}, &seen);
+  ASSERT_EQ(got.size(), 2u);
+  const char* names[] = {"leader's group", "group of 7"};
+  for (size_t i = 0; i < got.size(); ++i) {
+    ExpectExactlyOnce(got[i], kSamples, names[i]);
+    EXPECT_EQ(got[i].size(), size_t(3 * kSamples)) << names[i];
+    ASSERT_EQ(seen[i].size(), 3u) << names[i];
+    for (const auto& [epoch, z] : seen[i])
+      EXPECT_EQ(z.batches, z.foreseen) << names[i] << " epoch " << epoch;
+  }
+  // Epoch 0: one producer batch; the leader's consumers got 3 batches of 15, no repeats; the
+  // group's consumer 7 batches of 7, the last with 4 repeats of that producer batch's samples.
+  EXPECT_EQ(seen[0][0].sizes, (std::set<std::pair<int64_t, int64_t>>{{16, 16}}));
+  EXPECT_EQ(seen[0][0].fresh.size(), 1u);
+  EXPECT_EQ(seen[0][0].batches, 3);
+  EXPECT_TRUE(seen[0][0].repeats.empty());
+  EXPECT_EQ(seen[1][0].batches, 7);
+  EXPECT_EQ(seen[1][0].repeats.size(), 4u);
+  ExpectRepeatsOfTheirProducerBatch(seen[0], names[0]);
+  EXPECT_GE(ExpectRepeatsOfTheirProducerBatch(seen[1], names[1]), 4);
+  // The group's pixels per (epoch, sample): a one-view leader's without a schedule.
+  Options plain = o_;
+  plain.resize = "";
+  const auto ref = RunLeader(ReferenceFor(plain, fixed), {{"", 7}});
+  ASSERT_EQ(ref.size(), 1u);
+  EXPECT_TRUE(DigestOf(got[1]) == DigestOf(ref[0]));
+}
+
 // Beside the leader's own schedule, a view group joins once the stream is in epoch 1 and a
 // consumer of another group leaves after two batches: the joiner gets whole stream epochs at
 // its own schedule's size (LR 1, BatchesPerEpoch exact, repeats from their own producer
