@@ -221,6 +221,22 @@ int64_t ExpectRepeatsOfTheirProducerBatch(const Sizes& sizes, const std::string&
   return n;
 }
 
+// Each consumer i of `got` (names[i]) got `epochs` whole epochs of `num_samples` samples:
+// every sample once per epoch, and the batches Consumer::BatchesPerEpoch foresaw.
+void ExpectWholeEpochs(const std::vector<Stream>& got, const std::vector<Sizes>& seen,
+                       const std::vector<std::string>& names, int64_t num_samples,
+                       size_t epochs) {
+  ASSERT_EQ(got.size(), names.size());
+  ASSERT_EQ(seen.size(), names.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ExpectExactlyOnce(got[i], num_samples, names[i]);
+    EXPECT_EQ(got[i].size(), epochs * size_t(num_samples)) << names[i];
+    ASSERT_EQ(seen[i].size(), epochs) << names[i];
+    for (const auto& [epoch, z] : seen[i])
+      EXPECT_EQ(z.batches, z.foreseen) << names[i] << " epoch " << epoch;
+  }
+}
+
 // Each epoch of `got` (a consumer of view `spec` on the leader of `o`) against a one-view
 // leader at that epoch's size: the same pixels per (epoch, sample), and only that size seen.
 void ExpectScheduledView(const Options& o, const std::string& spec, const Stream& got,
@@ -749,15 +765,10 @@ TEST_F(ViewGroupsLeaderTest, ALeaderOnItsOwnResizeScheduleServesOtherViewsAtThei
   std::vector<Sizes> seen;
   const auto got = RunLeader(o_, {{"", 8}, {fixed, 5}, {grow, 6}}, &seen);
   ASSERT_EQ(got.size(), 3u);
-  const char* names[] = {"leader's group", "fixed 24", "grow"};
-  for (size_t i = 0; i < got.size(); ++i) {
-    ExpectExactlyOnce(got[i], kSamples, names[i]);
-    EXPECT_EQ(got[i].size(), size_t(3 * kSamples)) << names[i];
-    ASSERT_EQ(seen[i].size(), 3u) << names[i];
-    for (const auto& [epoch, z] : seen[i])
-      EXPECT_EQ(z.batches, z.foreseen) << names[i] << " epoch " << epoch;
+  const std::vector<std::string> names = {"leader's group", "fixed 24", "grow"};
+  ExpectWholeEpochs(got, seen, names, kSamples, 3);
+  for (size_t i = 0; i < got.size(); ++i)
     EXPECT_GT(ExpectRepeatsOfTheirProducerBatch(seen[i], names[i]), 0) << names[i];
-  }
   // The leader's group: its schedule's sizes and scaled LR factors (epoch 0 all at 16).
   EXPECT_EQ(seen[0][0].sizes, (std::set<std::pair<int64_t, int64_t>>{{16, 16}}));
   EXPECT_GT(*seen[0][0].lr.begin(), 1.0f);
@@ -793,14 +804,8 @@ TEST_F(ViewGroupsLeaderTest, AGroupsFillTailFollowsItsOwnBatchSizeBesideTheLeade
   std::vector<Sizes> seen;
   const auto got = RunLeader(o_, {{"", 8}, {fixed, 7}}, &seen);
   ASSERT_EQ(got.size(), 2u);
-  const char* names[] = {"leader's group", "group of 7"};
-  for (size_t i = 0; i < got.size(); ++i) {
-    ExpectExactlyOnce(got[i], kSamples, names[i]);
-    EXPECT_EQ(got[i].size(), size_t(3 * kSamples)) << names[i];
-    ASSERT_EQ(seen[i].size(), 3u) << names[i];
-    for (const auto& [epoch, z] : seen[i])
-      EXPECT_EQ(z.batches, z.foreseen) << names[i] << " epoch " << epoch;
-  }
+  const std::vector<std::string> names = {"leader's group", "group of 7"};
+  ExpectWholeEpochs(got, seen, names, kSamples, 3);
   // Epoch 0: one producer batch; the leader's consumers got 3 batches of 15, no repeats; the
   // group's consumer 7 batches of 7, the last with 4 repeats of that producer batch's samples.
   EXPECT_EQ(seen[0][0].sizes, (std::set<std::pair<int64_t, int64_t>>{{16, 16}}));
