@@ -257,42 +257,63 @@ Result<View> ViewFromOptions(const Options& o) {
   return CanonicalView(v);
 }
 
-Result<View> ParseView(std::string_view text, const View& base) {
-  View v = base;
-  v.draw = kAutoDraw;
+ViewSpecItems SplitViewSpec(std::string_view text) {
+  ViewSpecItems out;
   size_t pos = 0, end = text.size();
   while (pos < end && IsSpace(text[pos])) ++pos;
   while (end > pos && IsSpace(text[end - 1])) --end;
   const size_t paren = text.find('(', pos);
   if (paren != std::string_view::npos && paren < text.find('=', pos)) {
     if (Trim(text.substr(pos, paren - pos)) != "view")
-      return InvalidArgumentError("view spec: expected 'view(' at column {}, got '{}'", pos + 1,
-                                  text.substr(pos, paren + 1 - pos));
-    if (end == 0 || text[end - 1] != ')')
-      return InvalidArgumentError("view spec: missing ')' at column {} (end of spec)", end + 1);
+      out.wrapper = InvalidArgumentError("view spec: expected 'view(' at column {}, got '{}'",
+                                         pos + 1, text.substr(pos, paren + 1 - pos));
+    if (end > 0 && text[end - 1] == ')') --end;
+    else if (out.wrapper.ok())
+      out.wrapper = InvalidArgumentError("view spec: missing ')' at column {} (end of spec)",
+                                         end + 1);
     pos = paren + 1;
-    --end;
   }
-  std::set<std::string> given;
   while (pos < end) {
     size_t stop = text.find(',', pos);
     if (stop == std::string_view::npos || stop > end) stop = end;
     const std::string_view item = text.substr(pos, stop - pos);
     const size_t eq = item.find('=');
-    const std::string_view key = Trim(item.substr(0, eq));
-    if (key.empty())
-      return InvalidArgumentError("view spec: expected key=value{}", Column(pos));
-    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
-      return InvalidArgumentError("view spec: unknown key '{}'{}{}", key, Column(pos), Hint(key));
-    if (eq == std::string_view::npos)
-      return InvalidArgumentError("view spec: expected '=' after key '{}'{}", key, Column(pos));
-    if (!given.insert(std::string(key)).second)
-      return InvalidArgumentError("view spec: duplicate key '{}'{}", key, Column(pos));
-    const std::string_view raw = item.substr(eq + 1);
-    size_t lead = 0;
-    while (lead < raw.size() && IsSpace(raw[lead])) ++lead;
-    BC_RETURN_IF_ERROR(SetKey(key, Trim(raw), pos + eq + 1 + lead, &v).WithContext("view spec"));
+    ViewSpecItem it;
+    it.key = Trim(item.substr(0, eq));
+    it.begin = pos;
+    it.end = stop;
+    it.has_equals = eq != std::string_view::npos;
+    it.value_begin = stop;
+    if (it.has_equals) {
+      it.value_begin = pos + eq + 1;
+      while (it.value_begin < stop && IsSpace(text[it.value_begin])) ++it.value_begin;
+      it.value = Trim(item.substr(eq + 1));
+    }
+    out.items.push_back(it);
     pos = stop + 1;
+  }
+  return out;
+}
+
+Result<View> ParseView(std::string_view text, const View& base) {
+  View v = base;
+  v.draw = kAutoDraw;
+  const ViewSpecItems split = SplitViewSpec(text);
+  BC_RETURN_IF_ERROR(split.wrapper);
+  std::set<std::string> given;
+  for (const ViewSpecItem& it : split.items) {
+    const std::string_view key = it.key;
+    if (key.empty())
+      return InvalidArgumentError("view spec: expected key=value{}", Column(it.begin));
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
+      return InvalidArgumentError("view spec: unknown key '{}'{}{}", key, Column(it.begin),
+                                  Hint(key));
+    if (!it.has_equals)
+      return InvalidArgumentError("view spec: expected '=' after key '{}'{}", key,
+                                  Column(it.begin));
+    if (!given.insert(std::string(key)).second)
+      return InvalidArgumentError("view spec: duplicate key '{}'{}", key, Column(it.begin));
+    BC_RETURN_IF_ERROR(SetKey(key, it.value, it.value_begin, &v).WithContext("view spec"));
   }
   BC_RETURN_IF_ERROR(CheckGiven(given, v));
   BC_RETURN_IF_ERROR(ValidateView(v).WithContext("view spec"));

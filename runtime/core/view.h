@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "batchcast/options.h"
 #include "batchcast/status.h"
@@ -77,6 +78,27 @@ bool operator==(const View& a, const View& b);
 // key and the 1-based column: "view spec: unknown key 'szie' at column 6 (did you mean
 // 'size'?)". The result has passed ValidateView.
 [[nodiscard]] Result<View> ParseView(std::string_view text, const View& base);
+
+// One comma-separated item of a view spec as SplitViewSpec finds it; indices are 0-based
+// into the spec (error messages add 1 for the column).
+struct ViewSpecItem {
+  std::string_view key;       // trimmed; empty for an item without one
+  std::string_view value;     // trimmed text after the first '=' (empty without '=')
+  size_t begin = 0, end = 0;  // the item: [begin, end), without its commas
+  size_t value_begin = 0;     // the value's first character (after '=' and spaces); end if no '='
+  bool has_equals = false;
+};
+
+// The one split of a view spec into items, used by ParseView and by the view schedules'
+// parser (schedule/view_schedule.h): surrounding spaces are dropped; a '(' before the first
+// '=' opens a wrapper, whose ')' at the end is not part of the last item; the rest is split at
+// every comma. `wrapper` is Ok, or what ParseView refuses about that wrapper ("view spec:
+// expected 'view(' ...", "view spec: missing ')' ..."); the items are split either way.
+struct ViewSpecItems {
+  std::vector<ViewSpecItem> items;
+  Status wrapper;
+};
+ViewSpecItems SplitViewSpec(std::string_view text);
 
 // The canonical spec text: ParseView(ViewToString(v), any) == CanonicalView(v), bit for bit
 // (numbers are written in the shortest form that reads back exactly).

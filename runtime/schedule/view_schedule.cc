@@ -26,41 +26,6 @@ bool StepInt(std::string_view s, T* out) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
-// One comma-separated item of a spec: its key and where its value lies.
-struct Item {
-  std::string_view key;
-  size_t begin = 0, end = 0;  // the item, [begin, end) of the spec
-  size_t value = 0;           // its value's first column (after '=' and spaces)
-};
-
-// The items of `text` the way core::ParseView splits them (after "view(", commas, the last
-// item without the closing parenthesis).
-std::vector<Item> Items(std::string_view text) {
-  std::vector<Item> items;
-  size_t pos = 0, end = text.size();
-  while (end > pos && StepSpace(text[end - 1])) --end;
-  const size_t paren = text.find('(');
-  if (paren != std::string_view::npos && paren < text.find('=')) {
-    pos = paren + 1;
-    if (end > pos && text[end - 1] == ')') --end;
-  }
-  while (pos < end) {
-    size_t stop = text.find(',', pos);
-    if (stop == std::string_view::npos || stop > end) stop = end;
-    const std::string_view item = text.substr(pos, stop - pos);
-    const size_t eq = item.find('=');
-    Item it;
-    it.key = StepTrim(item.substr(0, eq));
-    it.begin = pos;
-    it.end = stop;
-    it.value = eq == std::string_view::npos ? stop : pos + eq + 1;
-    while (it.value < stop && StepSpace(text[it.value])) ++it.value;
-    items.push_back(it);
-    pos = stop + 1;
-  }
-  return items;
-}
-
 }  // namespace
 
 int ViewSchedule::SizeAt(uint64_t epoch) const {
@@ -155,10 +120,13 @@ core::View ScheduledView::At(uint64_t epoch) const {
 Result<ScheduledView> ParseScheduledView(std::string_view text, const core::View& base) {
   std::string rest(text);
   ScheduledView out;
-  const Item* resize = nullptr;
-  const Item* size = nullptr;
-  const std::vector<Item> items = Items(text);
-  for (const Item& it : items) {
+  const core::ViewSpecItem* resize = nullptr;
+  const core::ViewSpecItem* size = nullptr;
+  // The items as core::ParseView splits them. A wrapper it refuses is refused first: its
+  // message's column is the text's (the stand-in below may shorten the spec's end).
+  const core::ViewSpecItems split = core::SplitViewSpec(text);
+  BC_RETURN_IF_ERROR(split.wrapper);
+  for (const core::ViewSpecItem& it : split.items) {
     if (it.key == "resize" && resize != nullptr)
       return InvalidArgumentError("view spec: duplicate key 'resize'{}", AtColumn(it.begin));
     if (it.key == "resize") resize = &it;
@@ -170,8 +138,7 @@ Result<ScheduledView> ParseScheduledView(std::string_view text, const core::View
           "view spec: 'size'{} and 'resize'{} both given: a view with a schedule takes its "
           "size from it (each epoch's, the largest sizing its room); give one of them",
           AtColumn(size->begin), AtColumn(resize->begin));
-    std::string_view value = StepTrim(text.substr(resize->value, resize->end - resize->value));
-    BC_ASSIGN_OR_RETURN(out.schedule, ParseViewSchedule(value, resize->value));
+    BC_ASSIGN_OR_RETURN(out.schedule, ParseViewSchedule(resize->value, resize->value_begin));
     // core::ParseView reads the rest, with `size=<largest>` in the item's place (padded, so
     // that its messages keep their columns): the view a pipeline makes at each epoch's size.
     std::string stand_in = fmt::format("size={}", out.schedule.MaxSize());

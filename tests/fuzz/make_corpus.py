@@ -152,6 +152,7 @@ SPECS = [
     "view(resize=96@0:160@2:224@4,crop=random,scale=0.25:1,flip=1)",
     "view(resize=96:128:160:224,normalize=1,mean=0.5,std=0.25,dtype=float32)",
     "view( resize = 32@0 : 16@3 , crop=center , draw=7 )",
+    "view(flip=0,\n\tresize=24@0:16@1\n)",
 ]
 
 

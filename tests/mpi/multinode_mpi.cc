@@ -34,6 +34,10 @@
 //   MULTINODE_TEST_STOP_AFTER=k     every trainer leaves after k batches: the leaders must
 //                                   agree to end and the job must finish cleanly (only the
 //                                   batches received are checked).
+//   MULTINODE_TEST_LEAVE_RANK=r, MULTINODE_TEST_LEAVE_EPOCH=e  (with 'resize') trainer rank r
+//                                   leaves after its first batch of epoch e (>= 1): checked
+//                                   up to there, the others to the end (CheckResized); with
+//                                   MULTINODE_TEST_STEP_US / _SLOW_RANK, steps as above.
 // With option 'resize' (replicate mode; CheckResized): every trainer gets exactly what a
 // consumer of one node's leader running the same schedule gets: the checks of
 // tests/unit/node/resize_checks.h (every sample of each epoch exactly once plus the reported
@@ -340,9 +344,13 @@ std::string CheckUnion(MPI_Comm trainers, Checker& c, int64_t* total_repeats) {
 // Progressive resizing across nodes (replicate mode): reads the stream to its end and holds it
 // against the schedule rebuilt here from the same options (see the file comment). Returns the
 // first failure ("" when every check passed); *checksummed counts the samples whose pixels
-// were compared with the reference decode.
-std::string CheckResized(batchcast::Consumer& consumer, const Options& o, int64_t* batches,
-                         int64_t* repeats, int64_t* checksummed) {
+// were compared with the reference decode. A trainer told to leave
+// (MULTINODE_TEST_LEAVE_RANK / _EPOCH) detaches after its first batch of that epoch; its whole
+// epochs before are checked as above, that epoch's fresh samples as a prefix of the
+// schedule's order, every sample it got byte for byte. *left_at: that epoch (-1: stayed).
+std::string CheckResized(batchcast::Consumer& consumer, const Options& o, int world_rank,
+                         int64_t* batches, int64_t* repeats, int64_t* checksummed,
+                         int64_t* left_at) {
   auto reader = batchcast::data::DatasetReader::Open(o.dataset);
   if (!reader.ok()) return reader.status().message();
   int64_t n = reader.value()->info().num_samples;
@@ -379,13 +387,38 @@ std::string CheckResized(batchcast::Consumer& consumer, const Options& o, int64_
     return true;
   };
   const int channels = static_cast<int>(reference.OutputLayout(0).channels);
+  const int64_t step_us = EnvInt("MULTINODE_TEST_STEP_US", 0);
+  const bool slow = world_rank == EnvInt("MULTINODE_TEST_SLOW_RANK", -1);
+  const int64_t leave_epoch =
+      world_rank == EnvInt("MULTINODE_TEST_LEAVE_RANK", -1) ? EnvInt("MULTINODE_TEST_LEAVE_EPOCH", 1)
+                                                            : -1;
+  if (leave_epoch == 0 || leave_epoch >= o.epochs)
+    return fmt::format("MULTINODE_TEST_LEAVE_EPOCH={}: give an epoch in [1, {}]", leave_epoch,
+                       o.epochs - 1);
+  *left_at = -1;
+  auto after = [&](const batchcast::BatchInfo& info) {
+    if (step_us > 0)  // the training step (not synchronisation): the slow rank's is 10x longer
+      usleep(static_cast<useconds_t>(step_us * (slow ? 10 : 1)));
+    if (leave_epoch < 0 || info.epoch != uint64_t(leave_epoch)) return true;
+    *left_at = leave_epoch;
+    return false;
+  };
   batchcast::testing::ResizeSeen seen;
-  batchcast::testing::ConsumeResized(&consumer, o.epochs, channels, label_check, &seen);
+  batchcast::testing::ConsumeResized(&consumer, o.epochs, channels, label_check, &seen, after);
+  // Gone at once (the checks below take a while; the node's other trainers go on).
+  if (*left_at >= 0) consumer.Detach().IgnoreError();
   *batches = static_cast<int64_t>(seen.batches.size());
   *repeats = seen.stats.repeats;
   auto schedule = batchcast::testing::ExpectedSchedule(o, n);
   if (schedule == nullptr) return "the resize spec does not give a schedule";
-  batchcast::testing::ExpectFollowsSchedule(seen, *schedule, o.batch_size, o.epochs);
+  if (leave_epoch > 0 && *left_at < 0)
+    return fmt::format("the stream ended before epoch {}, where this trainer was to leave",
+                       leave_epoch);
+  batchcast::testing::ResizeSeen whole = seen;  // the epochs it completed
+  if (*left_at >= 0)
+    std::erase_if(whole.batches, [&](const auto& b) { return int64_t(b.epoch) >= *left_at; });
+  batchcast::testing::ExpectFollowsSchedule(whole, *schedule, o.batch_size,
+                                            *left_at >= 0 ? int(*left_at) : o.epochs);
   const ::testing::TestResult& checks = ::testing::UnitTest::GetInstance()->ad_hoc_test_result();
   for (int i = 0; i < checks.total_part_count(); ++i)
     if (checks.GetTestPartResult(i).failed())
@@ -405,13 +438,20 @@ std::string CheckResized(batchcast::Consumer& consumer, const Options& o, int64_
   for (const auto& b : seen.batches)
     for (size_t i = 0; i + size_t(b.repeats) < b.ids.size(); ++i)
       fresh[b.epoch].emplace_back(b.ids[i], b.image_size);
-  for (int e = 0; e < o.epochs; ++e) {
+  const int last = *left_at >= 0 ? int(*left_at) : o.epochs - 1;
+  for (int e = 0; e <= last; ++e) {
     auto pbs = leader.value()->ProducerBatches(e, o.producer_batch);
     if (!pbs.ok()) return pbs.status().message();
     std::vector<std::pair<int64_t, int>> want;
     for (const auto& pb : *pbs)
       for (int64_t id : pb.samples) want.emplace_back(id, pb.image_size);
     const auto& got = fresh[uint64_t(e)];
+    if (e == *left_at) {  // left after its first batch: that batch's fresh samples, in order
+      if (got.empty() || got.size() >= want.size())
+        return fmt::format("epoch {}: left after its first batch, but got {} of the epoch's {} "
+                           "fresh samples", e, got.size(), want.size());
+      want.resize(got.size());
+    }
     if (got != want) {
       size_t i = 0;
       while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
@@ -496,14 +536,16 @@ int RunJob(int argc, char** argv) {
   MPI_Comm_rank(trainers, &t);
   MPI_Comm_size(trainers, &T);
   if (!o.resize.empty()) {  // a progressive-resizing schedule (replicate mode)
-    int64_t batches = 0, repeats = 0, checksummed = 0;
-    const std::string error =
-        CheckResized(runtime.consumer(), o, &batches, &repeats, &checksummed);
+    int64_t batches = 0, repeats = 0, checksummed = 0, left_at = -1;
+    const std::string error = CheckResized(runtime.consumer(), o, world_rank, &batches, &repeats,
+                                           &checksummed, &left_at);
     runtime.consumer().Detach().IgnoreError();
+    const std::string left =
+        left_at >= 0 ? fmt::format("left in epoch {} ", left_at) : std::string();
     const std::string line = fmt::format(
-        "  rank {} (trainer {}, node {}): batches={} repeats={} checksummed={} {}{}", world_rank,
-        t, runtime.node_id(), batches, repeats, checksummed, error.empty() ? "ok" : "FAIL: ",
-        error);
+        "  rank {} (trainer {}, node {}): batches={} repeats={} checksummed={} {}{}{}",
+        world_rank, t, runtime.node_id(), batches, repeats, checksummed, left,
+        error.empty() ? "ok" : "FAIL: ", error);
     const bool ok = Verdict(trainers, o, line, !error.empty(), "", false);
     Status fin = runtime.Finalize();
     return ok && fin.ok() ? 0 : 1;

@@ -5,7 +5,8 @@
 # CASE: shard_2 shard_3 replicate_2 replicate_3 shard_unequal_b thread_single
 #       replicate_skip_2 replicate_skip_3 shard_short_last replicate_slow_node
 #       replicate_leader_killed replicate_ucx_2 replicate_early_end replicate_decode_error
-#       replicate_resize_2 replicate_resize_3 replicate_resize_mismatch shard_resize_refused
+#       replicate_resize_2 replicate_resize_3 replicate_resize_leave_slow
+#       replicate_resize_mismatch shard_resize_refused
 #       shard_resume replicate_resume shard_no_good_sample
 # Layouts (leader = first rank of each virtual node; the others train):
 #   2 nodes: -n 7, ranks_per_node=4 -> 3 + 2 trainers;  3 nodes: -n 8, ranks_per_node=3 -> 2+2+1.
@@ -134,6 +135,20 @@ epoch 0 has no good sample" ;;
     # One plan per job on stdout (node 0's leader), as on one node.
     plans=$(grep -c "^batchcast: progressive resizing resize(" "$log")
     [ "$plans" -eq 1 ] || fail "the plan was printed $plans times (expected once, by node 0)" ;;
+  replicate_resize_leave_slow)
+    # The schedule of replicate_resize_2, 5 epochs, where epoch 4 is its final phase (every
+    # sample steps up to 32 px): trainer rank 6 (node 1) leaves after its first batch of
+    # epoch 4, while rank 2 (node 0) trains 10x slower than the others. Rank 6 is checked up
+    # to there (whole epochs 0-3 as in replicate_resize_2; in epoch 4 the schedule's first
+    # samples at 32 px, byte for byte); every other trainer, node 1's other one included,
+    # still gets every sample of every epoch exactly once at its size, byte for byte.
+    MULTINODE_TEST_STEP_US=2000 MULTINODE_TEST_SLOW_RANK=2 MULTINODE_TEST_LEAVE_RANK=6 \
+      MULTINODE_TEST_LEAVE_EPOCH=4 run 200 -x MULTINODE_TEST_STEP_US -x MULTINODE_TEST_SLOW_RANK \
+      -x MULTINODE_TEST_LEAVE_RANK -x MULTINODE_TEST_LEAVE_EPOCH -n 7 "$prog" "${common[@]}" \
+      --epochs=5 --resize="resize(sizes=16:24:32,upgrade=0.4)" --mode=replicate \
+      --producer_batch=24 --ranks_per_node=4 && expect_pass
+    grep -q "rank 6 (trainer [0-9]*, node 1): .* left in epoch 4 ok" "$log" \
+      || fail "rank 6 did not leave in epoch 4" ;;
   replicate_resize_mismatch)
     # Node 1 is given another schedule (MPMD): the node leaders plan different producer
     # batches. Each checks the sizes in every other node's metadata against its own plan,

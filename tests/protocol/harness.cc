@@ -317,7 +317,7 @@ void Engine::StartConsumer(int i) {
       "seed=" + std::to_string(c.seed), "offset=" + std::to_string(c.offset ? 1 : 0),
       "shuffle=" + std::to_string(c.shuffle ? 1 : 0), "hold=" + std::to_string(c.hold),
       "tail=" + c.tail, "name=" + (c.name.empty() ? "c" + std::to_string(i) : c.name),
-      "view=" + std::to_string(c.view), "script=" + c.script};
+      "view=" + std::to_string(c.view), "resize=" + c.resize, "script=" + c.script};
   r.err_path = dir_ + "/c" + std::to_string(i) + ".err";
   r.cmd = Join(args);
   Spawned sp = Spawn(args, true, r.err_path);

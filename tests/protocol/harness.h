@@ -45,6 +45,7 @@ struct ConsumerPlan {
                                    // (-2: started by the scenario's own hooks)
   int64_t hb_ms = 0;               // 0: the leader's
   int view = 0;                    // the size of its view (0: the leader's; needs views_max)
+  std::string resize;              // or its sizes by epoch, "3@0:5@2" (view(resize=...))
 };
 
 struct Scenario {

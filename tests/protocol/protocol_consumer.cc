@@ -10,7 +10,10 @@
 // <bad> counts samples whose pixels or label differ from content.h's pure function.
 //
 //   protocol_consumer ADDRESS b=B depth=D epochs=E hb=MS rank=R samples=N seed=S
-//                     [offset=0|1] [shuffle=0|1] [hold=H] [tail=drain|keep|stop] script=OPS
+//                     [offset=0|1] [shuffle=0|1] [hold=H] [tail=drain|keep|stop]
+//                     [view=SIZE | resize=A@0:B@k...] script=OPS
+// view / resize: its own view, view(size=SIZE) or view(resize=...), whose bytes it checks at
+// the size of each batch's stream epoch (content.h, node::SizedPixel).
 // OPS, comma separated:
 //   n      Next(); the batch joins the held ones (eos / an error ends the script)
 //   r      release a held batch chosen by the seed (its checksum is verified first)
@@ -81,6 +84,7 @@ struct Held {
   TensorView images, labels;
   const int64_t* ids = nullptr;
   int64_t size = 0;
+  uint64_t epoch = 0;  // BatchInfo::epoch (a scheduled view's size follows it)
 };
 
 struct Digest {
@@ -88,7 +92,7 @@ struct Digest {
   int64_t bad = 0;
 };
 
-// view: the size of this consumer's view (0: the leader's, content.h).
+// view: the size of this consumer's view in the batch's epoch (0: the leader's, content.h).
 Digest Examine(const Held& h, int64_t samples, int view) {
   Digest d;
   const auto* img = static_cast<const uint8_t*>(h.images.data);
@@ -131,6 +135,13 @@ class Runner {
     samples_ = Num("samples", 0);
     view_ = static_cast<int>(Num("view", 0));
     if (view_ > 0) o.view = "view(size=" + std::to_string(view_) + ")";
+    if (!kv_["resize"].empty()) {
+      o.view = "view(resize=" + kv_["resize"] + ")";
+      if (!ParseSteps(kv_["resize"])) {
+        std::fprintf(stderr, "protocol_consumer: bad resize '%s'\n", kv_["resize"].c_str());
+        std::exit(2);
+      }
+    }
     hold_ = std::max<int64_t>(1, Num("hold", 1));
     auto c = Consumer::Attach(address, o, static_cast<int>(Num("rank", -1)),
                               kv_.count("name") ? kv_["name"] : "");
@@ -171,6 +182,28 @@ class Runner {
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   }
+  // "A@0:B@k:...", each step's epoch given (what the driver writes), ascending.
+  bool ParseSteps(const std::string& text) {
+    std::stringstream ss(text);
+    std::string step;
+    while (std::getline(ss, step, ':')) {
+      int size = 0;
+      unsigned long long first = 0;
+      char extra = 0;
+      if (std::sscanf(step.c_str(), "%d@%llu%c", &size, &first, &extra) != 2 || size < 1)
+        return false;
+      if (!steps_.empty() && first <= steps_.back().first) return false;
+      steps_.emplace_back(uint64_t(first), size);
+    }
+    return !steps_.empty() && steps_.front().first == 0;
+  }
+  // The size this consumer's images have in stream epoch `epoch` (0: the leader's).
+  int SizeAt(uint64_t epoch) const {
+    int size = view_;
+    for (const auto& [first, s] : steps_)
+      if (first <= epoch) size = s;
+    return size;
+  }
   size_t RandomIndex() { return std::uniform_int_distribution<size_t>(0, held_.size() - 1)(rng_); }
 
   // Returns false once the stream ended for this consumer (eos or an error).
@@ -195,7 +228,8 @@ class Runner {
     h.ids = h.batch.sample_ids();
     h.size = h.batch.size();
     const BatchInfo& info = h.batch.info();
-    Digest d = Examine(h, samples_, view_);
+    h.epoch = info.epoch;
+    Digest d = Examine(h, samples_, SizeAt(h.epoch));
     std::ostringstream line;
     line << "recv " << h.tag << ' ' << info.epoch << ' ' << info.index << ' ' << info.producer_seq
          << ' ' << h.batch.size() << ' ' << info.repeats << ' ' << (info.last_in_epoch ? 1 : 0)
@@ -210,7 +244,7 @@ class Runner {
     if (from == nullptr) from = &held_;
     Held h = std::move((*from)[i]);
     from->erase(from->begin() + static_cast<long>(i));
-    Digest d = Examine(h, samples_, view_);
+    Digest d = Examine(h, samples_, SizeAt(h.epoch));
     h.batch.Release();
     h.keep.reset();
     Say("rel " + std::to_string(h.tag) + " " + std::to_string(d.checksum) + " " +
@@ -311,6 +345,7 @@ class Runner {
   int next_tag_ = 0;
   int64_t samples_ = 0, hold_ = 1;
   int view_ = 0;  // the size of its view (0: the leader's)
+  std::vector<std::pair<uint64_t, int>> steps_;  // a scheduled view's (first epoch, size)
   int64_t stats_epochs_ = -1, stats_repeats_ = -1;
 };
 

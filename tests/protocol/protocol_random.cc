@@ -5,9 +5,10 @@
 // epochs, holds and release orders, early detaches (with live batches), kept last
 // batches, late joiners, a consumer or the leader SIGSTOPped past the heartbeat then
 // SIGCONTed, a SIGKILLed consumer, a consumer writing into a batch, an impostor listening
-// first, consumers of several view groups (each checking its group's bytes) — run by the
-// engine (harness.h) and checked against the reference model (model.cc). A failing seed
-// prints the command that replays it.
+// first, consumers of several view groups (each checking its group's bytes; some on a schedule
+// of sizes by epoch, checked at each epoch's size) — run by the engine (harness.h) and
+// checked against the reference model (model.cc). A failing seed prints the command that
+// replays it.
 //   protocol_random --producer leader|service|external|multinode|all [--seeds K]
 //                   [--first S] [--seed S] [--keep-going] [--deadline-ms MS] [--tame] [-v]
 // --tame: only what the code before the fix supports (validates the harness itself).
@@ -137,11 +138,40 @@ Scenario Generate(ProducerKind kind, uint64_t seed, bool tame, Chaos* chaos_out)
   // each checking its group's bytes; late joiners may bring a view nobody has yet. Drawn
   // from a stream of their own, so that every seed's schedule is the one it was before views.
   Rng view_rng(seed * 0xD1B54A32D192ED03ULL + static_cast<uint64_t>(kind) + 7);
+  // Not with the external producer (batches from the user's iterable) nor the multi-node
+  // leader (its exchange feed): both refuse consumers' views (Feed::ViewSource).
   if ((kind == ProducerKind::kLeader || kind == ProducerKind::kService) && !tame &&
       view_rng.Coin(0.5)) {
     p.views_max = 4;
     const int sizes[] = {0, 0, 2, 3, 5};
     for (ConsumerPlan& c : s.consumers) c.view = sizes[view_rng.Int(0, 4)];
+    // In most of these, the consumers of size 5 (and some of the leader's view) take a
+    // schedule of sizes by epoch instead, view(resize=A@0:B@k[:C@k+j]): sizes 1..5 (the
+    // groups fit the same room as with a fixed 5), the steps within the stream's first
+    // epochs. They check each batch's bytes at its epoch's size. Those started with the
+    // leader run past the first step (late joiners come when they come).
+    if (view_rng.Coin(0.6)) {
+      std::vector<ConsumerPlan*> scheduled;
+      for (ConsumerPlan& c : s.consumers)
+        if (c.view == 5 || (c.view == 0 && view_rng.Coin(0.3))) scheduled.push_back(&c);
+      if (!scheduled.empty() && epochs < 2) epochs = 2;  // no late joiners: they make >= 14
+      const int a = view_rng.Int(1, 5);
+      int b = view_rng.Int(1, 4);
+      if (b >= a) ++b;
+      const int k = view_rng.Int(1, std::max(1, std::min(epochs - 1, 3)));
+      std::string resize = std::to_string(a) + "@0:" + std::to_string(b) + "@" + std::to_string(k);
+      if (k + 1 < epochs && view_rng.Coin(0.3)) {
+        int c = view_rng.Int(1, 4);
+        if (c >= b) ++c;
+        const int at = view_rng.Int(k + 1, std::min(epochs - 1, k + 2));
+        resize += ":" + std::to_string(c) + "@" + std::to_string(at);
+      }
+      for (ConsumerPlan* c : scheduled) {
+        c->view = 0;
+        c->resize = resize;
+        if (c->late_after < 0) c->epochs = std::max(c->epochs, k + 1);
+      }
+    }
   }
   // The service runs epochs until stopped, like `batchcast serve` (the driver stops it).
   p.epochs = kind == ProducerKind::kService ? 0 : epochs;
@@ -229,7 +259,8 @@ std::string Describe(const Scenario& s, Chaos chaos) {
   for (const auto& c : s.consumers)
     d += " [b=" + std::to_string(c.b) + " d=" + std::to_string(c.depth) + " e=" +
          std::to_string(c.epochs) + " h=" + std::to_string(c.hold) +
-         (c.view > 0 ? " view=" + std::to_string(c.view) : "") + " " + ExpectName(c.expect) +
+         (c.view > 0 ? " view=" + std::to_string(c.view) : "") +
+         (c.resize.empty() ? "" : " resize=" + c.resize) + " " + ExpectName(c.expect) +
          (c.late_after >= 0 ? " late" : "") + " tail=" + c.tail + " '" + c.script + "']";
   return d;
 }

@@ -166,6 +166,48 @@ TEST(ViewTest, DamagedWireFormsAreRefused) {
   EXPECT_FALSE(DecodeView(w).ok());
 }
 
+// The one split of a spec into items (ParseView's, and the view schedules' parser's): keys
+// and values trimmed of any space (tabs and newlines too), 0-based places of each item and
+// value, the wrapper's ')' not in the last item, what is wrong with the wrapper reported
+// beside items split all the same.
+TEST(ViewTest, OneSplitOfASpecIntoItems) {
+  const ViewSpecItems a = SplitViewSpec(" view( size = 96 ,\n\tflip=1,crop)  ");
+  EXPECT_TRUE(a.wrapper.ok()) << a.wrapper.ToString();
+  ASSERT_EQ(a.items.size(), 3u);
+  EXPECT_EQ(a.items[0].key, "size");
+  EXPECT_EQ(a.items[0].value, "96");
+  EXPECT_EQ(a.items[0].begin, 6u);
+  EXPECT_EQ(a.items[0].end, 17u);
+  EXPECT_EQ(a.items[0].value_begin, 14u);
+  EXPECT_TRUE(a.items[0].has_equals);
+  EXPECT_EQ(a.items[1].key, "flip");
+  EXPECT_EQ(a.items[1].value, "1");
+  EXPECT_EQ(a.items[1].begin, 18u);
+  EXPECT_EQ(a.items[2].key, "crop");
+  EXPECT_FALSE(a.items[2].has_equals);
+  EXPECT_EQ(a.items[2].value_begin, a.items[2].end);
+  EXPECT_EQ(a.items[2].end, 31u);  // before the ')'
+  // Without a wrapper the items start at the first non-space; a '(' after the first '=' is
+  // a value's.
+  const ViewSpecItems b = SplitViewSpec("  size=8,resize=resize(min=1,max=2)");
+  EXPECT_TRUE(b.wrapper.ok());
+  ASSERT_EQ(b.items.size(), 3u);
+  EXPECT_EQ(b.items[0].begin, 2u);
+  EXPECT_EQ(b.items[1].value, "resize(min=1");
+  EXPECT_EQ(b.items[2].key, "max");  // what ParseView then refuses as an unknown key
+  const ViewSpecItems c = SplitViewSpec("view(size=8");
+  EXPECT_NE(c.wrapper.message().find("missing ')' at column 12"), std::string::npos);
+  ASSERT_EQ(c.items.size(), 1u);
+  EXPECT_EQ(c.items[0].value, "8");
+  const ViewSpecItems d = SplitViewSpec("vue(size=8)");
+  EXPECT_NE(d.wrapper.message().find("expected 'view(' at column 1, got 'vue('"),
+            std::string::npos) << d.wrapper.ToString();
+  ASSERT_EQ(d.items.size(), 1u);
+  EXPECT_EQ(d.items[0].key, "size");
+  EXPECT_TRUE(SplitViewSpec("  ").items.empty());
+  EXPECT_TRUE(SplitViewSpec("view()").items.empty());
+}
+
 TEST(ViewTest, BadSpecsNameTheKeyAndTheColumn) {
   ExpectError("view(szie=160)", "unknown key 'szie' at column 6 (did you mean 'size'?)");
   ExpectError("view(size=160", "missing ')'");

@@ -56,10 +56,16 @@ inline uint64_t Fnv1a(const uint8_t* p, size_t n) {
 using SampleCheck = std::function<bool(int64_t id, int size, const uint8_t* pixels,
                                        size_t bytes, int64_t label, bool* label_ok)>;
 
+// Runs after each batch is recorded (a training step, or a decision to leave): false stops
+// reading there, the batch released (the caller then detaches the consumer).
+using AfterBatch = std::function<bool(const BatchInfo& info)>;
+
 // Reads `c` to the end of its stream, asking BatchesPerEpoch(e) for every stream epoch
-// e in [0, stream_epochs] first. `check` (may be empty) judges each sample.
+// e in [0, stream_epochs] first. `check` (may be empty) judges each sample; `after` (may be
+// empty) may end the reading early.
 inline void ConsumeResized(Consumer* c, int stream_epochs, int channels,
-                           const SampleCheck& check, ResizeSeen* seen) {
+                           const SampleCheck& check, ResizeSeen* seen,
+                           const AfterBatch& after = {}) {
   for (int e = 0; e <= stream_epochs; ++e)
     seen->announced.push_back(c->BatchesPerEpoch(uint64_t(e)));
   Batch batch;
@@ -86,6 +92,11 @@ inline void ConsumeResized(Consumer* c, int stream_epochs, int channels,
       if (!label_ok) ++seen->bad_labels;
     }
     seen->batches.push_back(std::move(sb));
+    if (after && !after(info)) {
+      batch.Release();
+      st = Status(StatusCode::kEndOfStream, "left early");
+      break;
+    }
   }
   if (st.code() != StatusCode::kEndOfStream) seen->status = st;
   seen->stats = c->stats();

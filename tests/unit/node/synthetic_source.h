@@ -143,7 +143,8 @@ class ViewedSource : public SyntheticSource {
   Status Fill(const pipeline::BatchRequest& req, pipeline::BatchResult* result) override {
     if (req.groups.empty()) return SyntheticSource::Fill(req, result);
     for (const pipeline::GroupTarget& g : req.groups) {
-      const int size = sizes_.at(size_t(g.view));
+      // A scheduled view's group is made at its epoch's size (GroupTarget::image_size).
+      const int size = g.image_size > 0 ? g.image_size : sizes_.at(size_t(g.view));
       const size_t sb = size == 0 ? MaxLayout().bytes() : size_t(channels_) * size * size;
       auto* out = static_cast<uint8_t*>(g.images);
       for (size_t i = 0; i < req.samples.size(); ++i)

@@ -221,6 +221,22 @@ int64_t ExpectRepeatsOfTheirProducerBatch(const Sizes& sizes, const std::string&
   return n;
 }
 
+// Each consumer i of `got` (names[i]) got `epochs` whole epochs of `num_samples` samples:
+// every sample once per epoch, and the batches Consumer::BatchesPerEpoch foresaw.
+void ExpectWholeEpochs(const std::vector<Stream>& got, const std::vector<Sizes>& seen,
+                       const std::vector<std::string>& names, int64_t num_samples,
+                       size_t epochs) {
+  ASSERT_EQ(got.size(), names.size());
+  ASSERT_EQ(seen.size(), names.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ExpectExactlyOnce(got[i], num_samples, names[i]);
+    EXPECT_EQ(got[i].size(), epochs * size_t(num_samples)) << names[i];
+    ASSERT_EQ(seen[i].size(), epochs) << names[i];
+    for (const auto& [epoch, z] : seen[i])
+      EXPECT_EQ(z.batches, z.foreseen) << names[i] << " epoch " << epoch;
+  }
+}
+
 // Each epoch of `got` (a consumer of view `spec` on the leader of `o`) against a one-view
 // leader at that epoch's size: the same pixels per (epoch, sample), and only that size seen.
 void ExpectScheduledView(const Options& o, const std::string& spec, const Stream& got,
@@ -749,15 +765,10 @@ TEST_F(ViewGroupsLeaderTest, ALeaderOnItsOwnResizeScheduleServesOtherViewsAtThei
   std::vector<Sizes> seen;
   const auto got = RunLeader(o_, {{"", 8}, {fixed, 5}, {grow, 6}}, &seen);
   ASSERT_EQ(got.size(), 3u);
-  const char* names[] = {"leader's group", "fixed 24", "grow"};
-  for (size_t i = 0; i < got.size(); ++i) {
-    ExpectExactlyOnce(got[i], kSamples, names[i]);
-    EXPECT_EQ(got[i].size(), size_t(3 * kSamples)) << names[i];
-    ASSERT_EQ(seen[i].size(), 3u) << names[i];
-    for (const auto& [epoch, z] : seen[i])
-      EXPECT_EQ(z.batches, z.foreseen) << names[i] << " epoch " << epoch;
+  const std::vector<std::string> names = {"leader's group", "fixed 24", "grow"};
+  ExpectWholeEpochs(got, seen, names, kSamples, 3);
+  for (size_t i = 0; i < got.size(); ++i)
     EXPECT_GT(ExpectRepeatsOfTheirProducerBatch(seen[i], names[i]), 0) << names[i];
-  }
   // The leader's group: its schedule's sizes and scaled LR factors (epoch 0 all at 16).
   EXPECT_EQ(seen[0][0].sizes, (std::set<std::pair<int64_t, int64_t>>{{16, 16}}));
   EXPECT_GT(*seen[0][0].lr.begin(), 1.0f);
@@ -777,6 +788,40 @@ TEST_F(ViewGroupsLeaderTest, ALeaderOnItsOwnResizeScheduleServesOtherViewsAtThei
   const auto alone = RunLeader(o_, {{"", 8}});
   ASSERT_EQ(alone.size(), 1u);
   EXPECT_EQ(got[0], alone[0]);
+}
+
+// The fill tail of a producer batch covers each group at its own carving (TailForReceivers):
+// under the leader's schedule its own consumers carve at scaled batch sizes, another group's
+// at their own. Epoch 0 is one producer batch of all 45 samples at size 16; the leader's
+// consumers' batch of 8 scales to 15 (max_batch=15), which divides 45: no tail. The other
+// group's batch of 7 does not: its last batch holds 4 repeats, which the tail must hold (a
+// tail sized by 7 scaled like the leader's, 15 too, would be empty, and that batch would
+// read 4 positions the leader never wrote).
+TEST_F(ViewGroupsLeaderTest, AGroupsFillTailFollowsItsOwnBatchSizeBesideTheLeadersSchedule) {
+  o_.epochs = 3;
+  o_.resize = "resize(sizes=16:24:40,upgrade=0.5,max_batch=15)";
+  const std::string fixed = "view(size=24)";
+  std::vector<Sizes> seen;
+  const auto got = RunLeader(o_, {{"", 8}, {fixed, 7}}, &seen);
+  ASSERT_EQ(got.size(), 2u);
+  const std::vector<std::string> names = {"leader's group", "group of 7"};
+  ExpectWholeEpochs(got, seen, names, kSamples, 3);
+  // Epoch 0: one producer batch; the leader's consumers got 3 batches of 15, no repeats; the
+  // group's consumer 7 batches of 7, the last with 4 repeats of that producer batch's samples.
+  EXPECT_EQ(seen[0][0].sizes, (std::set<std::pair<int64_t, int64_t>>{{16, 16}}));
+  EXPECT_EQ(seen[0][0].fresh.size(), 1u);
+  EXPECT_EQ(seen[0][0].batches, 3);
+  EXPECT_TRUE(seen[0][0].repeats.empty());
+  EXPECT_EQ(seen[1][0].batches, 7);
+  EXPECT_EQ(seen[1][0].repeats.size(), 4u);
+  ExpectRepeatsOfTheirProducerBatch(seen[0], names[0]);
+  EXPECT_GE(ExpectRepeatsOfTheirProducerBatch(seen[1], names[1]), 4);
+  // The group's pixels per (epoch, sample): a one-view leader's without a schedule.
+  Options plain = o_;
+  plain.resize = "";
+  const auto ref = RunLeader(ReferenceFor(plain, fixed), {{"", 7}});
+  ASSERT_EQ(ref.size(), 1u);
+  EXPECT_TRUE(DigestOf(got[1]) == DigestOf(ref[0]));
 }
 
 // Beside the leader's own schedule, a view group joins once the stream is in epoch 1 and a

@@ -103,6 +103,29 @@ TEST(ViewScheduleTest, RefusalsNameTheColumnTheCauseAndTheFix) {
   EXPECT_NE(typo.find("unknown key 'szie' at column 23"), std::string::npos) << typo;
 }
 
+// The schedule's parser splits a spec into items as core::ParseView does (one splitter,
+// core::SplitViewSpec): a spec over several lines (a config file, a Python string) reads the
+// same as on one, and its columns are ParseView's for the same item.
+TEST(ViewScheduleTest, ItemsAreSplitAsCoreParseViewSplitsThem) {
+  const ScheduledView one = Parse("view(flip=0,resize=16@0:24@2)");
+  const ScheduledView lines = Parse("view(flip=0,\n     resize=16@0:24@2\n)");
+  EXPECT_EQ(lines.schedule.ToString(), one.schedule.ToString());
+  EXPECT_EQ(ScheduledViewKey(lines), ScheduledViewKey(one));
+  const ScheduledView tab = Parse("view(\tresize =\t16@0:24@2 ,flip=0)");
+  EXPECT_EQ(ScheduledViewKey(tab), ScheduledViewKey(one));
+  // Without the wrapper, an item's column counts from the spec's first character, spaces
+  // before it included, as in ParseView's messages.
+  const std::string both = Refusal("  resize=16:24,size=3");
+  EXPECT_NE(both.find("'size' at column 16 and 'resize' at column 3 both given"),
+            std::string::npos) << both;
+  auto typo = core::ParseView("  szie=3", Base());
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("'szie' at column 3"), std::string::npos);
+  // A wrapper ParseView refuses is refused with its message.
+  EXPECT_NE(Refusal("view(resize=16@0:24@2").find("missing ')' at column 22"), std::string::npos);
+  EXPECT_NE(Refusal("vue(resize=16@0:24@2)").find("expected 'view('"), std::string::npos);
+}
+
 // Random schedules: the canonical text reads back to the same steps and key, and SizeAt is
 // the size of the last step at or before each epoch (a model: the steps as a table).
 TEST(ViewScheduleTest, RandomSchedulesRoundTrip) {
