@@ -26,8 +26,8 @@ DEBUG_INFO ?= lines
 TEST_DEBUG_INFO ?= none
 # Whether `all` builds every benchmark (CMake option BATCHCAST_BENCHMARKS_IN_ALL). A tree that
 # `make test` configures gets TEST_BENCHMARKS_IN_ALL (OFF: only the GPU proof bundle's three;
-# the other seven, which no test runs, cost 35 CPU-s of CI's budget); make bench builds the
-# one it runs either way.
+# compiling the other seven, which no test runs, cost 35 CPU-s of CI's budget; the test
+# benchmarks_syntax compiles them syntax only); make bench builds the one it runs either way.
 BENCHMARKS_IN_ALL ?= ON
 TEST_BENCHMARKS_IN_ALL ?= OFF
 # The second PyTorch generation's tree (scripts/torch2_tree.sh); TORCH2=OFF leaves it out.
