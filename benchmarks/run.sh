@@ -32,7 +32,7 @@ if [ ! -f "$(dirname "$0")/bench_$name.cc" ]; then
   echo "bench: unknown benchmark '$name' (known: ${known:-none})" >&2
   exit 2
 fi
-if [ "$name" = stage ] && ! grep -q '^bench_stage:' <(cmake --build "$build" --target help 2>/dev/null | sed 's/^\.\.\. //; s/ .*//; s/$/:/'); then
+if [ "$name" = stage ] && ! cmake --build "$build" --target help 2>/dev/null | grep -x '\.\.\. bench_stage' >/dev/null; then
   echo "bench: bench_stage needs a build with LibTorch (-DBATCHCAST_TORCH=ON)" >&2; exit 2
 fi
 build_targets "bench_$name"

@@ -389,9 +389,8 @@ std::string CheckResized(batchcast::Consumer& consumer, const Options& o, int wo
   const int channels = static_cast<int>(reference.OutputLayout(0).channels);
   const int64_t step_us = EnvInt("MULTINODE_TEST_STEP_US", 0);
   const bool slow = world_rank == EnvInt("MULTINODE_TEST_SLOW_RANK", -1);
-  const int64_t leave_epoch =
-      world_rank == EnvInt("MULTINODE_TEST_LEAVE_RANK", -1) ? EnvInt("MULTINODE_TEST_LEAVE_EPOCH", 1)
-                                                            : -1;
+  const bool leaves = world_rank == EnvInt("MULTINODE_TEST_LEAVE_RANK", -1);
+  const int64_t leave_epoch = leaves ? EnvInt("MULTINODE_TEST_LEAVE_EPOCH", 1) : -1;
   if (leave_epoch == 0 || leave_epoch >= o.epochs)
     return fmt::format("MULTINODE_TEST_LEAVE_EPOCH={}: give an epoch in [1, {}]", leave_epoch,
                        o.epochs - 1);
